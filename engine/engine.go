@@ -1,0 +1,190 @@
+// Package engine owns chime's use of NATS as its engine: the optional
+// embedded nats-server, the client connection, and the streams and KV
+// buckets chime needs, created idempotently at start.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chime-nats/chime/subjects"
+)
+
+// Names of the streams and buckets chime provisions.
+const (
+	TimersBucket = "chime_timers"
+	LeasesBucket = "chime_leases"
+	EventsStream = "CHIME_EVENTS"
+	InboxStream  = "CHIME_INBOX"
+)
+
+// EmbeddedOptions configures the embedded nats-server.
+type EmbeddedOptions struct {
+	Listen  string // host:port; port -1 picks a free one
+	DataDir string // JetStream store directory
+	Name    string // server name; stable across restarts of one data dir
+}
+
+// StartEmbedded runs a JetStream nats-server inside this process and waits
+// until it accepts connections.
+func StartEmbedded(ctx context.Context, o EmbeddedOptions, log *slog.Logger) (*server.Server, error) {
+	host, portStr, err := net.SplitHostPort(o.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("engine: listen address %q: %w", o.Listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, fmt.Errorf("engine: listen port %q: %w", portStr, err)
+	}
+	if o.Name == "" {
+		o.Name = "chime"
+	}
+	ns, err := server.NewServer(&server.Options{
+		ServerName: o.Name,
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   o.DataDir,
+		NoSigs:     true,
+		// The default 64 MiB pending limit stalls bursts of fires to one subscriber.
+		MaxPending: 256 << 20,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("engine: embedded server: %w", err)
+	}
+	ns.Start()
+	deadline := 10 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		deadline = time.Until(d)
+	}
+	if !ns.ReadyForConnections(deadline) {
+		ns.Shutdown()
+		return nil, errors.New("engine: embedded server not ready")
+	}
+	log.Info("embedded nats-server started", "url", ns.ClientURL(), "store_dir", o.DataDir)
+	return ns, nil
+}
+
+// Topology is what chime provisions: replicas and retention.
+type Topology struct {
+	Replicas    int
+	LeaseTTL    time.Duration
+	InboxMaxAge time.Duration
+	EventMaxAge time.Duration
+	// DedupWindow is how long a Nats-Msg-Id is remembered. It must cover the
+	// longest time a fire can sit between publish and record update.
+	DedupWindow time.Duration
+}
+
+// Resources are the provisioned handles.
+type Resources struct {
+	JS     jetstream.JetStream
+	Timers jetstream.KeyValue
+	Leases jetstream.KeyValue
+}
+
+// Provision creates or updates the streams and buckets. It is idempotent, so
+// every replica runs it at start.
+func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Resources, error) {
+	timers, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      TimersBucket,
+		Description: "chime timer records, key <agent>.<timer>",
+		History:     1,
+		Replicas:    t.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("engine: timers bucket: %w", err)
+	}
+	leases, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      LeasesBucket,
+		Description: "chime shard leases and replica presence; entries expire after the lease TTL",
+		History:     1,
+		TTL:         t.LeaseTTL,
+		Replicas:    t.Replicas,
+		// Leases are small and hot; memory keeps their refresh cheap.
+		Storage: jetstream.MemoryStorage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("engine: leases bucket: %w", err)
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        EventsStream,
+		Description: "chime internal events: timer fires",
+		Subjects:    []string{subjects.TimerFire},
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      t.EventMaxAge,
+		Duplicates:  t.DedupWindow,
+		Replicas:    t.Replicas,
+	}); err != nil {
+		return nil, fmt.Errorf("engine: events stream: %w", err)
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        InboxStream,
+		Description: "agent inboxes: every delivery, kept for offline agents",
+		Subjects:    []string{subjects.InboxWildcard},
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      t.InboxMaxAge,
+		Duplicates:  t.DedupWindow,
+		Replicas:    t.Replicas,
+	}); err != nil {
+		return nil, fmt.Errorf("engine: inbox stream: %w", err)
+	}
+	return &Resources{JS: js, Timers: timers, Leases: leases}, nil
+}
+
+// ConnectOptions says how to reach NATS.
+type ConnectOptions struct {
+	URL       string
+	CredsFile string
+	Token     string
+	Name      string
+	Embedded  *server.Server // when set, connect in-process
+}
+
+// Connect opens chime's connection, retrying reconnects forever: a replica
+// rides out a NATS restart rather than exiting.
+func Connect(o ConnectOptions, log *slog.Logger) (*nats.Conn, error) {
+	opts := []nats.Option{
+		nats.Name(o.Name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted()) }),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subj := ""
+			if sub != nil {
+				subj = sub.Subject
+			}
+			log.Error("nats async error", "subject", subj, "err", err)
+		}),
+	}
+	if o.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(o.CredsFile))
+	}
+	if o.Token != "" {
+		opts = append(opts, nats.Token(o.Token))
+	}
+	url := o.URL
+	if o.Embedded != nil {
+		opts = append(opts, nats.InProcessServer(o.Embedded))
+		url = o.Embedded.ClientURL()
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("engine: connect: %w", err)
+	}
+	return nc, nil
+}

@@ -1,0 +1,132 @@
+package scheduler
+
+import (
+	"container/heap"
+	"hash/fnv"
+	"time"
+)
+
+// entry is the index's view of one active timer: just what firing needs.
+type entry struct {
+	key      string // <agent>.<timer>
+	agentLen int    // key[:agentLen] is the agent ID
+	text     string
+	due      int64 // unix nanoseconds of the next occurrence
+	occ      int64 // number of the next occurrence
+	interval time.Duration
+	// fired is the highest occurrence this replica has published. A record
+	// update that lags behind it must not re-arm an occurrence already sent.
+	fired int64
+	shard int
+	pos   int // position in its shard's heap, -1 when not armed
+}
+
+func (e *entry) agentID() string { return e.key[:e.agentLen] }
+func (e *entry) timerID() string { return e.key[e.agentLen+1:] }
+
+// dueHeap is a min-heap of entries by due time.
+type dueHeap []*entry
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].due < h[j].due }
+func (h dueHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].pos = i
+	h[j].pos = j
+}
+func (h *dueHeap) Push(x any) {
+	e := x.(*entry)
+	e.pos = len(*h)
+	*h = append(*h, e)
+}
+func (h *dueHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	e.pos = -1
+	return e
+}
+
+// index holds every known timer and one heap of armed entries per shard,
+// so the firing loop only looks at the shards its replica owns. It is not
+// safe for concurrent use; the Scheduler guards it.
+type index struct {
+	entries map[string]*entry
+	shards  []dueHeap
+}
+
+func newIndex(shards int) *index {
+	return &index{entries: make(map[string]*entry), shards: make([]dueHeap, shards)}
+}
+
+// shardOf maps a timer key to its shard.
+func shardOf(key string, shards int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return int(h.Sum32() % uint32(shards))
+}
+
+// arm puts e in its heap at due, or moves it there.
+func (ix *index) arm(e *entry) {
+	h := &ix.shards[e.shard]
+	if e.pos >= 0 {
+		heap.Fix(h, e.pos)
+		return
+	}
+	heap.Push(h, e)
+}
+
+// disarm takes e out of its heap; it stays known.
+func (ix *index) disarm(e *entry) {
+	if e.pos >= 0 {
+		heap.Remove(&ix.shards[e.shard], e.pos)
+	}
+}
+
+// remove forgets e.
+func (ix *index) remove(key string) {
+	if e, ok := ix.entries[key]; ok {
+		ix.disarm(e)
+		delete(ix.entries, key)
+	}
+}
+
+// armed counts entries waiting to fire.
+func (ix *index) armed() int {
+	n := 0
+	for i := range ix.shards {
+		n += len(ix.shards[i])
+	}
+	return n
+}
+
+// next returns the earliest due time among owned shards.
+func (ix *index) next(owned []bool) (int64, bool) {
+	var best int64
+	found := false
+	for s, ok := range owned {
+		if !ok || len(ix.shards[s]) == 0 {
+			continue
+		}
+		if d := ix.shards[s][0].due; !found || d < best {
+			best, found = d, true
+		}
+	}
+	return best, found
+}
+
+// popDue appends to out the entries of owned shards due at or before now,
+// at most max of them, taking them out of their heaps.
+func (ix *index) popDue(owned []bool, now int64, max int, out []*entry) []*entry {
+	for s, ok := range owned {
+		if !ok {
+			continue
+		}
+		h := &ix.shards[s]
+		for len(*h) > 0 && (*h)[0].due <= now && len(out) < max {
+			out = append(out, heap.Pop(h).(*entry))
+		}
+	}
+	return out
+}

@@ -1,0 +1,254 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Leases keeps this replica's share of the shard leases. A lease is a key
+// shard.<n> in a KV bucket whose TTL expires entries: the owner refreshes it
+// by CAS every Renew, and a dead owner's keys simply expire, so survivors
+// take its shards by creating the keys anew. Replicas announce themselves with
+// replica.<id> keys in the same bucket; each aims for an equal share.
+type Leases struct {
+	kv       jetstream.KeyValue
+	id       string
+	shards   int
+	ttl      time.Duration
+	renew    time.Duration
+	now      func() time.Time
+	log      *slog.Logger
+	onChange func()
+
+	mu    sync.Mutex
+	owned map[int]lease
+
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+type lease struct {
+	rev        uint64
+	validUntil time.Time
+}
+
+// LeasesConfig configures Leases.
+type LeasesConfig struct {
+	KV        jetstream.KeyValue // bucket whose TTL is the lease TTL
+	ReplicaID string
+	Shards    int
+	TTL       time.Duration
+	Renew     time.Duration // how often leases are refreshed and sought
+	Now       func() time.Time
+	Log       *slog.Logger
+	OnChange  func() // called when the owned set changes
+}
+
+// NewLeases returns a lease keeper; Start begins its work.
+func NewLeases(c LeasesConfig) *Leases {
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.OnChange == nil {
+		c.OnChange = func() {}
+	}
+	return &Leases{
+		kv: c.KV, id: c.ReplicaID, shards: c.Shards, ttl: c.TTL, renew: c.Renew,
+		now: c.Now, log: c.Log.With("component", "leases"), onChange: c.OnChange,
+		owned: make(map[int]lease), stop: make(chan struct{}), done: make(chan struct{}),
+	}
+}
+
+func shardKey(s int) string { return "shard." + strconv.Itoa(s) }
+
+const presencePrefix = "replica."
+
+// Start runs the first round synchronously (so a lone replica owns its
+// shards before it reports ready) and then keeps leases in the background.
+func (l *Leases) Start(ctx context.Context) error {
+	if err := l.round(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		l.log.Warn("first lease round", "err", err)
+	}
+	go l.loop(ctx)
+	return nil
+}
+
+func (l *Leases) loop(ctx context.Context) {
+	defer close(l.done)
+	t := time.NewTicker(l.renew)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.stop:
+			return
+		case <-t.C:
+			if err := l.round(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				l.log.Warn("lease round", "err", err)
+			}
+		}
+	}
+}
+
+// Stop releases every lease so that survivors take over at once rather than
+// after the TTL. It is idempotent.
+func (l *Leases) Stop(ctx context.Context) {
+	l.once.Do(func() {
+		close(l.stop)
+		<-l.done
+		l.mu.Lock()
+		owned := l.owned
+		l.owned = map[int]lease{}
+		l.mu.Unlock()
+		for s, ls := range owned {
+			_ = l.kv.Delete(ctx, shardKey(s), jetstream.LastRevision(ls.rev))
+		}
+		_ = l.kv.Delete(ctx, presencePrefix+l.id)
+		if len(owned) > 0 {
+			l.onChange()
+		}
+	})
+}
+
+// Owned fills owned[s] with whether this replica may fire shard s at now.
+func (l *Leases) Owned(now time.Time, owned []bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for s := range owned {
+		ls, ok := l.owned[s]
+		owned[s] = ok && now.Before(ls.validUntil)
+	}
+}
+
+// Count returns how many shards this replica holds.
+func (l *Leases) Count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.owned)
+}
+
+// round refreshes presence and owned leases, then gives up or seeks shards
+// toward an equal share.
+func (l *Leases) round(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, l.ttl/2)
+	defer cancel()
+	start := l.now()
+	if _, err := l.kv.Put(ctx, presencePrefix+l.id, []byte(l.id)); err != nil {
+		return fmt.Errorf("presence: %w", err)
+	}
+	changed := l.refresh(ctx, start)
+	replicas, err := l.replicas(ctx)
+	if err != nil {
+		if changed {
+			l.onChange()
+		}
+		return err
+	}
+	target := (l.shards + replicas - 1) / replicas
+	if l.rebalance(ctx, start, target) {
+		changed = true
+	}
+	if changed {
+		l.log.Info("shards", "owned", l.Count(), "target", target, "replicas", replicas)
+		l.onChange()
+	}
+	return nil
+}
+
+func (l *Leases) refresh(ctx context.Context, start time.Time) bool {
+	l.mu.Lock()
+	owned := make(map[int]lease, len(l.owned))
+	for s, ls := range l.owned {
+		owned[s] = ls
+	}
+	l.mu.Unlock()
+	changed := false
+	for s, ls := range owned {
+		rev, err := l.kv.Update(ctx, shardKey(s), []byte(l.id), ls.rev)
+		l.mu.Lock()
+		switch {
+		case err == nil:
+			l.owned[s] = lease{rev: rev, validUntil: start.Add(l.ttl - l.renew)}
+		case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists),
+			errors.Is(err, jetstream.ErrKeyNotFound), !start.Add(l.ttl - l.renew).After(l.now()):
+			// Lost to another replica, or unconfirmed past its validity.
+			delete(l.owned, s)
+			changed = true
+		}
+		l.mu.Unlock()
+	}
+	return changed
+}
+
+func (l *Leases) replicas(ctx context.Context) (int, error) {
+	lister, err := l.kv.ListKeysFiltered(ctx, presencePrefix+"*")
+	if err != nil {
+		return 0, fmt.Errorf("list replicas: %w", err)
+	}
+	n := 0
+	for range lister.Keys() {
+		n++
+	}
+	return max(n, 1), nil
+}
+
+func (l *Leases) rebalance(ctx context.Context, start time.Time, target int) bool {
+	changed := false
+	l.mu.Lock()
+	have := len(l.owned)
+	var extra []int
+	for s := range l.owned {
+		if have-len(extra) <= target {
+			break
+		}
+		extra = append(extra, s)
+	}
+	l.mu.Unlock()
+	for _, s := range extra {
+		l.mu.Lock()
+		ls := l.owned[s]
+		delete(l.owned, s)
+		l.mu.Unlock()
+		_ = l.kv.Delete(ctx, shardKey(s), jetstream.LastRevision(ls.rev))
+		changed = true
+	}
+	if have >= target {
+		return changed
+	}
+	// Start at a replica-specific offset so newcomers don't all race for shard 0.
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(l.id))
+	offset := int(h.Sum32() % uint32(l.shards))
+	for i := 0; i < l.shards && have < target; i++ {
+		s := (offset + i) % l.shards
+		l.mu.Lock()
+		_, mine := l.owned[s]
+		l.mu.Unlock()
+		if mine {
+			continue
+		}
+		rev, err := l.kv.Create(ctx, shardKey(s), []byte(l.id))
+		if err != nil {
+			continue // held by another replica, or a transient error
+		}
+		l.mu.Lock()
+		l.owned[s] = lease{rev: rev, validUntil: start.Add(l.ttl - l.renew)}
+		l.mu.Unlock()
+		have++
+		changed = true
+	}
+	return changed
+}

@@ -1,0 +1,94 @@
+package subjects
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+)
+
+// Error codes on the wire. Callers branch on these, so they are stable.
+const (
+	CodeInvalidJSON    = "invalid_json"
+	CodeInvalidRequest = "invalid_request"
+	CodeInvalidID      = "invalid_id"
+	CodeTimerNotFound  = "timer_not_found"
+	CodeTimerCompleted = "timer_completed"
+	CodeUnavailable    = "unavailable"
+	CodeInternal       = "internal"
+)
+
+// Error is the one error shape of chime's replies:
+// {"error":{"code":"<snake_case>","message":"<text>"}}.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Is matches another *Error by code, so errors.Is(err, &Error{Code: c}) works
+// and the sentinels below can be compared against.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+// Sentinels for errors.Is; the concrete errors carry their own message.
+var (
+	ErrInvalidJSON    = &Error{Code: CodeInvalidJSON}
+	ErrInvalidRequest = &Error{Code: CodeInvalidRequest}
+	ErrInvalidID      = &Error{Code: CodeInvalidID}
+	ErrTimerNotFound  = &Error{Code: CodeTimerNotFound}
+	ErrTimerCompleted = &Error{Code: CodeTimerCompleted}
+)
+
+// ErrorReply is the JSON body that wraps an Error.
+type ErrorReply struct {
+	Error *Error `json:"error"`
+}
+
+// AsError turns any error into a wire error; unknown errors become "internal"
+// without their text, which may hold details a caller has no business seeing.
+func AsError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return &Error{Code: CodeInternal, Message: "internal error"}
+}
+
+// HTTPStatus maps an error code to its HTTP status.
+func HTTPStatus(code string) int {
+	switch code {
+	case CodeInvalidJSON, CodeInvalidRequest, CodeInvalidID:
+		return http.StatusBadRequest
+	case CodeTimerNotFound:
+		return http.StatusNotFound
+	case CodeTimerCompleted:
+		return http.StatusConflict
+	case CodeUnavailable:
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// MarshalError encodes err in the wire error shape.
+func MarshalError(err error) []byte {
+	b, _ := json.Marshal(ErrorReply{Error: AsError(err)})
+	return b
+}
+
+// DecodeReply decodes a reply body into v, or returns the *Error it carries.
+func DecodeReply(data []byte, v any) error {
+	var probe struct {
+		Error *Error `json:"error"`
+	}
+	if err := json.Unmarshal(data, &probe); err != nil {
+		return &Error{Code: CodeInvalidJSON, Message: "malformed reply: " + err.Error()}
+	}
+	if probe.Error != nil {
+		return probe.Error
+	}
+	return json.Unmarshal(data, v)
+}

@@ -1,0 +1,56 @@
+package subjects
+
+import "strings"
+
+// Internal event subjects (stored in the events stream).
+const (
+	TimerFire = "timer.fire"
+)
+
+// Agent-scoped actions: agent.<id>.<action>.
+const (
+	ActionTimerCreate = "timer.create"
+	ActionTimerList   = "timer.list"
+	ActionTimerGet    = "timer.get"
+	ActionTimerCancel = "timer.cancel"
+	ActionInbox       = "inbox"
+)
+
+// ServiceName is the micro service name every replica registers.
+const ServiceName = "chime"
+
+// QueueGroup is the queue group every replica's endpoints share.
+const QueueGroup = "chime"
+
+// Agent returns agent.<id>.<action>. The id must have passed ValidateID.
+func Agent(id, action string) string { return "agent." + id + "." + action }
+
+// Inbox returns the inbox subject of an agent.
+func Inbox(id string) string { return Agent(id, ActionInbox) }
+
+// AgentWildcard returns agent.*.<action>, the subject a replica serves.
+func AgentWildcard(action string) string { return "agent.*." + action }
+
+// InboxWildcard is the subject filter of the inbox stream.
+const InboxWildcard = "agent.*.inbox"
+
+// ParseAgent extracts and validates the agent ID of agent.<id>.<action...>.
+func ParseAgent(subject string) (string, error) {
+	rest, ok := strings.CutPrefix(subject, "agent.")
+	if !ok {
+		return "", &Error{Code: CodeInvalidID, Message: "subject " + subject + " is not an agent subject"}
+	}
+	id, _, _ := strings.Cut(rest, ".")
+	if err := ValidateID("agent_id", id); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// TimerKey is the KV key of a timer record: <agent>.<timer>.
+func TimerKey(agentID, timerID string) string { return agentID + "." + timerID }
+
+// ParseTimerKey splits a timer KV key.
+func ParseTimerKey(key string) (agentID, timerID string, ok bool) {
+	return strings.Cut(key, ".")
+}

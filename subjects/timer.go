@@ -1,0 +1,212 @@
+package subjects
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+	"unicode/utf8"
+)
+
+// TimerStatus is the lifecycle state of a timer record.
+type TimerStatus string
+
+// Timer statuses. Legacy records may say "scheduled"; it reads as active.
+const (
+	TimerActive    TimerStatus = "active"
+	TimerCompleted TimerStatus = "completed"
+	TimerCancelled TimerStatus = "cancelled"
+)
+
+// UnmarshalJSON reads the legacy "scheduled" status as active.
+func (s *TimerStatus) UnmarshalJSON(b []byte) error {
+	var v string
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	if v == "scheduled" {
+		v = string(TimerActive)
+	}
+	*s = TimerStatus(v)
+	return nil
+}
+
+// Limits on timer requests.
+const (
+	// MaxTimerMs is the longest duration or interval: the largest number of
+	// milliseconds a time.Duration holds (about 292 years).
+	MaxTimerMs = math.MaxInt64 / int64(time.Millisecond)
+	// MaxSummaryLen bounds the summary, which travels in every fire.
+	MaxSummaryLen = 4096
+	// DefaultListLimit and MaxListLimit bound timer listings.
+	DefaultListLimit = 50
+	MaxListLimit     = 1000
+)
+
+// Timer is the stored timer record (Holon's shape).
+type Timer struct {
+	ID             string      `json:"id"`
+	AgentID        string      `json:"agent_id"`
+	CreatedAt      time.Time   `json:"created_at"`
+	DurationMs     int64       `json:"duration_ms"`
+	IntervalMs     *int64      `json:"interval_ms"`
+	Repeat         bool        `json:"repeat"`
+	Status         TimerStatus `json:"status"`
+	Summary        string      `json:"summary"`
+	NextFireAt     *time.Time  `json:"next_fire_at"`
+	LastFiredAt    *time.Time  `json:"last_fired_at"`
+	FireCount      int64       `json:"fire_count"`
+	AuthorityClass string      `json:"authority_class,omitempty"`
+}
+
+// Interval is the repeat interval, zero for a one-shot timer.
+func (t *Timer) Interval() time.Duration {
+	if t.IntervalMs == nil {
+		return 0
+	}
+	return time.Duration(*t.IntervalMs) * time.Millisecond
+}
+
+// FireText is the text of the timer_fired delivery.
+func (t *Timer) FireText() string {
+	if t.Summary != "" {
+		return t.Summary
+	}
+	return "timer " + t.ID + " fired"
+}
+
+// ApplyFire records occurrence n, due at due and fired at firedAt, and
+// reports whether the record changed. An occurrence already applied, or one
+// that lost the race against a cancel, leaves the record alone.
+func (t *Timer) ApplyFire(n int64, due, firedAt, now time.Time) bool {
+	if n <= t.FireCount || t.Status != TimerActive {
+		return false
+	}
+	t.FireCount = n
+	fired := firedAt.UTC()
+	t.LastFiredAt = &fired
+	if t.Repeat {
+		next := NextOccurrence(due, t.Interval(), now).UTC()
+		t.NextFireAt = &next
+	} else {
+		t.NextFireAt = nil
+		t.Status = TimerCompleted
+	}
+	return true
+}
+
+// NextOccurrence returns the first point of the cadence due+k*interval (k>=1)
+// that lies after now, so a repeating timer that was overdue fires once and
+// then keeps its original cadence instead of drifting or catching up.
+func NextOccurrence(due time.Time, interval time.Duration, now time.Time) time.Time {
+	next := due.Add(interval)
+	if next.After(now) {
+		return next
+	}
+	k := now.Sub(due)/interval + 1
+	return due.Add(k * interval)
+}
+
+// CreateTimerRequest is the body of agent.<id>.timer.create and of the HTTP
+// create route. Numbers are kept raw so that fractions, overflow and
+// strings are each rejected with their own message.
+type CreateTimerRequest struct {
+	DurationMs     json.RawMessage `json:"duration_ms"`
+	IntervalMs     json.RawMessage `json:"interval_ms"`
+	Summary        string          `json:"summary"`
+	AuthorityClass string          `json:"authority_class"`
+}
+
+// TimerSpec is a validated create request.
+type TimerSpec struct {
+	Duration       time.Duration
+	Interval       time.Duration // zero: one-shot
+	Summary        string
+	AuthorityClass string
+}
+
+// Validate checks the request and returns its spec.
+func (r *CreateTimerRequest) Validate() (TimerSpec, error) {
+	d, err := positiveInt("duration_ms", r.DurationMs, MaxTimerMs)
+	if err != nil {
+		return TimerSpec{}, err
+	}
+	spec := TimerSpec{Duration: time.Duration(d) * time.Millisecond, Summary: r.Summary, AuthorityClass: r.AuthorityClass}
+	if !isNull(r.IntervalMs) {
+		i, err := positiveInt("interval_ms", r.IntervalMs, MaxTimerMs)
+		if err != nil {
+			return TimerSpec{}, err
+		}
+		spec.Interval = time.Duration(i) * time.Millisecond
+	}
+	if n := utf8.RuneCountInString(r.Summary); n > MaxSummaryLen {
+		return TimerSpec{}, &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("summary must be at most %d characters", MaxSummaryLen)}
+	}
+	if len(r.AuthorityClass) > MaxIDLen {
+		return TimerSpec{}, &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("authority_class must be at most %d characters", MaxIDLen)}
+	}
+	return spec, nil
+}
+
+func isNull(raw json.RawMessage) bool {
+	return len(raw) == 0 || string(raw) == "null"
+}
+
+// ListTimersRequest is the body of agent.<id>.timer.list.
+type ListTimersRequest struct {
+	Limit json.RawMessage `json:"limit"`
+}
+
+// ParseLimit validates a listing limit; absent means DefaultListLimit.
+func ParseLimit(raw json.RawMessage) (int, error) {
+	if isNull(raw) {
+		return DefaultListLimit, nil
+	}
+	n, err := positiveInt("limit", raw, MaxListLimit)
+	return int(n), err
+}
+
+// ListTimersReply is the reply of a timer listing, newest first.
+type ListTimersReply struct {
+	Timers []Timer `json:"timers"`
+}
+
+// TimerRef names one timer: the body of timer.get and timer.cancel.
+type TimerRef struct {
+	TimerID string `json:"timer_id"`
+}
+
+// Validate checks the timer ID.
+func (r *TimerRef) Validate() error { return ValidateID("timer_id", r.TimerID) }
+
+// ErrNotFound is the timer_not_found error for a timer ID.
+func ErrNotFound(timerID string) *Error {
+	return &Error{Code: CodeTimerNotFound, Message: "timer " + timerID + " not found"}
+}
+
+// ErrCompleted is the timer_completed error for a timer ID.
+func ErrCompleted(timerID string) *Error {
+	return &Error{Code: CodeTimerCompleted, Message: "cannot cancel completed timer " + timerID}
+}
+
+// TimerFired is the timer.fire event: one occurrence of a timer, published
+// by the replica that owns the timer's shard with Nats-Msg-Id FireMsgID.
+type TimerFired struct {
+	AgentID    string    `json:"agent_id"`
+	TimerID    string    `json:"timer_id"`
+	Occurrence int64     `json:"occurrence"`
+	DueAt      time.Time `json:"due_at"`
+	FiredAt    time.Time `json:"fired_at"`
+	Text       string    `json:"text"`
+}
+
+// MsgID is the stable JetStream message ID of this occurrence: two owners
+// overlapping for a moment publish the same ID and the stream keeps one.
+func (f *TimerFired) MsgID() string {
+	return fmt.Sprintf("%s.%s:%d", f.AgentID, f.TimerID, f.Occurrence)
+}
+
+// EnvelopeID is the stable ID of the inbox delivery of this occurrence.
+func (f *TimerFired) EnvelopeID() string {
+	return fmt.Sprintf("timer_%s_%d", f.TimerID, f.Occurrence)
+}
