@@ -1,0 +1,118 @@
+package consumer_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/chime-nats/chime/consumer"
+	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/scheduler"
+	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
+)
+
+// TestTimersFireIntoInbox runs the whole fire path on a real server: a
+// one-shot and a repeating timer reach the inbox and their records follow.
+func TestTimersFireIntoInbox(t *testing.T) {
+	ns := natstest.Server(t)
+	nc, res := natstest.Provisioned(t, ns)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	const shards = 4
+	store := timers.NewStore(res.Timers, nil)
+	var sched *scheduler.Scheduler
+	leases := scheduler.NewLeases(scheduler.LeasesConfig{
+		KV: res.Leases, ReplicaID: "r1", Shards: shards, TTL: 2 * time.Second, Renew: 500 * time.Millisecond,
+		OnChange: func() { sched.Wake() },
+	})
+	sched = scheduler.New(scheduler.Config{JS: res.JS, Timers: res.Timers, Leases: leases, Shards: shards, Registerer: prometheus.NewRegistry()})
+	fires := consumer.NewFires(consumer.FiresConfig{JS: res.JS, Stream: engine.EventsStream, Store: store, Registerer: prometheus.NewRegistry()})
+	for _, start := range []func(context.Context) error{fires.Start, sched.Start, leases.Start} {
+		if err := start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() { leases.Stop(context.Background()); sched.Stop(); fires.Stop() }()
+
+	inbox := make(chan *nats.Msg, 64)
+	sub, err := nc.ChanSubscribe(subjects.Inbox("demo"), inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+
+	once, err := store.Create(ctx, "demo", subjects.TimerSpec{Duration: 100 * time.Millisecond, Summary: "once"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := store.Create(ctx, "demo", subjects.TimerSpec{Duration: 150 * time.Millisecond, Interval: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	seen := map[string]int{}
+	deadline := time.After(5 * time.Second)
+	for seen[once.ID] < 1 || seen[rep.ID] < 3 {
+		select {
+		case m := <-inbox:
+			var env subjects.Envelope
+			if err := json.Unmarshal(m.Data, &env); err != nil {
+				t.Fatal(err)
+			}
+			if got := m.Header.Get(subjects.HeaderKind); got != subjects.KindTimerFired {
+				t.Fatalf("Chime-Kind = %q", got)
+			}
+			if m.Header.Get(subjects.HeaderMsgID) != env.ID {
+				t.Fatalf("Nats-Msg-Id %q != envelope id %q", m.Header.Get(subjects.HeaderMsgID), env.ID)
+			}
+			seen[env.Source.ID]++
+			if env.Source.ID == once.ID && env.Text != "once" {
+				t.Errorf("one-shot text = %q", env.Text)
+			}
+			if env.Source.ID == rep.ID && env.Text != "timer "+rep.ID+" fired" {
+				t.Errorf("repeating text = %q", env.Text)
+			}
+		case <-deadline:
+			t.Fatalf("fires seen: %v", seen)
+		}
+	}
+	if seen[once.ID] != 1 {
+		t.Errorf("one-shot fired %d times", seen[once.ID])
+	}
+
+	waitFor(t, func() bool {
+		got, err := store.Get(ctx, "demo", once.ID)
+		return err == nil && got.Status == subjects.TimerCompleted && got.FireCount == 1 && got.NextFireAt == nil && got.LastFiredAt != nil
+	})
+	waitFor(t, func() bool {
+		got, err := store.Get(ctx, "demo", rep.ID)
+		if err != nil || got.FireCount < 3 || got.NextFireAt == nil {
+			return false
+		}
+		// On cadence: next = first due + k*interval exactly.
+		off := got.NextFireAt.Sub(*rep.NextFireAt)
+		return got.Status == subjects.TimerActive && off%(200*time.Millisecond) == 0
+	})
+	if _, err := store.Cancel(ctx, "demo", once.ID); !errors.Is(err, subjects.ErrTimerCompleted) {
+		t.Errorf("cancel completed: %v", err)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

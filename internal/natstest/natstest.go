@@ -1,0 +1,52 @@
+// Package natstest starts the real embedded JetStream server tests run against.
+package natstest
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chime-nats/chime/engine"
+)
+
+// Server starts an embedded JetStream server on 127.0.0.1 with a random port
+// and a temporary store, shut down when the test ends.
+func Server(t testing.TB) *server.Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ns, err := engine.StartEmbedded(ctx, engine.EmbeddedOptions{Listen: "127.0.0.1:-1", DataDir: t.TempDir()}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	return ns
+}
+
+// Provisioned connects to ns and provisions chime's streams and buckets.
+func Provisioned(t testing.TB, ns *server.Server) (*nats.Conn, *engine.Resources) {
+	t.Helper()
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(16384))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := engine.Provision(ctx, js, engine.Topology{
+		Replicas: 1, LeaseTTL: 2 * time.Second, InboxMaxAge: time.Hour, EventMaxAge: time.Hour, DedupWindow: 2 * time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, res
+}
