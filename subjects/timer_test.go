@@ -1,0 +1,107 @@
+package subjects_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chime-nats/chime/subjects"
+)
+
+func TestCreateTimerRequestValidation(t *testing.T) {
+	cases := []struct {
+		body string
+		want error  // nil: valid
+		msg  string // expected message, when want != nil
+	}{
+		{`{"duration_ms":1000}`, nil, ""},
+		{`{"duration_ms":1000,"interval_ms":500,"summary":"s"}`, nil, ""},
+		{`{}`, subjects.ErrInvalidRequest, "duration_ms is required"},
+		{``, subjects.ErrInvalidRequest, "duration_ms is required"},
+		{`{"duration_ms":null}`, subjects.ErrInvalidRequest, "duration_ms is required"},
+		{`{"duration_ms":0}`, subjects.ErrInvalidRequest, "duration_ms must be a positive integer, not 0"},
+		{`{"duration_ms":-5}`, subjects.ErrInvalidRequest, "duration_ms must be a positive integer, not -5"},
+		{`{"duration_ms":1.5}`, subjects.ErrInvalidRequest, "duration_ms must be a positive integer, not 1.5"},
+		{`{"duration_ms":"100"}`, subjects.ErrInvalidRequest, `duration_ms must be a positive integer, not "100"`},
+		{`{"duration_ms":99999999999999999999}`, subjects.ErrInvalidRequest, "duration_ms is too large: at most 9223372036854"},
+		{`{"duration_ms":1e30}`, subjects.ErrInvalidRequest, "duration_ms is too large: at most 9223372036854"},
+		{`{"duration_ms":9223372036855}`, subjects.ErrInvalidRequest, "duration_ms is too large: at most 9223372036854"},
+		{`{"duration_ms":10,"interval_ms":0}`, subjects.ErrInvalidRequest, "interval_ms must be a positive integer, not 0"},
+		{`{"duration_ms":10,"interval_ms":2.5}`, subjects.ErrInvalidRequest, "interval_ms must be a positive integer, not 2.5"},
+		{`{"duration_ms":10,"bogus":1}`, subjects.ErrInvalidRequest, `unknown field "bogus"`},
+		{`{"duration_ms":10,"summary":5}`, subjects.ErrInvalidRequest, "summary must be a JSON string, not number"},
+		{`{"duration_ms":10,"summary":"` + strings.Repeat("x", subjects.MaxSummaryLen+1) + `"}`, subjects.ErrInvalidRequest, "summary must be at most 4096 characters"},
+		{`{"duration_ms":`, subjects.ErrInvalidJSON, ""},
+		{`[1]`, subjects.ErrInvalidJSON, "request body must be a JSON object"},
+		{`{"duration_ms":10} {}`, subjects.ErrInvalidJSON, "malformed JSON: unexpected data after the object"},
+	}
+	for _, c := range cases {
+		var req subjects.CreateTimerRequest
+		err := subjects.DecodeStrict([]byte(c.body), &req)
+		if err == nil {
+			_, err = req.Validate()
+		}
+		if c.want == nil {
+			if err != nil {
+				t.Errorf("%s: unexpected error %v", c.body, err)
+			}
+			continue
+		}
+		if !errors.Is(err, c.want) {
+			t.Errorf("%.60s: error %v, want code %s", c.body, err, c.want.(*subjects.Error).Code)
+			continue
+		}
+		if c.msg != "" && subjects.AsError(err).Message != c.msg {
+			t.Errorf("%.60s: message %q, want %q", c.body, subjects.AsError(err).Message, c.msg)
+		}
+	}
+}
+
+func TestValidateID(t *testing.T) {
+	for _, id := range []string{"a", "demo-1", "A_b-9", strings.Repeat("x", 64)} {
+		if err := subjects.ValidateID("agent_id", id); err != nil {
+			t.Errorf("%q: %v", id, err)
+		}
+	}
+	for _, id := range []string{"", "a.b", "*", ">", "a b", strings.Repeat("x", 65), "é"} {
+		if err := subjects.ValidateID("agent_id", id); !errors.Is(err, subjects.ErrInvalidID) {
+			t.Errorf("%q: %v, want invalid_id", id, err)
+		}
+	}
+}
+
+func TestNextOccurrenceKeepsCadence(t *testing.T) {
+	due := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	iv := 10 * time.Second
+	cases := []struct {
+		now  time.Duration // after due
+		want time.Duration // after due
+	}{
+		{0, 10 * time.Second},
+		{3 * time.Second, 10 * time.Second},
+		{10 * time.Second, 20 * time.Second}, // exactly on a point: the next one
+		{95 * time.Second, 100 * time.Second},
+	}
+	for _, c := range cases {
+		if got := subjects.NextOccurrence(due, iv, due.Add(c.now)); !got.Equal(due.Add(c.want)) {
+			t.Errorf("now=+%v: next=+%v, want +%v", c.now, got.Sub(due), c.want)
+		}
+	}
+}
+
+func TestLegacyScheduledReadsActive(t *testing.T) {
+	var s subjects.TimerStatus
+	if err := s.UnmarshalJSON([]byte(`"scheduled"`)); err != nil || s != subjects.TimerActive {
+		t.Fatalf("got %q, %v", s, err)
+	}
+}
+
+func TestParseAgent(t *testing.T) {
+	if id, err := subjects.ParseAgent("agent.demo.timer.create"); err != nil || id != "demo" {
+		t.Fatalf("got %q, %v", id, err)
+	}
+	if _, err := subjects.ParseAgent("agent.*.timer.create"); !errors.Is(err, subjects.ErrInvalidID) {
+		t.Fatalf("wildcard agent accepted: %v", err)
+	}
+}
