@@ -1,0 +1,216 @@
+// Package cli owns chime's command line: serve, timer and version. Commands
+// other than serve speak NATS to CHIME_NATS_URL (default the local embedded
+// server's address), as any agent would.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/chime-nats/chime/client"
+	"github.com/chime-nats/chime/config"
+	"github.com/chime-nats/chime/replica"
+)
+
+// ErrUsage marks a command line that could not be understood.
+var ErrUsage = errors.New("usage")
+
+// App is the command line with its streams, so tests can run it in-process.
+type App struct {
+	Stdout, Stderr io.Writer
+	Version        string
+}
+
+const usage = `chime: timers, waits and callbacks for AI agents over NATS
+
+Usage:
+  chime serve                      run chime (see chime serve --help)
+  chime timer create --after-ms N [--every-ms N] [--summary TEXT] [--agent ID]
+  chime timer list [--limit N] [--agent ID]
+  chime timer get ID [--agent ID]
+  chime timer cancel ID [--agent ID]
+  chime version
+`
+
+// Run executes one command line (without the program name).
+func (a *App) Run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(a.Stderr, usage)
+		return ErrUsage
+	}
+	switch args[0] {
+	case "serve":
+		return a.serve(ctx, args[1:])
+	case "timer":
+		return a.timer(ctx, args[1:])
+	case "version":
+		fmt.Fprintln(a.Stdout, a.Version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(a.Stdout, usage)
+		return nil
+	}
+	fmt.Fprint(a.Stderr, usage)
+	return fmt.Errorf("%w: unknown command %q", ErrUsage, args[0])
+}
+
+func (a *App) serve(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(a.Stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(a.Stdout, "Usage: chime serve\n\nRuns chime. Configuration comes from the environment:\n\n")
+		_ = config.Usage(a.Stdout)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	cfg, err := config.Load()
+	if err != nil {
+		return err
+	}
+	log := newLogger(a.Stderr, cfg)
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	r, err := replica.Start(ctx, cfg, log, a.Version)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r.Stop(sctx)
+	return nil
+}
+
+func newLogger(w io.Writer, cfg *config.Config) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// natsURL is where CLI commands connect: CHIME_NATS_URL, else the local
+// embedded server's address.
+func natsURL() string {
+	if u := os.Getenv("CHIME_NATS_URL"); u != "" {
+		return u
+	}
+	if l := os.Getenv("CHIME_NATS_LISTEN"); l != "" {
+		return "nats://" + l
+	}
+	return "nats://127.0.0.1:4222"
+}
+
+func connect() (*nats.Conn, error) {
+	var opts []nats.Option
+	if c := os.Getenv("CHIME_NATS_CREDS"); c != "" {
+		opts = append(opts, nats.UserCredentials(c))
+	}
+	if t := os.Getenv("CHIME_NATS_TOKEN"); t != "" {
+		opts = append(opts, nats.Token(t))
+	}
+	nc, err := nats.Connect(natsURL(), append(opts, nats.Name("chime cli"), nats.Timeout(5*time.Second))...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", natsURL(), err)
+	}
+	return nc, nil
+}
+
+func (a *App) timer(ctx context.Context, args []string) error {
+	sub := "create"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		sub, args = args[0], args[1:]
+	}
+	fs := flag.NewFlagSet("timer "+sub, flag.ContinueOnError)
+	fs.SetOutput(a.Stderr)
+	agent := fs.String("agent", envOr("CHIME_AGENT_ID", "demo"), "agent ID")
+	after := fs.Int64("after-ms", 0, "fire after N milliseconds (create)")
+	every := fs.Int64("every-ms", 0, "then repeat every N milliseconds (create)")
+	summary := fs.String("summary", "", "text of the fire (create)")
+	limit := fs.Int("limit", 0, "at most N timers (list; default 50)")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	nc, err := connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	c, err := client.New(nc, *agent)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var res any
+	switch sub {
+	case "create":
+		if *after <= 0 {
+			return fmt.Errorf("%w: timer create needs --after-ms N (a positive number of milliseconds)", ErrUsage)
+		}
+		res, err = c.CreateTimer(ctx, *after, *every, *summary)
+	case "list":
+		res, err = c.ListTimers(ctx, *limit)
+	case "get", "cancel":
+		if len(pos) != 1 {
+			return fmt.Errorf("%w: timer %s needs one timer ID", ErrUsage, sub)
+		}
+		if sub == "get" {
+			res, err = c.GetTimer(ctx, pos[0])
+		} else {
+			res, err = c.CancelTimer(ctx, pos[0])
+		}
+	default:
+		return fmt.Errorf("%w: unknown timer command %q", ErrUsage, sub)
+	}
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(a.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(res)
+}
+
+// parseInterspersed parses flags that may come before or after positional
+// arguments, as in "timer get ID --agent demo".
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

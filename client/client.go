@@ -1,0 +1,92 @@
+// Package client is the Go client agents use to talk to chime over NATS:
+// timer requests and inbox subscriptions, with chime's wire errors returned
+// as *subjects.Error so callers can match them with errors.Is.
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/chime-nats/chime/subjects"
+)
+
+// Client speaks for one agent.
+type Client struct {
+	nc      *nats.Conn
+	agentID string
+}
+
+// New returns a client for agentID over nc.
+func New(nc *nats.Conn, agentID string) (*Client, error) {
+	if err := subjects.ValidateID("agent_id", agentID); err != nil {
+		return nil, err
+	}
+	return &Client{nc: nc, agentID: agentID}, nil
+}
+
+// Request sends a raw body to agent.<id>.<action> and decodes the reply into out.
+func (c *Client) Request(ctx context.Context, action string, body []byte, out any) error {
+	msg, err := c.nc.RequestWithContext(ctx, subjects.Agent(c.agentID, action), body)
+	if err != nil {
+		return fmt.Errorf("client: %s: %w", action, err)
+	}
+	return subjects.DecodeReply(msg.Data, out)
+}
+
+func (c *Client) call(ctx context.Context, action string, req, out any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("client: encode: %w", err)
+	}
+	return c.Request(ctx, action, body, out)
+}
+
+// CreateTimer creates a timer due after durationMs, repeating every
+// intervalMs when that is positive.
+func (c *Client) CreateTimer(ctx context.Context, durationMs, intervalMs int64, summary string) (*subjects.Timer, error) {
+	req := map[string]any{"duration_ms": durationMs}
+	if intervalMs > 0 {
+		req["interval_ms"] = intervalMs
+	}
+	if summary != "" {
+		req["summary"] = summary
+	}
+	var t subjects.Timer
+	return &t, c.call(ctx, subjects.ActionTimerCreate, req, &t)
+}
+
+// ListTimers lists the agent's timers, newest first; limit 0 uses the default.
+func (c *Client) ListTimers(ctx context.Context, limit int) ([]subjects.Timer, error) {
+	req := map[string]any{}
+	if limit > 0 {
+		req["limit"] = limit
+	}
+	var r subjects.ListTimersReply
+	return r.Timers, c.call(ctx, subjects.ActionTimerList, req, &r)
+}
+
+// GetTimer reads one timer.
+func (c *Client) GetTimer(ctx context.Context, timerID string) (*subjects.Timer, error) {
+	var t subjects.Timer
+	return &t, c.call(ctx, subjects.ActionTimerGet, subjects.TimerRef{TimerID: timerID}, &t)
+}
+
+// CancelTimer cancels one timer.
+func (c *Client) CancelTimer(ctx context.Context, timerID string) (*subjects.Timer, error) {
+	var t subjects.Timer
+	return &t, c.call(ctx, subjects.ActionTimerCancel, subjects.TimerRef{TimerID: timerID}, &t)
+}
+
+// SubscribeInbox delivers the agent's inbox envelopes to fn as they are
+// published (core NATS: for the durable history, consume the inbox stream).
+func (c *Client) SubscribeInbox(fn func(subjects.Envelope)) (*nats.Subscription, error) {
+	return c.nc.Subscribe(subjects.Inbox(c.agentID), func(m *nats.Msg) {
+		var env subjects.Envelope
+		if json.Unmarshal(m.Data, &env) == nil {
+			fn(env)
+		}
+	})
+}

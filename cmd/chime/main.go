@@ -1,0 +1,24 @@
+// Command chime runs chime and talks to it; see the cli package.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/chime-nats/chime/cli"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.0.0-dev"
+
+func main() {
+	app := &cli.App{Stdout: os.Stdout, Stderr: os.Stderr, Version: version}
+	if err := app.Run(context.Background(), os.Args[1:]); err != nil {
+		if !errors.Is(err, cli.ErrUsage) || err.Error() != cli.ErrUsage.Error() {
+			fmt.Fprintln(os.Stderr, "chime:", err)
+		}
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,176 @@
+// Package replica owns the life of one chime replica: it starts the
+// components in dependency order (NATS, provisioning, consumer, scheduler,
+// leases, NATS service, HTTP) and stops them in reverse, draining first.
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/chime-nats/chime/api"
+	"github.com/chime-nats/chime/config"
+	"github.com/chime-nats/chime/consumer"
+	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/scheduler"
+	"github.com/chime-nats/chime/timers"
+)
+
+// Replica is one running chime.
+type Replica struct {
+	cfg     *config.Config
+	log     *slog.Logger
+	ns      *server.Server
+	nc      *nats.Conn
+	fires   *consumer.Fires
+	sched   *scheduler.Scheduler
+	leases  *scheduler.Leases
+	svc     *api.Service
+	gw      *api.Gateway
+	ready   atomic.Bool
+	cancel  context.CancelFunc
+	once    sync.Once
+	Version string
+}
+
+// Start brings a replica up. On error everything started is stopped.
+func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version string) (_ *Replica, err error) {
+	r := &Replica{cfg: cfg, log: log, Version: version}
+	defer func() {
+		if err != nil {
+			r.Stop(context.Background())
+		}
+	}()
+	ctx, r.cancel = context.WithCancel(ctx)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	url := cfg.NATSURL
+	if url == "" {
+		if r.ns, err = engine.StartEmbedded(ctx, engine.EmbeddedOptions{Listen: cfg.NATSListen, DataDir: cfg.DataDir}, log); err != nil {
+			return nil, err
+		}
+	}
+	if r.nc, err = engine.Connect(engine.ConnectOptions{URL: url, CredsFile: cfg.NATSCreds, Token: cfg.NATSToken, Name: "chime " + cfg.ReplicaID, Embedded: r.ns}, log); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(r.nc, jetstream.WithPublishAsyncMaxPending(16384))
+	if err != nil {
+		return nil, fmt.Errorf("replica: jetstream: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	res, err := engine.Provision(pctx, js, engine.Topology{
+		Replicas: cfg.JSReplicas, LeaseTTL: cfg.LeaseTTL,
+		InboxMaxAge: cfg.InboxMaxAge, EventMaxAge: cfg.EventMaxAge, DedupWindow: 10 * time.Minute,
+	})
+	if err != nil {
+		return nil, err
+	}
+	store := timers.NewStore(res.Timers, time.Now)
+
+	r.fires = consumer.NewFires(consumer.FiresConfig{JS: js, Stream: engine.EventsStream, Store: store, Log: log, Registerer: reg})
+	if err := r.fires.Start(ctx); err != nil {
+		return nil, err
+	}
+	r.leases = scheduler.NewLeases(scheduler.LeasesConfig{
+		KV: res.Leases, ReplicaID: cfg.ReplicaID, Shards: cfg.Shards, TTL: cfg.LeaseTTL, Renew: cfg.LeaseTTL / 4,
+		Log: log, OnChange: func() { r.sched.Wake() },
+	})
+	r.sched = scheduler.New(scheduler.Config{JS: js, Timers: res.Timers, Leases: r.leases, Shards: cfg.Shards, Log: log, Registerer: reg})
+	if err := r.sched.Start(ctx); err != nil {
+		return nil, err
+	}
+	select {
+	case <-r.sched.Ready():
+	case <-pctx.Done():
+		return nil, fmt.Errorf("replica: loading the timer index: %w", pctx.Err())
+	}
+	if err := r.leases.Start(ctx); err != nil {
+		return nil, err
+	}
+	ops := api.NewOperations(store, log, reg)
+	if r.svc, err = api.StartService(ctx, r.nc, ops, version); err != nil {
+		return nil, err
+	}
+	if cfg.HTTPAddr != "" {
+		if r.gw, err = api.StartGateway(cfg.HTTPAddr, api.NewHandler(ops, reg, r.Ready), log); err != nil {
+			return nil, err
+		}
+	}
+	r.ready.Store(true)
+	log.Info("chime ready", "replica", cfg.ReplicaID, "version", version, "nats", r.nc.ConnectedUrlRedacted())
+	return r, nil
+}
+
+// Ready reports whether the replica serves requests and fires timers.
+func (r *Replica) Ready() bool { return r.ready.Load() && r.nc.IsConnected() }
+
+// HTTPAddr is the bound HTTP address, empty without a gateway.
+func (r *Replica) HTTPAddr() string {
+	if r.gw == nil {
+		return ""
+	}
+	return r.gw.Addr()
+}
+
+// NATSURL is the client URL agents use: the embedded server's, or the configured one.
+func (r *Replica) NATSURL() string {
+	if r.ns != nil {
+		return r.ns.ClientURL()
+	}
+	return r.cfg.NATSURL
+}
+
+// Stop shuts down in two stages: stop taking new work (HTTP, service,
+// leases handed back, scheduler), drain the consumer, then close NATS.
+func (r *Replica) Stop(ctx context.Context) {
+	r.once.Do(func() {
+		r.ready.Store(false)
+		var errs []error
+		if r.gw != nil {
+			errs = append(errs, r.gw.Stop(ctx))
+		}
+		if r.svc != nil {
+			errs = append(errs, r.svc.Stop())
+		}
+		if r.leases != nil {
+			r.leases.Stop(ctx)
+		}
+		if r.sched != nil {
+			r.sched.Stop()
+		}
+		if r.fires != nil {
+			r.fires.Stop()
+		}
+		if r.cancel != nil {
+			r.cancel()
+		}
+		if r.nc != nil {
+			if err := r.nc.Drain(); err != nil {
+				errs = append(errs, err)
+			}
+			for r.nc.IsDraining() {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		if r.ns != nil {
+			r.ns.Shutdown()
+			r.ns.WaitForShutdown()
+		}
+		if err := errors.Join(errs...); err != nil {
+			r.log.Warn("shutdown", "err", err)
+		}
+		r.log.Info("chime stopped")
+	})
+}
