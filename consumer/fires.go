@@ -84,6 +84,7 @@ func NewFires(c FiresConfig) *Fires {
 			Name: "chime_fire_delivery_failures_total", Help: "Fire deliveries that failed and were left for redelivery.",
 		}),
 	}
+	f.deliv.WithLabelValues(subjects.KindTimerFired) // exported before the first fire
 	if c.Registerer != nil {
 		c.Registerer.MustRegister(f.deliv, f.fails)
 	}

@@ -51,7 +51,9 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 			r.Stop(context.Background())
 		}
 	}()
-	ctx, r.cancel = context.WithCancel(ctx)
+	// ctx bounds the start; the replica then lives until Stop.
+	startCtx := ctx
+	ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -68,7 +70,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	if err != nil {
 		return nil, fmt.Errorf("replica: jetstream: %w", err)
 	}
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	pctx, cancel := context.WithTimeout(startCtx, 30*time.Second)
 	defer cancel()
 	res, err := engine.Provision(pctx, js, engine.Topology{
 		Replicas: cfg.JSReplicas, LeaseTTL: cfg.LeaseTTL,

@@ -74,7 +74,7 @@ func positiveInt(field string, raw json.RawMessage, max int64) (int64, error) {
 		if errors.Is(err, strconv.ErrRange) {
 			return 0, &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("%s is too large: at most %d", field, max)}
 		}
-		if f, ferr := strconv.ParseFloat(s, 64); ferr == nil && f > 0 && f >= float64(max) {
+		if f, ferr := strconv.ParseFloat(s, 64); (ferr == nil || errors.Is(ferr, strconv.ErrRange)) && f >= float64(max) {
 			return 0, &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("%s is too large: at most %d", field, max)}
 		}
 		return 0, &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("%s must be a positive integer, not %s", field, s)}
