@@ -21,10 +21,10 @@ const maxBody = 64 << 10
 
 // Gateway is the HTTP side of chime.
 type Gateway struct {
-	srv   *http.Server
-	ln    net.Listener
-	log   *slog.Logger
-	done  chan error
+	srv  *http.Server
+	ln   net.Listener
+	log  *slog.Logger
+	done chan error
 }
 
 // NewHandler returns the HTTP routes over ops. ready reports readiness.

@@ -15,8 +15,8 @@ import (
 
 // Service is the micro service every replica registers.
 type Service struct {
-	ops *Operations
-	svc micro.Service
+	ops  *Operations
+	svc  micro.Service
 	sem  chan struct{}
 	ctx  context.Context
 	once sync.Once
