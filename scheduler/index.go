@@ -92,15 +92,6 @@ func (ix *index) remove(key string) {
 	}
 }
 
-// armed counts entries waiting to fire.
-func (ix *index) armed() int {
-	n := 0
-	for i := range ix.shards {
-		n += len(ix.shards[i])
-	}
-	return n
-}
-
 // next returns the earliest due time among owned shards.
 func (ix *index) next(owned []bool) (int64, bool) {
 	var best int64
