@@ -41,6 +41,7 @@ Usage:
   chime timer list [--limit N] [--agent ID]
   chime timer get ID [--agent ID]
   chime timer cancel ID [--agent ID]
+  chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--json]
   chime version
 `
 
@@ -55,6 +56,8 @@ func (a *App) Run(ctx context.Context, args []string) error {
 		return a.serve(ctx, args[1:])
 	case "timer":
 		return a.timer(ctx, args[1:])
+	case "bench":
+		return a.bench(ctx, args[1:])
 	case "version":
 		fmt.Fprintln(a.Stdout, a.Version)
 		return nil

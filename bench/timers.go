@@ -1,0 +1,273 @@
+// Package bench owns chime's load generators: they drive a chime (their own
+// in-process replica on an embedded server, or the replicas behind
+// CHIME_NATS_URL) through the same NATS subjects agents use and measure
+// what an agent sees.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/chime-nats/chime/config"
+	"github.com/chime-nats/chime/replica"
+	"github.com/chime-nats/chime/subjects"
+)
+
+// TimersOptions configures a timer benchmark.
+type TimersOptions struct {
+	N       int           // timers to create
+	Clients int           // concurrent creating clients
+	Lead    time.Duration // first due time after the start
+	Spread  time.Duration // due times spread evenly over this
+	Hold    bool          // create far-future timers and measure memory instead of fires
+	NATSURL string        // empty: run an in-process chime on an embedded server
+	Log     *slog.Logger
+}
+
+// Validate checks the options.
+func (o *TimersOptions) Validate() error {
+	switch {
+	case o.N <= 0:
+		return errors.New("bench: -n must be positive")
+	case o.Clients <= 0:
+		return errors.New("bench: -c must be positive")
+	case o.Lead < 0:
+		return errors.New("bench: --lead must not be negative")
+	case o.Spread < 0:
+		return errors.New("bench: --spread must not be negative")
+	}
+	return nil
+}
+
+// Latency is a lateness summary in milliseconds.
+type Latency struct {
+	P50 float64 `json:"p50"`
+	P90 float64 `json:"p90"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+// TimersResult is what a timer benchmark measured.
+type TimersResult struct {
+	N            int     `json:"n"`
+	Clients      int     `json:"clients"`
+	LeadMs       int64   `json:"lead_ms"`
+	SpreadMs     int64   `json:"spread_ms"`
+	CreatesPerS  float64 `json:"creates_per_s"`
+	FiresPerS    float64 `json:"fires_per_s"`
+	LatenessMs   Latency `json:"lateness_ms"`
+	Missed       int     `json:"missed"`
+	Duplicates   int     `json:"duplicates"`
+	PeakRSSBytes int64   `json:"peak_rss_bytes"`
+	// Hold mode only: memory per active timer.
+	RSSPerTimerBytes  float64 `json:"rss_per_timer_bytes,omitempty"`
+	HeapPerTimerBytes float64 `json:"heap_per_timer_bytes,omitempty"`
+}
+
+// Timers runs the benchmark.
+func Timers(ctx context.Context, o TimersOptions) (*TimersResult, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Hold {
+		o.Lead = time.Hour
+	}
+	url := o.NATSURL
+	if url == "" {
+		dir, err := os.MkdirTemp("", "chime-bench-")
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		cfg := &config.Config{
+			DataDir: dir, NATSListen: "127.0.0.1:-1", JSReplicas: 1, ReplicaID: "bench", Shards: 32,
+			LeaseTTL: 2 * time.Second, InboxMaxAge: time.Hour, EventMaxAge: time.Hour, LogLevel: "warn", LogFormat: "text",
+		}
+		r, err := replica.Start(ctx, cfg, o.Log, "0.0.0-bench")
+		if err != nil {
+			return nil, err
+		}
+		defer r.Stop(context.Background())
+		url = r.NATSURL()
+	}
+	conns := make([]*nats.Conn, min(o.Clients, 4))
+	for i := range conns {
+		nc, err := nats.Connect(url, nats.Name("chime bench"))
+		if err != nil {
+			return nil, fmt.Errorf("bench: connect: %w", err)
+		}
+		defer nc.Close()
+		conns[i] = nc
+	}
+	res := &TimersResult{N: o.N, Clients: o.Clients, LeadMs: o.Lead.Milliseconds(), SpreadMs: o.Spread.Milliseconds()}
+	run := fmt.Sprintf("b%d", time.Now().UnixNano()%1e9)
+
+	// Subscribe first, as an agent would, on its own connection.
+	sub, err := nats.Connect(url, nats.Name("chime bench inbox"))
+	if err != nil {
+		return nil, fmt.Errorf("bench: connect: %w", err)
+	}
+	defer sub.Close()
+	var mu sync.Mutex
+	seen := make(map[string]int, o.N)
+	lateness := make([]time.Duration, 0, o.N)
+	var first, last time.Time
+	all := make(chan struct{})
+	s, err := sub.Subscribe("agent.*.inbox", func(m *nats.Msg) {
+		now := time.Now()
+		if !strings.HasPrefix(m.Subject, "agent."+run) {
+			return
+		}
+		var env subjects.Envelope
+		var data subjects.TimerFiredData
+		if json.Unmarshal(m.Data, &env) != nil || json.Unmarshal(env.Data, &data) != nil {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		seen[env.ID]++
+		if seen[env.ID] > 1 {
+			res.Duplicates++
+			return
+		}
+		if first.IsZero() {
+			first = now
+		}
+		last = now
+		lateness = append(lateness, now.Sub(data.DueAt))
+		if len(lateness) == o.N {
+			close(all)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bench: subscribe: %w", err)
+	}
+	s.SetPendingLimits(-1, -1)
+	defer func() { _ = s.Unsubscribe() }()
+	if err := sub.Flush(); err != nil {
+		return nil, fmt.Errorf("bench: flush: %w", err)
+	}
+
+	var rssBefore int64
+	var heapBefore uint64
+	if o.Hold {
+		rssBefore, heapBefore = settle()
+	}
+	start := time.Now()
+	g, gctx := errgroup.WithContext(ctx)
+	for c := range o.Clients {
+		nc := conns[c%len(conns)]
+		subject := subjects.Agent(fmt.Sprintf("%s-%d", run, c), subjects.ActionTimerCreate)
+		g.Go(func() error {
+			for i := c; i < o.N; i += o.Clients {
+				due := start.Add(o.Lead + time.Duration(int64(o.Spread)*int64(i)/int64(o.N)))
+				ms := max(time.Until(due).Milliseconds(), 1)
+				msg, err := nc.RequestWithContext(gctx, subject, []byte(`{"duration_ms":`+strconv.FormatInt(ms, 10)+`}`))
+				if err != nil {
+					return fmt.Errorf("bench: create: %w", err)
+				}
+				var t subjects.Timer
+				if err := subjects.DecodeReply(msg.Data, &t); err != nil {
+					return fmt.Errorf("bench: create: %w", err)
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	res.CreatesPerS = float64(o.N) / time.Since(start).Seconds()
+	if o.Hold {
+		rss, heap := settle()
+		res.RSSPerTimerBytes = float64(rss-rssBefore) / float64(o.N)
+		res.HeapPerTimerBytes = float64(int64(heap)-int64(heapBefore)) / float64(o.N)
+		res.PeakRSSBytes = peakRSS()
+		return res, nil
+	}
+	wait := time.Until(start.Add(o.Lead+o.Spread)) + 10*time.Second
+	select {
+	case <-all:
+	case <-time.After(wait):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	res.Missed = o.N - len(lateness)
+	if n := len(lateness); n > 0 {
+		slices.Sort(lateness)
+		q := func(p float64) float64 { return ms(lateness[min(n-1, int(p*float64(n)))]) }
+		res.LatenessMs = Latency{P50: q(.50), P90: q(.90), P99: q(.99), Max: ms(lateness[n-1])}
+		if span := last.Sub(first).Seconds(); span > 0 {
+			res.FiresPerS = float64(n) / span
+		}
+	}
+	res.PeakRSSBytes = peakRSS()
+	return res, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// settle lets the process come to rest and returns current RSS and heap in use.
+func settle() (int64, uint64) {
+	runtime.GC()
+	time.Sleep(2 * time.Second)
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return currentRSS(), m.HeapInuse
+}
+
+func currentRSS() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, _ := strconv.ParseInt(f[1], 10, 64)
+	return pages * int64(os.Getpagesize())
+}
+
+func peakRSS() int64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return ru.Maxrss * 1024 // KiB on Linux
+}
+
+// WriteText prints a result for people.
+func (r *TimersResult) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "timers: n=%d clients=%d lead=%dms spread=%dms\n", r.N, r.Clients, r.LeadMs, r.SpreadMs)
+	fmt.Fprintf(w, "creates/s: %.0f\n", r.CreatesPerS)
+	if r.RSSPerTimerBytes != 0 || r.HeapPerTimerBytes != 0 {
+		fmt.Fprintf(w, "rss per active timer: %.0f B (heap %.0f B)\n", r.RSSPerTimerBytes, r.HeapPerTimerBytes)
+	} else {
+		fmt.Fprintf(w, "fires/s: %.0f\n", r.FiresPerS)
+		fmt.Fprintf(w, "lateness ms: p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n", r.LatenessMs.P50, r.LatenessMs.P90, r.LatenessMs.P99, r.LatenessMs.Max)
+		fmt.Fprintf(w, "missed: %d  duplicates: %d\n", r.Missed, r.Duplicates)
+	}
+	fmt.Fprintf(w, "peak rss: %.1f MiB\n", float64(r.PeakRSSBytes)/(1<<20))
+}
