@@ -76,7 +76,7 @@ func NewFires(c FiresConfig) *Fires {
 	f := &Fires{
 		cfg:  c,
 		log:  c.Log.With("component", "fires"),
-		work: make(chan fireWork, c.Workers*4),
+		work: make(chan fireWork, c.MaxAckPending), // the consume callback never waits on CAS
 		deliv: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chime_inbox_deliveries_total", Help: "Envelopes published to agent inboxes, by kind.",
 		}, []string{"kind"}),
