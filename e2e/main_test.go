@@ -1,0 +1,210 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/subjects"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "chime-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "chime")
+	build := exec.Command("go", "build", "-o", binary, "./cmd/chime")
+	build.Dir = ".."
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build chime:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// syncBuffer collects a child's stderr for the test log.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// proc is one `chime serve` child.
+type proc struct {
+	cmd      *exec.Cmd
+	httpAddr string
+	id       string
+	logs     *syncBuffer
+	exited   chan error
+}
+
+func startServe(t *testing.T, id string, env ...string) *proc {
+	t.Helper()
+	p := &proc{httpAddr: freeAddr(t), id: id, logs: &syncBuffer{}, exited: make(chan error, 1)}
+	p.cmd = exec.Command(binary, "serve")
+	p.cmd.Env = append(os.Environ(), append(env, "CHIME_HTTP_ADDR="+p.httpAddr, "CHIME_REPLICA_ID="+id)...)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("--- %s log ---\n%s", id, p.logs.String())
+		}
+	})
+	p.waitReady(t)
+	return p
+}
+
+func (p *proc) kill() {
+	_ = p.cmd.Process.Kill()
+	select {
+	case <-p.exited:
+		p.exited <- nil
+	case <-time.After(10 * time.Second):
+	}
+}
+
+func (p *proc) waitReady(t *testing.T) {
+	t.Helper()
+	eventually(t, 20*time.Second, "replica "+p.id+" ready", func() bool {
+		res, err := http.Get("http://" + p.httpAddr + "/readyz")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	})
+}
+
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// delivery is one timer_fired envelope read from the inbox stream.
+type delivery struct {
+	env  subjects.Envelope
+	data subjects.TimerFiredData
+}
+
+// inbox reads every envelope stored in the inbox stream.
+func inbox(t *testing.T, nc *nats.Conn) []delivery {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stream, err := js.Stream(ctx, engine.InboxStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := int(info.State.Msgs)
+	if total == 0 {
+		return nil
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]delivery, 0, total)
+	for len(out) < total {
+		batch, err := cons.Fetch(min(total-len(out), 1000), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			var d delivery
+			if err := json.Unmarshal(m.Data(), &d.env); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(d.env.Data, &d.data); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, d)
+		}
+		if err := batch.Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// countInbox returns the number of stored inbox messages.
+func countInbox(t *testing.T, nc *nats.Conn) int {
+	t.Helper()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, engine.InboxStream)
+	if err != nil {
+		return 0
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0
+	}
+	return int(info.State.Msgs)
+}
