@@ -50,7 +50,7 @@ func TestRestartAfterSIGKILL(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "early timers delivered", func() bool { return countInbox(t, nc) >= len(early) })
 
-	p.kill() // SIGKILL: no drain, no lease hand-back
+	p.kill()                    // SIGKILL: no drain, no lease hand-back
 	time.Sleep(4 * time.Second) // every late timer is now overdue
 	restarted := time.Now()
 	startServe(t, "solo-again", env...)
