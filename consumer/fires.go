@@ -37,6 +37,10 @@ type FiresConfig struct {
 	Workers int
 	// MaxAckPending bounds fires in flight across all replicas.
 	MaxAckPending int
+	// AckWait is how long a fire held by a replica may go unacked before
+	// another replica gets it: it bounds the extra inbox delay when a
+	// replica dies holding fires. Redelivery to a live replica is harmless.
+	AckWait time.Duration
 }
 
 // Fires delivers timer.fire events: a timer_fired envelope to the agent's
@@ -73,6 +77,9 @@ func NewFires(c FiresConfig) *Fires {
 	if c.MaxAckPending <= 0 {
 		c.MaxAckPending = 20000
 	}
+	if c.AckWait <= 0 {
+		c.AckWait = 2 * time.Second
+	}
 	f := &Fires{
 		cfg:  c,
 		log:  c.Log.With("component", "fires"),
@@ -98,7 +105,7 @@ func (f *Fires) Start(ctx context.Context) error {
 		Description:   "timer.fire -> agent inbox + timer record",
 		FilterSubject: subjects.TimerFire,
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       30 * time.Second,
+		AckWait:       f.cfg.AckWait,
 		MaxAckPending: f.cfg.MaxAckPending,
 	})
 	if err != nil {

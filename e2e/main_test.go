@@ -140,8 +140,9 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 
 // delivery is one timer_fired envelope read from the inbox stream.
 type delivery struct {
-	env  subjects.Envelope
-	data subjects.TimerFiredData
+	env    subjects.Envelope
+	data   subjects.TimerFiredData
+	stored time.Time // when the inbox stream stored it
 }
 
 // inbox reads every envelope stored in the inbox stream.
@@ -182,6 +183,9 @@ func inbox(t *testing.T, nc *nats.Conn) []delivery {
 			}
 			if err := json.Unmarshal(d.env.Data, &d.data); err != nil {
 				t.Fatal(err)
+			}
+			if md, err := m.Metadata(); err == nil {
+				d.stored = md.Timestamp
 			}
 			out = append(out, d)
 		}
