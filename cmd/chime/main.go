@@ -19,6 +19,9 @@ func main() {
 		if !errors.Is(err, cli.ErrUsage) || err.Error() != cli.ErrUsage.Error() {
 			fmt.Fprintln(os.Stderr, "chime:", err)
 		}
+		if errors.Is(err, cli.ErrUsage) {
+			os.Exit(2) // the command line, not the operation, was wrong
+		}
 		os.Exit(1)
 	}
 }

@@ -1,0 +1,161 @@
+package e2e_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chime-nats/chime/subjects"
+)
+
+// chimeCLI runs the built binary against the NATS server at natsAddr and
+// returns stdout, stderr and the exit code.
+func chimeCLI(t *testing.T, natsAddr string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), "CHIME_NATS_URL=nats://"+natsAddr)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var exit *exec.ExitError
+		if err != nil && !errors.As(err, &exit) {
+			t.Fatalf("chime %v: %v", args, err)
+		}
+		return stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("chime %v: no exit within 30s", args)
+		return "", "", 0
+	}
+}
+
+// cliTimer runs a timer command that must succeed and decodes its output.
+func cliTimer(t *testing.T, natsAddr string, args ...string) subjects.Timer {
+	t.Helper()
+	out, errOut, code := chimeCLI(t, natsAddr, args...)
+	if code != 0 {
+		t.Fatalf("chime %v: exit %d: %s", args, code, errOut)
+	}
+	var tm subjects.Timer
+	if err := json.Unmarshal([]byte(out), &tm); err != nil {
+		t.Fatalf("chime %v: output %q: %v", args, out, err)
+	}
+	return tm
+}
+
+// TestCLITimers drives every timer command of the built binary against a
+// running chime serve, including its errors, then stops serve with SIGTERM.
+func TestCLITimers(t *testing.T) {
+	natsAddr := freeAddr(t)
+	p := startServe(t, "cli", "CHIME_DATA_DIR="+t.TempDir(), "CHIME_NATS_LISTEN="+natsAddr)
+
+	created := cliTimer(t, natsAddr, "timer", "create", "--after-ms", "60000", "--every-ms", "30000", "--summary", "check CI", "--agent", "cli")
+	if created.AgentID != "cli" || created.DurationMs != 60000 || created.IntervalMs == nil || *created.IntervalMs != 30000 ||
+		!created.Repeat || created.Status != subjects.TimerActive || created.Summary != "check CI" || created.FireCount != 0 {
+		t.Fatalf("created: %+v", created)
+	}
+	if d := created.NextFireAt.Sub(created.CreatedAt); d != time.Minute {
+		t.Errorf("next_fire_at - created_at = %v, want 1m", d)
+	}
+	legacy := cliTimer(t, natsAddr, "timer", "--after-ms", "90000", "--agent", "cli")
+	if legacy.DurationMs != 90000 || legacy.Repeat {
+		t.Errorf("legacy create: %+v", legacy)
+	}
+
+	out, errOut, code := chimeCLI(t, natsAddr, "timer", "list", "--limit", "1", "--agent", "cli")
+	var list []subjects.Timer
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list) != 1 || list[0].ID != legacy.ID {
+		t.Fatalf("list --limit 1: exit %d, %q %s (want the newest, %s)", code, out, errOut, legacy.ID)
+	}
+
+	got := cliTimer(t, natsAddr, "timer", "get", created.ID, "--agent", "cli")
+	if got.ID != created.ID || !got.NextFireAt.Equal(*created.NextFireAt) {
+		t.Errorf("get: %+v", got)
+	}
+	for range 2 { // the second cancel is a no-op
+		if c := cliTimer(t, natsAddr, "timer", "cancel", created.ID, "--agent", "cli"); c.Status != subjects.TimerCancelled {
+			t.Errorf("cancel: status %q", c.Status)
+		}
+	}
+
+	oneShot := cliTimer(t, natsAddr, "timer", "create", "--after-ms", "1", "--agent", "cli")
+	eventually(t, 10*time.Second, "one-shot completed", func() bool {
+		return cliTimer(t, natsAddr, "timer", "get", oneShot.ID, "--agent", "cli").Status == subjects.TimerCompleted
+	})
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"timer", "cancel", oneShot.ID, "--agent", "cli"}, "timer_completed: cannot cancel completed timer " + oneShot.ID},
+		{[]string{"timer", "get", "tmr_nope", "--agent", "cli"}, "timer_not_found: timer tmr_nope not found"},
+		{[]string{"timer", "get", created.ID, "--agent", "someone-else"}, "timer_not_found: timer " + created.ID + " not found"},
+		{[]string{"timer", "create", "--after-ms", "5", "--agent", "a.b"}, "invalid_id"},
+		{[]string{"timer", "create", "--after-ms", "0"}, "--after-ms N"},
+		{[]string{"timer", "create", "--after-ms", "1.5"}, "invalid value"},
+		{[]string{"timer", "get"}, "one timer ID"},
+		{[]string{"timer", "frobnicate"}, `unknown timer command "frobnicate"`},
+		{[]string{"nope"}, `unknown command "nope"`},
+	} {
+		_, errOut, code := chimeCLI(t, natsAddr, tc.args...)
+		if code == 0 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("chime %v: exit %d, stderr %q, want non-zero and %q", tc.args, code, errOut, tc.want)
+		}
+	}
+	if _, _, code := chimeCLI(t, natsAddr, "timer", "create", "--after-ms", "0"); code != 2 {
+		t.Errorf("a usage error exits %d, want 2", code)
+	}
+	if n := len(cliTimerList(t, natsAddr, "cli")); n != 3 {
+		t.Errorf("after the bad commands the agent has %d timers, want 3", n)
+	}
+
+	// serve --help lists every variable with its default.
+	out, _, code = chimeCLI(t, natsAddr, "serve", "--help")
+	for _, want := range []string{
+		"CHIME_DATA_DIR", "./data", "CHIME_NATS_LISTEN", "127.0.0.1:4222", "CHIME_NATS_URL", "CHIME_NATS_CREDS",
+		"CHIME_NATS_TOKEN", "CHIME_JS_REPLICAS", "CHIME_HTTP_ADDR", "127.0.0.1:8080", "CHIME_LEASE_TTL",
+	} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("serve --help (exit %d) lacks %q:\n%s", code, want, out)
+		}
+	}
+
+	// SIGTERM: drain, then exit 0.
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+		if err != nil {
+			t.Errorf("serve after SIGTERM: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not exit within 20s of SIGTERM")
+	}
+	if !strings.Contains(p.logs.String(), "shutting down") {
+		t.Errorf("no shutdown log:\n%s", p.logs.String())
+	}
+}
+
+func cliTimerList(t *testing.T, natsAddr, agent string) []subjects.Timer {
+	t.Helper()
+	out, errOut, code := chimeCLI(t, natsAddr, "timer", "list", "--agent", agent)
+	var list []subjects.Timer
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil {
+		t.Fatalf("list: exit %d, %q %s", code, out, errOut)
+	}
+	return list
+}
