@@ -1,8 +1,12 @@
-// Package consumer owns delivery: the durable JetStream consumers, shared
-// by all replicas, that turn internal events into inbox deliveries and
-// record updates. A message is acked only after its side effects are
-// durable; redelivery is harmless because every publish carries a stable
-// Nats-Msg-Id and every record update is a CAS that skips what is applied.
+// Package consumer owns the durable JetStream consumers, shared by all
+// replicas, that turn internal events into their lasting effects: a
+// timer.fire event into the update of its timer record. A message is acked
+// only after its effects are durable; redelivery is harmless because every
+// record update is a CAS that skips what is already applied.
+//
+// The inbox envelope of a fire is published by the scheduler itself, ahead
+// of the event, so an agent hears of a fire after one JetStream write, not
+// after a consumer hop.
 package consumer
 
 import (
@@ -14,7 +18,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -38,32 +41,28 @@ type FiresConfig struct {
 	// MaxAckPending bounds fires in flight across all replicas.
 	MaxAckPending int
 	// AckWait is how long a fire held by a replica may go unacked before
-	// another replica gets it: it bounds the extra inbox delay when a
-	// replica dies holding fires. Redelivery to a live replica is harmless.
+	// another replica gets it: it bounds how long a record lags its inbox
+	// when a replica dies holding fires. Redelivery to a live replica is
+	// harmless.
 	AckWait time.Duration
 }
 
-// Fires delivers timer.fire events: a timer_fired envelope to the agent's
-// inbox, then the fire applied to the timer record, then the ack.
-//
-// The inbox publish happens in the consume callback, in stream order and
-// without waiting, so a burst of fires reaches inboxes at publish speed;
-// the record CAS, which is slower, runs on a bounded pool behind it.
+// Fires applies timer.fire events to their timer records, then acks. The
+// record CAS runs on a bounded pool so the consume callback never waits.
 type Fires struct {
-	cfg   FiresConfig
-	log   *slog.Logger
-	work  chan fireWork
-	cc    jetstream.ConsumeContext
-	wg    sync.WaitGroup
-	once  sync.Once
-	deliv *prometheus.CounterVec
-	fails prometheus.Counter
+	cfg     FiresConfig
+	log     *slog.Logger
+	work    chan fireWork
+	cc      jetstream.ConsumeContext
+	wg      sync.WaitGroup
+	once    sync.Once
+	applied prometheus.Counter
+	fails   prometheus.Counter
 }
 
 type fireWork struct {
 	msg jetstream.Msg
 	ev  subjects.TimerFired
-	fut jetstream.PubAckFuture // nil: not yet published (a redelivery)
 }
 
 // NewFires returns the fire consumer; Start begins consuming.
@@ -84,16 +83,15 @@ func NewFires(c FiresConfig) *Fires {
 		cfg:  c,
 		log:  c.Log.With("component", "fires"),
 		work: make(chan fireWork, c.MaxAckPending), // the consume callback never waits on CAS
-		deliv: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "chime_inbox_deliveries_total", Help: "Envelopes published to agent inboxes, by kind.",
-		}, []string{"kind"}),
+		applied: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "chime_timer_fires_applied_total", Help: "Fire events applied to their timer records (repeats of an applied one not counted).",
+		}),
 		fails: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "chime_fire_delivery_failures_total", Help: "Fire deliveries that failed and were left for redelivery.",
+			Name: "chime_timer_fire_apply_failures_total", Help: "Fire events whose record update failed and was left for redelivery.",
 		}),
 	}
-	f.deliv.WithLabelValues(subjects.KindTimerFired) // exported before the first fire
 	if c.Registerer != nil {
-		c.Registerer.MustRegister(f.deliv, f.fails)
+		c.Registerer.MustRegister(f.applied, f.fails)
 	}
 	return f
 }
@@ -102,7 +100,7 @@ func NewFires(c FiresConfig) *Fires {
 func (f *Fires) Start(ctx context.Context) error {
 	cons, err := f.cfg.JS.CreateOrUpdateConsumer(ctx, f.cfg.Stream, jetstream.ConsumerConfig{
 		Durable:       FiresDurable,
-		Description:   "timer.fire -> agent inbox + timer record",
+		Description:   "timer.fire -> timer record",
 		FilterSubject: subjects.TimerFire,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       f.cfg.AckWait,
@@ -151,76 +149,30 @@ func (f *Fires) Stop() {
 }
 
 func (f *Fires) handle(msg jetstream.Msg) {
-	var w fireWork
-	w.msg = msg
+	w := fireWork{msg: msg}
 	if err := json.Unmarshal(msg.Data(), &w.ev); err != nil || subjects.ValidateID("agent_id", w.ev.AgentID) != nil {
 		f.log.Error("poison timer.fire event; terminated", "err", err)
 		_ = msg.Term()
 		return
 	}
-	if md, err := msg.Metadata(); err == nil && md.NumDelivered == 1 {
-		fut, err := f.publish(&w.ev)
-		if err == nil {
-			w.fut = fut
-		}
-	}
 	f.work <- w
 }
 
-func (f *Fires) publish(ev *subjects.TimerFired) (jetstream.PubAckFuture, error) {
-	env := subjects.TimerFiredEnvelope(ev)
-	data, err := json.Marshal(env)
-	if err != nil {
-		return nil, err
-	}
-	m := &nats.Msg{Subject: subjects.Inbox(ev.AgentID), Data: data, Header: nats.Header{}}
-	m.Header.Set(subjects.HeaderKind, env.Kind)
-	m.Header.Set(jetstream.MsgIDHeader, env.ID)
-	return f.cfg.JS.PublishMsgAsync(m)
-}
-
-// finish makes the delivery durable, applies the fire to the record, acks.
+// finish applies the fire to its record, then acks.
 func (f *Fires) finish(ctx context.Context, w fireWork) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := f.deliver(ctx, &w); err != nil {
+	applied, err := f.cfg.Store.ApplyFire(ctx, &w.ev)
+	if err != nil {
 		f.fails.Inc()
 		if !errors.Is(err, context.Canceled) {
-			f.log.Warn("fire delivery failed; will be redelivered", "fire", w.ev.MsgID(), "err", err)
+			f.log.Warn("fire not applied; will be redelivered", "fire", w.ev.MsgID(), "err", err)
 		}
 		_ = w.msg.NakWithDelay(time.Second)
 		return
 	}
+	if applied {
+		f.applied.Inc()
+	}
 	_ = w.msg.Ack()
-}
-
-func (f *Fires) deliver(ctx context.Context, w *fireWork) error {
-	if w.fut == nil {
-		// A redelivery. If the record has the occurrence, the inbox publish
-		// that precedes every record update is known durable.
-		applied, err := f.cfg.Store.Applied(ctx, &w.ev)
-		if err != nil {
-			return err
-		}
-		if applied {
-			return nil
-		}
-		if w.fut, err = f.publish(&w.ev); err != nil {
-			return fmt.Errorf("publish inbox: %w", err)
-		}
-	}
-	select {
-	case ack := <-w.fut.Ok():
-		if !ack.Duplicate {
-			f.deliv.WithLabelValues(subjects.KindTimerFired).Inc()
-		}
-	case err := <-w.fut.Err():
-		return fmt.Errorf("publish inbox: %w", err)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if _, err := f.cfg.Store.ApplyFire(ctx, &w.ev); err != nil {
-		return err
-	}
-	return nil
 }

@@ -1,10 +1,12 @@
 // Package scheduler owns time: the in-memory index of due timers, built
 // from a watch of the timers bucket on every replica, the shard leases that
-// decide which replica fires which timers, and the loop that publishes a
-// timer.fire event at each timer's due time.
+// decide which replica fires which timers, and the loop that, at each
+// timer's due time, publishes the timer_fired envelope to the agent's inbox
+// and a timer.fire event for the record update.
 //
 // Firing never polls storage. Every replica indexes every active timer, so a
-// replica that takes over a shard can fire its overdue timers at once. A fire
-// is published with Nats-Msg-Id <agent>.<timer>:<occurrence>; two owners that
-// overlap for a moment publish the same ID and JetStream keeps one.
+// replica that takes over a shard can fire its overdue timers at once. Both
+// publishes carry stable message IDs (envelope timer_<timer>_<occurrence>,
+// event <agent>.<timer>:<occurrence>); two owners that overlap for a moment,
+// or a re-armed retry, publish the same IDs and JetStream keeps one.
 package scheduler

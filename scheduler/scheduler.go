@@ -46,18 +46,20 @@ type Scheduler struct {
 	wg       sync.WaitGroup
 	stopOnce sync.Once
 
-	active   prometheus.GaugeFunc
-	fires    prometheus.Counter
-	lateness prometheus.Histogram
-	failures prometheus.Counter
+	active     prometheus.GaugeFunc
+	fires      prometheus.Counter
+	deliveries *prometheus.CounterVec
+	lateness   prometheus.Histogram
+	failures   prometheus.Counter
 }
 
-// pendingFire is a published fire awaiting its ack.
+// pendingFire is a published fire awaiting its acks.
 type pendingFire struct {
-	fut jetstream.PubAckFuture
-	key string
-	occ int64
-	due int64
+	inbox, event jetstream.PubAckFuture
+	err          error // the event publish failed to start
+	key          string
+	occ          int64
+	due          int64
 }
 
 // New returns a Scheduler; Start begins its work.
@@ -81,6 +83,9 @@ func New(c Config) *Scheduler {
 		fires: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "chime_timer_fires_total", Help: "Timer occurrences published by this replica.",
 		}),
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chime_inbox_deliveries_total", Help: "Envelopes stored in agent inboxes by this replica (duplicates not counted), by kind.",
+		}, []string{"kind"}),
 		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "chime_timer_fire_lateness_seconds",
 			Help:    "Time from a timer's due time to the publish of its fire.",
@@ -97,8 +102,9 @@ func New(c Config) *Scheduler {
 		defer s.mu.Unlock()
 		return float64(len(s.index.entries))
 	})
+	s.deliveries.WithLabelValues(subjects.KindTimerFired) // exported before the first fire
 	if c.Registerer != nil {
-		c.Registerer.MustRegister(s.active, s.fires, s.lateness, s.failures)
+		c.Registerer.MustRegister(s.active, s.fires, s.deliveries, s.lateness, s.failures)
 	}
 	return s
 }
@@ -278,47 +284,104 @@ func (s *Scheduler) prepare(batch []*entry, now time.Time) []subjects.TimerFired
 	return fires
 }
 
+// publish sends the batch's inbox envelopes first, so a burst reaches
+// agents at publish speed, then the timer.fire events the consumer turns
+// into record updates. Both are asynchronous and carry stable message IDs,
+// so a re-armed or taken-over occurrence publishes again harmlessly.
 func (s *Scheduler) publish(ctx context.Context, fires []subjects.TimerFired) {
+	pend := make([]pendingFire, 0, len(fires))
+	idx := make([]int, 0, len(fires)) // pend[j] fires fires[idx[j]]
 	for i := range fires {
 		f := &fires[i]
-		data, err := json.Marshal(f)
+		p := pendingFire{key: subjects.TimerKey(f.AgentID, f.TimerID), occ: f.Occurrence, due: f.DueAt.UnixNano()}
+		msg, err := inboxMsg(f)
+		if err == nil {
+			p.inbox, err = s.cfg.JS.PublishMsgAsync(msg)
+		}
 		if err != nil {
-			s.log.Error("encode fire", "err", err)
+			s.rearm(p.key, p.occ, p.due, err)
 			continue
 		}
-		msg := &nats.Msg{Subject: subjects.TimerFire, Data: data, Header: nats.Header{}}
-		msg.Header.Set(jetstream.MsgIDHeader, f.MsgID())
-		fut, err := s.cfg.JS.PublishMsgAsync(msg)
-		key := subjects.TimerKey(f.AgentID, f.TimerID)
+		pend, idx = append(pend, p), append(idx, i)
+	}
+	for j := range pend {
+		p := &pend[j]
+		msg, err := eventMsg(&fires[idx[j]])
+		if err == nil {
+			p.event, err = s.cfg.JS.PublishMsgAsync(msg)
+		}
 		if err != nil {
-			s.rearm(key, f.Occurrence, f.DueAt.UnixNano(), err)
-			continue
+			p.err = err
 		}
 		select {
-		case s.pending <- pendingFire{fut: fut, key: key, occ: f.Occurrence, due: f.DueAt.UnixNano()}:
+		case s.pending <- *p:
 		case <-ctx.Done():
 			return
 		}
 	}
 }
 
+func inboxMsg(f *subjects.TimerFired) (*nats.Msg, error) {
+	env := subjects.TimerFiredEnvelope(f)
+	data, err := json.Marshal(env)
+	if err != nil {
+		return nil, fmt.Errorf("encode envelope: %w", err)
+	}
+	m := &nats.Msg{Subject: subjects.Inbox(f.AgentID), Data: data, Header: nats.Header{}}
+	m.Header.Set(subjects.HeaderKind, env.Kind)
+	m.Header.Set(jetstream.MsgIDHeader, env.ID)
+	return m, nil
+}
+
+func eventMsg(f *subjects.TimerFired) (*nats.Msg, error) {
+	data, err := json.Marshal(f)
+	if err != nil {
+		return nil, fmt.Errorf("encode fire: %w", err)
+	}
+	m := &nats.Msg{Subject: subjects.TimerFire, Data: data, Header: nats.Header{}}
+	m.Header.Set(jetstream.MsgIDHeader, f.MsgID())
+	return m, nil
+}
+
 // ackLoop confirms published fires in order; a failed one is re-armed so
-// the next pass publishes it again under the same message ID.
+// the next pass publishes it again under the same message IDs.
 func (s *Scheduler) ackLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case p := <-s.pending:
-			select {
-			case <-p.fut.Ok():
-				s.fires.Inc()
-			case err := <-p.fut.Err():
-				s.rearm(p.key, p.occ, p.due, err)
-			case <-ctx.Done():
+			err := p.err
+			if err == nil {
+				var dup bool
+				if dup, err = awaitAck(ctx, p.inbox); err == nil && !dup {
+					s.deliveries.WithLabelValues(subjects.KindTimerFired).Inc()
+				}
+			}
+			if err == nil {
+				_, err = awaitAck(ctx, p.event)
+			}
+			switch {
+			case ctx.Err() != nil:
 				return
+			case err != nil:
+				s.rearm(p.key, p.occ, p.due, err)
+			default:
+				s.fires.Inc()
 			}
 		}
+	}
+}
+
+// awaitAck waits for a publish ack and reports whether it was a duplicate.
+func awaitAck(ctx context.Context, fut jetstream.PubAckFuture) (bool, error) {
+	select {
+	case ack := <-fut.Ok():
+		return ack.Duplicate, nil
+	case err := <-fut.Err():
+		return false, err
+	case <-ctx.Done():
+		return false, ctx.Err()
 	}
 }
 

@@ -192,16 +192,3 @@ func (s *Store) ApplyFire(ctx context.Context, ev *subjects.TimerFired) (bool, e
 	}
 	return false, fmt.Errorf("timers: apply fire %s: %w", ev.MsgID(), ErrContended)
 }
-
-// Applied reports whether the occurrence is already recorded, which the
-// consumer uses to tell a redelivery whose inbox publish is known durable.
-func (s *Store) Applied(ctx context.Context, ev *subjects.TimerFired) (bool, error) {
-	t, _, err := s.get(ctx, ev.AgentID, ev.TimerID)
-	if errors.Is(err, subjects.ErrTimerNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return t.FireCount >= ev.Occurrence, nil
-}
