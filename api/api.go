@@ -1,6 +1,6 @@
 // Package api exposes chime's operations to agents and operators: the NATS
 // micro service "chime" (agent.<id>.timer.*, in a queue group so any replica
-// answers) and the HTTP gateway with /metrics, /healthz and /readyz. Both
+// answers; agent.<id>.wait.*, agent.<id>.intervention) and the HTTP gateway with /metrics, /healthz and /readyz. Both
 // surfaces decode into the same requests and call the same operations, so a
 // rule or an error text lives in one place.
 package api
@@ -12,24 +12,53 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
+	"github.com/chime-nats/chime/waits"
 )
+
+// Config says what the operations work on.
+type Config struct {
+	Timers *timers.Store
+	Waits  *waits.Store
+	// JS stores interventions and the deliveries of cancelled waits.
+	JS  jetstream.JetStream
+	Log *slog.Logger
+	// TimeZone is where naive wait times are read when a request has no
+	// tz (CHIME_TIMEZONE); empty is UTC.
+	TimeZone   string
+	Now        func() time.Time
+	Registerer prometheus.Registerer
+}
 
 // Operations are the agent actions, by the action part of their subject.
 type Operations struct {
 	store    *timers.Store
+	waits    *waits.Store
+	js       jetstream.JetStream
+	tz       string
+	now      func() time.Time
 	log      *slog.Logger
 	requests *prometheus.CounterVec
 }
 
-// NewOperations returns the operations over a timer store.
-func NewOperations(store *timers.Store, log *slog.Logger, reg prometheus.Registerer) *Operations {
+// NewOperations returns the operations.
+func NewOperations(c Config) *Operations {
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	reg := c.Registerer
 	o := &Operations{
-		store: store,
-		log:   log.With("component", "api"),
+		store: c.Timers, waits: c.Waits, js: c.JS, tz: c.TimeZone, now: c.Now,
+		log: c.Log.With("component", "api"),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chime_requests_total", Help: "Requests by endpoint and outcome (ok or the error code).",
 		}, []string{"endpoint", "outcome"}),
@@ -103,12 +132,80 @@ func (o *Operations) do(ctx context.Context, action, agentID string, body []byte
 			return o.store.Get(ctx, agentID, req.TimerID)
 		}
 		return o.store.Cancel(ctx, agentID, req.TimerID)
+	case subjects.ActionWaitRequest:
+		spec, err := subjects.DecodeWaitRequest(body, o.now(), o.tz)
+		if err != nil {
+			return nil, err
+		}
+		w, err := o.waits.Create(ctx, agentID, spec)
+		if err != nil {
+			return nil, err
+		}
+		return subjects.WaitReply{WaitID: w.ID, TargetTime: subjects.FormatISO(w.Target()), Mode: w.Mode}, nil
+	case subjects.ActionWaitCancel:
+		var req subjects.WaitRef
+		if err := subjects.DecodeStrict(body, &req); err != nil {
+			return nil, err
+		}
+		if err := req.Validate(); err != nil {
+			return nil, err
+		}
+		return o.cancelWait(ctx, agentID, req.WaitID)
+	case subjects.ActionIntervention:
+		req, err := subjects.DecodeIntervention(body)
+		if err != nil {
+			return nil, err
+		}
+		return o.intervene(ctx, agentID, req)
 	}
 	return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: fmt.Sprintf("unknown action %q", action)}
 }
 
 // Actions are the agent actions served.
-var Actions = []string{subjects.ActionTimerCreate, subjects.ActionTimerList, subjects.ActionTimerGet, subjects.ActionTimerCancel}
+func Actions() []string {
+	return []string{
+		subjects.ActionTimerCreate, subjects.ActionTimerList, subjects.ActionTimerGet, subjects.ActionTimerCancel,
+		subjects.ActionWaitRequest, subjects.ActionWaitCancel, subjects.ActionIntervention,
+	}
+}
+
+// cancelWait cancels a waiting wait at the agent's request, delivers its
+// wait_cancelled envelope, and returns the record. Cancelling an ended wait
+// returns it unchanged.
+func (o *Operations) cancelWait(ctx context.Context, agentID, waitID string) (*subjects.Wait, error) {
+	w, ended, err := o.waits.Cancel(ctx, agentID, waitID, subjects.CancelByRequest, "Wait cancelled.")
+	if err != nil || !ended {
+		return w, err
+	}
+	env := subjects.WaitEndEnvelope(w, w.CancelText, o.now())
+	m, err := env.Msg()
+	if err == nil {
+		_, err = o.js.PublishMsg(ctx, m)
+	}
+	if err != nil {
+		// The wait is cancelled; only its delivery is missing. A retry of
+		// the cancel finds it ended and the caller has the record.
+		o.log.Warn("wait cancelled but its delivery failed", "wait_id", waitID, "err", err)
+	}
+	return w, nil
+}
+
+// intervene stores the intervention as an event; the interventions
+// consumer applies it, in order, and delivers it. The reply comes once it
+// is stored, so an accepted intervention is never lost.
+func (o *Operations) intervene(ctx context.Context, agentID string, req *subjects.InterventionRequest) (any, error) {
+	iv := subjects.Intervention{ID: "iv_" + nuid.Next(), AgentID: agentID, Action: req.Action, Text: req.Text, At: o.now().UTC()}
+	data, err := json.Marshal(iv)
+	if err != nil {
+		return nil, fmt.Errorf("api: encode intervention: %w", err)
+	}
+	m := &nats.Msg{Subject: subjects.InterventionApply, Data: data, Header: nats.Header{}}
+	m.Header.Set(jetstream.MsgIDHeader, iv.ID)
+	if _, err := o.js.PublishMsg(ctx, m); err != nil {
+		return nil, fmt.Errorf("api: store intervention: %w", err)
+	}
+	return map[string]any{"ok": true, "intervention_id": iv.ID}, nil
+}
 
 func encode(v any) []byte {
 	b, err := json.Marshal(v)

@@ -40,7 +40,7 @@ func StartService(ctx context.Context, nc *nats.Conn, ops *Operations, version s
 		return nil, fmt.Errorf("api: micro service: %w", err)
 	}
 	s := &Service{ops: ops, svc: svc, sem: make(chan struct{}, maxConcurrent), ctx: ctx}
-	for _, action := range Actions {
+	for _, action := range Actions() {
 		name := strings.ReplaceAll(action, ".", "_")
 		if err := svc.AddEndpoint(name, micro.HandlerFunc(s.handler(action)), micro.WithEndpointSubject(subjects.AgentWildcard(action))); err != nil {
 			_ = svc.Stop()

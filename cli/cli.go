@@ -1,4 +1,4 @@
-// Package cli owns chime's command line: serve, timer and version. Commands
+// Package cli owns chime's command line: serve, timer, wait, bench and version. Commands
 // other than serve speak NATS to CHIME_NATS_URL (default the local embedded
 // server's address), as any agent would.
 package cli
@@ -41,6 +41,7 @@ Usage:
   chime timer list [--limit N] [--agent ID]
   chime timer get ID [--agent ID]
   chime timer cancel ID [--agent ID]
+  chime wait --seconds N | --minutes N | --until T [--tz ZONE] [--agent ID]
   chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--json]
   chime version
 `
@@ -58,6 +59,8 @@ func (a *App) Run(ctx context.Context, args []string) error {
 		return a.timer(ctx, args[1:])
 	case "bench":
 		return a.bench(ctx, args[1:])
+	case "wait":
+		return a.wait(ctx, args[1:])
 	case "version":
 		fmt.Fprintln(a.Stdout, a.Version)
 		return nil
@@ -143,8 +146,7 @@ func (a *App) timer(ctx context.Context, args []string) error {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		sub, args = args[0], args[1:]
 	}
-	fs := flag.NewFlagSet("timer "+sub, flag.ContinueOnError)
-	fs.SetOutput(a.Stderr)
+	fs := newFlagSet(a, "timer "+sub)
 	agent := fs.String("agent", envOr("CHIME_AGENT_ID", "demo"), "agent ID")
 	after := fs.Int64("after-ms", 0, "fire after N milliseconds (create)")
 	every := fs.Int64("every-ms", 0, "then repeat every N milliseconds (create)")
@@ -209,6 +211,12 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, args[0])
 		args = args[1:]
 	}
+}
+
+func newFlagSet(a *App, name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(a.Stderr)
+	return fs
 }
 
 func envOr(key, def string) string {

@@ -32,6 +32,7 @@ type Config struct {
 	LeaseTTL    time.Duration `envconfig:"LEASE_TTL" default:"2s" desc:"shard lease TTL: a dead replica's timers move after about this"`
 	InboxMaxAge time.Duration `envconfig:"INBOX_MAX_AGE" default:"168h" desc:"how long inbox deliveries are kept"`
 	EventMaxAge time.Duration `envconfig:"EVENT_MAX_AGE" default:"24h" desc:"how long internal events are kept"`
+	TimeZone    string        `envconfig:"TIMEZONE" desc:"IANA zone naive wait times are read in when a request has no tz (default UTC)"`
 	LogLevel    string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	LogFormat   string        `envconfig:"LOG_FORMAT" default:"text" desc:"text or json"`
 }
@@ -51,6 +52,11 @@ func Load() (*Config, error) {
 
 // Validate checks every field and names the variable at fault.
 func (c *Config) Validate() error {
+	if c.TimeZone != "" {
+		if _, err := time.LoadLocation(c.TimeZone); err != nil || c.TimeZone == "Local" {
+			return fmt.Errorf("config: CHIME_TIMEZONE %q: not an IANA time zone", c.TimeZone)
+		}
+	}
 	if c.NATSURL == "" {
 		if _, p, err := net.SplitHostPort(c.NATSListen); err != nil {
 			return fmt.Errorf("config: CHIME_NATS_LISTEN %q: %w", c.NATSListen, err)

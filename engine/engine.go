@@ -22,6 +22,8 @@ import (
 // Names of the streams and buckets chime provisions.
 const (
 	TimersBucket = "chime_timers"
+	WaitsBucket  = "chime_waits"
+	AgentsBucket = "chime_agents"
 	LeasesBucket = "chime_leases"
 	EventsStream = "CHIME_EVENTS"
 	InboxStream  = "CHIME_INBOX"
@@ -89,6 +91,8 @@ type Topology struct {
 type Resources struct {
 	JS     jetstream.JetStream
 	Timers jetstream.KeyValue
+	Waits  jetstream.KeyValue
+	Agents jetstream.KeyValue
 	Leases jetstream.KeyValue
 }
 
@@ -104,6 +108,24 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Resour
 	if err != nil {
 		return nil, fmt.Errorf("engine: timers bucket: %w", err)
 	}
+	waits, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      WaitsBucket,
+		Description: "chime managed waits, key <agent>.<wait>",
+		History:     1,
+		Replicas:    t.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("engine: waits bucket: %w", err)
+	}
+	agents, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      AgentsBucket,
+		Description: "chime per-agent state (pause), key <agent>",
+		History:     1,
+		Replicas:    t.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("engine: agents bucket: %w", err)
+	}
 	leases, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      LeasesBucket,
 		Description: "chime shard leases and replica presence; entries expire after the lease TTL",
@@ -118,8 +140,8 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Resour
 	}
 	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        EventsStream,
-		Description: "chime internal events: timer fires",
-		Subjects:    []string{subjects.TimerFire},
+		Description: "chime internal events: timer and wait fires, interventions",
+		Subjects:    []string{subjects.TimerFire, subjects.WaitFire, subjects.InterventionApply},
 		Retention:   jetstream.LimitsPolicy,
 		MaxAge:      t.EventMaxAge,
 		Duplicates:  t.DedupWindow,
@@ -138,7 +160,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Resour
 	}); err != nil {
 		return nil, fmt.Errorf("engine: inbox stream: %w", err)
 	}
-	return &Resources{JS: js, Timers: timers, Leases: leases}, nil
+	return &Resources{JS: js, Timers: timers, Waits: waits, Agents: agents, Leases: leases}, nil
 }
 
 // ConnectOptions says how to reach NATS.

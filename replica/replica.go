@@ -24,6 +24,7 @@ import (
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/scheduler"
 	"github.com/chime-nats/chime/timers"
+	"github.com/chime-nats/chime/waits"
 )
 
 // Replica is one running chime.
@@ -33,6 +34,7 @@ type Replica struct {
 	ns      *server.Server
 	nc      *nats.Conn
 	fires   *consumer.Fires
+	waits   *consumer.Waits
 	sched   *scheduler.Scheduler
 	leases  *scheduler.Leases
 	svc     *api.Service
@@ -81,15 +83,21 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	}
 	store := timers.NewStore(res.Timers, time.Now)
 
+	waitStore := waits.NewStore(res.Waits, res.Agents, time.Now)
+
 	r.fires = consumer.NewFires(consumer.FiresConfig{JS: js, Stream: engine.EventsStream, Store: store, Log: log, Registerer: reg})
 	if err := r.fires.Start(ctx); err != nil {
+		return nil, err
+	}
+	r.waits = consumer.NewWaits(consumer.WaitsConfig{JS: js, Stream: engine.EventsStream, Store: waitStore, Log: log, Registerer: reg})
+	if err := r.waits.Start(ctx); err != nil {
 		return nil, err
 	}
 	r.leases = scheduler.NewLeases(scheduler.LeasesConfig{
 		KV: res.Leases, ReplicaID: cfg.ReplicaID, Shards: cfg.Shards, TTL: cfg.LeaseTTL, Renew: cfg.LeaseTTL / 4,
 		Log: log, OnChange: func() { r.sched.Wake() },
 	})
-	r.sched = scheduler.New(scheduler.Config{JS: js, Timers: res.Timers, Leases: r.leases, Shards: cfg.Shards, Log: log, Registerer: reg})
+	r.sched = scheduler.New(scheduler.Config{JS: js, Timers: res.Timers, Waits: res.Waits, Leases: r.leases, Shards: cfg.Shards, Log: log, Registerer: reg})
 	if err := r.sched.Start(ctx); err != nil {
 		return nil, err
 	}
@@ -101,7 +109,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	if err := r.leases.Start(ctx); err != nil {
 		return nil, err
 	}
-	ops := api.NewOperations(store, log, reg)
+	ops := api.NewOperations(api.Config{Timers: store, Waits: waitStore, JS: js, Log: log, TimeZone: cfg.TimeZone, Registerer: reg})
 	if r.svc, err = api.StartService(ctx, r.nc, ops, version); err != nil {
 		return nil, err
 	}
@@ -154,6 +162,9 @@ func (r *Replica) Stop(ctx context.Context) {
 		}
 		if r.fires != nil {
 			r.fires.Stop()
+		}
+		if r.waits != nil {
+			r.waits.Stop()
 		}
 		if r.cancel != nil {
 			r.cancel()

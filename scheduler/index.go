@@ -6,23 +6,29 @@ import (
 	"time"
 )
 
-// entry is the index's view of one active timer: just what firing needs.
+// entry is the index's view of one active timer or waiting wait: just what
+// firing needs.
 type entry struct {
-	key      string // <agent>.<timer>
+	key      string // <agent>.<timer> or <agent>.<wait>
 	agentLen int    // key[:agentLen] is the agent ID
+	wait     bool
 	text     string
 	due      int64 // unix nanoseconds of the next occurrence
 	occ      int64 // number of the next occurrence
 	interval time.Duration
-	// fired is the highest occurrence this replica has published. A record
-	// update that lags behind it must not re-arm an occurrence already sent.
+	// fired is, for a timer, the highest occurrence this replica has
+	// published, and for a wait the target it published: a record update
+	// that lags behind must not re-arm what was already sent.
 	fired int64
-	shard int
-	pos   int // position in its shard's heap, -1 when not armed
+	// paused is a paused wait's frozen time left; such a wait is not armed.
+	paused time.Duration
+	shard  int
+	phase  int8 // which tenth of a second a wait's progress goes out in
+	pos    int  // position in its shard's heap, -1 when not armed
 }
 
 func (e *entry) agentID() string { return e.key[:e.agentLen] }
-func (e *entry) timerID() string { return e.key[e.agentLen+1:] }
+func (e *entry) itemID() string  { return e.key[e.agentLen+1:] }
 
 // dueHeap is a min-heap of entries by due time.
 type dueHeap []*entry
@@ -48,16 +54,25 @@ func (h *dueHeap) Pop() any {
 	return e
 }
 
-// index holds every known timer and one heap of armed entries per shard,
-// so the firing loop only looks at the shards its replica owns. It is not
-// safe for concurrent use; the Scheduler guards it.
+// index holds every known timer and wait and one heap of armed entries per
+// shard, so the firing loop only looks at the shards its replica owns. It
+// is not safe for concurrent use; the Scheduler guards it.
 type index struct {
-	entries map[string]*entry
+	entries map[string]*entry // timers by key
+	waits   map[string]*entry // waits by key, kept apart for progress
 	shards  []dueHeap
 }
 
 func newIndex(shards int) *index {
-	return &index{entries: make(map[string]*entry), shards: make([]dueHeap, shards)}
+	return &index{entries: make(map[string]*entry), waits: make(map[string]*entry), shards: make([]dueHeap, shards)}
+}
+
+// table is the map of timers or of waits.
+func (ix *index) table(wait bool) map[string]*entry {
+	if wait {
+		return ix.waits
+	}
+	return ix.entries
 }
 
 // shardOf maps a timer key to its shard.
@@ -84,11 +99,12 @@ func (ix *index) disarm(e *entry) {
 	}
 }
 
-// remove forgets e.
-func (ix *index) remove(key string) {
-	if e, ok := ix.entries[key]; ok {
+// remove forgets the timer or wait at key.
+func (ix *index) remove(wait bool, key string) {
+	t := ix.table(wait)
+	if e, ok := t[key]; ok {
 		ix.disarm(e)
-		delete(ix.entries, key)
+		delete(t, key)
 	}
 }
 

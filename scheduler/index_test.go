@@ -26,8 +26,8 @@ func TestIndexFiresOnlyOwnedShardsInDueOrder(t *testing.T) {
 		if e.due < next {
 			t.Fatalf("next %d is after popped due %d", next, e.due)
 		}
-		if e.agentID() != "agent" || e.timerID() == "" {
-			t.Fatalf("key split: %q %q", e.agentID(), e.timerID())
+		if e.agentID() != "agent" || e.itemID() == "" {
+			t.Fatalf("key split: %q %q", e.agentID(), e.itemID())
 		}
 	}
 	// Everything due and owned was popped; unowned shards kept theirs.
@@ -45,7 +45,7 @@ func TestIndexFiresOnlyOwnedShardsInDueOrder(t *testing.T) {
 	if len(limited) != 3 {
 		t.Fatalf("max ignored: %d", len(limited))
 	}
-	ix.remove(limited[0].key)
+	ix.remove(false, limited[0].key)
 	if _, ok := ix.entries[limited[0].key]; ok {
 		t.Fatal("remove kept the entry")
 	}

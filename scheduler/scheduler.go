@@ -20,6 +20,9 @@ import (
 type Config struct {
 	JS     jetstream.JetStream
 	Timers jetstream.KeyValue
+	// Waits, when set, is the waits bucket: its waiting waits fire a
+	// wait.fire event at their target and get progress about once a second.
+	Waits  jetstream.KeyValue
 	Leases *Leases
 	Shards int
 	Now    func() time.Time
@@ -29,9 +32,12 @@ type Config struct {
 	// BatchSize bounds how many fires one pass publishes before it looks
 	// at the index again.
 	BatchSize int
+	// ProgressEvery is how often each wait's progress goes out (default 1s).
+	ProgressEvery time.Duration
 }
 
-// Scheduler fires the timers of the shards its replica owns.
+// Scheduler fires the timers and waits of the shards its replica owns and
+// publishes the progress of those waits.
 type Scheduler struct {
 	cfg  Config
 	log  *slog.Logger
@@ -41,6 +47,7 @@ type Scheduler struct {
 	index *index
 
 	ready    chan struct{}
+	loading  sync.WaitGroup // one per watched bucket until its initial values are in
 	pending  chan pendingFire
 	cancel   context.CancelCauseFunc
 	wg       sync.WaitGroup
@@ -51,12 +58,15 @@ type Scheduler struct {
 	deliveries *prometheus.CounterVec
 	lateness   prometheus.Histogram
 	failures   prometheus.Counter
+	progress   prometheus.Counter
+	waitGauge  prometheus.GaugeFunc
 }
 
 // pendingFire is a published fire awaiting its acks.
 type pendingFire struct {
-	inbox, event jetstream.PubAckFuture
-	err          error // the event publish failed to start
+	inbox, event jetstream.PubAckFuture // inbox is nil for a wait
+	err          error                  // the event publish failed to start
+	wait         bool
 	key          string
 	occ          int64
 	due          int64
@@ -72,6 +82,9 @@ func New(c Config) *Scheduler {
 	}
 	if c.BatchSize <= 0 {
 		c.BatchSize = 1024
+	}
+	if c.ProgressEvery <= 0 {
+		c.ProgressEvery = time.Second
 	}
 	s := &Scheduler{
 		cfg:     c,
@@ -94,7 +107,17 @@ func New(c Config) *Scheduler {
 		failures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "chime_timer_fire_publish_failures_total", Help: "Fire publishes that failed and were re-armed.",
 		}),
+		progress: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "chime_wait_progress_total", Help: "Wait progress messages published by this replica.",
+		}),
 	}
+	s.waitGauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "chime_waits_active", Help: "Waiting waits known to this replica (all shards).",
+	}, func() float64 {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return float64(len(s.index.waits))
+	})
 	s.active = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "chime_timers_active", Help: "Active timers known to this replica (all shards).",
 	}, func() float64 {
@@ -104,7 +127,7 @@ func New(c Config) *Scheduler {
 	})
 	s.deliveries.WithLabelValues(subjects.KindTimerFired) // exported before the first fire
 	if c.Registerer != nil {
-		c.Registerer.MustRegister(s.active, s.fires, s.deliveries, s.lateness, s.failures)
+		c.Registerer.MustRegister(s.active, s.fires, s.deliveries, s.lateness, s.failures, s.progress, s.waitGauge)
 	}
 	return s
 }
@@ -121,15 +144,34 @@ func (s *Scheduler) Wake() {
 // Ready is closed once the index holds every timer stored at start.
 func (s *Scheduler) Ready() <-chan struct{} { return s.ready }
 
-// Start begins watching the timers bucket and firing. It does not block.
+// Start begins watching the buckets and firing. It does not block.
 func (s *Scheduler) Start(ctx context.Context) error {
-	w, err := s.cfg.Timers.WatchAll(ctx)
+	tw, err := s.cfg.Timers.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("scheduler: watch timers: %w", err)
 	}
+	var ww jetstream.KeyWatcher
+	if s.cfg.Waits != nil {
+		if ww, err = s.cfg.Waits.WatchAll(ctx); err != nil {
+			_ = tw.Stop()
+			return fmt.Errorf("scheduler: watch waits: %w", err)
+		}
+	}
 	ctx, s.cancel = context.WithCancelCause(ctx)
+	s.loading.Add(1)
 	s.wg.Add(3)
-	go func() { defer s.wg.Done(); s.watch(ctx, w) }()
+	go func() { defer s.wg.Done(); s.watch(ctx, "timer", tw, s.applyTimer) }()
+	if ww != nil {
+		s.loading.Add(1)
+		s.wg.Add(2)
+		go func() { defer s.wg.Done(); s.watch(ctx, "wait", ww, s.applyWait) }()
+		go func() { defer s.wg.Done(); s.progressLoop(ctx) }()
+	}
+	go func() {
+		s.loading.Wait()
+		close(s.ready)
+		s.log.Info("index loaded", "timers", s.activeCount(false), "waits", s.activeCount(true))
+	}()
 	go func() { defer s.wg.Done(); s.fireLoop(ctx) }()
 	go func() { defer s.wg.Done(); s.ackLoop(ctx) }()
 	return nil
@@ -145,43 +187,73 @@ func (s *Scheduler) Stop() {
 	})
 }
 
-func (s *Scheduler) watch(ctx context.Context, w jetstream.KeyWatcher) {
+func (s *Scheduler) watch(ctx context.Context, what string, w jetstream.KeyWatcher, apply func(jetstream.KeyValueEntry)) {
 	defer func() { _ = w.Stop() }()
-	initial := true
+	loading := true
+	defer func() {
+		if loading {
+			s.loading.Done()
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case e, ok := <-w.Updates():
 			if !ok {
-				s.log.Error("timer watch closed")
+				s.log.Error("watch closed", "bucket", what)
 				return
 			}
 			if e == nil {
-				if initial {
-					initial = false
-					close(s.ready)
-					s.log.Info("timer index loaded", "timers", s.activeCount())
+				if loading {
+					loading = false
+					s.loading.Done()
 				}
 				continue
 			}
-			s.apply(e)
+			apply(e)
 		}
 	}
 }
 
-func (s *Scheduler) activeCount() int {
+func (s *Scheduler) activeCount(wait bool) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.index.entries)
+	return len(s.index.table(wait))
 }
 
-// apply folds one record change into the index.
-func (s *Scheduler) apply(e jetstream.KeyValueEntry) {
+// entryFor returns the index entry of key, creating it. Called with s.mu held.
+func (s *Scheduler) entryFor(wait bool, key, agentID string) *entry {
+	t := s.index.table(wait)
+	en, ok := t[key]
+	if !ok {
+		en = &entry{key: key, agentLen: len(agentID), wait: wait, shard: shardOf(key, s.cfg.Shards), pos: -1}
+		if wait {
+			en.phase = int8(shardOf(key, 10*s.cfg.Shards) % 10)
+		}
+		t[key] = en
+	}
+	return en
+}
+
+// armAt arms en at due and wakes the firing loop when it became the first.
+// Called with s.mu held.
+func (s *Scheduler) armAt(en *entry, due int64) {
+	h := s.index.shards[en.shard]
+	first := len(h) == 0 || due < h[0].due
+	en.due = due
+	s.index.arm(en)
+	if first {
+		s.Wake()
+	}
+}
+
+// applyTimer folds one timer record change into the index.
+func (s *Scheduler) applyTimer(e jetstream.KeyValueEntry) {
 	key := e.Key()
 	if e.Operation() != jetstream.KeyValuePut {
 		s.mu.Lock()
-		s.index.remove(key)
+		s.index.remove(false, key)
 		s.mu.Unlock()
 		return
 	}
@@ -193,14 +265,10 @@ func (s *Scheduler) apply(e jetstream.KeyValueEntry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if t.Status != subjects.TimerActive || t.NextFireAt == nil {
-		s.index.remove(key)
+		s.index.remove(false, key)
 		return
 	}
-	en, ok := s.index.entries[key]
-	if !ok {
-		en = &entry{key: key, agentLen: len(t.AgentID), shard: shardOf(key, s.cfg.Shards), pos: -1}
-		s.index.entries[key] = en
-	}
+	en := s.entryFor(false, key, t.AgentID)
 	en.text = t.FireText()
 	en.interval = t.Interval()
 	next := t.FireCount + 1
@@ -208,16 +276,44 @@ func (s *Scheduler) apply(e jetstream.KeyValueEntry) {
 		// We published past this record already; its update is on the way.
 		return
 	}
-	wasFirst := false
-	if h := s.index.shards[en.shard]; len(h) == 0 || t.NextFireAt.UnixNano() < h[0].due {
-		wasFirst = true
-	}
 	en.occ = next
-	en.due = t.NextFireAt.UnixNano()
-	s.index.arm(en)
-	if wasFirst {
-		s.Wake()
+	s.armAt(en, t.NextFireAt.UnixNano())
+}
+
+// applyWait folds one wait record change into the index.
+func (s *Scheduler) applyWait(e jetstream.KeyValueEntry) {
+	key := e.Key()
+	if e.Operation() != jetstream.KeyValuePut {
+		s.mu.Lock()
+		s.index.remove(true, key)
+		s.mu.Unlock()
+		return
 	}
+	var w subjects.Wait
+	if err := json.Unmarshal(e.Value(), &w); err != nil {
+		s.log.Error("undecodable wait record", "key", key, "err", err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w.Status != subjects.WaitWaiting {
+		s.index.remove(true, key)
+		return
+	}
+	en := s.entryFor(true, key, w.AgentID)
+	if !w.Armed() {
+		en.paused = max(w.Remaining(s.cfg.Now()), time.Nanosecond) // frozen clock
+		en.due = w.TargetTime.UnixNano()
+		s.index.disarm(en)
+		return
+	}
+	en.paused = 0
+	due := w.TargetTime.UnixNano()
+	if en.fired == due {
+		en.due = due // published for this target; the completion is on the way
+		return
+	}
+	s.armAt(en, due)
 }
 
 func (s *Scheduler) fireLoop(ctx context.Context) {
@@ -230,10 +326,11 @@ func (s *Scheduler) fireLoop(ctx context.Context) {
 		s.cfg.Leases.Owned(now, owned)
 		s.mu.Lock()
 		batch = s.index.popDue(owned, now.UnixNano(), s.cfg.BatchSize, batch[:0])
-		fires := s.prepare(batch, now)
+		fires, waitFires := s.prepare(batch, now)
 		next, armed := s.index.next(owned)
 		s.mu.Unlock()
 		s.publish(ctx, fires)
+		s.publishWaits(ctx, waitFires)
 		if len(batch) == s.cfg.BatchSize {
 			if ctx.Err() != nil {
 				return
@@ -263,14 +360,21 @@ func (s *Scheduler) fireLoop(ctx context.Context) {
 	}
 }
 
-// prepare advances each popped entry past the occurrence it is about to
-// fire and returns the events. Called with s.mu held.
-func (s *Scheduler) prepare(batch []*entry, now time.Time) []subjects.TimerFired {
-	fires := make([]subjects.TimerFired, 0, len(batch))
+// prepare advances each popped entry past what it is about to fire and
+// returns the timer and wait fire events. Called with s.mu held.
+func (s *Scheduler) prepare(batch []*entry, now time.Time) ([]subjects.TimerFired, []subjects.WaitFired) {
+	var timers []subjects.TimerFired
+	var waits []subjects.WaitFired
 	for _, en := range batch {
 		due := time.Unix(0, en.due).UTC()
-		fires = append(fires, subjects.TimerFired{
-			AgentID: en.agentID(), TimerID: en.timerID(), Occurrence: en.occ,
+		s.lateness.Observe(now.Sub(due).Seconds())
+		if en.wait {
+			waits = append(waits, subjects.WaitFired{AgentID: en.agentID(), WaitID: en.itemID(), Target: due, FiredAt: now.UTC()})
+			en.fired = en.due
+			continue
+		}
+		timers = append(timers, subjects.TimerFired{
+			AgentID: en.agentID(), TimerID: en.itemID(), Occurrence: en.occ,
 			DueAt: due, FiredAt: now.UTC(), Text: en.text,
 		})
 		en.fired = en.occ
@@ -279,9 +383,32 @@ func (s *Scheduler) prepare(batch []*entry, now time.Time) []subjects.TimerFired
 			en.due = subjects.NextOccurrence(due, en.interval, now).UnixNano()
 			s.index.arm(en)
 		}
-		s.lateness.Observe(now.Sub(due).Seconds())
 	}
-	return fires
+	return timers, waits
+}
+
+// publishWaits sends wait.fire events; the consumer decides, by CAS against
+// cancellation, whether the wait completes.
+func (s *Scheduler) publishWaits(ctx context.Context, fires []subjects.WaitFired) {
+	for i := range fires {
+		f := &fires[i]
+		p := pendingFire{wait: true, key: subjects.WaitKey(f.AgentID, f.WaitID), occ: 1, due: f.Target.UnixNano()}
+		data, err := json.Marshal(f)
+		if err == nil {
+			m := &nats.Msg{Subject: subjects.WaitFire, Data: data, Header: nats.Header{}}
+			m.Header.Set(jetstream.MsgIDHeader, f.MsgID())
+			p.event, err = s.cfg.JS.PublishMsgAsync(m)
+		}
+		if err != nil {
+			s.rearm(p, err)
+			continue
+		}
+		select {
+		case s.pending <- p:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // publish sends the batch's inbox envelopes first, so a burst reaches
@@ -299,7 +426,7 @@ func (s *Scheduler) publish(ctx context.Context, fires []subjects.TimerFired) {
 			p.inbox, err = s.cfg.JS.PublishMsgAsync(msg)
 		}
 		if err != nil {
-			s.rearm(p.key, p.occ, p.due, err)
+			s.rearm(p, err)
 			continue
 		}
 		pend, idx = append(pend, p), append(idx, i)
@@ -323,14 +450,7 @@ func (s *Scheduler) publish(ctx context.Context, fires []subjects.TimerFired) {
 
 func inboxMsg(f *subjects.TimerFired) (*nats.Msg, error) {
 	env := subjects.TimerFiredEnvelope(f)
-	data, err := json.Marshal(env)
-	if err != nil {
-		return nil, fmt.Errorf("encode envelope: %w", err)
-	}
-	m := &nats.Msg{Subject: subjects.Inbox(f.AgentID), Data: data, Header: nats.Header{}}
-	m.Header.Set(subjects.HeaderKind, env.Kind)
-	m.Header.Set(jetstream.MsgIDHeader, env.ID)
-	return m, nil
+	return env.Msg()
 }
 
 func eventMsg(f *subjects.TimerFired) (*nats.Msg, error) {
@@ -352,7 +472,7 @@ func (s *Scheduler) ackLoop(ctx context.Context) {
 			return
 		case p := <-s.pending:
 			err := p.err
-			if err == nil {
+			if err == nil && p.inbox != nil {
 				var dup bool
 				if dup, err = awaitAck(ctx, p.inbox); err == nil && !dup {
 					s.deliveries.WithLabelValues(subjects.KindTimerFired).Inc()
@@ -365,7 +485,7 @@ func (s *Scheduler) ackLoop(ctx context.Context) {
 			case ctx.Err() != nil:
 				return
 			case err != nil:
-				s.rearm(p.key, p.occ, p.due, err)
+				s.rearm(p, err)
 			default:
 				s.fires.Inc()
 			}
@@ -385,18 +505,76 @@ func awaitAck(ctx context.Context, fut jetstream.PubAckFuture) (bool, error) {
 	}
 }
 
-func (s *Scheduler) rearm(key string, occ, due int64, cause error) {
+func (s *Scheduler) rearm(p pendingFire, cause error) {
 	s.failures.Inc()
-	s.log.Warn("fire publish failed; re-armed", "key", key, "occurrence", occ, "err", cause)
+	s.log.Warn("fire publish failed; re-armed", "key", p.key, "occurrence", p.occ, "err", cause)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	en, ok := s.index.entries[key]
-	if !ok || en.fired < occ {
+	en, ok := s.index.table(p.wait)[p.key]
+	if !ok {
 		return
 	}
-	en.fired = occ - 1
-	en.occ = occ
-	en.due = due + int64(100*time.Millisecond) // back off briefly before the retry
+	if p.wait {
+		if en.fired != p.due {
+			return
+		}
+		en.fired = 0
+	} else {
+		if en.fired < p.occ {
+			return
+		}
+		en.fired = p.occ - 1
+		en.occ = p.occ
+	}
+	en.due = p.due + int64(100*time.Millisecond) // back off briefly before the retry
 	s.index.arm(en)
 	s.Wake()
+}
+
+// progressLoop publishes each owned waiting wait's progress about once
+// every ProgressEvery, a tenth of the waits at a time so that 10k waits
+// never make one burst that would delay fires.
+func (s *Scheduler) progressLoop(ctx context.Context) {
+	tick := time.NewTicker(s.cfg.ProgressEvery / 10)
+	defer tick.Stop()
+	owned := make([]bool, s.cfg.Shards)
+	type item struct {
+		agent, wait string
+		left        time.Duration
+	}
+	var items []item
+	nc := s.cfg.JS.Conn()
+	for phase := int8(0); ; phase = (phase + 1) % 10 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now := s.cfg.Now()
+		s.cfg.Leases.Owned(now, owned)
+		items = items[:0]
+		s.mu.Lock()
+		for _, en := range s.index.waits {
+			if en.phase != phase || !owned[en.shard] {
+				continue
+			}
+			left := en.paused
+			if left == 0 {
+				left = max(time.Duration(en.due-now.UnixNano()), 0)
+			}
+			items = append(items, item{en.agentID(), en.itemID(), left})
+		}
+		s.mu.Unlock()
+		for _, it := range items {
+			data, err := json.Marshal(subjects.NewWaitProgress(it.wait, it.left))
+			if err != nil {
+				continue
+			}
+			if err := nc.Publish(subjects.Agent(it.agent, subjects.ActionWaitProgress), data); err != nil {
+				s.log.Debug("progress publish", "err", err)
+				continue
+			}
+			s.progress.Inc()
+		}
+	}
 }

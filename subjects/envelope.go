@@ -2,7 +2,10 @@ package subjects
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // Envelope kinds.
@@ -62,4 +65,17 @@ func TimerFiredEnvelope(f *TimerFired) Envelope {
 		Text:    f.Text,
 		Data:    data,
 	}
+}
+
+// Msg is the envelope as the inbox message: on agent.<id>.inbox, headers
+// Chime-Kind and Nats-Msg-Id (the envelope ID, so a repeat is dropped).
+func (e *Envelope) Msg() (*nats.Msg, error) {
+	data, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("encode envelope %s: %w", e.ID, err)
+	}
+	m := &nats.Msg{Subject: Inbox(e.AgentID), Data: data, Header: nats.Header{}}
+	m.Header.Set(HeaderKind, e.Kind)
+	m.Header.Set(HeaderMsgID, e.ID)
+	return m, nil
 }

@@ -60,11 +60,12 @@ func AsError(err error) *Error {
 // HTTPStatus maps an error code to its HTTP status.
 func HTTPStatus(code string) int {
 	switch code {
-	case CodeInvalidJSON, CodeInvalidRequest, CodeInvalidID:
+	case CodeInvalidJSON, CodeInvalidRequest, CodeInvalidID,
+		CodeInvalidDuration, CodeInvalidTimestamp, CodeTargetInPast, CodeInvalidTimezone:
 		return http.StatusBadRequest
-	case CodeTimerNotFound:
+	case CodeTimerNotFound, CodeWaitNotFound:
 		return http.StatusNotFound
-	case CodeTimerCompleted:
+	case CodeTimerCompleted, CodeWaitExists:
 		return http.StatusConflict
 	case CodeUnavailable:
 		return http.StatusServiceUnavailable

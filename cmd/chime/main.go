@@ -16,8 +16,11 @@ var version = "0.0.0-dev"
 func main() {
 	app := &cli.App{Stdout: os.Stdout, Stderr: os.Stderr, Version: version}
 	if err := app.Run(context.Background(), os.Args[1:]); err != nil {
-		if !errors.Is(err, cli.ErrUsage) || err.Error() != cli.ErrUsage.Error() {
+		if (!errors.Is(err, cli.ErrUsage) || err.Error() != cli.ErrUsage.Error()) && !errors.Is(err, cli.ErrInterrupted) {
 			fmt.Fprintln(os.Stderr, "chime:", err)
+		}
+		if errors.Is(err, cli.ErrInterrupted) {
+			os.Exit(130) // as a shell reports a Ctrl-C
 		}
 		if errors.Is(err, cli.ErrUsage) {
 			os.Exit(2) // the command line, not the operation, was wrong

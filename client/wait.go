@@ -1,0 +1,155 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/chime-nats/chime/subjects"
+)
+
+// requestTimeout bounds a request's round trip when the caller's context
+// has no deadline of its own.
+const requestTimeout = 10 * time.Second
+
+// ErrIntervention is matched (errors.Is) by the error of a wait that an
+// intervention cancelled; the error is an *InterventionError with its text.
+var ErrIntervention = errors.New("wait cancelled by intervention")
+
+// ErrWaitCancelled is matched by the error of a wait cancelled by a
+// wait.cancel request.
+var ErrWaitCancelled = errors.New("wait cancelled")
+
+// InterventionError carries the text of the intervention that ended a wait.
+type InterventionError struct {
+	WaitID string
+	Text   string
+}
+
+func (e *InterventionError) Error() string {
+	return fmt.Sprintf("wait %s cancelled by intervention: %s", e.WaitID, e.Text)
+}
+
+// Is makes errors.Is(err, ErrIntervention) hold.
+func (e *InterventionError) Is(target error) bool { return target == ErrIntervention }
+
+// WaitRequest asks for a wait: a duration (the parts are summed) or, when
+// Until is set, a timestamp.
+type WaitRequest struct {
+	Seconds, Minutes, Hours, Days int64
+	Until                         string // ISO 8601; naive times are read in TZ
+	TZ                            string // IANA zone for a naive Until
+	ID                            string // optional wait ID of the caller's choosing
+	// Progress, when set, receives each progress message (about once a
+	// second) on the goroutine that called Wait.
+	Progress func(subjects.WaitProgress)
+	// Started, when set, is called with the reply once the wait is
+	// registered, e.g. to remember the wait ID for a cancel.
+	Started func(subjects.WaitReply)
+}
+
+func (r *WaitRequest) body() map[string]any {
+	b := map[string]any{}
+	if r.Until != "" {
+		b["until"] = r.Until
+	}
+	for k, v := range map[string]int64{"seconds": r.Seconds, "minutes": r.Minutes, "hours": r.Hours, "days": r.Days} {
+		if v != 0 {
+			b[k] = v
+		}
+	}
+	if r.TZ != "" {
+		b["tz"] = r.TZ
+	}
+	if r.ID != "" {
+		b["id"] = r.ID
+	}
+	return b
+}
+
+// WaitResult is a completed wait.
+type WaitResult struct {
+	WaitID     string
+	TargetTime string // ISO 8601, the possibly extended target
+	Text       string // "Wait complete. Reached <target_time>."
+}
+
+// Wait registers a wait and blocks until it completes, streaming progress
+// to req.Progress. An intervention returns an error matching
+// ErrIntervention; ctx ending returns ctx's error and leaves the wait
+// running on the server (CancelWait ends it).
+func (c *Client) Wait(ctx context.Context, req WaitRequest) (*WaitResult, error) {
+	// Subscribe before asking, so the end cannot slip past us.
+	events := make(chan *nats.Msg, 64)
+	inbox, err := c.nc.ChanSubscribe(subjects.Inbox(c.agentID), events)
+	if err != nil {
+		return nil, fmt.Errorf("client: wait: %w", err)
+	}
+	defer func() { _ = inbox.Unsubscribe() }()
+	progress, err := c.nc.ChanSubscribe(subjects.Agent(c.agentID, subjects.ActionWaitProgress), events)
+	if err != nil {
+		return nil, fmt.Errorf("client: wait: %w", err)
+	}
+	defer func() { _ = progress.Unsubscribe() }()
+	// The wait may be long; the round trips to set it up are not.
+	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	if err := c.nc.FlushWithContext(rctx); err != nil {
+		return nil, fmt.Errorf("client: wait: %w", err)
+	}
+	var reply subjects.WaitReply
+	if err := c.call(rctx, subjects.ActionWaitRequest, req.body(), &reply); err != nil {
+		return nil, err
+	}
+	if req.Started != nil {
+		req.Started(reply)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case m := <-events:
+			if m.Subject != subjects.Inbox(c.agentID) {
+				var p subjects.WaitProgress
+				if json.Unmarshal(m.Data, &p) == nil && p.WaitID == reply.WaitID && req.Progress != nil {
+					req.Progress(p)
+				}
+				continue
+			}
+			var env subjects.Envelope
+			if json.Unmarshal(m.Data, &env) != nil || env.Source.Type != "wait" || env.Source.ID != reply.WaitID {
+				continue
+			}
+			var data subjects.WaitEndData
+			_ = json.Unmarshal(env.Data, &data)
+			switch env.Kind {
+			case subjects.KindWaitComplete:
+				return &WaitResult{WaitID: reply.WaitID, TargetTime: data.TargetTime, Text: env.Text}, nil
+			case subjects.KindWaitCancelled:
+				if data.Reason == subjects.CancelByRequest {
+					return nil, fmt.Errorf("client: wait %s: %w", reply.WaitID, ErrWaitCancelled)
+				}
+				return nil, &InterventionError{WaitID: reply.WaitID, Text: env.Text}
+			}
+		}
+	}
+}
+
+// CancelWait cancels a waiting wait and returns its record.
+func (c *Client) CancelWait(ctx context.Context, waitID string) (*subjects.Wait, error) {
+	var w subjects.Wait
+	return &w, c.call(ctx, subjects.ActionWaitCancel, subjects.WaitRef{WaitID: waitID}, &w)
+}
+
+// Intervene sends an operator intervention: message, pause, resume or stop.
+func (c *Client) Intervene(ctx context.Context, action, text string) error {
+	req := map[string]any{"action": action}
+	if text != "" {
+		req["text"] = text
+	}
+	return c.call(ctx, subjects.ActionIntervention, req, &struct{}{})
+}

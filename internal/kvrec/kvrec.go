@@ -1,0 +1,70 @@
+// Package kvrec owns the one read-modify-write loop every JSON record in a
+// JetStream KV bucket goes through: read, decide, write by CAS on the
+// revision, and decide again when another writer got there first.
+package kvrec
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// attempts bounds retries of an update that keeps losing the race.
+const attempts = 16
+
+// ErrContended means a CAS kept losing to concurrent writers.
+var ErrContended = errors.New("record changed concurrently too often")
+
+// Get reads and decodes the record at key with its revision. A missing key
+// is jetstream.ErrKeyNotFound.
+func Get[T any](ctx context.Context, kv jetstream.KeyValue, key string) (*T, uint64, error) {
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		return nil, 0, err
+	}
+	var v T
+	if err := json.Unmarshal(e.Value(), &v); err != nil {
+		return nil, 0, fmt.Errorf("decode %s: %w", key, err)
+	}
+	return &v, e.Revision(), nil
+}
+
+// Update applies change to the record at key by CAS until it sticks. change
+// sees a fresh copy each attempt and reports whether it changed anything;
+// when it did not, nothing is written. With create set, a missing record
+// starts as the zero T and is written with Create.
+func Update[T any](ctx context.Context, kv jetstream.KeyValue, key string, create bool, change func(*T) (bool, error)) (*T, bool, error) {
+	for range attempts {
+		v, rev, err := Get[T](ctx, kv, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) && create {
+			v, rev, err = new(T), 0, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		changed, err := change(v)
+		if err != nil || !changed {
+			return v, false, err
+		}
+		data, err := json.Marshal(v)
+		if err != nil {
+			return nil, false, fmt.Errorf("encode %s: %w", key, err)
+		}
+		if rev == 0 {
+			_, err = kv.Create(ctx, key, data)
+		} else {
+			_, err = kv.Update(ctx, key, data, rev)
+		}
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+			continue
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("update %s: %w", key, err)
+		}
+		return v, true, nil
+	}
+	return nil, false, fmt.Errorf("update %s: %w", key, ErrContended)
+}

@@ -1,0 +1,477 @@
+package subjects
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Wait actions, events and error codes.
+const (
+	ActionWaitRequest  = "wait.request"
+	ActionWaitCancel   = "wait.cancel"
+	ActionWaitProgress = "wait.progress"
+	ActionIntervention = "intervention"
+
+	// WaitFire is the internal event of a wait reaching its target.
+	WaitFire = "wait.fire"
+	// InterventionApply is the internal event of an accepted intervention;
+	// the consumer applies them one at a time, in order.
+	InterventionApply = "intervention.apply"
+
+	CodeInvalidDuration  = "invalid_duration"
+	CodeInvalidTimestamp = "invalid_timestamp"
+	CodeTargetInPast     = "target_in_past"
+	CodeInvalidTimezone  = "invalid_timezone"
+	CodeWaitNotFound     = "wait_not_found"
+	CodeWaitExists       = "wait_exists"
+)
+
+// Envelope kinds of waits and interventions.
+const (
+	KindWaitComplete  = "wait_complete"
+	KindWaitCancelled = "wait_cancelled"
+	KindIntervention  = "intervention"
+)
+
+// Wait sentinels for errors.Is.
+var (
+	ErrWaitNotFound = &Error{Code: CodeWaitNotFound}
+	ErrWaitExists   = &Error{Code: CodeWaitExists}
+)
+
+// WaitMode says how a wait's target was given.
+type WaitMode string
+
+// Wait modes.
+const (
+	WaitDuration WaitMode = "duration"
+	WaitUntil    WaitMode = "until"
+)
+
+// WaitStatus is where a wait is in its life.
+type WaitStatus string
+
+// Wait statuses.
+const (
+	WaitWaiting   WaitStatus = "waiting"
+	WaitCompleted WaitStatus = "completed"
+	WaitCancelled WaitStatus = "cancelled"
+)
+
+// WaitRequest is the body of agent.<id>.wait.request. Durations are kept raw
+// so that integer conversion follows Agent Zero (int(): 1.5 -> 1).
+type WaitRequest struct {
+	Seconds json.RawMessage `json:"seconds,omitempty"`
+	Minutes json.RawMessage `json:"minutes,omitempty"`
+	Hours   json.RawMessage `json:"hours,omitempty"`
+	Days    json.RawMessage `json:"days,omitempty"`
+	Until   string          `json:"until,omitempty"`
+	TZ      string          `json:"tz,omitempty"`
+	ID      string          `json:"id,omitempty"`
+}
+
+// WaitSpec is a validated wait request.
+type WaitSpec struct {
+	ID     string // empty: chime picks one
+	Mode   WaitMode
+	Target time.Time // in the agent's zone
+	TZ     string    // the zone naive times were read in
+}
+
+// maxWaitSeconds keeps target arithmetic far from time.Duration overflow
+// (about 292 years); no agent waits a century.
+const maxWaitSeconds = 100 * 365 * 86400
+
+// DecodeWaitRequest decodes and validates a wait request at now. defaultTZ
+// is CHIME_TIMEZONE (empty: UTC).
+func DecodeWaitRequest(data []byte, now time.Time, defaultTZ string) (*WaitSpec, error) {
+	var r WaitRequest
+	if err := DecodeStrict(data, &r); err != nil {
+		return nil, err
+	}
+	return r.Resolve(now, defaultTZ)
+}
+
+// Resolve applies Agent Zero's rules: until wins when present; else the
+// summed duration must be positive.
+func (r *WaitRequest) Resolve(now time.Time, defaultTZ string) (*WaitSpec, error) {
+	if r.ID != "" {
+		if err := ValidateID("id", r.ID); err != nil {
+			return nil, err
+		}
+	}
+	tzName := r.TZ
+	if tzName == "" {
+		tzName = defaultTZ
+	}
+	loc, err := LoadZone(tzName)
+	if err != nil {
+		return nil, err
+	}
+	spec := &WaitSpec{ID: r.ID, TZ: loc.String()}
+	if strings.TrimSpace(r.Until) != "" {
+		target, err := ParseUntil(r.Until, loc)
+		if err != nil {
+			return nil, err
+		}
+		if !target.After(now) {
+			return nil, &Error{Code: CodeTargetInPast, Message: fmt.Sprintf("Target time %s is in the past.", FormatISO(target))}
+		}
+		spec.Mode, spec.Target = WaitUntil, target
+		return spec, nil
+	}
+	var total int64
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+		unit int64
+	}{{"seconds", r.Seconds, 1}, {"minutes", r.Minutes, 60}, {"hours", r.Hours, 3600}, {"days", r.Days, 86400}} {
+		n, err := pyInt(f.name, f.raw)
+		if err != nil {
+			return nil, err
+		}
+		if n > maxWaitSeconds/f.unit || n < -maxWaitSeconds/f.unit {
+			return nil, &Error{Code: CodeInvalidDuration, Message: fmt.Sprintf("%s is too large", f.name)}
+		}
+		total += n * f.unit
+	}
+	if total <= 0 {
+		return nil, &Error{Code: CodeInvalidDuration, Message: "Wait duration must be positive."}
+	}
+	if total > maxWaitSeconds {
+		return nil, &Error{Code: CodeInvalidDuration, Message: "Wait duration is too large."}
+	}
+	spec.Mode, spec.Target = WaitDuration, now.Add(time.Duration(total)*time.Second).In(loc)
+	return spec, nil
+}
+
+// pyInt converts a duration field as Python's int() would: numbers are
+// truncated toward zero, integer strings are parsed, null or absent is 0.
+func pyInt(field string, raw json.RawMessage) (int64, error) {
+	s := string(bytes.TrimSpace(raw))
+	if s == "" || s == "null" {
+		return 0, nil
+	}
+	bad := &Error{Code: CodeInvalidDuration, Message: fmt.Sprintf("%s must be a number, not %s", field, s)}
+	if s[0] == '"' {
+		var str string
+		if json.Unmarshal(raw, &str) != nil {
+			return 0, bad
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(str), 10, 64)
+		if err != nil {
+			return 0, bad
+		}
+		return n, nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || (s[0] != '-' && (s[0] < '0' || s[0] > '9')) {
+		return 0, bad
+	}
+	if math.Abs(f) > maxWaitSeconds {
+		return 0, &Error{Code: CodeInvalidDuration, Message: fmt.Sprintf("%s is too large", field)}
+	}
+	return int64(f), nil // truncation toward zero, as int() does
+}
+
+// LoadZone loads an IANA zone; empty is UTC.
+func LoadZone(name string) (*time.Location, error) {
+	if name == "" {
+		return time.UTC, nil
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil || name == "Local" {
+		return nil, &Error{Code: CodeInvalidTimezone, Message: fmt.Sprintf("Unknown time zone: %s", name)}
+	}
+	return loc, nil
+}
+
+// isoLayouts are the ISO 8601 forms Python's datetime.fromisoformat reads
+// that agents send, with an offset or Z, then naive.
+var isoLayouts = []string{
+	time.RFC3339Nano,
+	"2006-01-02T15:04:05.999999999Z07",
+	"2006-01-02T15:04Z07:00",
+	"2006-01-02 15:04:05.999999999Z07:00",
+}
+
+var naiveLayouts = []string{
+	"2006-01-02T15:04:05.999999999",
+	"2006-01-02T15:04",
+	"2006-01-02 15:04:05.999999999",
+	"2006-01-02 15:04:05", // the three fallback formats
+	"2006-01-02 15:04",
+	"2006-01-02",
+}
+
+// ParseUntil reads a wait target: ISO 8601 with Z or an offset as given, a
+// naive time (ISO or a fallback format) in loc.
+func ParseUntil(s string, loc *time.Location) (time.Time, error) {
+	v := strings.TrimSpace(s)
+	for _, l := range isoLayouts {
+		if t, err := time.Parse(l, v); err == nil {
+			return t, nil
+		}
+	}
+	for _, l := range naiveLayouts {
+		if t, err := time.ParseInLocation(l, v, loc); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, &Error{Code: CodeInvalidTimestamp, Message: "Invalid timestamp format: " + s}
+}
+
+// FormatISO writes t as Python's isoformat does: microseconds only when
+// present, the offset as +HH:MM (UTC is +00:00).
+func FormatISO(t time.Time) string {
+	layout := "2006-01-02T15:04:05-07:00"
+	if t.Nanosecond()/1000 != 0 {
+		layout = "2006-01-02T15:04:05.000000-07:00"
+	}
+	return t.Truncate(time.Microsecond).Format(layout)
+}
+
+// RemainingText is Agent Zero's remaining-time text: tenths of a second
+// under an hour, whole seconds once hours or days show.
+func RemainingText(seconds float64) string {
+	if seconds <= 0 || math.IsNaN(seconds) {
+		return "0.0s remaining"
+	}
+	if seconds < 3600 {
+		tenths := int64(math.Round(seconds * 10))
+		if tenths < 36000 {
+			m, rest := tenths/600, tenths%600
+			switch {
+			case m == 0:
+				return fmt.Sprintf("%d.%ds remaining", rest/10, rest%10)
+			case rest == 0:
+				return fmt.Sprintf("%dm remaining", m)
+			default:
+				return fmt.Sprintf("%dm %d.%ds remaining", m, rest/10, rest%10)
+			}
+		}
+		seconds = 3600 // rounds up to the hour
+	}
+	total := int64(seconds)
+	d, h, m, s := total/86400, total%86400/3600, total%3600/60, total%60
+	var parts []string
+	for _, p := range []struct {
+		n    int64
+		unit string
+	}{{d, "d"}, {h, "h"}, {m, "m"}, {s, "s"}} {
+		if p.n > 0 {
+			parts = append(parts, strconv.FormatInt(p.n, 10)+p.unit)
+		}
+	}
+	return strings.Join(parts, " ") + " remaining"
+}
+
+// WaitHeading is the progress heading Agent Zero shows.
+func WaitHeading(remaining string) string { return "icon://timer Wait: " + remaining }
+
+// Wait is the record of a managed wait, stored under <agent>.<wait_id>.
+type Wait struct {
+	ID         string     `json:"wait_id"`
+	AgentID    string     `json:"agent_id"`
+	Mode       WaitMode   `json:"mode"`
+	Status     WaitStatus `json:"status"`
+	CreatedAt  time.Time  `json:"created_at"`
+	TargetTime time.Time  `json:"target_time"` // moves later when a pause ends
+	TZ         string     `json:"tz"`
+	// PausedAt is set while the agent is paused; a duration wait's clock
+	// does not run then.
+	PausedAt    *time.Time `json:"paused_at,omitempty"`
+	PausedMs    int64      `json:"paused_ms,omitempty"` // total the target moved
+	EndedAt     *time.Time `json:"ended_at,omitempty"`
+	CancelText  string     `json:"cancel_text,omitempty"`
+	CancelledBy string     `json:"cancelled_by,omitempty"` // intervention ID, or "request"
+}
+
+// Key is the wait's KV key.
+func (w *Wait) Key() string { return WaitKey(w.AgentID, w.ID) }
+
+// WaitKey is the KV key of a wait record: <agent>.<wait>.
+func WaitKey(agentID, waitID string) string { return agentID + "." + waitID }
+
+// Target is the target in the wait's zone, as shown to agents.
+func (w *Wait) Target() time.Time {
+	if loc, err := LoadZone(w.TZ); err == nil {
+		return w.TargetTime.In(loc)
+	}
+	return w.TargetTime
+}
+
+// Remaining is the time left at now; a paused wait's clock stands still.
+func (w *Wait) Remaining(now time.Time) time.Duration {
+	if w.PausedAt != nil && w.Mode == WaitDuration {
+		now = *w.PausedAt
+	}
+	return max(w.TargetTime.Sub(now), 0)
+}
+
+// Armed reports whether the wait's target should fire.
+func (w *Wait) Armed() bool {
+	return w.Status == WaitWaiting && !(w.Mode == WaitDuration && w.PausedAt != nil)
+}
+
+// WaitReply is the reply to wait.request.
+type WaitReply struct {
+	WaitID     string   `json:"wait_id"`
+	TargetTime string   `json:"target_time"`
+	Mode       WaitMode `json:"mode"`
+}
+
+// WaitRef names a wait, as in wait.cancel.
+type WaitRef struct {
+	WaitID string `json:"wait_id"`
+}
+
+// Validate checks the reference.
+func (r *WaitRef) Validate() error { return ValidateID("wait_id", r.WaitID) }
+
+// WaitProgress is published on agent.<id>.wait.progress about once a second.
+type WaitProgress struct {
+	WaitID           string  `json:"wait_id"`
+	RemainingSeconds float64 `json:"remaining_seconds"`
+	Remaining        string  `json:"remaining"`
+	Heading          string  `json:"heading"`
+}
+
+// NewWaitProgress builds the progress message of a wait at now.
+func NewWaitProgress(waitID string, remaining time.Duration) WaitProgress {
+	text := RemainingText(remaining.Seconds())
+	return WaitProgress{
+		WaitID:           waitID,
+		RemainingSeconds: math.Round(remaining.Seconds()*1000) / 1000,
+		Remaining:        text,
+		Heading:          WaitHeading(text),
+	}
+}
+
+// WaitFired is the wait.fire event: the scheduler saw the target pass.
+type WaitFired struct {
+	AgentID string    `json:"agent_id"`
+	WaitID  string    `json:"wait_id"`
+	Target  time.Time `json:"target_time"`
+	FiredAt time.Time `json:"fired_at"`
+}
+
+// MsgID is the event's dedup ID; a moved target is a new event.
+func (f *WaitFired) MsgID() string {
+	return fmt.Sprintf("%s.%s:%d", f.AgentID, f.WaitID, f.Target.UnixNano())
+}
+
+// WaitEnvelopeID is the stable ID of a wait's one terminal delivery: a wait
+// ends once, completed or cancelled, never both.
+func WaitEnvelopeID(waitID string) string { return "wait_" + waitID + "_end" }
+
+// WaitEndData is the data of wait_complete and wait_cancelled deliveries.
+type WaitEndData struct {
+	WaitID     string   `json:"wait_id"`
+	Mode       WaitMode `json:"mode"`
+	TargetTime string   `json:"target_time"`
+	// Reason of a cancellation: "intervention" or "request".
+	Reason string `json:"reason,omitempty"`
+}
+
+// Cancellation reasons.
+const (
+	CancelByIntervention = "intervention"
+	CancelByRequest      = "request"
+)
+
+// WaitEndEnvelope builds the one terminal delivery of an ended wait; text is
+// the rendered completion text, or the cancellation text.
+func WaitEndEnvelope(w *Wait, text string, at time.Time) Envelope {
+	kind, reason := KindWaitComplete, ""
+	if w.Status == WaitCancelled {
+		kind, reason = KindWaitCancelled, CancelByIntervention
+		if w.CancelledBy == CancelByRequest {
+			reason = CancelByRequest
+		}
+	}
+	data, _ := json.Marshal(WaitEndData{WaitID: w.ID, Mode: w.Mode, TargetTime: FormatISO(w.Target()), Reason: reason})
+	return Envelope{
+		ID: WaitEnvelopeID(w.ID), AgentID: w.AgentID, Kind: kind, At: at.UTC(),
+		Source: Source{Type: "wait", ID: w.ID}, Trust: TrustSystem, Text: text, Data: data,
+	}
+}
+
+// Intervention actions.
+const (
+	ActionMessage = "message"
+	ActionPause   = "pause"
+	ActionResume  = "resume"
+	ActionStop    = "stop"
+)
+
+// InterventionRequest is the body of agent.<id>.intervention.
+type InterventionRequest struct {
+	Text   string `json:"text,omitempty"`
+	Action string `json:"action"`
+}
+
+// InterventionActions lists the accepted actions.
+func InterventionActions() []string {
+	return []string{ActionMessage, ActionPause, ActionResume, ActionStop}
+}
+
+// DecodeIntervention decodes and validates an intervention.
+func DecodeIntervention(data []byte) (*InterventionRequest, error) {
+	var r InterventionRequest
+	if err := DecodeStrict(data, &r); err != nil {
+		return nil, err
+	}
+	switch r.Action {
+	case ActionMessage, ActionPause, ActionResume, ActionStop:
+	case "":
+		return nil, &Error{Code: CodeInvalidRequest, Message: "action is required: message, pause, resume or stop"}
+	default:
+		return nil, &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("unknown action %q: message, pause, resume or stop", r.Action)}
+	}
+	if r.Action == ActionMessage && strings.TrimSpace(r.Text) == "" {
+		return nil, &Error{Code: CodeInvalidRequest, Message: "text is required for action message"}
+	}
+	return &r, nil
+}
+
+// Intervention is the intervention.apply event.
+type Intervention struct {
+	ID      string    `json:"id"`
+	AgentID string    `json:"agent_id"`
+	Action  string    `json:"action"`
+	Text    string    `json:"text,omitempty"`
+	At      time.Time `json:"at"`
+}
+
+// CancelText is what cancelled waits carry.
+func (iv *Intervention) CancelText() string {
+	if iv.Text != "" {
+		return iv.Text
+	}
+	return "Wait cancelled by intervention (" + iv.Action + ")."
+}
+
+// InterventionEnvelope is the delivery of the intervention itself.
+func InterventionEnvelope(iv *Intervention) Envelope {
+	data, _ := json.Marshal(map[string]string{"action": iv.Action})
+	return Envelope{
+		ID: "intervention_" + iv.ID, AgentID: iv.AgentID, Kind: KindIntervention, At: iv.At.UTC(),
+		Source: Source{Type: "intervention", ID: iv.ID}, Trust: TrustOperator, Text: iv.Text, Data: data,
+	}
+}
+
+// PauseThreshold is the shortest pause that moves duration waits, as in
+// Agent Zero.
+const PauseThreshold = 1500 * time.Millisecond
+
+// AgentState is the per-agent record (chime_agents bucket, key = agent ID).
+type AgentState struct {
+	AgentID  string     `json:"agent_id"`
+	PausedAt *time.Time `json:"paused_at,omitempty"`
+}

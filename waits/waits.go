@@ -1,0 +1,264 @@
+// Package waits owns managed waits and the per-agent state they depend on:
+// wait records in the waits KV bucket, the agent's pause state in the
+// agents bucket, and every change to them (create, complete, cancel, pause,
+// resume) as a CAS, so a wait ends exactly once whoever races to end it.
+// Firing a wait at its target is the scheduler's; ending it and delivering
+// the one terminal envelope is the consumer's.
+package waits
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/chime-nats/chime/internal/kvrec"
+	"github.com/chime-nats/chime/subjects"
+)
+
+// Store reads and writes waits and agent state.
+type Store struct {
+	waits, agents jetstream.KeyValue
+	now           func() time.Time
+}
+
+// NewStore returns a Store over the waits and agents buckets.
+func NewStore(waits, agents jetstream.KeyValue, now func() time.Time) *Store {
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{waits: waits, agents: agents, now: now}
+}
+
+// Create stores a new waiting wait. A duration wait created while its agent
+// is paused starts paused: its clock runs from the resume.
+func (s *Store) Create(ctx context.Context, agentID string, spec *subjects.WaitSpec) (*subjects.Wait, error) {
+	now := s.now().UTC()
+	w := &subjects.Wait{
+		ID: spec.ID, AgentID: agentID, Mode: spec.Mode, Status: subjects.WaitWaiting,
+		CreatedAt: now, TargetTime: spec.Target.UTC(), TZ: spec.TZ,
+	}
+	if w.ID == "" {
+		w.ID = "wait_" + nuid.Next()
+	}
+	if w.Mode == subjects.WaitDuration {
+		st, err := s.Agent(ctx, agentID)
+		if err != nil {
+			return nil, err
+		}
+		if st.PausedAt != nil {
+			w.PausedAt = &now
+		}
+	}
+	_, created, err := kvrec.Update(ctx, s.waits, w.Key(), true, func(cur *subjects.Wait) (bool, error) {
+		if cur.ID != "" {
+			return false, &subjects.Error{Code: subjects.CodeWaitExists, Message: fmt.Sprintf("wait %s already exists", w.ID)}
+		}
+		*cur = *w
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("waits: create: %w", err)
+	}
+	if !created {
+		return nil, fmt.Errorf("waits: create %s: not written", w.ID)
+	}
+	return w, nil
+}
+
+// Get returns one of the agent's waits.
+func (s *Store) Get(ctx context.Context, agentID, waitID string) (*subjects.Wait, error) {
+	w, _, err := kvrec.Get[subjects.Wait](ctx, s.waits, subjects.WaitKey(agentID, waitID))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, notFound(waitID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("waits: get: %w", err)
+	}
+	return w, nil
+}
+
+func notFound(waitID string) error {
+	return &subjects.Error{Code: subjects.CodeWaitNotFound, Message: fmt.Sprintf("wait %s not found", waitID)}
+}
+
+// Update changes one wait by CAS; see kvrec.Update.
+func (s *Store) Update(ctx context.Context, agentID, waitID string, change func(*subjects.Wait) (bool, error)) (*subjects.Wait, bool, error) {
+	w, changed, err := kvrec.Update(ctx, s.waits, subjects.WaitKey(agentID, waitID), false, change)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, false, notFound(waitID)
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("waits: %w", err)
+	}
+	return w, changed, nil
+}
+
+// Complete ends a wait whose target fire is ev: only if it still waits,
+// unpaused, for that very target. ended reports whether the wait is now
+// completed (by this call or an earlier delivery of the same event).
+func (s *Store) Complete(ctx context.Context, ev *subjects.WaitFired) (w *subjects.Wait, ended bool, err error) {
+	w, _, err = s.Update(ctx, ev.AgentID, ev.WaitID, func(w *subjects.Wait) (bool, error) {
+		if !w.Armed() || !w.TargetTime.Equal(ev.Target) {
+			return false, nil
+		}
+		at := s.now().UTC()
+		w.Status, w.EndedAt = subjects.WaitCompleted, &at
+		return true, nil
+	})
+	if errors.Is(err, subjects.ErrWaitNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return w, w.Status == subjects.WaitCompleted && w.TargetTime.Equal(ev.Target), nil
+}
+
+// Cancel ends a waiting wait as cancelled by by (an intervention ID or
+// subjects.CancelByRequest) with text. ended reports whether the wait is
+// cancelled by by now, including by an earlier attempt.
+func (s *Store) Cancel(ctx context.Context, agentID, waitID, by, text string) (w *subjects.Wait, ended bool, err error) {
+	w, _, err = s.Update(ctx, agentID, waitID, func(w *subjects.Wait) (bool, error) {
+		if w.Status != subjects.WaitWaiting {
+			return false, nil
+		}
+		at := s.now().UTC()
+		w.Status, w.EndedAt, w.CancelledBy, w.CancelText = subjects.WaitCancelled, &at, by, text
+		return true, nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return w, w.Status == subjects.WaitCancelled && w.CancelledBy == by, nil
+}
+
+// List returns the agent's waits, in key order.
+func (s *Store) List(ctx context.Context, agentID string) ([]subjects.Wait, error) {
+	lister, err := s.waits.ListKeysFiltered(ctx, agentID+".*")
+	if err != nil {
+		return nil, fmt.Errorf("waits: list: %w", err)
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	out := make([]subjects.Wait, 0, len(keys))
+	for _, k := range keys {
+		w, _, err := kvrec.Get[subjects.Wait](ctx, s.waits, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("waits: list: %w", err)
+		}
+		out = append(out, *w)
+	}
+	return out, nil
+}
+
+// Agent returns the agent's state; an agent never seen has the zero state.
+func (s *Store) Agent(ctx context.Context, agentID string) (*subjects.AgentState, error) {
+	st, _, err := kvrec.Get[subjects.AgentState](ctx, s.agents, agentID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return &subjects.AgentState{AgentID: agentID}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("waits: agent %s: %w", agentID, err)
+	}
+	return st, nil
+}
+
+// Pause stops the agent's duration-wait clocks at at. Pausing a paused
+// agent changes nothing.
+func (s *Store) Pause(ctx context.Context, agentID string, at time.Time) error {
+	at = at.UTC()
+	if _, _, err := kvrec.Update(ctx, s.agents, agentID, true, func(st *subjects.AgentState) (bool, error) {
+		if st.PausedAt != nil {
+			return false, nil
+		}
+		st.AgentID, st.PausedAt = agentID, &at
+		return true, nil
+	}); err != nil {
+		return fmt.Errorf("waits: pause %s: %w", agentID, err)
+	}
+	return s.eachWaiting(ctx, agentID, func(w *subjects.Wait) bool {
+		if w.Mode != subjects.WaitDuration || w.PausedAt != nil {
+			return false
+		}
+		w.PausedAt = &at
+		return true
+	})
+}
+
+// Resume restarts the clocks: a duration wait paused longer than
+// subjects.PauseThreshold moves later by its paused time. The agent's
+// record is cleared last, so a resume cut short is finished by its retry.
+func (s *Store) Resume(ctx context.Context, agentID string, at time.Time) error {
+	at = at.UTC()
+	if err := s.eachWaiting(ctx, agentID, func(w *subjects.Wait) bool {
+		if w.PausedAt == nil {
+			return false
+		}
+		if paused := at.Sub(*w.PausedAt); paused > subjects.PauseThreshold {
+			w.TargetTime = w.TargetTime.Add(paused)
+			w.PausedMs += paused.Milliseconds()
+		}
+		w.PausedAt = nil
+		return true
+	}); err != nil {
+		return err
+	}
+	if _, _, err := kvrec.Update(ctx, s.agents, agentID, true, func(st *subjects.AgentState) (bool, error) {
+		if st.PausedAt == nil {
+			return false, nil
+		}
+		st.AgentID, st.PausedAt = agentID, nil
+		return true, nil
+	}); err != nil {
+		return fmt.Errorf("waits: resume %s: %w", agentID, err)
+	}
+	return nil
+}
+
+// eachWaiting applies change by CAS to each of the agent's waiting waits.
+func (s *Store) eachWaiting(ctx context.Context, agentID string, change func(*subjects.Wait) bool) error {
+	all, err := s.List(ctx, agentID)
+	if err != nil {
+		return err
+	}
+	for _, w := range all {
+		if w.Status != subjects.WaitWaiting {
+			continue
+		}
+		_, _, err := s.Update(ctx, agentID, w.ID, func(w *subjects.Wait) (bool, error) {
+			return w.Status == subjects.WaitWaiting && change(w), nil
+		})
+		if err != nil && !errors.Is(err, subjects.ErrWaitNotFound) {
+			return err
+		}
+	}
+	return nil
+}
+
+// Waiting returns the IDs of the agent's waiting waits.
+func (s *Store) Waiting(ctx context.Context, agentID string) ([]string, error) {
+	all, err := s.List(ctx, agentID)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, w := range all {
+		if w.Status == subjects.WaitWaiting {
+			ids = append(ids, w.ID)
+		}
+	}
+	return ids, nil
+}
+
+// ParseKey splits a wait KV key.
+func ParseKey(key string) (agentID, waitID string, ok bool) { return strings.Cut(key, ".") }
