@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -16,6 +17,7 @@ import (
 // Service is the micro service every replica registers.
 type Service struct {
 	ops  *Operations
+	nc   *nats.Conn
 	svc  micro.Service
 	sem  chan struct{}
 	ctx  context.Context
@@ -26,7 +28,13 @@ type Service struct {
 // maxConcurrent bounds requests in flight per replica. micro calls a
 // handler serially per subscription, so each request moves to its own
 // goroutine, bounded here, to keep storage round trips overlapping.
+// Replies go out on the connection, not through micro.Request: micro
+// reads the request's error state for its stats once the handler
+// returns, which would race with a reply sent later.
 const maxConcurrent = 1024
+
+// flushTimeout bounds the round trip that registers the endpoints.
+const flushTimeout = 10 * time.Second
 
 // StartService registers the chime micro service on nc.
 func StartService(ctx context.Context, nc *nats.Conn, ops *Operations, version string) (*Service, error) {
@@ -39,13 +47,21 @@ func StartService(ctx context.Context, nc *nats.Conn, ops *Operations, version s
 	if err != nil {
 		return nil, fmt.Errorf("api: micro service: %w", err)
 	}
-	s := &Service{ops: ops, svc: svc, sem: make(chan struct{}, maxConcurrent), ctx: ctx}
+	s := &Service{ops: ops, nc: nc, svc: svc, sem: make(chan struct{}, maxConcurrent), ctx: ctx}
 	for _, action := range Actions() {
 		name := strings.ReplaceAll(action, ".", "_")
 		if err := svc.AddEndpoint(name, micro.HandlerFunc(s.handler(action)), micro.WithEndpointSubject(subjects.AgentWildcard(action))); err != nil {
 			_ = svc.Stop()
 			return nil, fmt.Errorf("api: endpoint %s: %w", name, err)
 		}
+	}
+	// The subscriptions are only buffered until flushed; a replica is not
+	// serving, and must not say ready, before the server knows them.
+	fctx, cancel := context.WithTimeout(ctx, flushTimeout)
+	defer cancel()
+	if err := nc.FlushWithContext(fctx); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("api: register endpoints: %w", err)
 	}
 	return s, nil
 }
@@ -55,19 +71,31 @@ func (s *Service) handler(action string) func(micro.Request) {
 		s.sem <- struct{}{}
 		go func() {
 			defer func() { <-s.sem }()
-			agentID, err := subjects.ParseAgent(req.Subject())
-			var res any
-			if err == nil {
-				res, err = s.ops.Do(s.ctx, "nats", action, agentID, req.Data())
-			}
-			if err != nil {
-				e := subjects.AsError(err)
-				_ = req.Error(strconv.Itoa(subjects.HTTPStatus(e.Code)), e.Message, subjects.MarshalError(e))
-				return
-			}
-			_ = req.Respond(encode(res))
+			_ = s.nc.PublishMsg(s.reply(action, req))
 		}()
 	}
+}
+
+// reply runs action and builds its answer: the result, or the wire error
+// with micro's error headers so micro clients see a service error.
+func (s *Service) reply(action string, req micro.Request) *nats.Msg {
+	msg := &nats.Msg{Subject: req.Reply()}
+	agentID, err := subjects.ParseAgent(req.Subject())
+	var res any
+	if err == nil {
+		res, err = s.ops.Do(s.ctx, "nats", action, agentID, req.Data())
+	}
+	if err != nil {
+		e := subjects.AsError(err)
+		msg.Header = nats.Header{
+			micro.ErrorHeader:     []string{e.Message},
+			micro.ErrorCodeHeader: []string{strconv.Itoa(subjects.HTTPStatus(e.Code))},
+		}
+		msg.Data = subjects.MarshalError(e)
+		return msg
+	}
+	msg.Data = encode(res)
+	return msg
 }
 
 // Stop unregisters the service and waits for in-flight requests to get
