@@ -1,0 +1,284 @@
+package prompts_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chime-nats/chime/prompts"
+	"github.com/chime-nats/chime/subjects"
+)
+
+// arg is one documented argument of a tool prompt.
+type arg struct {
+	name     string
+	required bool
+	actions  []string // the actions "required/optional for ..." names; nil for all
+	values   []string // the documented `values:` line, if any
+	priority string   // the documented `priority values:` line, if any
+}
+
+var (
+	argLine      = regexp.MustCompile("^- `([a-z_]+)` \\(([a-z]+), (required|optional)(?: for ([a-z ]+))?\\)")
+	valuesLine   = regexp.MustCompile(`^\s+values: (.+)$`)
+	priorityLine = regexp.MustCompile(`^\s+priority values: (.+)$`)
+	quoted       = regexp.MustCompile("`([^`]+)`")
+)
+
+// arguments parses the "## Arguments" section of a tool prompt.
+func arguments(t *testing.T, name string) map[string]*arg {
+	t.Helper()
+	text, err := prompts.Get(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(text, "\n## Arguments\n")
+	if !ok {
+		t.Fatalf("%s has no ## Arguments section", name)
+	}
+	section, _, _ = strings.Cut(section, "\n\n")
+	args := map[string]*arg{}
+	var last *arg
+	for _, line := range strings.Split(section, "\n") {
+		if m := argLine.FindStringSubmatch(line); m != nil {
+			last = &arg{name: m[1], required: m[3] == "required"}
+			if m[4] != "" {
+				last.actions = strings.Split(m[4], " and ")
+			}
+			args[last.name] = last
+			continue
+		}
+		if last == nil {
+			t.Fatalf("%s: line outside an argument: %q", name, line)
+		}
+		if m := priorityLine.FindStringSubmatch(line); m != nil {
+			last.priority = m[1]
+		} else if m := valuesLine.FindStringSubmatch(line); m != nil {
+			for _, q := range quoted.FindAllStringSubmatch(m[1], -1) {
+				last.values = append(last.values, q[1])
+			}
+		} else {
+			t.Fatalf("%s: unparsed argument line %q", name, line)
+		}
+	}
+	return args
+}
+
+// jsonFields lists the JSON names of the request types' fields.
+func jsonFields(types ...any) []string {
+	var names []string
+	for _, v := range types {
+		rt := reflect.TypeOf(v)
+		for i := range rt.NumField() {
+			name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// action is one request a prompt documents: a valid body using every
+// field the action takes, and the code's decoder for it.
+type action struct {
+	name   string
+	valid  string
+	decode func([]byte) error
+}
+
+func strict[T any](check func(*T) error) func([]byte) error {
+	return func(b []byte) error {
+		var v T
+		if err := subjects.DecodeStrict(b, &v); err != nil {
+			return err
+		}
+		return check(&v)
+	}
+}
+
+var now = time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+
+var toolPrompts = []struct {
+	file    string
+	fields  []string // the fields the code accepts from an agent
+	actions []action
+}{
+	{"wait.md", jsonFields(subjects.WaitRequest{}), []action{{"", `{"seconds":5,"minutes":1,"hours":1,"days":1,"until":"2030-01-01 09:00","tz":"Asia/Tokyo","id":"w1"}`,
+		func(b []byte) error { _, err := subjects.DecodeWaitRequest(b, now, "UTC"); return err }}}},
+	{"notify_user.md", jsonFields(subjects.NotifyRequest{}), []action{{"", `{"message":"m","title":"t","detail":"<b>d</b>","type":"info","priority":10,"timeout":5,"display_time":5,"id":"n1","group":"g"}`,
+		func(b []byte) error { _, err := subjects.DecodeNotify(b, subjects.FromAgent); return err }}}},
+	{"wait_for.md", jsonFields(subjects.WaitForRequest{}), []action{{"", `{"wake":"external","resource":"ci","reason":"r","delivery":"final","work_item_id":"w1","recheck_after_ms":500}`,
+		func(b []byte) error { _, err := subjects.DecodeWaitFor(b); return err }}}},
+	// authority_class is the operator's field (HTTP), not the agent's.
+	{"timers.md", without(jsonFields(subjects.CreateTimerRequest{}, subjects.ListTimersRequest{}, subjects.TimerRef{}), "authority_class"), []action{
+		{"create", `{"duration_ms":100,"interval_ms":100,"summary":"s"}`, strict(func(r *subjects.CreateTimerRequest) error { _, err := r.Validate(); return err })},
+		{"list", `{"limit":5}`, strict(func(r *subjects.ListTimersRequest) error { _, err := subjects.ParseLimit(r.Limit); return err })},
+		{"get", `{"timer_id":"t1"}`, strict((*subjects.TimerRef).Validate)},
+		{"cancel", `{"timer_id":"t1"}`, strict((*subjects.TimerRef).Validate)},
+	}},
+}
+
+func without(names []string, drop string) []string {
+	return slices.DeleteFunc(names, func(n string) bool { return n == drop })
+}
+
+// TestPromptsMatchCode holds each tool prompt to the code: the same fields,
+// each documented as required exactly when the decoder refuses a body
+// without it, and enum values the decoder accepts.
+func TestPromptsMatchCode(t *testing.T) {
+	for _, p := range toolPrompts {
+		t.Run(p.file, func(t *testing.T) {
+			args := arguments(t, p.file)
+			documented := slices.Sorted(func(yield func(string) bool) {
+				for name := range args {
+					if !yield(name) {
+						return
+					}
+				}
+			})
+			if !slices.Equal(documented, p.fields) {
+				t.Fatalf("documented fields %v, code accepts %v", documented, p.fields)
+			}
+			for _, a := range p.actions {
+				if err := a.decode([]byte(a.valid)); err != nil {
+					t.Fatalf("%s: the valid example is refused: %v", a.name, err)
+				}
+				body := map[string]json.RawMessage{}
+				if err := json.Unmarshal([]byte(a.valid), &body); err != nil {
+					t.Fatal(err)
+				}
+				for name, doc := range args {
+					if _, used := body[name]; !used {
+						continue
+					}
+					if doc.actions != nil && !slices.Contains(doc.actions, a.name) {
+						t.Errorf("%s: field %s is used but documented only for %v", a.name, name, doc.actions)
+					}
+					err := a.decode(marshal(t, body, name, nil))
+					if doc.required && err == nil {
+						t.Errorf("%s: %s is documented as required, but a body without it is accepted", a.name, name)
+					}
+					if !doc.required && err != nil {
+						t.Errorf("%s: %s is documented as optional, but a body without it is refused: %v", a.name, name, err)
+					}
+				}
+			}
+			for name, doc := range args {
+				if doc.values != nil {
+					checkValues(t, p.actions[0], name, doc.values)
+				}
+			}
+		})
+	}
+}
+
+// marshal re-encodes body without the field drop, or with it set to value.
+func marshal(t *testing.T, body map[string]json.RawMessage, field string, value json.RawMessage) []byte {
+	t.Helper()
+	out := map[string]json.RawMessage{}
+	for k, v := range body {
+		out[k] = v
+	}
+	delete(out, field)
+	if value != nil {
+		out[field] = value
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// checkValues requires the documented values to be exactly the code's
+// list, and each to be accepted in an otherwise valid body.
+func checkValues(t *testing.T, a action, field string, values []string) {
+	t.Helper()
+	code := map[string][]string{
+		"type":     strs(subjects.NotificationTypes()),
+		"wake":     strs(subjects.WakeKinds()),
+		"delivery": strs(subjects.Deliveries()),
+	}[field]
+	if !slices.Equal(values, code) {
+		t.Errorf("%s values: documented %v, code accepts %v", field, values, code)
+	}
+	body := map[string]json.RawMessage{}
+	_ = json.Unmarshal([]byte(a.valid), &body)
+	for _, v := range values {
+		q, _ := json.Marshal(v)
+		if err := a.decode(marshal(t, body, field, q)); err != nil {
+			t.Errorf("%s %q is documented but refused: %v", field, v, err)
+		}
+	}
+}
+
+func strs[T ~string](vs []T) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = string(v)
+	}
+	return out
+}
+
+var priorityValue = regexp.MustCompile(`(\d+) ([a-z]+) urgency`)
+
+// TestNotifyPriorities checks notify_user's priority line: each number the
+// code's, named by the code's level, and the default it states for an
+// omitted priority the one agents get.
+func TestNotifyPriorities(t *testing.T) {
+	line := arguments(t, "notify_user.md")["priority"].priority
+	if line != "20 high urgency, 10 normal urgency; omit for high" {
+		t.Errorf("priority line %q", line)
+	}
+	names := map[string]subjects.NotificationPriority{}
+	var documented []subjects.NotificationPriority
+	for _, m := range priorityValue.FindAllStringSubmatch(line, -1) {
+		n, _ := strconv.Atoi(m[1])
+		documented = append(documented, subjects.NotificationPriority(n))
+		names[m[2]] = subjects.NotificationPriority(n)
+	}
+	if !slices.Equal(documented, subjects.NotificationPriorities()) {
+		t.Errorf("documented priorities %v, code accepts %v", documented, subjects.NotificationPriorities())
+	}
+	if names["high"] != subjects.PriorityHigh || names["normal"] != subjects.PriorityNormal {
+		t.Errorf("priority names %v", names)
+	}
+	_, omitted, _ := strings.Cut(line, "omit for ")
+	n, err := subjects.DecodeNotify([]byte(`{"message":"m"}`), subjects.FromAgent)
+	if err != nil || n.Priority != names[omitted] {
+		t.Errorf("an omitted priority is %v (%v), the prompt says %s", n, err, omitted)
+	}
+}
+
+func TestFrameworkMessages(t *testing.T) {
+	got, err := prompts.Render("fw.notification_sent.md", nil)
+	if err != nil || got != subjects.NotificationSentText {
+		t.Errorf("notification sent: %q, %v; the reply says %q", got, err, subjects.NotificationSentText)
+	}
+	got, err = prompts.Render("fw.wait_complete.md", map[string]string{"target_time": "2026-12-03T09:00:00+00:00"})
+	if err != nil || got != "Wait complete. Reached 2026-12-03T09:00:00+00:00." {
+		t.Errorf("wait complete: %q, %v", got, err)
+	}
+	if _, err := prompts.Render("fw.wait_complete.md", nil); !errors.Is(err, prompts.ErrMissingVar) {
+		t.Errorf("missing target_time: %v", err)
+	}
+	if _, err := prompts.Get("nope.md"); !errors.Is(err, prompts.ErrUnknownPrompt) {
+		t.Errorf("unknown prompt: %v", err)
+	}
+}
+
+func ExampleRender() {
+	text, err := prompts.Render("fw.wait_complete.md", map[string]string{"target_time": "2026-12-03T09:00:00+09:00"})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(text)
+	// Output: Wait complete. Reached 2026-12-03T09:00:00+09:00.
+}

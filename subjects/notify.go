@@ -1,0 +1,142 @@
+package subjects
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"strconv"
+)
+
+// ActionNotify is the agent's request to notify its user.
+const ActionNotify = "notify"
+
+// NotificationSentText is the reply message of an accepted notification
+// (Agent Zero's); prompts/fw.notification_sent.md holds the same text.
+const NotificationSentText = "The notification has been sent to the user."
+
+// NotificationType is the kind of a notice, case-sensitive on the wire.
+type NotificationType string
+
+// Notification types; info is the default.
+const (
+	NotifyInfo     NotificationType = "info"
+	NotifySuccess  NotificationType = "success"
+	NotifyWarning  NotificationType = "warning"
+	NotifyError    NotificationType = "error"
+	NotifyProgress NotificationType = "progress"
+)
+
+// NotificationTypes lists every accepted type, in the order prompts show them.
+func NotificationTypes() []NotificationType {
+	return []NotificationType{NotifyInfo, NotifySuccess, NotifyWarning, NotifyError, NotifyProgress}
+}
+
+// NotificationPriority is Agent Zero's urgency scale.
+type NotificationPriority int
+
+// Notification priorities.
+const (
+	PriorityNormal NotificationPriority = 10
+	PriorityHigh   NotificationPriority = 20
+)
+
+// NotificationPriorities lists every accepted priority, highest first.
+func NotificationPriorities() []NotificationPriority {
+	return []NotificationPriority{PriorityHigh, PriorityNormal}
+}
+
+// NotifySource says who sends a notification; the defaults differ.
+type NotifySource int
+
+// Notification sources.
+const (
+	// FromAgent: priority high, shown 30 s unless said otherwise.
+	FromAgent NotifySource = iota
+	// FromHTTP: priority normal, shown 3 s.
+	FromHTTP
+)
+
+func (s NotifySource) defaults() (NotificationPriority, float64) {
+	if s == FromHTTP {
+		return PriorityNormal, 3
+	}
+	return PriorityHigh, 30
+}
+
+// NotifyRequest is the body of agent.<id>.notify. Priority and the display
+// times stay raw so that their own rules, not JSON's types, answer them.
+type NotifyRequest struct {
+	Message     string          `json:"message"`
+	Title       string          `json:"title,omitempty"`
+	Detail      string          `json:"detail,omitempty"`
+	Type        string          `json:"type,omitempty"`
+	Priority    json.RawMessage `json:"priority,omitempty"`
+	Timeout     json.RawMessage `json:"timeout,omitempty"`
+	DisplayTime json.RawMessage `json:"display_time,omitempty"`
+	ID          string          `json:"id,omitempty"`
+	Group       string          `json:"group,omitempty"`
+}
+
+// Notification is a validated notification request.
+type Notification struct {
+	ID          string // empty: chime picks one
+	Message     string
+	Title       string
+	Detail      string // HTML
+	Type        NotificationType
+	Priority    NotificationPriority
+	DisplayTime float64 // seconds
+	Group       string
+}
+
+// DecodeNotify validates a notification in Agent Zero's order (type, then
+// priority, then message) with its texts. A display time that is absent,
+// non-numeric or not positive takes the source's default; timeout wins
+// over display_time.
+func DecodeNotify(data []byte, src NotifySource) (*Notification, error) {
+	var req NotifyRequest
+	if err := DecodeStrict(data, &req); err != nil {
+		return nil, err
+	}
+	prio, display := src.defaults()
+	n := &Notification{ID: req.ID, Message: req.Message, Title: req.Title, Detail: req.Detail,
+		Type: NotifyInfo, Priority: prio, DisplayTime: display, Group: req.Group}
+	if req.Type != "" {
+		n.Type = NotificationType(req.Type)
+		if !slices.Contains(NotificationTypes(), n.Type) {
+			return nil, &Error{Code: CodeInvalidRequest, Message: "Invalid notification type: " + req.Type}
+		}
+	}
+	if !isNull(req.Priority) {
+		p, err := strconv.Atoi(string(bytes.TrimSpace(req.Priority)))
+		if err != nil || !slices.Contains(NotificationPriorities(), NotificationPriority(p)) {
+			return nil, &Error{Code: CodeInvalidRequest, Message: "Invalid notification priority: " + rawText(req.Priority)}
+		}
+		n.Priority = NotificationPriority(p)
+	}
+	if req.Message == "" {
+		return nil, &Error{Code: CodeInvalidRequest, Message: "Message is required"}
+	}
+	if req.ID != "" {
+		if err := ValidateID("id", req.ID); err != nil {
+			return nil, err
+		}
+	}
+	for _, raw := range []json.RawMessage{req.Timeout, req.DisplayTime} {
+		if f, err := strconv.ParseFloat(string(bytes.TrimSpace(raw)), 64); err == nil && f > 0 {
+			n.DisplayTime = f
+			break
+		}
+	}
+	return n, nil
+}
+
+// rawText shows a raw JSON value the way the sender wrote it, a string
+// without its quotes, as Agent Zero's message does.
+func rawText(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	return string(bytes.TrimSpace(raw))
+}

@@ -1,0 +1,77 @@
+package subjects
+
+import (
+	"errors"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestDecodeWaitFor(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		want WaitForSpec
+	}{
+		{`{"wake":"operator_input","reason":"need approval","delivery":"final"}`,
+			WaitForSpec{Wake: WakeOperatorInput, Reason: "need approval", Delivery: DeliveryFinal}},
+		{`{"wake":"timer","resource":"t1","reason":"r","delivery":"silent","work_item_id":"w-2","recheck_after_ms":1500}`,
+			WaitForSpec{Wake: WakeTimer, Resource: "t1", Reason: "r", Delivery: DeliverySilent, WorkItemID: "w-2", RecheckAfter: 1500 * time.Millisecond}},
+		{`{"wake":"external","resource":"ci","reason":" spaced ","delivery":"final"}`,
+			WaitForSpec{Wake: WakeExternal, Resource: "ci", Reason: "spaced", Delivery: DeliveryFinal}},
+	} {
+		got, err := DecodeWaitFor([]byte(tc.body))
+		if err != nil {
+			t.Errorf("%s: %v", tc.body, err)
+			continue
+		}
+		if !reflect.DeepEqual(*got, tc.want) {
+			t.Errorf("%s: got %+v, want %+v", tc.body, *got, tc.want)
+		}
+	}
+}
+
+func TestDecodeWaitForErrors(t *testing.T) {
+	for _, tc := range []struct{ body, code, msg string }{
+		{`{"reason":"r","delivery":"final"}`, CodeInvalidRequest, "wake is required"},
+		{`{"wake":"Timer","reason":"r","delivery":"final"}`, CodeInvalidRequest, "wake must be one of operator_input, task_result, external, timer, system, not Timer"},
+		{`{"wake":"timer","reason":"r","delivery":"final"}`, CodeInvalidRequest, "resource is required for wake timer"},
+		{`{"wake":"task_result","reason":"r","delivery":"final"}`, CodeInvalidRequest, "resource is required for wake task_result"},
+		{`{"wake":"system","reason":"  ","delivery":"final"}`, CodeInvalidRequest, "reason is required"},
+		{`{"wake":"system","reason":"r"}`, CodeInvalidRequest, "delivery is required"},
+		{`{"wake":"system","reason":"r","delivery":"loud"}`, CodeInvalidRequest, "delivery must be one of final, silent, not loud"},
+		{`{"wake":"timer","resource":"a.b","reason":"r","delivery":"final"}`, CodeInvalidID, `resource "a.b" may only contain letters, digits, '_' and '-'`},
+		{`{"wake":"system","reason":"r","delivery":"final","work_item_id":"*"}`, CodeInvalidID, `work_item_id "*" may only contain letters, digits, '_' and '-'`},
+		{`{"wake":"system","reason":"r","delivery":"final","recheck_after_ms":0}`, CodeInvalidRequest, "recheck_after_ms must be a positive integer, not 0"},
+		{`{"wake":"system","reason":"r","delivery":"final","recheck_after_ms":1.5}`, CodeInvalidRequest, "recheck_after_ms must be a positive integer, not 1.5"},
+		{`{"wake":"system","reason":"r","delivery":"final","recheck_after_ms":2592000001}`, CodeInvalidRequest, "recheck_after_ms is too large: at most 2592000000"},
+		{`{"wake":"system","reason":"r","delivery":"final","every_ms":5}`, CodeInvalidRequest, `unknown field "every_ms"`},
+		{`[]`, CodeInvalidJSON, "request body must be a JSON object"},
+	} {
+		_, err := DecodeWaitFor([]byte(tc.body))
+		var e *Error
+		if !errors.As(err, &e) || e.Code != tc.code || e.Message != tc.msg {
+			t.Errorf("%s: got %v, want %s: %s", tc.body, err, tc.code, tc.msg)
+		}
+	}
+}
+
+func FuzzDecodeWaitFor(f *testing.F) {
+	for _, s := range []string{`{"wake":"timer","resource":"t","reason":"r","delivery":"final"}`, `{"wake":"system"}`, `{"recheck_after_ms":-1}`, `{`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		spec, err := DecodeWaitFor(body)
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) || e.Code == "" || e.Message == "" {
+				t.Fatalf("error without code or text: %v", err)
+			}
+			return
+		}
+		if spec.Reason == "" || !slices.Contains(WakeKinds(), spec.Wake) || !slices.Contains(Deliveries(), spec.Delivery) ||
+			(spec.Wake.needsResource() && spec.Resource == "") || spec.RecheckAfter < 0 {
+			t.Fatalf("accepted %s as %+v", body, spec)
+		}
+	})
+}
