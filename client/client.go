@@ -1,6 +1,7 @@
 // Package client is the Go client agents use to talk to chime over NATS:
-// timer requests and inbox subscriptions, with chime's wire errors returned
-// as *subjects.Error so callers can match them with errors.Is.
+// managed waits with live progress, timers and inbox subscriptions, with
+// chime's wire errors returned as *subjects.Error so callers can match them
+// with errors.Is.
 package client
 
 import (
