@@ -90,24 +90,11 @@ func Timers(ctx context.Context, o TimersOptions) (*TimersResult, error) {
 	if o.Hold {
 		o.Lead = time.Hour
 	}
-	url := o.NATSURL
-	if url == "" {
-		dir, err := os.MkdirTemp("", "chime-bench-")
-		if err != nil {
-			return nil, fmt.Errorf("bench: %w", err)
-		}
-		defer os.RemoveAll(dir)
-		cfg := &config.Config{
-			DataDir: dir, NATSListen: "127.0.0.1:-1", JSReplicas: 1, ReplicaID: "bench", Shards: 32,
-			LeaseTTL: 2 * time.Second, InboxMaxAge: time.Hour, EventMaxAge: time.Hour, LogLevel: "warn", LogFormat: "text",
-		}
-		r, err := replica.Start(ctx, cfg, o.Log, "0.0.0-bench")
-		if err != nil {
-			return nil, err
-		}
-		defer r.Stop(context.Background())
-		url = r.NATSURL()
+	url, stop, err := target(ctx, o.NATSURL, o.Log)
+	if err != nil {
+		return nil, err
 	}
+	defer stop()
 	conns := make([]*nats.Conn, min(o.Clients, 4))
 	for i := range conns {
 		nc, err := nats.Connect(url, nats.Name("chime bench"))
@@ -213,16 +200,46 @@ func Timers(ctx context.Context, o TimersOptions) (*TimersResult, error) {
 	mu.Lock()
 	defer mu.Unlock()
 	res.Missed = o.N - len(lateness)
-	if n := len(lateness); n > 0 {
-		slices.Sort(lateness)
-		q := func(p float64) float64 { return ms(lateness[min(n-1, int(p*float64(n)))]) }
-		res.LatenessMs = Latency{P50: q(.50), P90: q(.90), P99: q(.99), Max: ms(lateness[n-1])}
-		if span := last.Sub(first).Seconds(); span > 0 {
-			res.FiresPerS = float64(n) / span
-		}
+	res.LatenessMs = summarize(lateness)
+	if span := last.Sub(first).Seconds(); span > 0 {
+		res.FiresPerS = float64(len(lateness)) / span
 	}
 	res.PeakRSSBytes = peakRSS()
 	return res, nil
+}
+
+// target returns the NATS URL of the chime to drive: url itself, or an
+// in-process replica on an embedded server when url is empty, stopped by
+// the returned func.
+func target(ctx context.Context, url string, log *slog.Logger) (string, func(), error) {
+	if url != "" {
+		return url, func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", "chime-bench-")
+	if err != nil {
+		return "", nil, fmt.Errorf("bench: %w", err)
+	}
+	cfg := &config.Config{
+		DataDir: dir, NATSListen: "127.0.0.1:-1", JSReplicas: 1, ReplicaID: "bench", Shards: 32,
+		LeaseTTL: 2 * time.Second, InboxMaxAge: time.Hour, EventMaxAge: time.Hour, LogLevel: "warn", LogFormat: "text",
+	}
+	r, err := replica.Start(ctx, cfg, log, "0.0.0-bench")
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, err
+	}
+	return r.NATSURL(), func() { r.Stop(context.Background()); _ = os.RemoveAll(dir) }, nil
+}
+
+// summarize sorts d and returns its quantiles in milliseconds.
+func summarize(d []time.Duration) Latency {
+	n := len(d)
+	if n == 0 {
+		return Latency{}
+	}
+	slices.Sort(d)
+	q := func(p float64) float64 { return ms(d[min(n-1, int(p*float64(n)))]) }
+	return Latency{P50: q(.50), P90: q(.90), P99: q(.99), Max: ms(d[n-1])}
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

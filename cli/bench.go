@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -13,10 +14,23 @@ import (
 	"github.com/chime-nats/chime/bench"
 )
 
+const benchUsage = `chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--json]
+       chime bench waits [-n N] [--agents N] [-c C] [--lead D] [--spread D] [--timers N] [--json]`
+
 func (a *App) bench(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] != "timers" {
-		return fmt.Errorf("%w: chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--json]", ErrUsage)
+	if len(args) == 0 {
+		return fmt.Errorf("%w: %s", ErrUsage, benchUsage)
 	}
+	switch args[0] {
+	case "timers":
+		return a.benchTimers(ctx, args[1:])
+	case "waits":
+		return a.benchWaits(ctx, args[1:])
+	}
+	return fmt.Errorf("%w: %s", ErrUsage, benchUsage)
+}
+
+func (a *App) benchTimers(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench timers", flag.ContinueOnError)
 	fs.SetOutput(a.Stderr)
 	o := bench.TimersOptions{NATSURL: os.Getenv("CHIME_NATS_URL")}
@@ -27,12 +41,44 @@ func (a *App) bench(ctx context.Context, args []string) error {
 	fs.BoolVar(&o.Hold, "hold", false, "create far-future timers and report memory per active timer")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	cpu := fs.String("cpuprofile", "", "write a CPU profile to this file")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
-	o.Log = slog.New(slog.NewTextHandler(a.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if *cpu != "" {
-		f, err := os.Create(*cpu)
+	o.Log = a.benchLog()
+	return a.runBench(ctx, *cpu, *asJSON, func(ctx context.Context) (result, error) { return bench.Timers(ctx, o) })
+}
+
+func (a *App) benchWaits(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bench waits", flag.ContinueOnError)
+	fs.SetOutput(a.Stderr)
+	o := bench.WaitsOptions{NATSURL: os.Getenv("CHIME_NATS_URL")}
+	fs.IntVar(&o.N, "n", 10000, "waits to register")
+	fs.IntVar(&o.Agents, "agents", 100, "agents the waits belong to")
+	fs.IntVar(&o.Clients, "c", 16, "concurrent clients")
+	fs.DurationVar(&o.Lead, "lead", 8e9, "first target after the start (must outlast the registrations)")
+	fs.DurationVar(&o.Spread, "spread", 4e9, "spread targets over this")
+	fs.IntVar(&o.Timers, "timers", 2000, "timers fired alone and while the waits run (0: none)")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	cpu := fs.String("cpuprofile", "", "write a CPU profile to this file")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	o.Log = a.benchLog()
+	return a.runBench(ctx, *cpu, *asJSON, func(ctx context.Context) (result, error) { return bench.Waits(ctx, o) })
+}
+
+// result is a benchmark's printable outcome.
+type result interface{ WriteText(io.Writer) }
+
+func (a *App) benchLog() *slog.Logger {
+	return slog.New(slog.NewTextHandler(a.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// runBench runs fn under an optional CPU profile, stopping on Ctrl-C, and
+// prints its result.
+func (a *App) runBench(ctx context.Context, cpuProfile string, asJSON bool, fn func(context.Context) (result, error)) error {
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
 		if err != nil {
 			return err
 		}
@@ -44,11 +90,11 @@ func (a *App) bench(ctx context.Context, args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
 	defer stop()
-	res, err := bench.Timers(ctx, o)
+	res, err := fn(ctx)
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if asJSON {
 		return json.NewEncoder(a.Stdout).Encode(res)
 	}
 	res.WriteText(a.Stdout)

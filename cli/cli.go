@@ -43,6 +43,7 @@ Usage:
   chime timer cancel ID [--agent ID]
   chime wait --seconds N | --minutes N | --until T [--tz ZONE] [--agent ID]
   chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--json]
+  chime bench waits [-n N] [--agents N] [-c C] [--lead D] [--spread D] [--timers N] [--json]
   chime version
 `
 
