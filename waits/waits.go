@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -260,5 +259,3 @@ func (s *Store) Waiting(ctx context.Context, agentID string) ([]string, error) {
 	return ids, nil
 }
 
-// ParseKey splits a wait KV key.
-func ParseKey(key string) (agentID, waitID string, ok bool) { return strings.Cut(key, ".") }
