@@ -142,6 +142,20 @@ func connect() (*nats.Conn, error) {
 	return nc, nil
 }
 
+// agentClient connects and returns a client for agentID; close ends the
+// connection.
+func agentClient(agentID string) (c *client.Client, close func(), err error) {
+	nc, err := connect()
+	if err != nil {
+		return nil, nil, err
+	}
+	if c, err = client.New(nc, agentID); err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return c, nc.Close, nil
+}
+
 func (a *App) timer(ctx context.Context, args []string) error {
 	sub := "create"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -157,15 +171,11 @@ func (a *App) timer(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
-	nc, err := connect()
+	c, closeConn, err := agentClient(*agent)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	c, err := client.New(nc, *agent)
-	if err != nil {
-		return err
-	}
+	defer closeConn()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var res any

@@ -33,15 +33,11 @@ func (a *App) wait(ctx context.Context, args []string) error {
 	if *seconds == 0 && *minutes == 0 && *until == "" {
 		return fmt.Errorf("%w: wait needs --seconds N, --minutes N or --until T", ErrUsage)
 	}
-	nc, err := connect()
+	c, closeConn, err := agentClient(*agent)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	c, err := client.New(nc, *agent)
-	if err != nil {
-		return err
-	}
+	defer closeConn()
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
