@@ -258,4 +258,3 @@ func (s *Store) Waiting(ctx context.Context, agentID string) ([]string, error) {
 	}
 	return ids, nil
 }
-
