@@ -1,6 +1,8 @@
 // Package api exposes chime's operations to agents and operators: the NATS
 // micro service "chime" (agent.<id>.timer.*, in a queue group so any replica
-// answers; agent.<id>.wait.*, agent.<id>.intervention) and the HTTP gateway with /metrics, /healthz and /readyz. Both
+// answers; agent.<id>.wait.*, .intervention, .lifecycle.*, .trigger.*, and
+// the callback ingress callback.wake|enqueue) and the HTTP gateway (the same
+// routes, callbacks, operator authentication, /metrics, /healthz, /readyz). Both
 // surfaces decode into the same requests and call the same operations, so a
 // rule or an error text lives in one place.
 package api
@@ -19,6 +21,7 @@ import (
 
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
+	"github.com/chime-nats/chime/triggers"
 	"github.com/chime-nats/chime/waits"
 )
 
@@ -26,6 +29,12 @@ import (
 type Config struct {
 	Timers *timers.Store
 	Waits  *waits.Store
+	// Triggers, when set, serves the agent lifecycle, triggers and
+	// callbacks.
+	Triggers *triggers.Store
+	// InboxStream is the stream of agent inboxes, where an agent's inbox
+	// consumer tells whether it has taken its wake hint.
+	InboxStream string
 	// JS stores interventions and the deliveries of cancelled waits.
 	JS  jetstream.JetStream
 	Log *slog.Logger
@@ -38,13 +47,15 @@ type Config struct {
 
 // Operations are the agent actions, by the action part of their subject.
 type Operations struct {
-	store    *timers.Store
-	waits    *waits.Store
-	js       jetstream.JetStream
-	tz       string
-	now      func() time.Time
-	log      *slog.Logger
-	requests *prometheus.CounterVec
+	store       *timers.Store
+	waits       *waits.Store
+	triggers    *triggers.Store
+	inboxStream string
+	js          jetstream.JetStream
+	tz          string
+	now         func() time.Time
+	log         *slog.Logger
+	requests    *prometheus.CounterVec
 }
 
 // NewOperations returns the operations.
@@ -57,7 +68,7 @@ func NewOperations(c Config) *Operations {
 	}
 	reg := c.Registerer
 	o := &Operations{
-		store: c.Timers, waits: c.Waits, js: c.JS, tz: c.TimeZone, now: c.Now,
+		store: c.Timers, waits: c.Waits, triggers: c.Triggers, inboxStream: c.InboxStream, js: c.JS, tz: c.TimeZone, now: c.Now,
 		log: c.Log.With("component", "api"),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chime_requests_total", Help: "Requests by endpoint and outcome (ok or the error code).",
@@ -77,7 +88,7 @@ const requestTimeout = 10 * time.Second
 func (o *Operations) Do(ctx context.Context, surface, action, agentID string, body []byte) (any, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	res, err := o.do(ctx, action, agentID, body)
+	res, err := o.do(ctx, surface, action, agentID, body)
 	outcome := "ok"
 	if err != nil {
 		e := subjects.AsError(err)
@@ -91,7 +102,7 @@ func (o *Operations) Do(ctx context.Context, surface, action, agentID string, bo
 	return res, err
 }
 
-func (o *Operations) do(ctx context.Context, action, agentID string, body []byte) (any, error) {
+func (o *Operations) do(ctx context.Context, surface, action, agentID string, body []byte) (any, error) {
 	if err := subjects.ValidateID("agent_id", agentID); err != nil {
 		return nil, err
 	}
@@ -157,6 +168,9 @@ func (o *Operations) do(ctx context.Context, action, agentID string, body []byte
 			return nil, err
 		}
 		return o.intervene(ctx, agentID, req)
+	case subjects.ActionLifecycleStart, subjects.ActionLifecycleStop, subjects.ActionTriggerCreate,
+		subjects.ActionTriggerCancel, subjects.ActionTriggerList, subjects.ActionTriggerReset:
+		return o.lifecycle(ctx, surface, action, agentID, body)
 	}
 	return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: fmt.Sprintf("unknown action %q", action)}
 }
@@ -166,6 +180,8 @@ func Actions() []string {
 	return []string{
 		subjects.ActionTimerCreate, subjects.ActionTimerList, subjects.ActionTimerGet, subjects.ActionTimerCancel,
 		subjects.ActionWaitRequest, subjects.ActionWaitCancel, subjects.ActionIntervention,
+		subjects.ActionLifecycleStart, subjects.ActionLifecycleStop, subjects.ActionTriggerCreate,
+		subjects.ActionTriggerCancel, subjects.ActionTriggerList, subjects.ActionTriggerReset,
 	}
 }
 

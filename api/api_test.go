@@ -26,14 +26,24 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // startChime runs a whole replica in-process on an embedded server.
 func startChime(t *testing.T) (*replica.Replica, *nats.Conn) {
 	t.Helper()
+	return startChimeWith(t, io.Discard, nil)
+}
+
+// startChimeWith runs a replica logging (at debug) to logs, with its
+// configuration adjusted by adjust.
+func startChimeWith(t *testing.T, logs io.Writer, adjust func(*config.Config)) (*replica.Replica, *nats.Conn) {
+	t.Helper()
 	cfg := &config.Config{
 		DataDir: t.TempDir(), NATSListen: "127.0.0.1:-1", JSReplicas: 1, HTTPAddr: "127.0.0.1:0",
 		ReplicaID: "test", Shards: 8, LeaseTTL: 2 * time.Second, InboxMaxAge: time.Hour, EventMaxAge: time.Hour,
-		LogLevel: "info", LogFormat: "text",
+		LogLevel: "debug", LogFormat: "text",
+	}
+	if adjust != nil {
+		adjust(cfg)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	r, err := replica.Start(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), "0.0.0-test")
+	r, err := replica.Start(ctx, cfg, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), "0.0.0-test")
 	if err != nil {
 		t.Fatal(err)
 	}

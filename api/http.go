@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,8 +28,9 @@ type Gateway struct {
 	done chan error
 }
 
-// NewHandler returns the HTTP routes over ops. ready reports readiness.
-func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() bool) http.Handler {
+// NewHandler returns the HTTP routes over ops. ready reports readiness;
+// auth, when enabled, guards the operator routes.
+func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() bool, auth *OperatorAuth) http.Handler {
 	mux := http.NewServeMux()
 	route := func(pattern, action string, body func(*http.Request) ([]byte, error), status int) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
@@ -66,6 +68,26 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() bool
 	route("GET /api/agents/{id}/timers/{timer_id}", subjects.ActionTimerGet, timerRef, http.StatusOK)
 	route("POST /api/control/agents/{id}/timers/{timer_id}/cancel", subjects.ActionTimerCancel, timerRef, http.StatusOK)
 
+	route("POST /api/control/agents/{id}/start", subjects.ActionLifecycleStart, readBody, http.StatusOK)
+	route("POST /api/control/agents/{id}/stop", subjects.ActionLifecycleStop, readBody, http.StatusOK)
+	route("POST /api/control/agents/{id}/reset-callback", subjects.ActionTriggerReset, readBody, http.StatusOK)
+	route("POST /api/control/agents/{id}/triggers", subjects.ActionTriggerCreate, readBody, http.StatusCreated)
+	route("POST /api/control/agents/{id}/triggers/{trigger_id}/cancel", subjects.ActionTriggerCancel, func(r *http.Request) ([]byte, error) {
+		return encode(subjects.TriggerRef{ID: r.PathValue("trigger_id")}), nil
+	}, http.StatusOK)
+	route("GET /api/agents/{id}/triggers", subjects.ActionTriggerList, func(*http.Request) ([]byte, error) { return nil, nil }, http.StatusOK)
+	for _, mode := range subjects.DeliveryModes() {
+		mux.HandleFunc("POST /api/callbacks/"+mode.Route()+"/{token}", func(w http.ResponseWriter, r *http.Request) {
+			res, err := callback(ops, mode, w, r)
+			if err != nil {
+				e := subjects.AsError(err)
+				writeJSON(w, subjects.HTTPStatus(e.Code), subjects.MarshalError(e))
+				return
+			}
+			writeJSON(w, http.StatusOK, encode(res))
+		})
+	}
+
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, []byte(`{"ok":true}`))
@@ -78,9 +100,30 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() bool
 		writeJSON(w, http.StatusOK, []byte(`{"ok":true}`))
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, subjects.MarshalError(&subjects.Error{Code: "not_found", Message: "no route for " + r.Method + " " + r.URL.Path}))
+		path := r.URL.Path
+		if strings.HasPrefix(path, "/api/callbacks/") {
+			path = "/api/callbacks/..." // the rest may be a token
+		}
+		writeJSON(w, http.StatusNotFound, subjects.MarshalError(&subjects.Error{Code: "not_found", Message: "no route for " + r.Method + " " + path}))
 	})
-	return mux
+	return auth.guard(mux)
+}
+
+// callback reads a callback request: at most 256 KiB of body (413 beyond,
+// nothing stored), the token from the path.
+func callback(ops *Operations, mode subjects.DeliveryMode, w http.ResponseWriter, r *http.Request) (*subjects.CallbackReply, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, subjects.MaxCallbackBody))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return nil, &subjects.Error{Code: subjects.CodePayloadTooLarge, Message: "callback body larger than 256 KiB"}
+	}
+	if err != nil {
+		return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "could not read the body"}
+	}
+	return ops.Callback(r.Context(), "http", CallbackRequest{
+		Mode: mode, Token: r.PathValue("token"), ContentType: r.Header.Get("Content-Type"),
+		IdempotencyKey: r.Header.Get(subjects.HeaderIdempotencyKey), Body: body,
+	})
 }
 
 // rawOrString passes a numeric query value as a JSON number and anything
@@ -104,12 +147,8 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) {
 	_, _ = w.Write(body)
 }
 
-// StartGateway listens on addr and serves h until Stop.
-func StartGateway(addr string, h http.Handler, log *slog.Logger) (*Gateway, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("api: http listen %s: %w", addr, err)
-	}
+// StartGateway serves h on ln until Stop.
+func StartGateway(ln net.Listener, h http.Handler, log *slog.Logger) *Gateway {
 	g := &Gateway{
 		srv:  &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second},
 		ln:   ln,
@@ -118,7 +157,7 @@ func StartGateway(addr string, h http.Handler, log *slog.Logger) (*Gateway, erro
 	}
 	go func() { g.done <- g.srv.Serve(ln) }()
 	g.log.Info("http listening", "addr", ln.Addr().String())
-	return g, nil
+	return g
 }
 
 // Addr is the bound address.

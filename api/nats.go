@@ -48,11 +48,26 @@ func StartService(ctx context.Context, nc *nats.Conn, ops *Operations, version s
 		return nil, fmt.Errorf("api: micro service: %w", err)
 	}
 	s := &Service{ops: ops, nc: nc, svc: svc, sem: make(chan struct{}, maxConcurrent), ctx: ctx}
-	for _, action := range Actions() {
-		name := strings.ReplaceAll(action, ".", "_")
-		if err := svc.AddEndpoint(name, micro.HandlerFunc(s.handler(action)), micro.WithEndpointSubject(subjects.AgentWildcard(action))); err != nil {
+	add := func(subject string, h func(micro.Request) *nats.Msg) error {
+		name := strings.ReplaceAll(strings.TrimPrefix(subject, "agent.*."), ".", "_")
+		if err := svc.AddEndpoint(name, micro.HandlerFunc(s.handler(h)), micro.WithEndpointSubject(subject)); err != nil {
 			_ = svc.Stop()
-			return nil, fmt.Errorf("api: endpoint %s: %w", name, err)
+			return fmt.Errorf("api: endpoint %s: %w", name, err)
+		}
+		return nil
+	}
+	for _, action := range Actions() {
+		if err := add(subjects.AgentWildcard(action), func(req micro.Request) *nats.Msg { return s.reply(action, req) }); err != nil {
+			return nil, err
+		}
+	}
+	for _, mode := range subjects.DeliveryModes() {
+		subject := subjects.CallbackWake
+		if mode == subjects.ModeEnqueueMessage {
+			subject = subjects.CallbackEnqueue
+		}
+		if err := add(subject, func(req micro.Request) *nats.Msg { return s.callback(mode, req) }); err != nil {
+			return nil, err
 		}
 	}
 	// The subscriptions are only buffered until flushed; a replica is not
@@ -66,25 +81,40 @@ func StartService(ctx context.Context, nc *nats.Conn, ops *Operations, version s
 	return s, nil
 }
 
-func (s *Service) handler(action string) func(micro.Request) {
+func (s *Service) handler(h func(micro.Request) *nats.Msg) func(micro.Request) {
 	return func(req micro.Request) {
 		s.sem <- struct{}{}
 		go func() {
 			defer func() { <-s.sem }()
-			_ = s.nc.PublishMsg(s.reply(action, req))
+			_ = s.nc.PublishMsg(h(req))
 		}()
 	}
 }
 
-// reply runs action and builds its answer: the result, or the wire error
-// with micro's error headers so micro clients see a service error.
+// reply runs action for the subject's agent.
 func (s *Service) reply(action string, req micro.Request) *nats.Msg {
-	msg := &nats.Msg{Subject: req.Reply()}
 	agentID, err := subjects.ParseAgent(req.Subject())
 	var res any
 	if err == nil {
 		res, err = s.ops.Do(s.ctx, "nats", action, agentID, req.Data())
 	}
+	return answer(req, res, err)
+}
+
+// callback accepts a callback whose token is in its header.
+func (s *Service) callback(mode subjects.DeliveryMode, req micro.Request) *nats.Msg {
+	h := req.Headers()
+	res, err := s.ops.Callback(s.ctx, "nats", CallbackRequest{
+		Mode: mode, Token: h.Get(subjects.HeaderCallbackToken), ContentType: h.Get(subjects.HeaderContentType),
+		IdempotencyKey: h.Get(subjects.HeaderIdempotencyKey), Body: req.Data(),
+	})
+	return answer(req, res, err)
+}
+
+// answer builds a reply: the result, or the wire error with micro's error
+// headers so micro clients see a service error.
+func answer(req micro.Request, res any, err error) *nats.Msg {
+	msg := &nats.Msg{Subject: req.Reply()}
 	if err != nil {
 		e := subjects.AsError(err)
 		msg.Header = nats.Header{

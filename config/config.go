@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"text/tabwriter"
@@ -33,8 +34,11 @@ type Config struct {
 	InboxMaxAge time.Duration `envconfig:"INBOX_MAX_AGE" default:"168h" desc:"how long inbox deliveries are kept"`
 	EventMaxAge time.Duration `envconfig:"EVENT_MAX_AGE" default:"24h" desc:"how long internal events are kept"`
 	TimeZone    string        `envconfig:"TIMEZONE" desc:"IANA zone naive wait times are read in when a request has no tz (default UTC)"`
-	LogLevel    string        `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
-	LogFormat   string        `envconfig:"LOG_FORMAT" default:"text" desc:"text or json"`
+	PublicURL   string        `envconfig:"PUBLIC_URL" desc:"base URL of callback trigger URLs (default: http://HTTP_ADDR)"`
+	// OperatorTokensFile holds hex SHA-256 hashes of operator bearer tokens.
+	OperatorTokensFile string `envconfig:"OPERATOR_TOKENS_FILE" desc:"file of hex SHA-256 hashes of operator bearer tokens; unset: control routes open, loopback only"`
+	LogLevel           string `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
+	LogFormat          string `envconfig:"LOG_FORMAT" default:"text" desc:"text or json"`
 }
 
 // Load reads the environment and validates the result.
@@ -77,8 +81,17 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: CHIME_LEASE_TTL must be at least 500ms, not %s", c.LeaseTTL)
 	}
 	if c.HTTPAddr != "" {
-		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+		host, _, err := net.SplitHostPort(c.HTTPAddr)
+		if err != nil {
 			return fmt.Errorf("config: CHIME_HTTP_ADDR %q: %w", c.HTTPAddr, err)
+		}
+		if c.OperatorTokensFile == "" && !loopback(host) {
+			return fmt.Errorf("config: CHIME_HTTP_ADDR %q is not a loopback address and CHIME_OPERATOR_TOKENS_FILE is unset: the control routes would be open to the network", c.HTTPAddr)
+		}
+	}
+	if c.PublicURL != "" {
+		if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("config: CHIME_PUBLIC_URL %q must be an http or https URL", c.PublicURL)
 		}
 	}
 	switch c.LogLevel {
@@ -92,6 +105,24 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: CHIME_LOG_FORMAT must be text or json, not %q", c.LogFormat)
 	}
 	return nil
+}
+
+// loopback reports a host that only this machine reaches.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// CallbackBaseURL is where trigger URLs point: CHIME_PUBLIC_URL, or the
+// HTTP gateway's own address.
+func (c *Config) CallbackBaseURL(boundAddr string) string {
+	if c.PublicURL != "" {
+		return c.PublicURL
+	}
+	return "http://" + boundAddr
 }
 
 // Usage writes the table of variables with their defaults.

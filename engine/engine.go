@@ -25,8 +25,10 @@ const (
 	WaitsBucket  = "chime_waits"
 	AgentsBucket = "chime_agents"
 	LeasesBucket = "chime_leases"
-	EventsStream = "CHIME_EVENTS"
-	InboxStream  = "CHIME_INBOX"
+	// TriggersBucket holds external triggers, by token hash and by agent.
+	TriggersBucket = "chime_triggers"
+	EventsStream   = "CHIME_EVENTS"
+	InboxStream    = "CHIME_INBOX"
 )
 
 // EmbeddedOptions configures the embedded nats-server.
@@ -89,11 +91,12 @@ type Topology struct {
 
 // Resources are the provisioned handles.
 type Resources struct {
-	JS     jetstream.JetStream
-	Timers jetstream.KeyValue
-	Waits  jetstream.KeyValue
-	Agents jetstream.KeyValue
-	Leases jetstream.KeyValue
+	JS       jetstream.JetStream
+	Timers   jetstream.KeyValue
+	Waits    jetstream.KeyValue
+	Agents   jetstream.KeyValue
+	Leases   jetstream.KeyValue
+	Triggers jetstream.KeyValue
 }
 
 // Provision creates or updates the streams and buckets. It is idempotent, so
@@ -126,6 +129,15 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Resour
 	if err != nil {
 		return nil, fmt.Errorf("engine: agents bucket: %w", err)
 	}
+	triggers, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      TriggersBucket,
+		Description: "chime external triggers: rec.<agent>.<trigger>, tok.<token sha256>",
+		History:     1,
+		Replicas:    t.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("engine: triggers bucket: %w", err)
+	}
 	leases, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      LeasesBucket,
 		Description: "chime shard leases and replica presence; entries expire after the lease TTL",
@@ -140,8 +152,8 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Resour
 	}
 	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        EventsStream,
-		Description: "chime internal events: timer and wait fires, interventions",
-		Subjects:    []string{subjects.TimerFire, subjects.WaitFire, subjects.InterventionApply},
+		Description: "chime internal events: timer and wait fires, interventions, accepted callbacks",
+		Subjects:    []string{subjects.TimerFire, subjects.WaitFire, subjects.InterventionApply, subjects.CallbackEventWake, subjects.CallbackEventEnqueue},
 		Retention:   jetstream.LimitsPolicy,
 		MaxAge:      t.EventMaxAge,
 		Duplicates:  t.DedupWindow,
@@ -160,7 +172,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Resour
 	}); err != nil {
 		return nil, fmt.Errorf("engine: inbox stream: %w", err)
 	}
-	return &Resources{JS: js, Timers: timers, Waits: waits, Agents: agents, Leases: leases}, nil
+	return &Resources{JS: js, Timers: timers, Waits: waits, Agents: agents, Leases: leases, Triggers: triggers}, nil
 }
 
 // ConnectOptions says how to reach NATS.

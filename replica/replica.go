@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,25 +25,27 @@ import (
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/scheduler"
 	"github.com/chime-nats/chime/timers"
+	"github.com/chime-nats/chime/triggers"
 	"github.com/chime-nats/chime/waits"
 )
 
 // Replica is one running chime.
 type Replica struct {
-	cfg     *config.Config
-	log     *slog.Logger
-	ns      *server.Server
-	nc      *nats.Conn
-	fires   *consumer.Fires
-	waits   *consumer.Waits
-	sched   *scheduler.Scheduler
-	leases  *scheduler.Leases
-	svc     *api.Service
-	gw      *api.Gateway
-	ready   atomic.Bool
-	cancel  context.CancelFunc
-	once    sync.Once
-	Version string
+	cfg       *config.Config
+	log       *slog.Logger
+	ns        *server.Server
+	nc        *nats.Conn
+	fires     *consumer.Fires
+	waits     *consumer.Waits
+	callbacks *consumer.Callbacks
+	sched     *scheduler.Scheduler
+	leases    *scheduler.Leases
+	svc       *api.Service
+	gw        *api.Gateway
+	ready     atomic.Bool
+	cancel    context.CancelFunc
+	once      sync.Once
+	Version   string
 }
 
 // Start brings a replica up. On error everything started is stopped.
@@ -85,6 +88,35 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 
 	waitStore := waits.NewStore(res.Waits, res.Agents, time.Now)
 
+	// The HTTP listener comes first: trigger URLs are built on its address
+	// when CHIME_PUBLIC_URL is unset.
+	var ln net.Listener
+	publicURL := cfg.PublicURL
+	if cfg.HTTPAddr != "" {
+		if ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			return nil, fmt.Errorf("replica: http listen %s: %w", cfg.HTTPAddr, err)
+		}
+		defer func() {
+			if r.gw == nil {
+				_ = ln.Close()
+			}
+		}()
+		publicURL = cfg.CallbackBaseURL(ln.Addr().String())
+	}
+	var auth *api.OperatorAuth
+	if cfg.OperatorTokensFile != "" {
+		if auth, err = api.LoadOperatorTokens(cfg.OperatorTokensFile); err != nil {
+			return nil, err
+		}
+	} else if cfg.HTTPAddr != "" {
+		log.Warn("no operator tokens (CHIME_OPERATOR_TOKENS_FILE): HTTP control routes are open, on loopback only", "addr", cfg.HTTPAddr)
+	}
+	triggerStore := triggers.NewStore(res.Triggers, res.Agents, publicURL, time.Now)
+	r.callbacks = consumer.NewCallbacks(consumer.CallbacksConfig{JS: js, Stream: engine.EventsStream, Store: triggerStore, Log: log, Registerer: reg})
+	if err := r.callbacks.Start(ctx); err != nil {
+		return nil, err
+	}
+
 	r.fires = consumer.NewFires(consumer.FiresConfig{JS: js, Stream: engine.EventsStream, Store: store, Log: log, Registerer: reg})
 	if err := r.fires.Start(ctx); err != nil {
 		return nil, err
@@ -109,14 +141,15 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	if err := r.leases.Start(ctx); err != nil {
 		return nil, err
 	}
-	ops := api.NewOperations(api.Config{Timers: store, Waits: waitStore, JS: js, Log: log, TimeZone: cfg.TimeZone, Registerer: reg})
+	ops := api.NewOperations(api.Config{
+		Timers: store, Waits: waitStore, Triggers: triggerStore, InboxStream: engine.InboxStream,
+		JS: js, Log: log, TimeZone: cfg.TimeZone, Registerer: reg,
+	})
 	if r.svc, err = api.StartService(ctx, r.nc, ops, version); err != nil {
 		return nil, err
 	}
-	if cfg.HTTPAddr != "" {
-		if r.gw, err = api.StartGateway(cfg.HTTPAddr, api.NewHandler(ops, reg, r.Ready), log); err != nil {
-			return nil, err
-		}
+	if ln != nil {
+		r.gw = api.StartGateway(ln, api.NewHandler(ops, reg, r.Ready, auth), log)
 	}
 	r.ready.Store(true)
 	log.Info("chime ready", "replica", cfg.ReplicaID, "version", version, "nats", r.nc.ConnectedUrlRedacted())
@@ -165,6 +198,9 @@ func (r *Replica) Stop(ctx context.Context) {
 		}
 		if r.waits != nil {
 			r.waits.Stop()
+		}
+		if r.callbacks != nil {
+			r.callbacks.Stop()
 		}
 		if r.cancel != nil {
 			r.cancel()

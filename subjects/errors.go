@@ -63,10 +63,16 @@ func HTTPStatus(code string) int {
 	case CodeInvalidJSON, CodeInvalidRequest, CodeInvalidID,
 		CodeInvalidDuration, CodeInvalidTimestamp, CodeTargetInPast, CodeInvalidTimezone:
 		return http.StatusBadRequest
-	case CodeTimerNotFound, CodeWaitNotFound:
+	case CodeTimerNotFound, CodeWaitNotFound, CodeTriggerNotFound:
 		return http.StatusNotFound
-	case CodeTimerCompleted, CodeWaitExists:
+	case CodeTimerCompleted, CodeWaitExists, CodeAgentNotActive:
 		return http.StatusConflict
+	case CodeForbidden:
+		return http.StatusForbidden
+	case CodeUnauthorized:
+		return http.StatusUnauthorized
+	case CodePayloadTooLarge:
+		return http.StatusRequestEntityTooLarge
 	case CodeUnavailable:
 		return http.StatusServiceUnavailable
 	default:

@@ -469,9 +469,3 @@ func InterventionEnvelope(iv *Intervention) Envelope {
 // PauseThreshold is the shortest pause that moves duration waits, as in
 // Agent Zero.
 const PauseThreshold = 1500 * time.Millisecond
-
-// AgentState is the per-agent record (chime_agents bucket, key = agent ID).
-type AgentState struct {
-	AgentID  string     `json:"agent_id"`
-	PausedAt *time.Time `json:"paused_at,omitempty"`
-}

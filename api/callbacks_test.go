@@ -1,0 +1,542 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chime-nats/chime/config"
+	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/subjects"
+)
+
+// lockedBuffer collects log lines from many goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startAgent starts agent over NATS and returns its trigger URLs by mode.
+func startAgent(t *testing.T, nc *nats.Conn, agent string) map[subjects.DeliveryMode]string {
+	t.Helper()
+	var reply subjects.LifecycleReply
+	if err := subjects.DecodeReply(request(t, nc, "agent."+agent+".lifecycle.start", "").Data, &reply); err != nil {
+		t.Fatal(err)
+	}
+	if reply.Status != subjects.AgentActive || len(reply.Triggers) != 2 {
+		t.Fatalf("start: %+v", reply)
+	}
+	urls := map[subjects.DeliveryMode]string{}
+	for _, tr := range reply.Triggers {
+		if !tr.Default || tr.Status != subjects.TriggerActive || tr.TriggerURL == "" {
+			t.Fatalf("start: trigger %+v", tr)
+		}
+		urls[tr.Mode] = tr.TriggerURL
+	}
+	return urls
+}
+
+// post sends a callback and returns the status and body.
+func post(t *testing.T, url, contentType string, body []byte, header ...string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, b
+}
+
+func accepted(t *testing.T, status int, body []byte, agent string, mode subjects.DeliveryMode, disposition string) subjects.CallbackResult {
+	t.Helper()
+	var reply subjects.CallbackReply
+	if status != 200 || json.Unmarshal(body, &reply) != nil || !reply.OK || reply.Result.AgentID != agent ||
+		reply.Result.Mode != mode || reply.Result.Disposition != disposition || reply.Result.TriggerID == "" {
+		t.Fatalf("callback: %d %s, want %s %s", status, body, mode, disposition)
+	}
+	return reply.Result
+}
+
+const rejected = `{"error":{"code":"forbidden","message":"callback rejected"}}`
+
+func assertRejected(t *testing.T, what string, status int, body []byte) {
+	t.Helper()
+	if status != 403 || string(body) != rejected {
+		t.Errorf("%s: %d %s, want 403 %s", what, status, body, rejected)
+	}
+}
+
+// inboxOf collects the agent's inbox deliveries as they are published.
+func inboxOf(t *testing.T, nc *nats.Conn, agent string) <-chan subjects.Envelope {
+	t.Helper()
+	ch := make(chan subjects.Envelope, 64)
+	sub, err := nc.Subscribe(subjects.Inbox(agent), func(m *nats.Msg) {
+		var env subjects.Envelope
+		if json.Unmarshal(m.Data, &env) == nil {
+			ch <- env
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+func next(t *testing.T, ch <-chan subjects.Envelope) subjects.Envelope {
+	t.Helper()
+	select {
+	case env := <-ch:
+		return env
+	case <-time.After(5 * time.Second):
+		t.Fatal("no inbox delivery within 5s")
+		return subjects.Envelope{}
+	}
+}
+
+// eventCount is how many callbacks the events stream holds.
+func eventCount(t *testing.T, nc *nats.Conn) uint64 {
+	t.Helper()
+	js, _ := jetstream.New(nc)
+	s, err := js.Stream(context.Background(), engine.EventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background(), jetstream.WithSubjectFilter("callback.event.>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	return n
+}
+
+func TestCallbackDeliveries(t *testing.T) {
+	_, nc := startChime(t)
+	urls := startAgent(t, nc, "ci")
+	inbox := inboxOf(t, nc, "ci")
+	wake, enqueue := urls[subjects.ModeWakeHint], urls[subjects.ModeEnqueueMessage]
+	if !strings.Contains(wake, "/api/callbacks/wake/chime_cb_") || !strings.Contains(enqueue, "/api/callbacks/enqueue/chime_cb_") {
+		t.Fatalf("urls %v", urls)
+	}
+
+	// An empty POST wakes.
+	status, body := post(t, wake, "", nil)
+	res := accepted(t, status, body, "ci", subjects.ModeWakeHint, subjects.DispositionDelivered)
+	env := next(t, inbox)
+	if env.Kind != subjects.KindWakeHint || env.Trust != subjects.TrustExternal || env.Text != "external trigger fired" ||
+		env.Source.ID != res.TriggerID || env.Source.Type != "external_trigger" {
+		t.Errorf("wake hint %+v", env)
+	}
+
+	for _, tc := range []struct {
+		contentType, body, text string
+	}{
+		{"text/plain; charset=utf-8", "deploy 42 finished", "deploy 42 finished"},
+		{"application/json", `{"text": "tests passed"}`, "tests passed"},
+		{"application/vnd.github+json", `{"action": "completed"}`, `{"action":"completed"}`},
+		{"application/octet-stream", "\x00\x01binary", ""},
+	} {
+		status, body := post(t, enqueue, tc.contentType, []byte(tc.body))
+		accepted(t, status, body, "ci", subjects.ModeEnqueueMessage, subjects.DispositionDelivered)
+		env := next(t, inbox)
+		if env.Kind != subjects.KindMessage || env.Trust != subjects.TrustExternal || env.Text != tc.text {
+			t.Errorf("%s: message %+v", tc.contentType, env)
+		}
+		if tc.contentType == "application/octet-stream" {
+			var data subjects.CallbackData
+			_ = json.Unmarshal(env.Data, &data)
+			if data.Payload == nil || data.Payload.ContentType != "application/octet-stream" || data.Payload.BodyBase64 != "AAFiaW5hcnk=" {
+				t.Errorf("binary payload %s", env.Data)
+			}
+		}
+	}
+
+	// A wake's reason is the JSON cut to 160 characters.
+	long := `{"log":"` + strings.Repeat("x", 300) + `"}`
+	// The first wake hint is still pending only for agents with an inbox
+	// consumer; this agent has none, so each wake is delivered.
+	eventually(t, func() bool {
+		status, body := post(t, wake, "application/json", []byte(long))
+		return status == 200 && strings.Contains(string(body), `"disposition":"delivered"`)
+	})
+	env = next(t, inbox)
+	if env.Text != long[:160]+"..." {
+		t.Errorf("reason %q", env.Text)
+	}
+}
+
+func TestCallbackRules(t *testing.T) {
+	r, nc := startChime(t)
+	urls := startAgent(t, nc, "rules")
+	wake, enqueue := urls[subjects.ModeWakeHint], urls[subjects.ModeEnqueueMessage]
+	base := "http://" + r.HTTPAddr()
+	before := eventCount(t, nc)
+
+	status, body := post(t, enqueue, "application/json", []byte(`{"text":`))
+	if status != 400 || !strings.Contains(string(body), `"code":"invalid_json"`) {
+		t.Errorf("malformed JSON: %d %s", status, body)
+	}
+	status, body = post(t, enqueue, "text/plain", bytes.Repeat([]byte("a"), subjects.MaxCallbackBody+1))
+	if status != 413 || !strings.Contains(string(body), `"code":"payload_too_large"`) {
+		t.Errorf("256 KiB + 1: %d %s", status, body)
+	}
+	rejectedAt(t, "wake token on the enqueue route", strings.Replace(wake, "/wake/", "/enqueue/", 1))
+	rejectedAt(t, "enqueue token on the wake route", strings.Replace(enqueue, "/enqueue/", "/wake/", 1))
+	rejectedAt(t, "unknown token", base+"/api/callbacks/wake/chime_cb_nope")
+	if got := eventCount(t, nc); got != before {
+		t.Fatalf("rejected callbacks stored: %d events, want %d", got, before)
+	}
+	status, body = post(t, enqueue, "text/plain", bytes.Repeat([]byte("a"), subjects.MaxCallbackBody))
+	accepted(t, status, body, "rules", subjects.ModeEnqueueMessage, subjects.DispositionDelivered)
+	if got := eventCount(t, nc); got != before+1 {
+		t.Fatalf("256 KiB: %d events, want %d", got, before+1)
+	}
+
+	// Reset: the old URL is dead, the new one works.
+	status, body = post(t, base+"/api/control/agents/rules/reset-callback", "application/json", []byte(`{"delivery_mode":"enqueue_message"}`))
+	var reset subjects.ResetReply
+	if status != 200 || json.Unmarshal(body, &reset) != nil || !reset.OK || reset.AgentID != "rules" ||
+		reset.Mode != subjects.ModeEnqueueMessage || reset.Status != subjects.TriggerActive || reset.TriggerURL == enqueue {
+		t.Fatalf("reset: %d %s", status, body)
+	}
+	rejectedAt(t, "enqueue URL after reset", enqueue)
+	status, body = post(t, reset.TriggerURL, "text/plain", []byte("after reset"))
+	accepted(t, status, body, "rules", subjects.ModeEnqueueMessage, subjects.DispositionDelivered)
+
+	// Extra triggers: create, list, cancel (twice), unknown.
+	status, body = post(t, base+"/api/control/agents/rules/triggers", "application/json", []byte(`{"delivery_mode":"wake_hint","label":"github"}`))
+	var extra subjects.TriggerView
+	if status != 201 || json.Unmarshal(body, &extra) != nil || extra.Label != "github" || extra.Default || extra.TriggerURL == "" {
+		t.Fatalf("create trigger: %d %s", status, body)
+	}
+	for range 2 {
+		status, body = post(t, base+"/api/control/agents/rules/triggers/"+extra.ID+"/cancel", "", nil)
+		if status != 200 || !strings.Contains(string(body), `"status":"revoked"`) {
+			t.Errorf("cancel trigger: %d %s", status, body)
+		}
+	}
+	rejectedAt(t, "cancelled trigger", extra.TriggerURL)
+	status, body = post(t, base+"/api/control/agents/rules/triggers/trg_nope/cancel", "", nil)
+	if status != 404 || !strings.Contains(string(body), `"code":"trigger_not_found"`) {
+		t.Errorf("cancel unknown: %d %s", status, body)
+	}
+	for _, bad := range []struct{ body, code string }{
+		{`{"delivery_mode":"push"}`, "invalid_request"},
+		{`{"delivery_mode":"wake_hint","colour":1}`, "invalid_request"},
+		{`{"label":"` + strings.Repeat("l", 201) + `"}`, "invalid_request"},
+		{`[`, "invalid_json"},
+	} {
+		status, body = post(t, base+"/api/control/agents/rules/triggers", "application/json", []byte(bad.body))
+		if status != 400 || !strings.Contains(string(body), `"code":"`+bad.code+`"`) {
+			t.Errorf("create trigger %s: %d %s", bad.body, status, body)
+		}
+	}
+	res, err := http.Get(base + "/api/agents/rules/triggers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct{ Triggers []subjects.TriggerView }
+	_ = json.NewDecoder(res.Body).Decode(&list)
+	res.Body.Close()
+	if len(list.Triggers) != 4 { // two defaults, the reset's, the extra
+		t.Errorf("list: %+v", list)
+	}
+
+	// Stop revokes everything; a restart issues new URLs, the old stay dead.
+	status, body = post(t, base+"/api/control/agents/rules/stop", "", nil)
+	if status != 200 || strings.Contains(string(body), `"status":"active"`) {
+		t.Fatalf("stop: %d %s", status, body)
+	}
+	rejectedAt(t, "stopped agent", reset.TriggerURL)
+	status, body = post(t, base+"/api/control/agents/rules/reset-callback", "", nil)
+	if status != 409 || !strings.Contains(string(body), `"code":"agent_not_active"`) {
+		t.Errorf("reset of a stopped agent: %d %s", status, body)
+	}
+	again := startAgent(t, nc, "rules")
+	rejectedAt(t, "old wake URL after restart", wake)
+	rejectedAt(t, "old enqueue URL after restart", reset.TriggerURL)
+	status, body = post(t, again[subjects.ModeWakeHint], "", nil)
+	accepted(t, status, body, "rules", subjects.ModeWakeHint, subjects.DispositionDelivered)
+}
+
+// rejectedAt posts an empty callback to url and wants the generic 403.
+func rejectedAt(t *testing.T, what, url string) {
+	t.Helper()
+	status, body := post(t, url, "", nil)
+	assertRejected(t, what, status, body)
+}
+
+func eventually(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatal("condition not met within 5s")
+}
+
+func TestCallbackCoalescing(t *testing.T) {
+	_, nc := startChime(t)
+	urls := startAgent(t, nc, "co")
+	wake := urls[subjects.ModeWakeHint]
+	ctx := context.Background()
+	js, _ := jetstream.New(nc)
+	// The agent reads its inbox with its durable consumer and acks.
+	cons, err := js.CreateOrUpdateConsumer(ctx, engine.InboxStream, jetstream.ConsumerConfig{
+		Durable: subjects.InboxConsumer("co"), FilterSubject: subjects.Inbox("co"), AckPolicy: jetstream.AckExplicitPolicy,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, body := post(t, wake, "text/plain", []byte("first"))
+	accepted(t, status, body, "co", subjects.ModeWakeHint, subjects.DispositionDelivered)
+	status, body = post(t, wake, "text/plain", []byte("second"))
+	accepted(t, status, body, "co", subjects.ModeWakeHint, subjects.DispositionCoalesced)
+
+	msgs, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []jetstream.Msg
+	for m := range msgs.Messages() {
+		got = append(got, m)
+	}
+	if len(got) != 1 {
+		t.Fatalf("fetched %d", len(got))
+	}
+	var env subjects.Envelope
+	_ = json.Unmarshal(got[0].Data(), &env)
+	if env.Kind != subjects.KindWakeHint || env.Text != "first" {
+		t.Fatalf("pending hint %+v", env)
+	}
+	// Read but not acked: still pending.
+	status, body = post(t, wake, "text/plain", []byte("third"))
+	accepted(t, status, body, "co", subjects.ModeWakeHint, subjects.DispositionCoalesced)
+	if err := got[0].DoubleAck(ctx); err != nil {
+		t.Fatal(err)
+	}
+	status, body = post(t, wake, "text/plain", []byte("fourth"))
+	accepted(t, status, body, "co", subjects.ModeWakeHint, subjects.DispositionDelivered)
+	msgs, err = cons.Fetch(2, jetstream.FetchMaxWait(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	for m := range msgs.Messages() {
+		_ = json.Unmarshal(m.Data(), &env)
+		texts = append(texts, env.Text)
+	}
+	if strings.Join(texts, ",") != "fourth" {
+		t.Errorf("after the ack the inbox holds %v, want only the fourth (second and third coalesced)", texts)
+	}
+}
+
+func TestCallbackIdempotencyKey(t *testing.T) {
+	_, nc := startChime(t)
+	enqueue := startAgent(t, nc, "idem")[subjects.ModeEnqueueMessage]
+	inbox := inboxOf(t, nc, "idem")
+	before := eventCount(t, nc)
+	status, body := post(t, enqueue, "text/plain", []byte("once"), "Idempotency-Key", "delivery-7")
+	accepted(t, status, body, "idem", subjects.ModeEnqueueMessage, subjects.DispositionDelivered)
+	status, body = post(t, enqueue, "text/plain", []byte("once"), "Idempotency-Key", "delivery-7")
+	accepted(t, status, body, "idem", subjects.ModeEnqueueMessage, subjects.DispositionDuplicate)
+	if env := next(t, inbox); env.Text != "once" {
+		t.Fatalf("delivery %+v", env)
+	}
+	select {
+	case env := <-inbox:
+		t.Fatalf("retry delivered again: %+v", env)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if got := eventCount(t, nc); got != before+1 {
+		t.Errorf("stored %d events, want 1", got-before)
+	}
+}
+
+func TestCallbackOverNATS(t *testing.T) {
+	_, nc := startChime(t)
+	urls := startAgent(t, nc, "natsy")
+	token := urls[subjects.ModeEnqueueMessage][strings.LastIndex(urls[subjects.ModeEnqueueMessage], "/")+1:]
+	inbox := inboxOf(t, nc, "natsy")
+	call := func(subject, token string, body string) *nats.Msg {
+		m := nats.NewMsg(subject)
+		m.Data = []byte(body)
+		if token != "" {
+			m.Header.Set(subjects.HeaderCallbackToken, token)
+		}
+		m.Header.Set("Content-Type", "text/plain")
+		reply, err := nc.RequestMsg(m, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return reply
+	}
+	reply := call(subjects.CallbackEnqueue, token, "over nats")
+	accepted(t, 200, reply.Data, "natsy", subjects.ModeEnqueueMessage, subjects.DispositionDelivered)
+	if env := next(t, inbox); env.Kind != subjects.KindMessage || env.Text != "over nats" || env.Trust != subjects.TrustExternal {
+		t.Errorf("delivery %+v", env)
+	}
+	for _, tc := range []struct{ subject, token string }{
+		{subjects.CallbackWake, token}, // the other mode
+		{subjects.CallbackEnqueue, ""},
+		{subjects.CallbackEnqueue, "chime_cb_guess"},
+	} {
+		reply := call(tc.subject, tc.token, "x")
+		if string(reply.Data) != rejected || reply.Header.Get("Nats-Service-Error-Code") != "403" {
+			t.Errorf("%s with a token %v: %s %v", tc.subject, tc.token != "", reply.Data, reply.Header)
+		}
+	}
+}
+
+func TestOperatorTokens(t *testing.T) {
+	const token = "operator-secret-token"
+	h := sha256.Sum256([]byte(token))
+	file := filepath.Join(t.TempDir(), "operators")
+	if err := os.WriteFile(file, []byte("# operators\n"+hex.EncodeToString(h[:])+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, nc := startChimeWith(t, io.Discard, func(c *config.Config) { c.OperatorTokensFile = file })
+	base := "http://" + r.HTTPAddr()
+	urls := startAgent(t, nc, "guarded")
+	for _, path := range []string{"/api/control/agents/guarded/reset-callback", "/api/control/agents/guarded/timers"} {
+		for _, auth := range []string{"", "Bearer wrong", "Basic " + token, "Bearer "} {
+			status, body := post(t, base+path, "application/json", []byte(`{"duration_ms":1000}`), "Authorization", auth)
+			if status != 401 || !strings.Contains(string(body), `"code":"unauthorized"`) {
+				t.Errorf("%s with %q: %d %s", path, auth, status, body)
+			}
+		}
+	}
+	res, err := http.Get(base + "/api/agents/guarded/triggers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 401 {
+		t.Errorf("agent-scoped read without a token: %d", res.StatusCode)
+	}
+	status, body := post(t, base+"/api/control/agents/guarded/reset-callback", "", nil, "Authorization", "Bearer "+token)
+	if status != 200 {
+		t.Errorf("with the token: %d %s", status, body)
+	}
+	// Callbacks carry their own capability; health stays open.
+	status, body = post(t, urls[subjects.ModeEnqueueMessage], "text/plain", []byte("hi"))
+	accepted(t, status, body, "guarded", subjects.ModeEnqueueMessage, subjects.DispositionDelivered)
+	if res, err := http.Get(base + "/healthz"); err != nil || res.StatusCode != 200 {
+		t.Errorf("healthz: %v %v", res, err)
+	} else {
+		res.Body.Close()
+	}
+}
+
+// TestNoTokenLeaks runs callbacks good and bad, then looks for any token
+// in every log line, every metric (names and labels) and every subject
+// stored in any stream or bucket.
+func TestNoTokenLeaks(t *testing.T) {
+	logs := &lockedBuffer{}
+	r, nc := startChimeWith(t, logs, nil)
+	base := "http://" + r.HTTPAddr()
+	var tokens []string
+	tokenOf := func(url string) string { return url[strings.LastIndex(url, "/")+1:] }
+	for _, agent := range []string{"leak-a", "leak-b"} {
+		for _, url := range startAgent(t, nc, agent) {
+			tokens = append(tokens, tokenOf(url))
+			post(t, url, "application/json", []byte(`{"text":"hello"}`))
+			post(t, url, "application/json", []byte(`{"text":`))
+			post(t, url, "text/plain", bytes.Repeat([]byte("a"), subjects.MaxCallbackBody+1))
+			post(t, strings.Replace(strings.Replace(url, "/wake/", "/x/", 1), "/enqueue/", "/wake/", 1), "", nil)
+			req, _ := http.NewRequest("GET", url, nil)
+			if res, err := http.DefaultClient.Do(req); err == nil {
+				res.Body.Close()
+			}
+		}
+		_, body := post(t, base+"/api/control/agents/"+agent+"/reset-callback", "", nil)
+		var reset subjects.ResetReply
+		_ = json.Unmarshal(body, &reset)
+		tokens = append(tokens, tokenOf(reset.TriggerURL))
+		post(t, reset.TriggerURL, "", nil)
+		post(t, base+"/api/control/agents/"+agent+"/stop", "", nil)
+		post(t, reset.TriggerURL, "", nil) // rejected now
+	}
+	for _, tok := range tokens {
+		if !strings.HasPrefix(tok, "chime_cb_") {
+			t.Fatalf("token %q", tok)
+		}
+	}
+
+	res, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+
+	js, _ := jetstream.New(nc)
+	var stored strings.Builder
+	for name := range js.StreamNames(context.Background()).Name() {
+		s, err := js.Stream(context.Background(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(context.Background(), jetstream.WithSubjectFilter(">"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for subj := range info.State.Subjects {
+			stored.WriteString(subj + "\n")
+		}
+	}
+	if !strings.Contains(stored.String(), "callback.event.") || !strings.Contains(logs.String(), "chime ready") {
+		t.Fatalf("nothing collected: subjects %q", stored.String())
+	}
+	for _, tok := range tokens {
+		secret := strings.TrimPrefix(tok, "chime_cb_")
+		for what, text := range map[string]string{"log": logs.String(), "metrics": string(metrics), "stream subjects": stored.String()} {
+			if strings.Contains(text, secret) {
+				t.Errorf("a token appears in the %s", what)
+			}
+		}
+	}
+}

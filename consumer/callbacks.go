@@ -1,0 +1,172 @@
+package consumer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/triggers"
+)
+
+// CallbacksDurable is the shared consumer of accepted callbacks.
+const CallbacksDurable = "chime-callbacks"
+
+// CallbacksConfig configures Callbacks.
+type CallbacksConfig struct {
+	JS     jetstream.JetStream
+	Stream string
+	Store  *triggers.Store
+	Log    *slog.Logger
+	// Registerer receives the consumer's metrics; nil registers none.
+	Registerer prometheus.Registerer
+	Workers    int
+	AckWait    time.Duration
+}
+
+// Callbacks turns accepted callbacks into inbox deliveries: a wake into a
+// wake_hint (unless it was coalesced into the pending one), an enqueue
+// into a message, both trust external. The delivery goes out before the
+// ack, under the event's stable envelope ID, so a redelivery is absorbed.
+type Callbacks struct {
+	cfg       CallbacksConfig
+	log       *slog.Logger
+	work      chan jetstream.Msg
+	cc        jetstream.ConsumeContext
+	wg        sync.WaitGroup
+	once      sync.Once
+	delivered *prometheus.CounterVec
+	fails     prometheus.Counter
+}
+
+// NewCallbacks returns the consumer; Start begins consuming.
+func NewCallbacks(c CallbacksConfig) *Callbacks {
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Workers <= 0 {
+		c.Workers = 32
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = 2 * time.Second
+	}
+	cb := &Callbacks{
+		cfg:  c,
+		log:  c.Log.With("component", "callbacks"),
+		work: make(chan jetstream.Msg, 4096),
+		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chime_callbacks_handled_total", Help: "Accepted callbacks handled, by kind (wake_hint, message) and disposition (delivered, coalesced).",
+		}, []string{"kind", "disposition"}),
+		fails: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "chime_callback_delivery_failures_total", Help: "Callback deliveries that failed and were left for redelivery.",
+		}),
+	}
+	if c.Registerer != nil {
+		c.Registerer.MustRegister(cb.delivered, cb.fails)
+	}
+	return cb
+}
+
+// Start creates (or joins) the shared durable consumer and begins.
+func (cb *Callbacks) Start(ctx context.Context) error {
+	cons, err := cb.cfg.JS.CreateOrUpdateConsumer(ctx, cb.cfg.Stream, jetstream.ConsumerConfig{
+		Durable: CallbacksDurable, Description: "callback.event.* -> wake_hint and message deliveries",
+		FilterSubjects: []string{subjects.CallbackEventWake, subjects.CallbackEventEnqueue},
+		AckPolicy:      jetstream.AckExplicitPolicy, AckWait: cb.cfg.AckWait, MaxAckPending: cap(cb.work),
+	})
+	if err != nil {
+		return fmt.Errorf("consumer: callbacks: %w", err)
+	}
+	for range cb.cfg.Workers {
+		cb.wg.Add(1)
+		go func() {
+			defer cb.wg.Done()
+			for m := range cb.work {
+				cb.settle(ctx, m)
+			}
+		}()
+	}
+	cb.cc, err = cons.Consume(func(m jetstream.Msg) { cb.work <- m }, jetstream.PullMaxMessages(256),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if ctx.Err() == nil {
+				cb.log.Warn("consume", "err", err)
+			}
+		}))
+	if err != nil {
+		cb.Stop()
+		return fmt.Errorf("consumer: callbacks consume: %w", err)
+	}
+	return nil
+}
+
+// Stop drains the consumer and waits for in-flight work. Idempotent.
+func (cb *Callbacks) Stop() {
+	cb.once.Do(func() {
+		if cb.cc != nil {
+			cb.cc.Drain()
+			<-cb.cc.Closed()
+		}
+		close(cb.work)
+		cb.wg.Wait()
+	})
+}
+
+func (cb *Callbacks) settle(ctx context.Context, m jetstream.Msg) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := cb.handle(ctx, m.Data())
+	switch {
+	case err == nil:
+		_ = m.Ack()
+	case errors.Is(err, errPoison):
+		cb.log.Error("poison callback event; terminated", "subject", m.Subject(), "err", err)
+		_ = m.Term()
+	default:
+		cb.fails.Inc()
+		if !errors.Is(err, context.Canceled) {
+			cb.log.Warn("callback delivery failed; will be redelivered", "err", err)
+		}
+		_ = m.NakWithDelay(200 * time.Millisecond)
+	}
+}
+
+func (cb *Callbacks) handle(ctx context.Context, data []byte) error {
+	var ev subjects.CallbackEvent
+	if err := json.Unmarshal(data, &ev); err != nil || subjects.ValidateID("agent_id", ev.AgentID) != nil || ev.Payload == nil {
+		return fmt.Errorf("%w: %v", errPoison, err)
+	}
+	env := subjects.CallbackEnvelope(&ev)
+	if ev.Disposition == subjects.DispositionCoalesced {
+		cb.delivered.WithLabelValues(env.Kind, ev.Disposition).Inc()
+		return nil
+	}
+	m, err := env.Msg()
+	if err != nil {
+		return fmt.Errorf("%w: %v", errPoison, err)
+	}
+	ack, err := cb.cfg.JS.PublishMsg(ctx, m)
+	if err != nil {
+		return fmt.Errorf("publish %s: %w", env.ID, err)
+	}
+	if ev.Mode == subjects.ModeWakeHint {
+		// The hint is pending from here until the agent acks this sequence.
+		if _, err := cb.cfg.Store.UpdateAgent(ctx, ev.AgentID, func(st *subjects.AgentState) (bool, error) {
+			if st.PendingWake == nil || st.PendingWake.EventID != ev.ID || st.PendingWake.InboxSeq == ack.Sequence {
+				return false, nil
+			}
+			st.PendingWake.InboxSeq = ack.Sequence
+			return true, nil
+		}); err != nil {
+			return err
+		}
+	}
+	cb.delivered.WithLabelValues(env.Kind, ev.Disposition).Inc()
+	return nil
+}

@@ -1,0 +1,35 @@
+package subjects
+
+import "time"
+
+// AgentState is the per-agent record (chime_agents bucket, key = agent ID):
+// lifecycle, pause, and the wake hint awaiting the agent.
+type AgentState struct {
+	AgentID   string      `json:"agent_id"`
+	Status    AgentStatus `json:"status,omitempty"` // empty: never started
+	StartedAt *time.Time  `json:"started_at,omitempty"`
+	StoppedAt *time.Time  `json:"stopped_at,omitempty"`
+	PausedAt  *time.Time  `json:"paused_at,omitempty"`
+	// PendingWake is the wake hint the agent has not consumed yet; further
+	// wakes fold into it.
+	PendingWake *PendingWake `json:"pending_wake,omitempty"`
+}
+
+// PendingWake is a delivered (or in-flight) wake hint.
+type PendingWake struct {
+	EventID string `json:"event_id"`
+	// InboxSeq is its inbox stream sequence once stored; 0 while in flight.
+	InboxSeq  uint64    `json:"inbox_seq,omitempty"`
+	ClaimedAt time.Time `json:"claimed_at"`
+}
+
+// StaleClaim is how long a wake may stay in flight (claimed, not yet in
+// the inbox) before a new wake stops folding into it: the claimer crashed
+// or its event was a duplicate.
+const StaleClaim = 30 * time.Second
+
+// InboxConsumer is the durable consumer name an agent reads its inbox
+// with, acking what it has handled: chime counts a wake hint as consumed
+// once this consumer's ack floor passes it. An agent without one never has
+// a wake hint pending, so each wake is delivered.
+func InboxConsumer(agentID string) string { return "inbox-" + agentID }

@@ -1,0 +1,390 @@
+package subjects
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"mime"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Agent lifecycle and trigger actions (agent.<id>.<action>).
+const (
+	ActionLifecycleStart = "lifecycle.start"
+	ActionLifecycleStop  = "lifecycle.stop"
+	ActionTriggerCreate  = "trigger.create"
+	ActionTriggerCancel  = "trigger.cancel"
+	ActionTriggerList    = "trigger.list"
+	// ActionTriggerReset revokes an agent's default trigger of a mode and
+	// issues a new one (HTTP: POST /api/control/agents/{id}/reset-callback).
+	ActionTriggerReset = "trigger.reset"
+)
+
+// Callback ingress over NATS: requests with the token in a header. They
+// are never stored as sent: the token must not reach a stream.
+const (
+	CallbackWake    = "callback.wake"
+	CallbackEnqueue = "callback.enqueue"
+	// CallbackEventWake and CallbackEventEnqueue are the stored events of
+	// accepted callbacks, without the token.
+	CallbackEventWake    = "callback.event.wake"
+	CallbackEventEnqueue = "callback.event.enqueue"
+
+	HeaderCallbackToken  = "Chime-Callback-Token"
+	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderContentType    = "Content-Type"
+)
+
+// Envelope kinds of callbacks.
+const (
+	KindWakeHint = "wake_hint"
+	KindMessage  = "message"
+)
+
+// Callback error codes.
+const (
+	CodeForbidden       = "forbidden"
+	CodeUnauthorized    = "unauthorized"
+	CodePayloadTooLarge = "payload_too_large"
+	CodeTriggerNotFound = "trigger_not_found"
+	CodeAgentNotActive  = "agent_not_active"
+)
+
+// ErrCallbackRejected is the one answer to a callback with a bad token, a
+// revoked one, the other mode's route or a stopped agent: nothing in it
+// tells a guesser which.
+var ErrCallbackRejected = &Error{Code: CodeForbidden, Message: "callback rejected"}
+
+// Callback sentinels for errors.Is.
+var (
+	ErrTriggerNotFound = &Error{Code: CodeTriggerNotFound}
+	ErrAgentNotActive  = &Error{Code: CodeAgentNotActive}
+)
+
+// MaxCallbackBody is the largest callback body accepted (256 KiB).
+const MaxCallbackBody = 256 << 10
+
+// DeliveryMode is what a trigger's callbacks become in the inbox.
+type DeliveryMode string
+
+// Delivery modes.
+const (
+	ModeWakeHint       DeliveryMode = "wake_hint"
+	ModeEnqueueMessage DeliveryMode = "enqueue_message"
+)
+
+// DeliveryModes lists every mode; an agent gets a default trigger of each.
+func DeliveryModes() []DeliveryMode { return []DeliveryMode{ModeWakeHint, ModeEnqueueMessage} }
+
+// Route is the HTTP path segment of the mode's ingress route.
+func (m DeliveryMode) Route() string {
+	if m == ModeWakeHint {
+		return "wake"
+	}
+	return "enqueue"
+}
+
+// EventSubject is where accepted callbacks of the mode are stored.
+func (m DeliveryMode) EventSubject() string {
+	if m == ModeWakeHint {
+		return CallbackEventWake
+	}
+	return CallbackEventEnqueue
+}
+
+// ParseMode validates a delivery mode; empty means def.
+func ParseMode(s string, def DeliveryMode) (DeliveryMode, error) {
+	if s == "" {
+		return def, nil
+	}
+	for _, m := range DeliveryModes() {
+		if string(m) == s {
+			return m, nil
+		}
+	}
+	return "", invalid("delivery_mode must be wake_hint or enqueue_message, not " + s)
+}
+
+// AgentStatus is an agent's lifecycle state.
+type AgentStatus string
+
+// Agent statuses; an agent never started is neither.
+const (
+	AgentActive  AgentStatus = "active"
+	AgentStopped AgentStatus = "stopped"
+)
+
+// TriggerStatus is where a trigger is in its life.
+type TriggerStatus string
+
+// Trigger statuses.
+const (
+	TriggerActive  TriggerStatus = "active"
+	TriggerRevoked TriggerStatus = "revoked"
+)
+
+// Trigger is an external trigger record. The token itself is never
+// stored: only its SHA-256, to look it up and compare.
+type Trigger struct {
+	ID        string        `json:"external_trigger_id"`
+	AgentID   string        `json:"agent_id"`
+	Mode      DeliveryMode  `json:"delivery_mode"`
+	Label     string        `json:"label,omitempty"`
+	Default   bool          `json:"default"`
+	Status    TriggerStatus `json:"status"`
+	TokenHash string        `json:"token_hash"`
+	CreatedAt time.Time     `json:"created_at"`
+	RevokedAt *time.Time    `json:"revoked_at,omitempty"`
+}
+
+// TriggerView is a trigger as shown to callers: no hash, and the URL only
+// where the token is at hand (when it is issued).
+type TriggerView struct {
+	ID         string        `json:"external_trigger_id"`
+	AgentID    string        `json:"agent_id"`
+	Mode       DeliveryMode  `json:"delivery_mode"`
+	Label      string        `json:"label,omitempty"`
+	Default    bool          `json:"default"`
+	Status     TriggerStatus `json:"status"`
+	TriggerURL string        `json:"trigger_url,omitempty"`
+	CreatedAt  time.Time     `json:"created_at"`
+	RevokedAt  *time.Time    `json:"revoked_at,omitempty"`
+}
+
+// View returns the public view of t.
+func (t *Trigger) View() TriggerView {
+	return TriggerView{ID: t.ID, AgentID: t.AgentID, Mode: t.Mode, Label: t.Label, Default: t.Default,
+		Status: t.Status, CreatedAt: t.CreatedAt, RevokedAt: t.RevokedAt}
+}
+
+// TriggerURL is the ingress URL of a token on publicURL.
+func TriggerURL(publicURL string, mode DeliveryMode, token string) string {
+	return strings.TrimRight(publicURL, "/") + "/api/callbacks/" + mode.Route() + "/" + token
+}
+
+// tokenPrefix marks chime callback tokens, so secret scanners find them.
+const tokenPrefix = "chime_cb_"
+
+// NewToken returns a fresh capability token: 256 random bits.
+func NewToken() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return tokenPrefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// HashToken is the stored form of a token: hex SHA-256.
+func HashToken(token string) string {
+	h := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(h[:])
+}
+
+// CreateTriggerRequest is the body of agent.<id>.trigger.create.
+type CreateTriggerRequest struct {
+	Mode  string `json:"delivery_mode"`
+	Label string `json:"label,omitempty"`
+}
+
+// maxLabel bounds a trigger label.
+const maxLabel = 200
+
+// Validate checks the request; the mode defaults to wake_hint.
+func (r *CreateTriggerRequest) Validate() (DeliveryMode, error) {
+	if len(r.Label) > maxLabel {
+		return "", invalid("label must be at most 200 bytes")
+	}
+	return ParseMode(r.Mode, ModeWakeHint)
+}
+
+// ResetTriggerRequest is the body of a reset: which default to replace.
+type ResetTriggerRequest struct {
+	Mode string `json:"delivery_mode,omitempty"`
+}
+
+// TriggerRef names a trigger.
+type TriggerRef struct {
+	ID string `json:"external_trigger_id"`
+}
+
+// Validate checks the trigger ID.
+func (r *TriggerRef) Validate() error { return ValidateID("external_trigger_id", r.ID) }
+
+// TriggerNotFound is the error for an unknown trigger.
+func TriggerNotFound(id string) *Error {
+	return &Error{Code: CodeTriggerNotFound, Message: "trigger " + id + " not found"}
+}
+
+// LifecycleReply answers lifecycle.start and stop. Start's triggers carry
+// their URLs: the reply goes only to the agent that asked.
+type LifecycleReply struct {
+	AgentID  string        `json:"agent_id"`
+	Status   AgentStatus   `json:"status"`
+	Triggers []TriggerView `json:"triggers"`
+}
+
+// ResetReply is the reply of reset-callback.
+type ResetReply struct {
+	OK         bool          `json:"ok"`
+	AgentID    string        `json:"agent_id"`
+	TriggerID  string        `json:"external_trigger_id"`
+	TriggerURL string        `json:"trigger_url"`
+	Mode       DeliveryMode  `json:"delivery_mode"`
+	Status     TriggerStatus `json:"status"`
+}
+
+// Callback dispositions.
+const (
+	DispositionDelivered = "delivered" // stored; its delivery follows
+	DispositionCoalesced = "coalesced" // a wake folded into the pending one
+	DispositionDuplicate = "duplicate" // a retry of a stored callback (same Idempotency-Key)
+)
+
+// CallbackResult is the result of an accepted callback.
+type CallbackResult struct {
+	AgentID     string       `json:"agent_id"`
+	TriggerID   string       `json:"external_trigger_id"`
+	Mode        DeliveryMode `json:"delivery_mode"`
+	Disposition string       `json:"disposition"`
+}
+
+// CallbackReply wraps the result: {ok:true, result:{...}}.
+type CallbackReply struct {
+	OK     bool           `json:"ok"`
+	Result CallbackResult `json:"result"`
+}
+
+// Payload is a decoded callback body: at most one of its forms is set.
+type Payload struct {
+	Text string          `json:"text,omitempty"` // a text/* body
+	JSON json.RawMessage `json:"json,omitempty"` // a JSON body, compacted
+	// Any other type, kept as sent.
+	ContentType string `json:"content_type,omitempty"`
+	BodyBase64  string `json:"body_base64,omitempty"`
+}
+
+// Empty reports a callback without a body.
+func (p *Payload) Empty() bool { return p.Text == "" && p.JSON == nil && p.BodyBase64 == "" }
+
+// DecodeCallbackBody reads a callback body by its content type: empty is
+// allowed; application/json and */*+json must be valid JSON; text/* is
+// text (invalid UTF-8 is kept as bytes); anything else is kept as
+// {content_type, body_base64}. A body without a type is JSON when it
+// parses as JSON, else bytes.
+func DecodeCallbackBody(contentType string, body []byte) (*Payload, error) {
+	if len(body) > MaxCallbackBody {
+		return nil, &Error{Code: CodePayloadTooLarge, Message: "callback body larger than 256 KiB"}
+	}
+	p := &Payload{}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return p, nil
+	}
+	media, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		media = ""
+	}
+	switch {
+	case media == "application/json" || strings.HasSuffix(media, "+json") || (media == "" && json.Valid(body)):
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, body); err != nil {
+			return nil, &Error{Code: CodeInvalidJSON, Message: "malformed JSON body"}
+		}
+		p.JSON = buf.Bytes()
+	case strings.HasPrefix(media, "text/") && utf8.Valid(body):
+		p.Text = string(body)
+	default:
+		if media == "" {
+			media = "application/octet-stream"
+		}
+		p.ContentType, p.BodyBase64 = media, base64.StdEncoding.EncodeToString(body)
+	}
+	return p, nil
+}
+
+// maxReason is how much of a JSON body a wake hint's reason shows.
+const maxReason = 160
+
+// WakeReason is a wake hint's short reason: the text (cut like JSON), or
+// the JSON cut to 160 characters plus "...", or "external trigger fired".
+func (p *Payload) WakeReason() string {
+	s := p.Text
+	if s == "" {
+		s = string(p.JSON)
+	}
+	if strings.TrimSpace(s) == "" {
+		return "external trigger fired"
+	}
+	if r := []rune(s); len(r) > maxReason {
+		return string(r[:maxReason]) + "..."
+	}
+	return s
+}
+
+// MessageText is an enqueued message's text: a text body, a JSON body's
+// "text" string, or the JSON itself; bytes have none.
+func (p *Payload) MessageText() string {
+	if p.Text != "" {
+		return p.Text
+	}
+	if p.JSON != nil {
+		var v struct {
+			Text *string `json:"text"`
+		}
+		if json.Unmarshal(p.JSON, &v) == nil && v.Text != nil {
+			return *v.Text
+		}
+		return string(p.JSON)
+	}
+	return ""
+}
+
+// CallbackEvent is a stored, accepted callback (no token in it).
+type CallbackEvent struct {
+	ID          string       `json:"id"`
+	AgentID     string       `json:"agent_id"`
+	TriggerID   string       `json:"external_trigger_id"`
+	Mode        DeliveryMode `json:"delivery_mode"`
+	Disposition string       `json:"disposition"`
+	At          time.Time    `json:"at"`
+	Payload     *Payload     `json:"payload,omitempty"`
+}
+
+// CallbackData is the data of wake_hint and message deliveries.
+type CallbackData struct {
+	TriggerID string   `json:"external_trigger_id"`
+	Reason    string   `json:"reason,omitempty"`
+	Payload   *Payload `json:"payload,omitempty"`
+}
+
+// CallbackEnvelope is the inbox delivery of an accepted callback.
+func CallbackEnvelope(ev *CallbackEvent) Envelope {
+	env := Envelope{AgentID: ev.AgentID, At: ev.At.UTC(), Source: Source{Type: "external_trigger", ID: ev.TriggerID}, Trust: TrustExternal}
+	data := CallbackData{TriggerID: ev.TriggerID}
+	if !ev.Payload.Empty() {
+		data.Payload = ev.Payload
+	}
+	if ev.Mode == ModeWakeHint {
+		env.ID, env.Kind = "wake_"+ev.ID, KindWakeHint
+		data.Reason = ev.Payload.WakeReason()
+		env.Text = data.Reason
+	} else {
+		env.ID, env.Kind = "msg_"+ev.ID, KindMessage
+		env.Text = ev.Payload.MessageText()
+	}
+	env.Data, _ = json.Marshal(data)
+	return env
+}
+
+// CallbackMsgID is the stored event's Nats-Msg-Id: the caller's
+// Idempotency-Key scoped to the trigger, so a retry is stored once; without
+// a key, the event's own ID.
+func CallbackMsgID(triggerID, idempotencyKey, eventID string) string {
+	if idempotencyKey == "" {
+		return "cb:" + eventID
+	}
+	h := sha256.Sum256([]byte(idempotencyKey))
+	return "cb:" + triggerID + ":" + hex.EncodeToString(h[:16])
+}

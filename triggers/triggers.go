@@ -1,0 +1,282 @@
+// Package triggers owns external triggers and the agent lifecycle that
+// issues and revokes them: trigger records in the chime_triggers bucket,
+// keyed so that a callback token (by its hash) and an agent's list are
+// each one lookup, and the agent's status in chime_agents. Tokens are
+// returned once, when issued, and stored only as SHA-256.
+package triggers
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/chime-nats/chime/internal/kvrec"
+	"github.com/chime-nats/chime/subjects"
+)
+
+// Keys in the triggers bucket:
+//
+//	rec.<agent>.<trigger>  the Trigger record
+//	tok.<sha256 of token>  the tokenRef that finds it
+//
+// The record is written first, so a token never resolves to nothing; a
+// crash before the second write leaves a trigger no token reaches, which
+// listing shows and revoking cleans.
+func recKey(agentID, triggerID string) string { return "rec." + agentID + "." + triggerID }
+func tokKey(hash string) string               { return "tok." + hash }
+
+type tokenRef struct {
+	AgentID   string `json:"agent_id"`
+	TriggerID string `json:"external_trigger_id"`
+}
+
+// Store reads and writes triggers and agent lifecycle.
+type Store struct {
+	triggers, agents jetstream.KeyValue
+	publicURL        string
+	now              func() time.Time
+}
+
+// NewStore returns a Store; publicURL is the base of trigger URLs
+// (CHIME_PUBLIC_URL).
+func NewStore(triggers, agents jetstream.KeyValue, publicURL string, now func() time.Time) *Store {
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{triggers: triggers, agents: agents, publicURL: publicURL, now: now}
+}
+
+// Issued is a trigger with its token, as handed out once.
+type Issued struct {
+	Trigger subjects.Trigger
+	Token   string
+}
+
+// View is the issued trigger with its URL.
+func (i *Issued) View(publicURL string) subjects.TriggerView {
+	v := i.Trigger.View()
+	v.TriggerURL = subjects.TriggerURL(publicURL, i.Trigger.Mode, i.Token)
+	return v
+}
+
+// PublicURL is the base of trigger URLs.
+func (s *Store) PublicURL() string { return s.publicURL }
+
+// Agent returns the agent's state; an agent never seen has the zero state.
+func (s *Store) Agent(ctx context.Context, agentID string) (*subjects.AgentState, uint64, error) {
+	st, rev, err := kvrec.Get[subjects.AgentState](ctx, s.agents, agentID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return &subjects.AgentState{AgentID: agentID}, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("triggers: agent %s: %w", agentID, err)
+	}
+	return st, rev, nil
+}
+
+// UpdateAgent applies change to the agent's state by CAS.
+func (s *Store) UpdateAgent(ctx context.Context, agentID string, change func(*subjects.AgentState) (bool, error)) (*subjects.AgentState, error) {
+	st, _, err := kvrec.Update(ctx, s.agents, agentID, true, func(st *subjects.AgentState) (bool, error) {
+		st.AgentID = agentID
+		return change(st)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("triggers: agent %s: %w", agentID, err)
+	}
+	return st, nil
+}
+
+// Start marks the agent active and issues its default triggers, one per
+// mode, revoking any earlier defaults: their tokens are not kept, so a
+// start always hands out new ones.
+func (s *Store) Start(ctx context.Context, agentID string) ([]Issued, error) {
+	now := s.now().UTC()
+	if _, err := s.UpdateAgent(ctx, agentID, func(st *subjects.AgentState) (bool, error) {
+		st.Status, st.StartedAt, st.StoppedAt, st.PendingWake = subjects.AgentActive, &now, nil, nil
+		return true, nil
+	}); err != nil {
+		return nil, err
+	}
+	var out []Issued
+	for _, mode := range subjects.DeliveryModes() {
+		iss, err := s.replaceDefault(ctx, agentID, mode)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *iss)
+	}
+	return out, nil
+}
+
+// Stop marks the agent stopped and revokes every trigger it has.
+func (s *Store) Stop(ctx context.Context, agentID string) ([]subjects.Trigger, error) {
+	now := s.now().UTC()
+	if _, err := s.UpdateAgent(ctx, agentID, func(st *subjects.AgentState) (bool, error) {
+		st.Status, st.StoppedAt, st.PendingWake = subjects.AgentStopped, &now, nil
+		return true, nil
+	}); err != nil {
+		return nil, err
+	}
+	list, err := s.List(ctx, agentID)
+	if err != nil {
+		return nil, err
+	}
+	for i := range list {
+		if list[i].Status == subjects.TriggerActive {
+			t, err := s.Revoke(ctx, agentID, list[i].ID)
+			if err != nil {
+				return nil, err
+			}
+			list[i] = *t
+		}
+	}
+	return list, nil
+}
+
+// Reset revokes the agent's default trigger of mode and issues a new one.
+// The agent must be active.
+func (s *Store) Reset(ctx context.Context, agentID string, mode subjects.DeliveryMode) (*Issued, error) {
+	if err := s.requireActive(ctx, agentID); err != nil {
+		return nil, err
+	}
+	return s.replaceDefault(ctx, agentID, mode)
+}
+
+// Create issues an extra trigger for an active agent.
+func (s *Store) Create(ctx context.Context, agentID string, mode subjects.DeliveryMode, label string) (*Issued, error) {
+	if err := s.requireActive(ctx, agentID); err != nil {
+		return nil, err
+	}
+	return s.issue(ctx, agentID, mode, label, false)
+}
+
+func (s *Store) requireActive(ctx context.Context, agentID string) error {
+	st, _, err := s.Agent(ctx, agentID)
+	if err != nil {
+		return err
+	}
+	if st.Status != subjects.AgentActive {
+		return &subjects.Error{Code: subjects.CodeAgentNotActive, Message: "agent " + agentID + " is not started"}
+	}
+	return nil
+}
+
+func (s *Store) replaceDefault(ctx context.Context, agentID string, mode subjects.DeliveryMode) (*Issued, error) {
+	list, err := s.List(ctx, agentID)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range list {
+		if t.Default && t.Mode == mode && t.Status == subjects.TriggerActive {
+			if _, err := s.Revoke(ctx, agentID, t.ID); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return s.issue(ctx, agentID, mode, "", true)
+}
+
+func (s *Store) issue(ctx context.Context, agentID string, mode subjects.DeliveryMode, label string, def bool) (*Issued, error) {
+	token := subjects.NewToken()
+	t := subjects.Trigger{
+		ID: "trg_" + nuid.Next(), AgentID: agentID, Mode: mode, Label: label, Default: def,
+		Status: subjects.TriggerActive, TokenHash: subjects.HashToken(token), CreatedAt: s.now().UTC(),
+	}
+	if _, _, err := kvrec.Update(ctx, s.triggers, recKey(agentID, t.ID), true, func(r *subjects.Trigger) (bool, error) {
+		*r = t
+		return true, nil
+	}); err != nil {
+		return nil, fmt.Errorf("triggers: store trigger: %w", err)
+	}
+	if _, _, err := kvrec.Update(ctx, s.triggers, tokKey(t.TokenHash), true, func(r *tokenRef) (bool, error) {
+		*r = tokenRef{AgentID: agentID, TriggerID: t.ID}
+		return true, nil
+	}); err != nil {
+		return nil, fmt.Errorf("triggers: store token: %w", err)
+	}
+	return &Issued{Trigger: t, Token: token}, nil
+}
+
+// Revoke ends a trigger; revoking a revoked one changes nothing.
+func (s *Store) Revoke(ctx context.Context, agentID, triggerID string) (*subjects.Trigger, error) {
+	now := s.now().UTC()
+	t, _, err := kvrec.Update(ctx, s.triggers, recKey(agentID, triggerID), false, func(t *subjects.Trigger) (bool, error) {
+		if t.Status == subjects.TriggerRevoked {
+			return false, nil
+		}
+		t.Status, t.RevokedAt = subjects.TriggerRevoked, &now
+		return true, nil
+	})
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, subjects.TriggerNotFound(triggerID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("triggers: revoke: %w", err)
+	}
+	// The record already refuses the token; dropping the reference keeps
+	// the bucket from growing with dead tokens.
+	if err := s.triggers.Purge(ctx, tokKey(t.TokenHash)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("triggers: drop token: %w", err)
+	}
+	return t, nil
+}
+
+// List returns the agent's triggers, active and revoked.
+func (s *Store) List(ctx context.Context, agentID string) ([]subjects.Trigger, error) {
+	keys, err := s.triggers.ListKeysFiltered(ctx, recKey(agentID, "*"))
+	if err != nil {
+		return nil, fmt.Errorf("triggers: list: %w", err)
+	}
+	var out []subjects.Trigger
+	for key := range keys.Keys() {
+		t, _, err := kvrec.Get[subjects.Trigger](ctx, s.triggers, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("triggers: list: %w", err)
+		}
+		out = append(out, *t)
+	}
+	return out, nil
+}
+
+// Resolve finds the active trigger of token for a callback of mode, with
+// its agent active. Every failure is the same ErrCallbackRejected; storage
+// errors are wrapped so they are not mistaken for a bad token.
+func (s *Store) Resolve(ctx context.Context, token string, mode subjects.DeliveryMode) (*subjects.Trigger, error) {
+	if token == "" || len(token) > 256 {
+		return nil, subjects.ErrCallbackRejected
+	}
+	hash := subjects.HashToken(token)
+	ref, _, err := kvrec.Get[tokenRef](ctx, s.triggers, tokKey(hash))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, subjects.ErrCallbackRejected
+	}
+	if err != nil {
+		return nil, fmt.Errorf("triggers: resolve: %w", err)
+	}
+	t, _, err := kvrec.Get[subjects.Trigger](ctx, s.triggers, recKey(ref.AgentID, ref.TriggerID))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, subjects.ErrCallbackRejected
+	}
+	if err != nil {
+		return nil, fmt.Errorf("triggers: resolve: %w", err)
+	}
+	if subtle.ConstantTimeCompare([]byte(t.TokenHash), []byte(hash)) != 1 || t.Status != subjects.TriggerActive || t.Mode != mode {
+		return nil, subjects.ErrCallbackRejected
+	}
+	st, _, err := s.Agent(ctx, t.AgentID)
+	if err != nil {
+		return nil, err
+	}
+	if st.Status != subjects.AgentActive {
+		return nil, subjects.ErrCallbackRejected
+	}
+	return t, nil
+}
