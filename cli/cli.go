@@ -1,11 +1,10 @@
-// Package cli owns chime's command line: serve, timer, wait, bench and version. Commands
+// Package cli owns chime's command line: serve, timer, wait, agent, callback, bench and version. Commands
 // other than serve speak NATS to CHIME_NATS_URL (default the local embedded
 // server's address), as any agent would.
 package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -42,6 +41,11 @@ Usage:
   chime timer get ID [--agent ID]
   chime timer cancel ID [--agent ID]
   chime wait --seconds N | --minutes N | --until T [--tz ZONE] [--agent ID]
+  chime agent start|stop [--agent ID]
+  chime callback reset [--mode wake_hint|enqueue_message] [--agent ID]
+  chime callback create [--mode M] [--label L] [--agent ID]
+  chime callback cancel ID [--agent ID]
+  chime callback list [--agent ID]
   chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--json]
   chime bench waits [-n N] [--agents N] [-c C] [--lead D] [--spread D] [--timers N] [--json]
   chime version
@@ -62,6 +66,10 @@ func (a *App) Run(ctx context.Context, args []string) error {
 		return a.bench(ctx, args[1:])
 	case "wait":
 		return a.wait(ctx, args[1:])
+	case "agent":
+		return a.agent(ctx, args[1:])
+	case "callback":
+		return a.callback(ctx, args[1:])
 	case "version":
 		fmt.Fprintln(a.Stdout, a.Version)
 		return nil
@@ -202,9 +210,7 @@ func (a *App) timer(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	enc := json.NewEncoder(a.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(res)
+	return a.printJSON(res)
 }
 
 // parseInterspersed parses flags that may come before or after positional

@@ -1,0 +1,49 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func valid() *Config {
+	return &Config{DataDir: "d", NATSListen: "127.0.0.1:4222", JSReplicas: 1, HTTPAddr: "127.0.0.1:8080",
+		Shards: 32, LeaseTTL: 2e9, LogLevel: "info", LogFormat: "text"}
+}
+
+func TestHTTPListenerNeedsTokensBeyondLoopback(t *testing.T) {
+	for _, tc := range []struct {
+		addr, tokens, err string
+	}{
+		{"127.0.0.1:8080", "", ""},
+		{"[::1]:8080", "", ""},
+		{"localhost:8080", "", ""},
+		{"0.0.0.0:8080", "", "CHIME_HTTP_ADDR \"0.0.0.0:8080\" is not a loopback address and CHIME_OPERATOR_TOKENS_FILE is unset"},
+		{":8080", "", "is not a loopback address"},
+		{"10.1.2.3:8080", "", "is not a loopback address"},
+		{"0.0.0.0:8080", "/etc/chime/operators", ""},
+	} {
+		c := valid()
+		c.HTTPAddr, c.OperatorTokensFile = tc.addr, tc.tokens
+		err := c.Validate()
+		if (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%s tokens=%q: %v, want %q", tc.addr, tc.tokens, err, tc.err)
+		}
+	}
+}
+
+func TestPublicURL(t *testing.T) {
+	for _, tc := range []struct {
+		url string
+		ok  bool
+	}{{"https://chime.example.com", true}, {"http://10.0.0.1:8080/base", true}, {"ftp://x", false}, {"chime.example.com", false}, {"https://", false}} {
+		c := valid()
+		c.PublicURL = tc.url
+		if err := c.Validate(); (err == nil) != tc.ok {
+			t.Errorf("%s: %v", tc.url, err)
+		}
+	}
+	c := valid()
+	if got := c.CallbackBaseURL("127.0.0.1:9999"); got != "http://127.0.0.1:9999" {
+		t.Errorf("default base %q", got)
+	}
+}

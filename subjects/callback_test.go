@@ -1,0 +1,126 @@
+package subjects
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestDecodeCallbackBody(t *testing.T) {
+	for _, tc := range []struct {
+		name, contentType, body string
+		want                    Payload
+		reason, text            string
+	}{
+		{"empty", "", "", Payload{}, "external trigger fired", ""},
+		{"blank JSON", "application/json", "  \n", Payload{}, "external trigger fired", ""},
+		{"text", "text/plain; charset=utf-8", "build 7 green", Payload{Text: "build 7 green"}, "build 7 green", "build 7 green"},
+		{"JSON text field", "application/json", `{ "text" : "hi" }`, Payload{JSON: []byte(`{"text":"hi"}`)}, `{"text":"hi"}`, "hi"},
+		{"JSON other", "application/json", `{"ok": true}`, Payload{JSON: []byte(`{"ok":true}`)}, `{"ok":true}`, `{"ok":true}`},
+		{"+json", "application/vnd.github+json", `[1, 2]`, Payload{JSON: []byte(`[1,2]`)}, `[1,2]`, `[1,2]`},
+		{"untyped JSON", "", `{"a":1}`, Payload{JSON: []byte(`{"a":1}`)}, `{"a":1}`, `{"a":1}`},
+		{"untyped bytes", "", "not json", Payload{ContentType: "application/octet-stream", BodyBase64: "bm90IGpzb24="}, "external trigger fired", ""},
+		{"binary", "image/png", "\x89PNG", Payload{ContentType: "image/png", BodyBase64: "iVBORw=="}, "external trigger fired", ""},
+		{"text not UTF-8", "text/plain", "\xff\xfe", Payload{ContentType: "text/plain", BodyBase64: "//4="}, "external trigger fired", ""},
+		{"bad content type", "text/", "x", Payload{ContentType: "application/octet-stream", BodyBase64: "eA=="}, "external trigger fired", ""},
+	} {
+		got, err := DecodeCallbackBody(tc.contentType, []byte(tc.body))
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		if !reflect.DeepEqual(*got, tc.want) {
+			t.Errorf("%s: got %+v, want %+v", tc.name, *got, tc.want)
+		}
+		if r := got.WakeReason(); r != tc.reason {
+			t.Errorf("%s: reason %q, want %q", tc.name, r, tc.reason)
+		}
+		if m := got.MessageText(); m != tc.text {
+			t.Errorf("%s: text %q, want %q", tc.name, m, tc.text)
+		}
+	}
+}
+
+func TestDecodeCallbackBodyErrors(t *testing.T) {
+	for _, tc := range []struct{ contentType, body, code string }{
+		{"application/json", `{"text":`, CodeInvalidJSON},
+		{"application/problem+json", `{]`, CodeInvalidJSON},
+		{"text/plain", strings.Repeat("a", MaxCallbackBody+1), CodePayloadTooLarge},
+	} {
+		_, err := DecodeCallbackBody(tc.contentType, []byte(tc.body))
+		var e *Error
+		if !errors.As(err, &e) || e.Code != tc.code {
+			t.Errorf("%s %.20q: %v, want %s", tc.contentType, tc.body, err, tc.code)
+		}
+	}
+	if _, err := DecodeCallbackBody("text/plain", bytes.Repeat([]byte("a"), MaxCallbackBody)); err != nil {
+		t.Errorf("256 KiB: %v", err)
+	}
+}
+
+func TestWakeReasonCut(t *testing.T) {
+	p := Payload{Text: strings.Repeat("é", 161)}
+	if got := p.WakeReason(); got != strings.Repeat("é", 160)+"..." {
+		t.Errorf("cut by characters: %q", got)
+	}
+	p = Payload{Text: strings.Repeat("x", 160)}
+	if got := p.WakeReason(); got != p.Text {
+		t.Errorf("160 characters are not cut: %q", got)
+	}
+}
+
+func TestTokens(t *testing.T) {
+	a, b := NewToken(), NewToken()
+	if a == b || !strings.HasPrefix(a, "chime_cb_") || len(a) != len("chime_cb_")+43 {
+		t.Errorf("tokens %q %q", a, b)
+	}
+	if h := HashToken(a); len(h) != 64 || h == HashToken(b) || strings.Contains(h, a) {
+		t.Errorf("hash %q", h)
+	}
+	if got := TriggerURL("https://chime.example/", ModeEnqueueMessage, "tok"); got != "https://chime.example/api/callbacks/enqueue/tok" {
+		t.Errorf("url %q", got)
+	}
+	if CallbackMsgID("trg_1", "k", "cb_1") != CallbackMsgID("trg_1", "k", "cb_2") || CallbackMsgID("trg_1", "k", "x") == CallbackMsgID("trg_2", "k", "x") {
+		t.Error("idempotency keys must be scoped to the trigger, and only to it")
+	}
+	if m, err := ParseMode("", ModeWakeHint); err != nil || m != ModeWakeHint {
+		t.Errorf("default mode %v %v", m, err)
+	}
+	if _, err := ParseMode("wake", ModeWakeHint); err == nil || err.Error() != "invalid_request: delivery_mode must be wake_hint or enqueue_message, not wake" {
+		t.Errorf("bad mode: %v", err)
+	}
+}
+
+func FuzzDecodeCallbackBody(f *testing.F) {
+	for _, s := range [][2]string{{"application/json", `{"text":"a"}`}, {"text/plain", "x"}, {"", "{"}, {"image/png", "\x00"}, {"application/x+json", "[]"}, {";;", ""}} {
+		f.Add(s[0], []byte(s[1]))
+	}
+	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
+		p, err := DecodeCallbackBody(contentType, body)
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) || (e.Code != CodeInvalidJSON && e.Code != CodePayloadTooLarge) {
+				t.Fatalf("error %v", err)
+			}
+			return
+		}
+		forms := 0
+		for _, set := range []bool{p.Text != "", p.JSON != nil, p.BodyBase64 != ""} {
+			if set {
+				forms++
+			}
+		}
+		if forms > 1 || (forms == 0 && len(bytes.TrimSpace(body)) != 0) {
+			t.Fatalf("%q %q decoded as %+v", contentType, body, p)
+		}
+		if r := []rune(p.WakeReason()); len(r) == 0 || len(r) > 163 {
+			t.Fatalf("reason of %d characters", len(r))
+		}
+		env := CallbackEnvelope(&CallbackEvent{ID: "x", AgentID: "a", TriggerID: "t", Mode: ModeWakeHint, Payload: p})
+		if _, err := env.Msg(); err != nil {
+			t.Fatalf("envelope: %v", err)
+		}
+	})
+}
