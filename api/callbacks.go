@@ -207,12 +207,10 @@ func (o *Operations) claimWake(ctx context.Context, agentID, eventID string) (st
 }
 
 // wakeConsumed reports whether the agent has acked the pending hint on its
-// inbox consumer (subjects.InboxConsumer); no such consumer means nothing
-// is held back. A claim still in flight counts as pending until stale.
+// inbox consumer (subjects.InboxConsumer). An agent without that consumer
+// has nothing held back; with it, a hint still in flight to the inbox is
+// pending until its claim goes stale.
 func (o *Operations) wakeConsumed(ctx context.Context, agentID string, pw *subjects.PendingWake) (bool, error) {
-	if pw.InboxSeq == 0 {
-		return o.now().Sub(pw.ClaimedAt) > subjects.StaleClaim, nil
-	}
 	c, err := o.js.Consumer(ctx, o.inboxStream, subjects.InboxConsumer(agentID))
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return true, nil
@@ -220,8 +218,10 @@ func (o *Operations) wakeConsumed(ctx context.Context, agentID string, pw *subje
 	if err != nil {
 		return false, fmt.Errorf("api: inbox consumer: %w", err)
 	}
-	info := c.CachedInfo()
-	return info.AckFloor.Stream >= pw.InboxSeq, nil
+	if pw.InboxSeq == 0 {
+		return o.now().Sub(pw.ClaimedAt) > subjects.StaleClaim, nil
+	}
+	return c.CachedInfo().AckFloor.Stream >= pw.InboxSeq, nil
 }
 
 // releaseWake drops a claim whose event turned out to be a duplicate.

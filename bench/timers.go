@@ -209,8 +209,8 @@ func Timers(ctx context.Context, o TimersOptions) (*TimersResult, error) {
 }
 
 // target returns the NATS URL of the chime to drive: url itself, or an
-// in-process replica on an embedded server when url is empty, stopped by
-// the returned func.
+// in-process replica (with its HTTP gateway) on an embedded server when url
+// is empty, stopped by the returned func.
 func target(ctx context.Context, url string, log *slog.Logger) (string, func(), error) {
 	if url != "" {
 		return url, func() {}, nil
@@ -220,7 +220,7 @@ func target(ctx context.Context, url string, log *slog.Logger) (string, func(), 
 		return "", nil, fmt.Errorf("bench: %w", err)
 	}
 	cfg := &config.Config{
-		DataDir: dir, NATSListen: "127.0.0.1:-1", JSReplicas: 1, ReplicaID: "bench", Shards: 32,
+		DataDir: dir, NATSListen: "127.0.0.1:-1", HTTPAddr: "127.0.0.1:0", JSReplicas: 1, ReplicaID: "bench", Shards: 32,
 		LeaseTTL: 2 * time.Second, InboxMaxAge: time.Hour, EventMaxAge: time.Hour, LogLevel: "warn", LogFormat: "text",
 	}
 	r, err := replica.Start(ctx, cfg, log, "0.0.0-bench")

@@ -15,7 +15,8 @@ import (
 )
 
 const benchUsage = `chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--json]
-       chime bench waits [-n N] [--agents N] [-c C] [--lead D] [--spread D] [--timers N] [--json]`
+       chime bench waits [-n N] [--agents N] [-c C] [--lead D] [--spread D] [--timers N] [--json]
+       chime bench callbacks [-n N] [-c CONNS] [--wakes N] [--json]`
 
 func (a *App) bench(ctx context.Context, args []string) error {
 	if len(args) == 0 {
@@ -26,6 +27,8 @@ func (a *App) bench(ctx context.Context, args []string) error {
 		return a.benchTimers(ctx, args[1:])
 	case "waits":
 		return a.benchWaits(ctx, args[1:])
+	case "callbacks":
+		return a.benchCallbacks(ctx, args[1:])
 	}
 	return fmt.Errorf("%w: %s", ErrUsage, benchUsage)
 }
@@ -65,6 +68,22 @@ func (a *App) benchWaits(ctx context.Context, args []string) error {
 	}
 	o.Log = a.benchLog()
 	return a.runBench(ctx, *cpu, *asJSON, func(ctx context.Context) (result, error) { return bench.Waits(ctx, o) })
+}
+
+func (a *App) benchCallbacks(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bench callbacks", flag.ContinueOnError)
+	fs.SetOutput(a.Stderr)
+	o := bench.CallbacksOptions{NATSURL: os.Getenv("CHIME_NATS_URL")}
+	fs.IntVar(&o.N, "n", 20000, "enqueue callbacks to send")
+	fs.IntVar(&o.Conns, "c", 64, "concurrent HTTP connections")
+	fs.IntVar(&o.Wakes, "wakes", 1000, "wakes sent one at a time for wake-to-inbox latency")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	cpu := fs.String("cpuprofile", "", "write a CPU profile to this file")
+	if err := fs.Parse(args); err != nil {
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	o.Log = a.benchLog()
+	return a.runBench(ctx, *cpu, *asJSON, func(ctx context.Context) (result, error) { return bench.Callbacks(ctx, o) })
 }
 
 // result is a benchmark's printable outcome.

@@ -48,6 +48,7 @@ Usage:
   chime callback list [--agent ID]
   chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--json]
   chime bench waits [-n N] [--agents N] [-c C] [--lead D] [--spread D] [--timers N] [--json]
+  chime bench callbacks [-n N] [-c CONNS] [--wakes N] [--json]
   chime version
 `
 

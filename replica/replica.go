@@ -38,14 +38,16 @@ type Replica struct {
 	fires     *consumer.Fires
 	waits     *consumer.Waits
 	callbacks *consumer.Callbacks
-	sched     *scheduler.Scheduler
-	leases    *scheduler.Leases
-	svc       *api.Service
-	gw        *api.Gateway
-	ready     atomic.Bool
-	cancel    context.CancelFunc
-	once      sync.Once
-	Version   string
+	// triggerIndex resolves callback tokens in memory.
+	triggerIndex *triggers.Index
+	sched        *scheduler.Scheduler
+	leases       *scheduler.Leases
+	svc          *api.Service
+	gw           *api.Gateway
+	ready        atomic.Bool
+	cancel       context.CancelFunc
+	once         sync.Once
+	Version      string
 }
 
 // Start brings a replica up. On error everything started is stopped.
@@ -111,7 +113,10 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	} else if cfg.HTTPAddr != "" {
 		log.Warn("no operator tokens (CHIME_OPERATOR_TOKENS_FILE): HTTP control routes are open, on loopback only", "addr", cfg.HTTPAddr)
 	}
-	triggerStore := triggers.NewStore(res.Triggers, res.Agents, publicURL, time.Now)
+	if r.triggerIndex, err = triggers.StartIndex(ctx, res.Triggers, res.Agents, log); err != nil {
+		return nil, err
+	}
+	triggerStore := triggers.NewStore(res.Triggers, res.Agents, publicURL, time.Now, r.triggerIndex)
 	r.callbacks = consumer.NewCallbacks(consumer.CallbacksConfig{JS: js, Stream: engine.EventsStream, Store: triggerStore, Log: log, Registerer: reg})
 	if err := r.callbacks.Start(ctx); err != nil {
 		return nil, err
@@ -204,6 +209,9 @@ func (r *Replica) Stop(ctx context.Context) {
 		}
 		if r.cancel != nil {
 			r.cancel()
+		}
+		if r.triggerIndex != nil {
+			r.triggerIndex.Wait()
 		}
 		if r.nc != nil {
 			if err := r.nc.Drain(); err != nil {

@@ -40,15 +40,30 @@ type Store struct {
 	triggers, agents jetstream.KeyValue
 	publicURL        string
 	now              func() time.Time
+	index            *Index
 }
 
 // NewStore returns a Store; publicURL is the base of trigger URLs
-// (CHIME_PUBLIC_URL).
-func NewStore(triggers, agents jetstream.KeyValue, publicURL string, now func() time.Time) *Store {
+// (CHIME_PUBLIC_URL). With an index, callbacks are resolved in memory and
+// writes wait until the index has them; without, every check reads KV.
+func NewStore(triggers, agents jetstream.KeyValue, publicURL string, now func() time.Time, index *Index) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{triggers: triggers, agents: agents, publicURL: publicURL, now: now}
+	return &Store{triggers: triggers, agents: agents, publicURL: publicURL, now: now, index: index}
+}
+
+// seen waits until the index reflects revision rev of kv's bucket.
+func (s *Store) seen(ctx context.Context, kv jetstream.KeyValue, rev uint64) error {
+	if s.index == nil {
+		return nil
+	}
+	return s.index.waitSeen(ctx, kv.Bucket(), rev)
+}
+
+// usable reports whether t takes callbacks of mode for the token of hash.
+func usable(t *subjects.Trigger, hash string, mode subjects.DeliveryMode) bool {
+	return subtle.ConstantTimeCompare([]byte(t.TokenHash), []byte(hash)) == 1 && t.Status == subjects.TriggerActive && t.Mode == mode
 }
 
 // Issued is a trigger with its token, as handed out once.
@@ -81,14 +96,14 @@ func (s *Store) Agent(ctx context.Context, agentID string) (*subjects.AgentState
 
 // UpdateAgent applies change to the agent's state by CAS.
 func (s *Store) UpdateAgent(ctx context.Context, agentID string, change func(*subjects.AgentState) (bool, error)) (*subjects.AgentState, error) {
-	st, _, err := kvrec.Update(ctx, s.agents, agentID, true, func(st *subjects.AgentState) (bool, error) {
+	st, rev, _, err := kvrec.UpdateRev(ctx, s.agents, agentID, true, func(st *subjects.AgentState) (bool, error) {
 		st.AgentID = agentID
 		return change(st)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("triggers: agent %s: %w", agentID, err)
 	}
-	return st, nil
+	return st, s.seen(ctx, s.agents, rev)
 }
 
 // Start marks the agent active and issues its default triggers, one per
@@ -193,19 +208,20 @@ func (s *Store) issue(ctx context.Context, agentID string, mode subjects.Deliver
 	}); err != nil {
 		return nil, fmt.Errorf("triggers: store trigger: %w", err)
 	}
-	if _, _, err := kvrec.Update(ctx, s.triggers, tokKey(t.TokenHash), true, func(r *tokenRef) (bool, error) {
+	_, rev, _, err := kvrec.UpdateRev(ctx, s.triggers, tokKey(t.TokenHash), true, func(r *tokenRef) (bool, error) {
 		*r = tokenRef{AgentID: agentID, TriggerID: t.ID}
 		return true, nil
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, fmt.Errorf("triggers: store token: %w", err)
 	}
-	return &Issued{Trigger: t, Token: token}, nil
+	return &Issued{Trigger: t, Token: token}, s.seen(ctx, s.triggers, rev)
 }
 
 // Revoke ends a trigger; revoking a revoked one changes nothing.
 func (s *Store) Revoke(ctx context.Context, agentID, triggerID string) (*subjects.Trigger, error) {
 	now := s.now().UTC()
-	t, _, err := kvrec.Update(ctx, s.triggers, recKey(agentID, triggerID), false, func(t *subjects.Trigger) (bool, error) {
+	t, rev, _, err := kvrec.UpdateRev(ctx, s.triggers, recKey(agentID, triggerID), false, func(t *subjects.Trigger) (bool, error) {
 		if t.Status == subjects.TriggerRevoked {
 			return false, nil
 		}
@@ -223,7 +239,7 @@ func (s *Store) Revoke(ctx context.Context, agentID, triggerID string) (*subject
 	if err := s.triggers.Purge(ctx, tokKey(t.TokenHash)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, fmt.Errorf("triggers: drop token: %w", err)
 	}
-	return t, nil
+	return t, s.seen(ctx, s.triggers, rev)
 }
 
 // List returns the agent's triggers, active and revoked.
@@ -254,6 +270,12 @@ func (s *Store) Resolve(ctx context.Context, token string, mode subjects.Deliver
 		return nil, subjects.ErrCallbackRejected
 	}
 	hash := subjects.HashToken(token)
+	if s.index != nil {
+		if t, ok := s.index.resolve(hash, mode); ok {
+			return t, nil
+		}
+		return nil, subjects.ErrCallbackRejected
+	}
 	ref, _, err := kvrec.Get[tokenRef](ctx, s.triggers, tokKey(hash))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, subjects.ErrCallbackRejected
@@ -268,7 +290,7 @@ func (s *Store) Resolve(ctx context.Context, token string, mode subjects.Deliver
 	if err != nil {
 		return nil, fmt.Errorf("triggers: resolve: %w", err)
 	}
-	if subtle.ConstantTimeCompare([]byte(t.TokenHash), []byte(hash)) != 1 || t.Status != subjects.TriggerActive || t.Mode != mode {
+	if !usable(t, hash, mode) {
 		return nil, subjects.ErrCallbackRejected
 	}
 	st, _, err := s.Agent(ctx, t.AgentID)

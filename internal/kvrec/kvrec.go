@@ -37,34 +37,42 @@ func Get[T any](ctx context.Context, kv jetstream.KeyValue, key string) (*T, uin
 // when it did not, nothing is written. With create set, a missing record
 // starts as the zero T and is written with Create.
 func Update[T any](ctx context.Context, kv jetstream.KeyValue, key string, create bool, change func(*T) (bool, error)) (*T, bool, error) {
+	v, _, changed, err := UpdateRev(ctx, kv, key, create, change)
+	return v, changed, err
+}
+
+// UpdateRev is Update that also returns the record's revision: the one
+// written, or the one read when nothing changed.
+func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, create bool, change func(*T) (bool, error)) (*T, uint64, bool, error) {
 	for range attempts {
 		v, rev, err := Get[T](ctx, kv, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) && create {
 			v, rev, err = new(T), 0, nil
 		}
 		if err != nil {
-			return nil, false, err
+			return nil, 0, false, err
 		}
 		changed, err := change(v)
 		if err != nil || !changed {
-			return v, false, err
+			return v, rev, false, err
 		}
 		data, err := json.Marshal(v)
 		if err != nil {
-			return nil, false, fmt.Errorf("encode %s: %w", key, err)
+			return nil, 0, false, fmt.Errorf("encode %s: %w", key, err)
 		}
+		var written uint64
 		if rev == 0 {
-			_, err = kv.Create(ctx, key, data)
+			written, err = kv.Create(ctx, key, data)
 		} else {
-			_, err = kv.Update(ctx, key, data, rev)
+			written, err = kv.Update(ctx, key, data, rev)
 		}
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
 			continue
 		}
 		if err != nil {
-			return nil, false, fmt.Errorf("update %s: %w", key, err)
+			return nil, 0, false, fmt.Errorf("update %s: %w", key, err)
 		}
-		return v, true, nil
+		return v, written, true, nil
 	}
-	return nil, false, fmt.Errorf("update %s: %w", key, ErrContended)
+	return nil, 0, false, fmt.Errorf("update %s: %w", key, ErrContended)
 }
