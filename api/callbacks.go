@@ -143,7 +143,7 @@ func (o *Operations) callback(ctx context.Context, req CallbackRequest) (*subjec
 	if o.triggers == nil {
 		return nil, subjects.ErrCallbackRejected
 	}
-	t, err := o.triggers.Resolve(ctx, req.Token, req.Mode)
+	t, err := o.triggers.Resolve(req.Token, req.Mode)
 	if err != nil {
 		return nil, err
 	}

@@ -45,9 +45,9 @@ func (o *CallbacksOptions) Validate() error {
 
 // CallbacksResult is what a callback benchmark measured.
 type CallbacksResult struct {
-	N           int     `json:"n"`
-	Conns       int     `json:"conns"`
-	RequestsPer float64 `json:"requests_per_s"`
+	N            int     `json:"n"`
+	Conns        int     `json:"conns"`
+	RequestsPerS float64 `json:"requests_per_s"`
 	// LatencyMs is the HTTP round trip of an enqueue: stored in JetStream
 	// when it returns.
 	LatencyMs Latency `json:"latency_ms"`
@@ -141,7 +141,7 @@ func Callbacks(ctx context.Context, o CallbacksOptions) (*CallbacksResult, error
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	res.RequestsPer = float64(o.N) / time.Since(start).Seconds()
+	res.RequestsPerS = float64(o.N) / time.Since(start).Seconds()
 	res.LatencyMs = summarize(lat)
 	res.Errors = int(errs.Load())
 	deadline := time.Now().Add(10 * time.Second)
@@ -197,7 +197,7 @@ func postCallback(ctx context.Context, c *http.Client, url, contentType, body st
 // WriteText prints a result for people.
 func (r *CallbacksResult) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "callbacks: n=%d conns=%d\n", r.N, r.Conns)
-	fmt.Fprintf(w, "enqueue requests/s: %.0f\n", r.RequestsPer)
+	fmt.Fprintf(w, "enqueue requests/s: %.0f\n", r.RequestsPerS)
 	fmt.Fprintf(w, "enqueue latency ms: p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n", r.LatencyMs.P50, r.LatencyMs.P90, r.LatencyMs.P99, r.LatencyMs.Max)
 	fmt.Fprintf(w, "errors: %d  delivered: %d  missed: %d\n", r.Errors, r.Delivered, r.Missed)
 	fmt.Fprintf(w, "wake to inbox ms: p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n", r.WakeToInboxMs.P50, r.WakeToInboxMs.P90, r.WakeToInboxMs.P99, r.WakeToInboxMs.Max)

@@ -44,6 +44,11 @@ func TestBenchCommands(t *testing.T) {
 	if waits.N != 200 || waits.Missed != 0 || waits.Duplicates != 0 || waits.ProgressPerS <= 0 || waits.RequestsPerS <= 0 {
 		t.Errorf("bench waits: %+v", waits)
 	}
+	var callbacks bench.CallbacksResult
+	runBench(t, &callbacks, "callbacks", "-n", "300", "-c", "8", "--wakes", "20")
+	if callbacks.N != 300 || callbacks.Errors != 0 || callbacks.Delivered != 300 || callbacks.Missed != 0 || callbacks.RequestsPerS <= 0 || callbacks.WakeToInboxMs.Max <= 0 {
+		t.Errorf("bench callbacks: %+v", callbacks)
+	}
 	for _, tr := range []*bench.TimersResult{waits.TimersAlone, waits.TimersWithWaits} {
 		if tr == nil || tr.N != 50 || tr.Missed != 0 || tr.Duplicates != 0 {
 			t.Errorf("bench waits, timers: %+v", tr)

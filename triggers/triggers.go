@@ -44,8 +44,8 @@ type Store struct {
 }
 
 // NewStore returns a Store; publicURL is the base of trigger URLs
-// (CHIME_PUBLIC_URL). With an index, callbacks are resolved in memory and
-// writes wait until the index has them; without, every check reads KV.
+// (CHIME_PUBLIC_URL). Callbacks are resolved in index, and writes wait
+// until index has them.
 func NewStore(triggers, agents jetstream.KeyValue, publicURL string, now func() time.Time, index *Index) *Store {
 	if now == nil {
 		now = time.Now
@@ -55,9 +55,6 @@ func NewStore(triggers, agents jetstream.KeyValue, publicURL string, now func() 
 
 // seen waits until the index reflects revision rev of kv's bucket.
 func (s *Store) seen(ctx context.Context, kv jetstream.KeyValue, rev uint64) error {
-	if s.index == nil {
-		return nil
-	}
 	return s.index.waitSeen(ctx, kv.Bucket(), rev)
 }
 
@@ -263,42 +260,14 @@ func (s *Store) List(ctx context.Context, agentID string) ([]subjects.Trigger, e
 }
 
 // Resolve finds the active trigger of token for a callback of mode, with
-// its agent active. Every failure is the same ErrCallbackRejected; storage
-// errors are wrapped so they are not mistaken for a bad token.
-func (s *Store) Resolve(ctx context.Context, token string, mode subjects.DeliveryMode) (*subjects.Trigger, error) {
+// its agent active, in the index: no storage round trip. Every failure is
+// the same ErrCallbackRejected.
+func (s *Store) Resolve(token string, mode subjects.DeliveryMode) (*subjects.Trigger, error) {
 	if token == "" || len(token) > 256 {
 		return nil, subjects.ErrCallbackRejected
 	}
-	hash := subjects.HashToken(token)
-	if s.index != nil {
-		if t, ok := s.index.resolve(hash, mode); ok {
-			return t, nil
-		}
-		return nil, subjects.ErrCallbackRejected
+	if t, ok := s.index.resolve(subjects.HashToken(token), mode); ok {
+		return t, nil
 	}
-	ref, _, err := kvrec.Get[tokenRef](ctx, s.triggers, tokKey(hash))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, subjects.ErrCallbackRejected
-	}
-	if err != nil {
-		return nil, fmt.Errorf("triggers: resolve: %w", err)
-	}
-	t, _, err := kvrec.Get[subjects.Trigger](ctx, s.triggers, recKey(ref.AgentID, ref.TriggerID))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, subjects.ErrCallbackRejected
-	}
-	if err != nil {
-		return nil, fmt.Errorf("triggers: resolve: %w", err)
-	}
-	if !usable(t, hash, mode) {
-		return nil, subjects.ErrCallbackRejected
-	}
-	st, _, err := s.Agent(ctx, t.AgentID)
-	if err != nil {
-		return nil, err
-	}
-	if st.Status != subjects.AgentActive {
-		return nil, subjects.ErrCallbackRejected
-	}
-	return t, nil
+	return nil, subjects.ErrCallbackRejected
 }
