@@ -3,10 +3,8 @@ package consumer
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,6 +16,9 @@ import (
 
 // CallbacksDurable is the shared consumer of accepted callbacks.
 const CallbacksDurable = "chime-callbacks"
+
+// callbackQueue bounds accepted callbacks in flight across replicas.
+const callbackQueue = 4096
 
 // CallbacksConfig configures Callbacks.
 type CallbacksConfig struct {
@@ -38,10 +39,7 @@ type CallbacksConfig struct {
 type Callbacks struct {
 	cfg       CallbacksConfig
 	log       *slog.Logger
-	work      chan jetstream.Msg
-	cc        jetstream.ConsumeContext
-	wg        sync.WaitGroup
-	once      sync.Once
+	pool      *pool
 	delivered *prometheus.CounterVec
 	fails     prometheus.Counter
 }
@@ -58,9 +56,8 @@ func NewCallbacks(c CallbacksConfig) *Callbacks {
 		c.AckWait = 2 * time.Second
 	}
 	cb := &Callbacks{
-		cfg:  c,
-		log:  c.Log.With("component", "callbacks"),
-		work: make(chan jetstream.Msg, 4096),
+		cfg: c,
+		log: c.Log.With("component", "callbacks"),
 		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chime_callbacks_handled_total", Help: "Accepted callbacks handled, by kind (wake_hint, message) and disposition (delivered, coalesced).",
 		}, []string{"kind", "disposition"}),
@@ -79,63 +76,20 @@ func (cb *Callbacks) Start(ctx context.Context) error {
 	cons, err := cb.cfg.JS.CreateOrUpdateConsumer(ctx, cb.cfg.Stream, jetstream.ConsumerConfig{
 		Durable: CallbacksDurable, Description: "callback.event.* -> wake_hint and message deliveries",
 		FilterSubjects: []string{subjects.CallbackEventWake, subjects.CallbackEventEnqueue},
-		AckPolicy:      jetstream.AckExplicitPolicy, AckWait: cb.cfg.AckWait, MaxAckPending: cap(cb.work),
+		AckPolicy:      jetstream.AckExplicitPolicy, AckWait: cb.cfg.AckWait, MaxAckPending: callbackQueue,
 	})
 	if err != nil {
 		return fmt.Errorf("consumer: callbacks: %w", err)
 	}
-	for range cb.cfg.Workers {
-		cb.wg.Add(1)
-		go func() {
-			defer cb.wg.Done()
-			for m := range cb.work {
-				cb.settle(ctx, m)
-			}
-		}()
-	}
-	cb.cc, err = cons.Consume(func(m jetstream.Msg) { cb.work <- m }, jetstream.PullMaxMessages(256),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			if ctx.Err() == nil {
-				cb.log.Warn("consume", "err", err)
-			}
-		}))
-	if err != nil {
-		cb.Stop()
-		return fmt.Errorf("consumer: callbacks consume: %w", err)
-	}
-	return nil
+	cb.pool, err = startPool(ctx, cons, poolConfig{
+		Name: CallbacksDurable, Workers: cb.cfg.Workers, Queue: callbackQueue, PullMax: 256,
+		Timeout: 10 * time.Second, NakDelay: 200 * time.Millisecond, Fails: cb.fails,
+	}, cb.log, cb.handle)
+	return err
 }
 
 // Stop drains the consumer and waits for in-flight work. Idempotent.
-func (cb *Callbacks) Stop() {
-	cb.once.Do(func() {
-		if cb.cc != nil {
-			cb.cc.Drain()
-			<-cb.cc.Closed()
-		}
-		close(cb.work)
-		cb.wg.Wait()
-	})
-}
-
-func (cb *Callbacks) settle(ctx context.Context, m jetstream.Msg) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	err := cb.handle(ctx, m.Data())
-	switch {
-	case err == nil:
-		_ = m.Ack()
-	case errors.Is(err, errPoison):
-		cb.log.Error("poison callback event; terminated", "subject", m.Subject(), "err", err)
-		_ = m.Term()
-	default:
-		cb.fails.Inc()
-		if !errors.Is(err, context.Canceled) {
-			cb.log.Warn("callback delivery failed; will be redelivered", "err", err)
-		}
-		_ = m.NakWithDelay(200 * time.Millisecond)
-	}
-}
+func (cb *Callbacks) Stop() { cb.pool.stop() }
 
 func (cb *Callbacks) handle(ctx context.Context, data []byte) error {
 	var ev subjects.CallbackEvent

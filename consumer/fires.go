@@ -12,10 +12,8 @@ package consumer
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -52,17 +50,9 @@ type FiresConfig struct {
 type Fires struct {
 	cfg     FiresConfig
 	log     *slog.Logger
-	work    chan fireWork
-	cc      jetstream.ConsumeContext
-	wg      sync.WaitGroup
-	once    sync.Once
+	pool    *pool
 	applied prometheus.Counter
 	fails   prometheus.Counter
-}
-
-type fireWork struct {
-	msg jetstream.Msg
-	ev  subjects.TimerFired
 }
 
 // NewFires returns the fire consumer; Start begins consuming.
@@ -80,9 +70,8 @@ func NewFires(c FiresConfig) *Fires {
 		c.AckWait = 2 * time.Second
 	}
 	f := &Fires{
-		cfg:  c,
-		log:  c.Log.With("component", "fires"),
-		work: make(chan fireWork, c.MaxAckPending), // the consume callback never waits on CAS
+		cfg: c,
+		log: c.Log.With("component", "fires"),
 		applied: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "chime_timer_fires_applied_total", Help: "Fire events applied to their timer records (repeats of an applied one not counted).",
 		}),
@@ -109,70 +98,29 @@ func (f *Fires) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("consumer: fires: %w", err)
 	}
-	for range f.cfg.Workers {
-		f.wg.Add(1)
-		go func() {
-			defer f.wg.Done()
-			for w := range f.work {
-				f.finish(ctx, w)
-			}
-		}()
-	}
-	cc, err := cons.Consume(f.handle,
-		jetstream.PullMaxMessages(1024),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			if ctx.Err() == nil {
-				f.log.Warn("consume", "err", err)
-			}
-		}))
-	if err != nil {
-		close(f.work)
-		f.wg.Wait()
-		return fmt.Errorf("consumer: fires consume: %w", err)
-	}
-	f.cc = cc
-	return nil
+	f.pool, err = startPool(ctx, cons, poolConfig{
+		Name: FiresDurable, Workers: f.cfg.Workers, Queue: f.cfg.MaxAckPending, PullMax: 1024,
+		Timeout: 10 * time.Second, NakDelay: time.Second, Fails: f.fails,
+	}, f.log, f.apply)
+	return err
 }
 
 // Stop drains the consumer (in-flight messages finish) and waits for the
 // workers. It is idempotent.
-func (f *Fires) Stop() {
-	f.once.Do(func() {
-		if f.cc == nil {
-			return
-		}
-		f.cc.Drain()
-		<-f.cc.Closed()
-		close(f.work)
-		f.wg.Wait()
-	})
-}
+func (f *Fires) Stop() { f.pool.stop() }
 
-func (f *Fires) handle(msg jetstream.Msg) {
-	w := fireWork{msg: msg}
-	if err := json.Unmarshal(msg.Data(), &w.ev); err != nil || subjects.ValidateID("agent_id", w.ev.AgentID) != nil {
-		f.log.Error("poison timer.fire event; terminated", "err", err)
-		_ = msg.Term()
-		return
+// apply applies a fire to its timer record.
+func (f *Fires) apply(ctx context.Context, data []byte) error {
+	var ev subjects.TimerFired
+	if err := json.Unmarshal(data, &ev); err != nil || subjects.ValidateID("agent_id", ev.AgentID) != nil {
+		return fmt.Errorf("%w: %v", errPoison, err)
 	}
-	f.work <- w
-}
-
-// finish applies the fire to its record, then acks.
-func (f *Fires) finish(ctx context.Context, w fireWork) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	applied, err := f.cfg.Store.ApplyFire(ctx, &w.ev)
+	applied, err := f.cfg.Store.ApplyFire(ctx, &ev)
 	if err != nil {
-		f.fails.Inc()
-		if !errors.Is(err, context.Canceled) {
-			f.log.Warn("fire not applied; will be redelivered", "fire", w.ev.MsgID(), "err", err)
-		}
-		_ = w.msg.NakWithDelay(time.Second)
-		return
+		return fmt.Errorf("fire %s: %w", ev.MsgID(), err)
 	}
 	if applied {
 		f.applied.Inc()
 	}
-	_ = w.msg.Ack()
+	return nil
 }

@@ -3,10 +3,8 @@ package consumer
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -16,6 +14,9 @@ import (
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/waits"
 )
+
+// waitQueue bounds wait.fire events in flight across replicas.
+const waitQueue = 4096
 
 // Durable consumer names of wait events.
 const (
@@ -47,11 +48,8 @@ type WaitsConfig struct {
 type Waits struct {
 	cfg      WaitsConfig
 	log      *slog.Logger
-	work     chan jetstream.Msg
-	fireCC   jetstream.ConsumeContext
-	ivCC     jetstream.ConsumeContext
-	wg       sync.WaitGroup
-	once     sync.Once
+	fires    *pool
+	ivs      *pool
 	ended    *prometheus.CounterVec
 	fails    prometheus.Counter
 	lateness prometheus.Histogram
@@ -69,9 +67,8 @@ func NewWaits(c WaitsConfig) *Waits {
 		c.AckWait = 2 * time.Second
 	}
 	w := &Waits{
-		cfg:  c,
-		log:  c.Log.With("component", "waits"),
-		work: make(chan jetstream.Msg, 4096),
+		cfg: c,
+		log: c.Log.With("component", "waits"),
 		ended: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chime_waits_ended_total", Help: "Waits ended, by outcome (completed, cancelled).",
 		}, []string{"outcome"}),
@@ -102,7 +99,7 @@ func (w *Waits) Start(ctx context.Context) error {
 	fires, err := w.cfg.JS.CreateOrUpdateConsumer(ctx, w.cfg.Stream, jetstream.ConsumerConfig{
 		Durable: WaitFiresDurable, Description: "wait.fire -> wait record + wait_complete",
 		FilterSubject: subjects.WaitFire, AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: w.cfg.AckWait, MaxAckPending: cap(w.work),
+		AckWait: w.cfg.AckWait, MaxAckPending: waitQueue,
 	})
 	if err != nil {
 		return fmt.Errorf("consumer: wait fires: %w", err)
@@ -117,67 +114,26 @@ func (w *Waits) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("consumer: interventions: %w", err)
 	}
-	for range w.cfg.Workers {
-		w.wg.Add(1)
-		go func() {
-			defer w.wg.Done()
-			for m := range w.work {
-				w.settle(ctx, m, w.fire)
-			}
-		}()
+	if w.fires, err = startPool(ctx, fires, poolConfig{
+		Name: WaitFiresDurable, Workers: w.cfg.Workers, Queue: waitQueue, PullMax: 256,
+		Timeout: 20 * time.Second, NakDelay: 500 * time.Millisecond, Fails: w.fails,
+	}, w.log, w.fire); err != nil {
+		return err
 	}
-	errs := jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		if ctx.Err() == nil {
-			w.log.Warn("consume", "err", err)
-		}
-	})
-	w.fireCC, err = fires.Consume(func(m jetstream.Msg) { w.work <- m }, jetstream.PullMaxMessages(256), errs)
-	if err == nil {
-		w.ivCC, err = ivs.Consume(func(m jetstream.Msg) { w.settle(ctx, m, w.intervene) }, jetstream.PullMaxMessages(1), errs)
-	}
-	if err != nil {
-		w.Stop()
-		return fmt.Errorf("consumer: waits consume: %w", err)
+	if w.ivs, err = startPool(ctx, ivs, poolConfig{
+		Name: InterventionsDurable, Workers: 1, Queue: 1, PullMax: 1,
+		Timeout: 20 * time.Second, NakDelay: 500 * time.Millisecond, Fails: w.fails,
+	}, w.log, w.intervene); err != nil {
+		w.fires.stop()
+		return err
 	}
 	return nil
 }
 
 // Stop drains both consumers and waits for in-flight work. Idempotent.
 func (w *Waits) Stop() {
-	w.once.Do(func() {
-		for _, cc := range []jetstream.ConsumeContext{w.ivCC, w.fireCC} {
-			if cc != nil {
-				cc.Drain()
-				<-cc.Closed()
-			}
-		}
-		close(w.work)
-		w.wg.Wait()
-	})
-}
-
-// errPoison marks an event that can never be applied.
-var errPoison = errors.New("undecodable event")
-
-// settle runs handle and acks, naks for a retry, or terminates a poison
-// message.
-func (w *Waits) settle(ctx context.Context, m jetstream.Msg, handle func(context.Context, []byte) error) {
-	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	err := handle(ctx, m.Data())
-	switch {
-	case err == nil:
-		_ = m.Ack()
-	case errors.Is(err, errPoison):
-		w.log.Error("poison wait event; terminated", "subject", m.Subject(), "err", err)
-		_ = m.Term()
-	default:
-		w.fails.Inc()
-		if !errors.Is(err, context.Canceled) {
-			w.log.Warn("wait event failed; will be redelivered", "subject", m.Subject(), "err", err)
-		}
-		_ = m.NakWithDelay(500 * time.Millisecond)
-	}
+	w.ivs.stop()
+	w.fires.stop()
 }
 
 func (w *Waits) fire(ctx context.Context, data []byte) error {

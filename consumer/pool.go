@@ -1,0 +1,103 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// errPoison marks an event that can never be applied: it is terminated,
+// not redelivered.
+var errPoison = errors.New("undecodable event")
+
+// handler applies one event's effects; nil acks it, errPoison terminates
+// it, any other error leaves it for redelivery.
+type handler func(ctx context.Context, data []byte) error
+
+// poolConfig shapes a pool.
+type poolConfig struct {
+	Name     string        // for logs
+	Workers  int           // concurrent handlers
+	Queue    int           // messages held between the consumer and the workers
+	PullMax  int           // messages the consumer keeps pulled
+	Timeout  time.Duration // per handler call
+	NakDelay time.Duration // before a failed event is redelivered
+	Fails    prometheus.Counter
+}
+
+// pool runs a durable consumer onto a bounded set of workers: the consume
+// callback only queues, so it never waits on storage, and each message is
+// acked only after its handler's effects are durable.
+type pool struct {
+	cfg  poolConfig
+	log  *slog.Logger
+	work chan jetstream.Msg
+	cc   jetstream.ConsumeContext
+	wg   sync.WaitGroup
+	once sync.Once
+}
+
+func startPool(ctx context.Context, cons jetstream.Consumer, cfg poolConfig, log *slog.Logger, handle handler) (*pool, error) {
+	p := &pool{cfg: cfg, log: log, work: make(chan jetstream.Msg, cfg.Queue)}
+	for range cfg.Workers {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			for m := range p.work {
+				p.settle(ctx, m, handle)
+			}
+		}()
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) { p.work <- m }, jetstream.PullMaxMessages(cfg.PullMax),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if ctx.Err() == nil {
+				p.log.Warn("consume", "consumer", cfg.Name, "err", err)
+			}
+		}))
+	if err != nil {
+		close(p.work)
+		p.wg.Wait()
+		return nil, fmt.Errorf("consumer: %s consume: %w", cfg.Name, err)
+	}
+	p.cc = cc
+	return p, nil
+}
+
+// stop drains the consumer (in-flight messages finish) and waits for the
+// workers. It is idempotent and safe on a nil pool.
+func (p *pool) stop() {
+	if p == nil {
+		return
+	}
+	p.once.Do(func() {
+		p.cc.Drain()
+		<-p.cc.Closed()
+		close(p.work)
+		p.wg.Wait()
+	})
+}
+
+func (p *pool) settle(ctx context.Context, m jetstream.Msg, handle handler) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	err := handle(ctx, m.Data())
+	switch {
+	case err == nil:
+		_ = m.Ack()
+	case errors.Is(err, errPoison):
+		p.log.Error("poison event; terminated", "consumer", p.cfg.Name, "subject", m.Subject(), "err", err)
+		_ = m.Term()
+	default:
+		p.cfg.Fails.Inc()
+		if !errors.Is(err, context.Canceled) {
+			p.log.Warn("event failed; will be redelivered", "consumer", p.cfg.Name, "subject", m.Subject(), "err", err)
+		}
+		_ = m.NakWithDelay(p.cfg.NakDelay)
+	}
+}
