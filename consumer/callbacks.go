@@ -82,7 +82,7 @@ func (cb *Callbacks) Start(ctx context.Context) error {
 		return fmt.Errorf("consumer: callbacks: %w", err)
 	}
 	cb.pool, err = startPool(ctx, cons, poolConfig{
-		Name: CallbacksDurable, Workers: cb.cfg.Workers, Queue: callbackQueue, PullMax: 256,
+		Name: CallbacksDurable, Workers: cb.cfg.Workers,
 		Timeout: 10 * time.Second, NakDelay: 200 * time.Millisecond, Fails: cb.fails,
 	}, cb.log, cb.handle)
 	return err

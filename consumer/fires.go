@@ -99,7 +99,7 @@ func (f *Fires) Start(ctx context.Context) error {
 		return fmt.Errorf("consumer: fires: %w", err)
 	}
 	f.pool, err = startPool(ctx, cons, poolConfig{
-		Name: FiresDurable, Workers: f.cfg.Workers, Queue: f.cfg.MaxAckPending, PullMax: 1024,
+		Name: FiresDurable, Workers: f.cfg.Workers,
 		Timeout: 10 * time.Second, NakDelay: time.Second, Fails: f.fails,
 	}, f.log, f.apply)
 	return err

@@ -24,16 +24,19 @@ type handler func(ctx context.Context, data []byte) error
 type poolConfig struct {
 	Name     string        // for logs
 	Workers  int           // concurrent handlers
-	Queue    int           // messages held between the consumer and the workers
-	PullMax  int           // messages the consumer keeps pulled
 	Timeout  time.Duration // per handler call
 	NakDelay time.Duration // before a failed event is redelivered
 	Fails    prometheus.Counter
 }
 
-// pool runs a durable consumer onto a bounded set of workers: the consume
-// callback only queues, so it never waits on storage, and each message is
-// acked only after its handler's effects are durable.
+// pool runs a durable consumer onto a bounded set of workers, and acks
+// each message only after its handler's effects are durable.
+//
+// It pulls only about two rounds of work ahead. A message pulled is on the
+// AckWait clock; a deep local queue lets a backlog outlive AckWait, the
+// server redelivers what is still queued, and the duplicates deepen the
+// queue: throughput collapses (measured: waits seconds late). A backlog
+// left on the server does not age, and any replica can take it.
 type pool struct {
 	cfg  poolConfig
 	log  *slog.Logger
@@ -44,7 +47,7 @@ type pool struct {
 }
 
 func startPool(ctx context.Context, cons jetstream.Consumer, cfg poolConfig, log *slog.Logger, handle handler) (*pool, error) {
-	p := &pool{cfg: cfg, log: log, work: make(chan jetstream.Msg, cfg.Queue)}
+	p := &pool{cfg: cfg, log: log, work: make(chan jetstream.Msg, cfg.Workers)}
 	for range cfg.Workers {
 		p.wg.Add(1)
 		go func() {
@@ -54,7 +57,7 @@ func startPool(ctx context.Context, cons jetstream.Consumer, cfg poolConfig, log
 			}
 		}()
 	}
-	cc, err := cons.Consume(func(m jetstream.Msg) { p.work <- m }, jetstream.PullMaxMessages(cfg.PullMax),
+	cc, err := cons.Consume(func(m jetstream.Msg) { p.work <- m }, jetstream.PullMaxMessages(2*cfg.Workers),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if ctx.Err() == nil {
 				p.log.Warn("consume", "consumer", cfg.Name, "err", err)

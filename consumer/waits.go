@@ -61,7 +61,7 @@ func NewWaits(c WaitsConfig) *Waits {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
 	if c.Workers <= 0 {
-		c.Workers = 16
+		c.Workers = 64
 	}
 	if c.AckWait <= 0 {
 		c.AckWait = 2 * time.Second
@@ -115,13 +115,13 @@ func (w *Waits) Start(ctx context.Context) error {
 		return fmt.Errorf("consumer: interventions: %w", err)
 	}
 	if w.fires, err = startPool(ctx, fires, poolConfig{
-		Name: WaitFiresDurable, Workers: w.cfg.Workers, Queue: waitQueue, PullMax: 256,
+		Name: WaitFiresDurable, Workers: w.cfg.Workers,
 		Timeout: 20 * time.Second, NakDelay: 500 * time.Millisecond, Fails: w.fails,
 	}, w.log, w.fire); err != nil {
 		return err
 	}
 	if w.ivs, err = startPool(ctx, ivs, poolConfig{
-		Name: InterventionsDurable, Workers: 1, Queue: 1, PullMax: 1,
+		Name: InterventionsDurable, Workers: 1,
 		Timeout: 20 * time.Second, NakDelay: 500 * time.Millisecond, Fails: w.fails,
 	}, w.log, w.intervene); err != nil {
 		w.fires.stop()
