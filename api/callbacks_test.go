@@ -299,6 +299,15 @@ func TestCallbackRules(t *testing.T) {
 	rejectedAt(t, "old enqueue URL after restart", reset.TriggerURL)
 	status, body = post(t, again[subjects.ModeWakeHint], "", nil)
 	accepted(t, status, body, "rules", subjects.ModeWakeHint, subjects.DispositionDelivered)
+
+	// A start while active is a restart: every earlier URL dies, extra ones too.
+	status, body = post(t, base+"/api/control/agents/rules/triggers", "application/json", []byte(`{"delivery_mode":"enqueue_message"}`))
+	if status != 201 || json.Unmarshal(body, &extra) != nil {
+		t.Fatalf("create trigger: %d %s", status, body)
+	}
+	startAgent(t, nc, "rules")
+	rejectedAt(t, "extra URL after a restart", extra.TriggerURL)
+	rejectedAt(t, "default URL after a restart", again[subjects.ModeWakeHint])
 }
 
 // rejectedAt posts an empty callback to url and wants the generic 403.

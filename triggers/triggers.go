@@ -104,9 +104,13 @@ func (s *Store) UpdateAgent(ctx context.Context, agentID string, change func(*su
 }
 
 // Start marks the agent active and issues its default triggers, one per
-// mode, revoking any earlier defaults: their tokens are not kept, so a
-// start always hands out new ones.
+// mode, after revoking every trigger it still has: a restarted agent's old
+// URLs stay dead, even if the stop before crashed halfway. Tokens are not
+// kept, so a start always hands out new ones.
 func (s *Store) Start(ctx context.Context, agentID string) ([]Issued, error) {
+	if err := s.revokeAll(ctx, agentID); err != nil {
+		return nil, err
+	}
 	now := s.now().UTC()
 	if _, err := s.UpdateAgent(ctx, agentID, func(st *subjects.AgentState) (bool, error) {
 		st.Status, st.StartedAt, st.StoppedAt, st.PendingWake = subjects.AgentActive, &now, nil, nil
@@ -116,7 +120,7 @@ func (s *Store) Start(ctx context.Context, agentID string) ([]Issued, error) {
 	}
 	var out []Issued
 	for _, mode := range subjects.DeliveryModes() {
-		iss, err := s.replaceDefault(ctx, agentID, mode)
+		iss, err := s.issue(ctx, agentID, mode, "", true)
 		if err != nil {
 			return nil, err
 		}
@@ -125,7 +129,24 @@ func (s *Store) Start(ctx context.Context, agentID string) ([]Issued, error) {
 	return out, nil
 }
 
-// Stop marks the agent stopped and revokes every trigger it has.
+// revokeAll revokes every active trigger of the agent.
+func (s *Store) revokeAll(ctx context.Context, agentID string) error {
+	list, err := s.List(ctx, agentID)
+	if err != nil {
+		return err
+	}
+	for _, t := range list {
+		if t.Status == subjects.TriggerActive {
+			if _, err := s.Revoke(ctx, agentID, t.ID); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Stop marks the agent stopped, which already refuses its callbacks, then
+// revokes every trigger it has.
 func (s *Store) Stop(ctx context.Context, agentID string) ([]subjects.Trigger, error) {
 	now := s.now().UTC()
 	if _, err := s.UpdateAgent(ctx, agentID, func(st *subjects.AgentState) (bool, error) {
@@ -134,20 +155,10 @@ func (s *Store) Stop(ctx context.Context, agentID string) ([]subjects.Trigger, e
 	}); err != nil {
 		return nil, err
 	}
-	list, err := s.List(ctx, agentID)
-	if err != nil {
+	if err := s.revokeAll(ctx, agentID); err != nil {
 		return nil, err
 	}
-	for i := range list {
-		if list[i].Status == subjects.TriggerActive {
-			t, err := s.Revoke(ctx, agentID, list[i].ID)
-			if err != nil {
-				return nil, err
-			}
-			list[i] = *t
-		}
-	}
-	return list, nil
+	return s.List(ctx, agentID)
 }
 
 // Reset revokes the agent's default trigger of mode and issues a new one.
