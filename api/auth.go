@@ -56,8 +56,9 @@ func (a *OperatorAuth) Enabled() bool { return a != nil && len(a.hashes) > 0 }
 // allow checks the request's bearer token against every hash, without
 // stopping at the first match, so the time says nothing about which.
 func (a *OperatorAuth) allow(r *http.Request) bool {
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || token == "" {
+	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	token = strings.TrimSpace(token)
+	if !strings.EqualFold(scheme, "Bearer") || token == "" {
 		return false
 	}
 	h := sha256.Sum256([]byte(token))

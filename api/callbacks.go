@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -151,77 +150,112 @@ func (o *Operations) callback(ctx context.Context, req CallbackRequest) (*subjec
 	if err != nil {
 		return nil, err
 	}
+	reply := func(disposition string) *subjects.CallbackReply {
+		return &subjects.CallbackReply{OK: true, Result: subjects.CallbackResult{
+			AgentID: t.AgentID, TriggerID: t.ID, Mode: t.Mode, Disposition: disposition,
+		}}
+	}
+	// A retry of a stored callback is answered before anything else, so it
+	// never claims, or folds into, a wake.
+	idem := ""
+	if req.IdempotencyKey != "" {
+		idem = subjects.CallbackMsgID(t.ID, req.IdempotencyKey, "")
+		seen, err := o.triggers.Seen(ctx, idem)
+		if err != nil {
+			return nil, err
+		}
+		if seen {
+			return reply(subjects.DispositionDuplicate), nil
+		}
+	}
 	ev := subjects.CallbackEvent{
 		ID: "cb_" + nuid.Next(), AgentID: t.AgentID, TriggerID: t.ID, Mode: t.Mode,
 		Disposition: subjects.DispositionDelivered, At: o.now().UTC(), Payload: payload,
 	}
-	claimed := false
-	if t.Mode == subjects.ModeWakeHint {
-		if ev.Disposition, err = o.claimWake(ctx, t.AgentID, ev.ID); err != nil {
-			return nil, err
-		}
-		claimed = ev.Disposition == subjects.DispositionDelivered
-	}
-	data, err := json.Marshal(ev)
+	// Too big to deliver is refused now, not found undeliverable later.
+	env := subjects.CallbackEnvelope(&ev)
+	envMsg, err := env.Msg()
 	if err != nil {
 		return nil, fmt.Errorf("api: encode callback: %w", err)
 	}
-	m := &nats.Msg{Subject: t.Mode.EventSubject(), Data: data, Header: nats.Header{}}
-	m.Header.Set(jetstream.MsgIDHeader, subjects.CallbackMsgID(t.ID, req.IdempotencyKey, ev.ID))
-	ack, err := o.js.PublishMsg(ctx, m)
+	data, err := subjects.EncodeJSON(ev)
 	if err != nil {
-		return nil, fmt.Errorf("api: store callback: %w", err)
+		return nil, fmt.Errorf("api: encode callback: %w", err)
 	}
-	if ack.Duplicate {
-		ev.Disposition = subjects.DispositionDuplicate
+	if max := o.js.Conn().MaxPayload(); int64(len(envMsg.Data)+512) > max || int64(len(data)+512) > max {
+		return nil, &subjects.Error{Code: subjects.CodePayloadTooLarge, Message: "callback body too large once encoded for delivery"}
+	}
+	claimed := false
+	if t.Mode == subjects.ModeWakeHint {
+		if ev.Disposition, claimed, err = o.claimWake(ctx, t.AgentID, ev.ID); err != nil {
+			return nil, err
+		}
+		if data, err = subjects.EncodeJSON(ev); err != nil {
+			return nil, fmt.Errorf("api: encode callback: %w", err)
+		}
+	}
+	m := &nats.Msg{Subject: t.Mode.EventSubject(), Data: data, Header: nats.Header{}}
+	msgID := idem
+	if msgID == "" {
+		msgID = subjects.CallbackMsgID(t.ID, "", ev.ID)
+	}
+	m.Header.Set(jetstream.MsgIDHeader, msgID)
+	ack, err := o.js.PublishMsg(ctx, m)
+	if err != nil || ack.Duplicate {
+		// Not stored by this request: give the pending slot back, or the
+		// next wakes would fold into a hint that never comes.
 		if claimed {
 			o.releaseWake(ctx, t.AgentID, ev.ID)
 		}
+		if err != nil {
+			return nil, fmt.Errorf("api: store callback: %w", err)
+		}
+		return reply(subjects.DispositionDuplicate), nil
 	}
-	return &subjects.CallbackReply{OK: true, Result: subjects.CallbackResult{
-		AgentID: t.AgentID, TriggerID: t.ID, Mode: t.Mode, Disposition: ev.Disposition,
-	}}, nil
+	if idem != "" {
+		if err := o.triggers.Remember(ctx, idem); err != nil {
+			// Stored already; the stream's own dedup still covers retries
+			// for its window.
+			o.log.Warn("remember idempotency key", "agent_id", t.AgentID, "err", err)
+		}
+	}
+	return reply(ev.Disposition), nil
 }
 
-// claimWake decides, by CAS on the agent's record, whether a wake is
-// delivered (it becomes the pending hint) or coalesced into the hint the
-// agent has not consumed yet.
-func (o *Operations) claimWake(ctx context.Context, agentID, eventID string) (string, error) {
-	disposition := subjects.DispositionDelivered
-	_, err := o.triggers.UpdateAgent(ctx, agentID, func(st *subjects.AgentState) (bool, error) {
-		if pw := st.PendingWake; pw != nil {
-			consumed, err := o.wakeConsumed(ctx, agentID, pw)
-			if err != nil {
-				return false, err
-			}
-			if !consumed {
-				disposition = subjects.DispositionCoalesced
-				return false, nil
-			}
+// claimWake decides whether a wake is delivered or coalesced into the
+// hint the agent has not consumed yet. Only an agent with an inbox
+// consumer can have one pending; for the others nothing is written. For
+// them, claimed reports whether this wake took the pending slot (by CAS on
+// the agent's record).
+func (o *Operations) claimWake(ctx context.Context, agentID, eventID string) (disposition string, claimed bool, err error) {
+	c, err := o.js.Consumer(ctx, o.inboxStream, subjects.InboxConsumer(agentID))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return subjects.DispositionDelivered, false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("api: inbox consumer: %w", err)
+	}
+	ackFloor := c.CachedInfo().AckFloor.Stream
+	_, err = o.triggers.UpdateAgent(ctx, agentID, func(st *subjects.AgentState) (bool, error) {
+		if pw := st.PendingWake; pw != nil && !o.wakeConsumed(pw, ackFloor) {
+			disposition, claimed = subjects.DispositionCoalesced, false
+			return false, nil
 		}
-		disposition = subjects.DispositionDelivered
+		disposition, claimed = subjects.DispositionDelivered, true
 		st.PendingWake = &subjects.PendingWake{EventID: eventID, ClaimedAt: o.now().UTC()}
 		return true, nil
 	})
-	return disposition, err
+	return disposition, claimed, err
 }
 
 // wakeConsumed reports whether the agent has acked the pending hint on its
-// inbox consumer (subjects.InboxConsumer). An agent without that consumer
-// has nothing held back; with it, a hint still in flight to the inbox is
-// pending until its claim goes stale.
-func (o *Operations) wakeConsumed(ctx context.Context, agentID string, pw *subjects.PendingWake) (bool, error) {
-	c, err := o.js.Consumer(ctx, o.inboxStream, subjects.InboxConsumer(agentID))
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return true, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("api: inbox consumer: %w", err)
-	}
+// inbox consumer (subjects.InboxConsumer), whose ack floor was read before;
+// a hint still in flight to the inbox is pending until its claim is stale.
+func (o *Operations) wakeConsumed(pw *subjects.PendingWake, ackFloor uint64) bool {
 	if pw.InboxSeq == 0 {
-		return o.now().Sub(pw.ClaimedAt) > subjects.StaleClaim, nil
+		return o.now().Sub(pw.ClaimedAt) > subjects.StaleClaim
 	}
-	return c.CachedInfo().AckFloor.Stream >= pw.InboxSeq, nil
+	return ackFloor >= pw.InboxSeq
 }
 
 // releaseWake drops a claim whose event turned out to be a duplicate.

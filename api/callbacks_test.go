@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -195,12 +196,10 @@ func TestCallbackDeliveries(t *testing.T) {
 
 	// A wake's reason is the JSON cut to 160 characters.
 	long := `{"log":"` + strings.Repeat("x", 300) + `"}`
-	// The first wake hint is still pending only for agents with an inbox
-	// consumer; this agent has none, so each wake is delivered.
-	eventually(t, func() bool {
-		status, body := post(t, wake, "application/json", []byte(long))
-		return status == 200 && strings.Contains(string(body), `"disposition":"delivered"`)
-	})
+	// Wake hints are held back only for agents with an inbox consumer; this
+	// agent has none, so each wake is delivered.
+	status, body = post(t, wake, "application/json", []byte(long))
+	accepted(t, status, body, "ci", subjects.ModeWakeHint, subjects.DispositionDelivered)
 	env = next(t, inbox)
 	if env.Text != long[:160]+"..." {
 		t.Errorf("reason %q", env.Text)
@@ -548,4 +547,139 @@ func TestNoTokenLeaks(t *testing.T) {
 			}
 		}
 	}
+}
+
+func TestCallbackConcurrentWakesWithoutInboxConsumer(t *testing.T) {
+	_, nc := startChime(t)
+	wake := startAgent(t, nc, "burst")[subjects.ModeWakeHint]
+	inbox := inboxOf(t, nc, "burst")
+	const n = 64
+	var wg sync.WaitGroup
+	errs := make(chan string, n)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			status, body := post(t, wake, "", nil)
+			if status != 200 || !strings.Contains(string(body), `"disposition":"delivered"`) {
+				errs <- fmt.Sprintf("%d %s", status, body)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Errorf("concurrent wake: %s", e)
+	}
+	for range n {
+		next(t, inbox)
+	}
+}
+
+func TestCallbackWakeRetryNeverSwallowsAWake(t *testing.T) {
+	_, nc := startChime(t)
+	wake := startAgent(t, nc, "retry")[subjects.ModeWakeHint]
+	ctx := context.Background()
+	js, _ := jetstream.New(nc)
+	cons, err := js.CreateOrUpdateConsumer(ctx, engine.InboxStream, jetstream.ConsumerConfig{
+		Durable: subjects.InboxConsumer("retry"), FilterSubject: subjects.Inbox("retry"), AckPolicy: jetstream.AckExplicitPolicy,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	take := func() string {
+		t.Helper()
+		msgs, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, ok := <-msgs.Messages()
+		if !ok {
+			t.Fatal("no wake hint")
+		}
+		var env subjects.Envelope
+		_ = json.Unmarshal(m.Data(), &env)
+		if err := m.DoubleAck(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return env.Text
+	}
+	for round := range 5 {
+		key := fmt.Sprintf("delivery-%d", round)
+		status, body := post(t, wake, "text/plain", []byte("original"), "Idempotency-Key", key)
+		accepted(t, status, body, "retry", subjects.ModeWakeHint, subjects.DispositionDelivered)
+		if got := take(); got != "original" {
+			t.Fatalf("round %d: %q", round, got)
+		}
+		// The sender retries while a fresh wake arrives: the retry is a
+		// duplicate, the fresh wake is delivered.
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			status, body := post(t, wake, "text/plain", []byte("original"), "Idempotency-Key", key)
+			if status != 200 || !strings.Contains(string(body), `"disposition":"duplicate"`) {
+				t.Errorf("retry: %d %s", status, body)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			status, body := post(t, wake, "text/plain", []byte("fresh"))
+			if status != 200 || !strings.Contains(string(body), `"disposition":"delivered"`) {
+				t.Errorf("fresh wake: %d %s", status, body)
+			}
+		}()
+		wg.Wait()
+		if got := take(); got != "fresh" {
+			t.Fatalf("round %d: the fresh wake became %q", round, got)
+		}
+	}
+}
+
+func TestCallbackLargeEscapableBody(t *testing.T) {
+	_, nc := startChime(t)
+	enqueue := startAgent(t, nc, "big")[subjects.ModeEnqueueMessage]
+	inbox := inboxOf(t, nc, "big")
+	body := strings.Repeat("<a&b>", 50000) // 250 KB; HTML-escaped it would be 1.2 MB
+	status, reply := post(t, enqueue, "text/plain", []byte(body))
+	accepted(t, status, reply, "big", subjects.ModeEnqueueMessage, subjects.DispositionDelivered)
+	if env := next(t, inbox); env.Text != body {
+		t.Errorf("delivered %d bytes, want the %d sent", len(env.Text), len(body))
+	}
+}
+
+// TestCallbackStoppedAgentActiveToken: the agent's status alone refuses a
+// callback, even while its trigger is still active.
+func TestCallbackStoppedAgentActiveToken(t *testing.T) {
+	_, nc := startChime(t)
+	enqueue := startAgent(t, nc, "paused")[subjects.ModeEnqueueMessage]
+	ctx := context.Background()
+	js, _ := jetstream.New(nc)
+	agents, err := js.KeyValue(ctx, engine.AgentsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setStatus := func(status subjects.AgentStatus) {
+		e, err := agents.Get(ctx, "paused")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st subjects.AgentState
+		_ = json.Unmarshal(e.Value(), &st)
+		st.Status = status
+		b, _ := json.Marshal(st)
+		if _, err := agents.Put(ctx, "paused", b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setStatus(subjects.AgentStopped)
+	eventually(t, func() bool {
+		status, _ := post(t, enqueue, "text/plain", []byte("x"))
+		return status == 403
+	})
+	setStatus(subjects.AgentActive)
+	eventually(t, func() bool {
+		status, _ := post(t, enqueue, "text/plain", []byte("x"))
+		return status == 200
+	})
 }

@@ -3,10 +3,12 @@ package consumer
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -106,6 +108,11 @@ func (cb *Callbacks) handle(ctx context.Context, data []byte) error {
 		return fmt.Errorf("%w: %v", errPoison, err)
 	}
 	ack, err := cb.cfg.JS.PublishMsg(ctx, m)
+	if errors.Is(err, nats.ErrMaxPayload) {
+		// Ingress refuses what cannot fit; one that slips through anyway
+		// (a smaller max_payload since) will never fit.
+		return fmt.Errorf("%w: %s: %v", errPoison, env.ID, err)
+	}
 	if err != nil {
 		return fmt.Errorf("publish %s: %w", env.ID, err)
 	}

@@ -27,8 +27,10 @@ const (
 	LeasesBucket = "chime_leases"
 	// TriggersBucket holds external triggers, by token hash and by agent.
 	TriggersBucket = "chime_triggers"
-	EventsStream   = "CHIME_EVENTS"
-	InboxStream    = "CHIME_INBOX"
+	// IdempotencyBucket remembers callback Idempotency-Keys for a day.
+	IdempotencyBucket = "chime_idempotency"
+	EventsStream      = "CHIME_EVENTS"
+	InboxStream       = "CHIME_INBOX"
 )
 
 // EmbeddedOptions configures the embedded nats-server.
@@ -89,6 +91,10 @@ type Topology struct {
 	DedupWindow time.Duration
 }
 
+// IdempotencyTTL is how long a callback's Idempotency-Key is remembered:
+// webhook senders retry for hours, longer than the streams' dedup window.
+const IdempotencyTTL = 24 * time.Hour
+
 // Resources are the provisioned handles.
 type Resources struct {
 	JS       jetstream.JetStream
@@ -97,6 +103,8 @@ type Resources struct {
 	Agents   jetstream.KeyValue
 	Leases   jetstream.KeyValue
 	Triggers jetstream.KeyValue
+	// Idempotency holds callback Idempotency-Keys already stored.
+	Idempotency jetstream.KeyValue
 }
 
 // Provision creates or updates the streams and buckets. It is idempotent, so
@@ -138,6 +146,16 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Resour
 	if err != nil {
 		return nil, fmt.Errorf("engine: triggers bucket: %w", err)
 	}
+	idem, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      IdempotencyBucket,
+		Description: "callback Idempotency-Keys already stored, key <trigger>.<key sha256>; kept a day",
+		History:     1,
+		TTL:         IdempotencyTTL,
+		Replicas:    t.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("engine: idempotency bucket: %w", err)
+	}
 	leases, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      LeasesBucket,
 		Description: "chime shard leases and replica presence; entries expire after the lease TTL",
@@ -172,7 +190,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Resour
 	}); err != nil {
 		return nil, fmt.Errorf("engine: inbox stream: %w", err)
 	}
-	return &Resources{JS: js, Timers: timers, Waits: waits, Agents: agents, Leases: leases, Triggers: triggers}, nil
+	return &Resources{JS: js, Timers: timers, Waits: waits, Agents: agents, Leases: leases, Triggers: triggers, Idempotency: idem}, nil
 }
 
 // ConnectOptions says how to reach NATS.

@@ -307,13 +307,13 @@ func DecodeCallbackBody(contentType string, body []byte) (*Payload, error) {
 // maxReason is how much of a JSON body a wake hint's reason shows.
 const maxReason = 160
 
-// WakeReason is a wake hint's short reason: the text (cut like JSON), or
-// the JSON cut to 160 characters plus "...", or "external trigger fired".
+// WakeReason is a wake hint's short reason: the text, or the JSON cut to
+// 160 characters plus "...", or "external trigger fired".
 func (p *Payload) WakeReason() string {
-	s := p.Text
-	if s == "" {
-		s = string(p.JSON)
+	if strings.TrimSpace(p.Text) != "" {
+		return p.Text
 	}
+	s := string(p.JSON)
 	if strings.TrimSpace(s) == "" {
 		return "external trigger fired"
 	}
@@ -359,13 +359,11 @@ type CallbackData struct {
 	Payload   *Payload `json:"payload,omitempty"`
 }
 
-// CallbackEnvelope is the inbox delivery of an accepted callback.
+// CallbackEnvelope is the inbox delivery of an accepted callback. The
+// payload rides in data only where the text does not already carry it.
 func CallbackEnvelope(ev *CallbackEvent) Envelope {
 	env := Envelope{AgentID: ev.AgentID, At: ev.At.UTC(), Source: Source{Type: "external_trigger", ID: ev.TriggerID}, Trust: TrustExternal}
 	data := CallbackData{TriggerID: ev.TriggerID}
-	if !ev.Payload.Empty() {
-		data.Payload = ev.Payload
-	}
 	if ev.Mode == ModeWakeHint {
 		env.ID, env.Kind = "wake_"+ev.ID, KindWakeHint
 		data.Reason = ev.Payload.WakeReason()
@@ -374,7 +372,10 @@ func CallbackEnvelope(ev *CallbackEvent) Envelope {
 		env.ID, env.Kind = "msg_"+ev.ID, KindMessage
 		env.Text = ev.Payload.MessageText()
 	}
-	env.Data, _ = json.Marshal(data)
+	if ev.Payload.BodyBase64 != "" || (ev.Payload.JSON != nil && env.Text != string(ev.Payload.JSON)) {
+		data.Payload = ev.Payload
+	}
+	env.Data, _ = EncodeJSON(data)
 	return env
 }
 

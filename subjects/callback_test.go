@@ -61,13 +61,30 @@ func TestDecodeCallbackBodyErrors(t *testing.T) {
 }
 
 func TestWakeReasonCut(t *testing.T) {
-	p := Payload{Text: strings.Repeat("é", 161)}
-	if got := p.WakeReason(); got != strings.Repeat("é", 160)+"..." {
-		t.Errorf("cut by characters: %q", got)
+	p := Payload{JSON: []byte(`"` + strings.Repeat("é", 200) + `"`)}
+	if got := p.WakeReason(); got != `"`+strings.Repeat("é", 159)+"..." {
+		t.Errorf("JSON cut by characters: %q", got)
 	}
-	p = Payload{Text: strings.Repeat("x", 160)}
-	if got := p.WakeReason(); got != p.Text {
+	p = Payload{JSON: []byte(strings.Repeat("1", 160))}
+	if got := p.WakeReason(); got != string(p.JSON) {
 		t.Errorf("160 characters are not cut: %q", got)
+	}
+	p = Payload{Text: strings.Repeat("x", 500)}
+	if got := p.WakeReason(); got != p.Text {
+		t.Errorf("a text reason is the text, uncut: %d characters", len(got))
+	}
+}
+
+func TestCallbackEnvelopeSize(t *testing.T) {
+	body := strings.Repeat("<&>", 60000) // HTML escaping would make this 1 MB
+	p, err := DecodeCallbackBody("text/plain", []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := CallbackEnvelope(&CallbackEvent{ID: "x", AgentID: "a", TriggerID: "t", Mode: ModeEnqueueMessage, Payload: p})
+	m, err := env.Msg()
+	if err != nil || len(m.Data) > len(body)+400 || env.Text != body {
+		t.Errorf("envelope of %d bytes for a %d-byte text (%v)", len(m.Data), len(body), err)
 	}
 }
 
@@ -115,7 +132,7 @@ func FuzzDecodeCallbackBody(f *testing.F) {
 		if forms > 1 || (forms == 0 && len(bytes.TrimSpace(body)) != 0) {
 			t.Fatalf("%q %q decoded as %+v", contentType, body, p)
 		}
-		if r := []rune(p.WakeReason()); len(r) == 0 || len(r) > 163 {
+		if r := []rune(p.WakeReason()); len(r) == 0 || (p.Text == "" && len(r) > 163) {
 			t.Fatalf("reason of %d characters", len(r))
 		}
 		env := CallbackEnvelope(&CallbackEvent{ID: "x", AgentID: "a", TriggerID: "t", Mode: ModeWakeHint, Payload: p})

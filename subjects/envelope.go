@@ -1,6 +1,7 @@
 package subjects
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -70,7 +71,7 @@ func TimerFiredEnvelope(f *TimerFired) Envelope {
 // Msg is the envelope as the inbox message: on agent.<id>.inbox, headers
 // Chime-Kind and Nats-Msg-Id (the envelope ID, so a repeat is dropped).
 func (e *Envelope) Msg() (*nats.Msg, error) {
-	data, err := json.Marshal(e)
+	data, err := EncodeJSON(e)
 	if err != nil {
 		return nil, fmt.Errorf("encode envelope %s: %w", e.ID, err)
 	}
@@ -78,4 +79,16 @@ func (e *Envelope) Msg() (*nats.Msg, error) {
 	m.Header.Set(HeaderKind, e.Kind)
 	m.Header.Set(HeaderMsgID, e.ID)
 	return m, nil
+}
+
+// EncodeJSON is json.Marshal without HTML escaping: external text full of
+// <, > and & would otherwise grow sixfold on its way to the inbox.
+func EncodeJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

@@ -3,6 +3,7 @@ package triggers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -31,6 +32,9 @@ type Index struct {
 	wg       sync.WaitGroup
 	err      error
 }
+
+// errWatchClosed marks an index whose watch ended under it.
+var errWatchClosed = errors.New("watch closed")
 
 // StartIndex watches both buckets and returns once their current contents
 // are loaded. The watches end with ctx.
@@ -93,7 +97,12 @@ func (ix *Index) watch(ctx context.Context, bucket string, w jetstream.KeyWatche
 		case e, ok := <-w.Updates():
 			if !ok {
 				if ctx.Err() == nil {
-					ix.log.Error("watch closed", "bucket", bucket)
+					// A stale index would accept revoked tokens: fail closed.
+					ix.log.Error("watch closed; callbacks refused", "bucket", bucket)
+					ix.mu.Lock()
+					ix.err = errWatchClosed
+					ix.changed.Broadcast()
+					ix.mu.Unlock()
 				}
 				return
 			}
@@ -169,7 +178,7 @@ func (ix *Index) resolve(hash string, mode subjects.DeliveryMode) (*subjects.Tri
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	ref, ok := ix.tokens[hash]
-	if !ok {
+	if !ok || ix.err != nil {
 		return nil, false
 	}
 	t, ok := ix.triggers[recKey(ref.AgentID, ref.TriggerID)]

@@ -10,6 +10,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,6 +39,7 @@ type tokenRef struct {
 // Store reads and writes triggers and agent lifecycle.
 type Store struct {
 	triggers, agents jetstream.KeyValue
+	idempotency      jetstream.KeyValue
 	publicURL        string
 	now              func() time.Time
 	index            *Index
@@ -46,11 +48,36 @@ type Store struct {
 // NewStore returns a Store; publicURL is the base of trigger URLs
 // (CHIME_PUBLIC_URL). Callbacks are resolved in index, and writes wait
 // until index has them.
-func NewStore(triggers, agents jetstream.KeyValue, publicURL string, now func() time.Time, index *Index) *Store {
+// idempotency remembers stored callbacks' Idempotency-Keys (a TTL bucket).
+func NewStore(triggers, agents, idempotency jetstream.KeyValue, publicURL string, now func() time.Time, index *Index) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{triggers: triggers, agents: agents, publicURL: publicURL, now: now, index: index}
+	return &Store{triggers: triggers, agents: agents, idempotency: idempotency, publicURL: publicURL, now: now, index: index}
+}
+
+// idemKey turns a callback's dedup ID (subjects.CallbackMsgID) into a key.
+func idemKey(id string) string { return strings.ReplaceAll(id, ":", ".") }
+
+// Seen reports whether a callback with this dedup ID was stored within the
+// idempotency TTL.
+func (s *Store) Seen(ctx context.Context, id string) (bool, error) {
+	_, err := s.idempotency.Get(ctx, idemKey(id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("triggers: idempotency: %w", err)
+	}
+	return true, nil
+}
+
+// Remember records that the callback with this dedup ID is stored.
+func (s *Store) Remember(ctx context.Context, id string) error {
+	if _, err := s.idempotency.Put(ctx, idemKey(id), []byte("1")); err != nil {
+		return fmt.Errorf("triggers: idempotency: %w", err)
+	}
+	return nil
 }
 
 // seen waits until the index reflects revision rev of kv's bucket.
