@@ -187,3 +187,16 @@ func (ix *Index) resolve(hash string, mode subjects.DeliveryMode) (*subjects.Tri
 	}
 	return &t, true
 }
+
+// active lists the agent's active triggers.
+func (ix *Index) active(agentID string) []subjects.Trigger {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	var out []subjects.Trigger
+	for _, t := range ix.triggers {
+		if t.AgentID == agentID && t.Status == subjects.TriggerActive {
+			out = append(out, t)
+		}
+	}
+	return out
+}

@@ -156,17 +156,12 @@ func (s *Store) Start(ctx context.Context, agentID string) ([]Issued, error) {
 	return out, nil
 }
 
-// revokeAll revokes every active trigger of the agent.
+// revokeAll revokes every active trigger of the agent, found in the index
+// (revoked records stay in the bucket for listing; they are not re-read).
 func (s *Store) revokeAll(ctx context.Context, agentID string) error {
-	list, err := s.List(ctx, agentID)
-	if err != nil {
-		return err
-	}
-	for _, t := range list {
-		if t.Status == subjects.TriggerActive {
-			if _, err := s.Revoke(ctx, agentID, t.ID); err != nil {
-				return err
-			}
+	for _, t := range s.index.active(agentID) {
+		if _, err := s.Revoke(ctx, agentID, t.ID); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -217,12 +212,8 @@ func (s *Store) requireActive(ctx context.Context, agentID string) error {
 }
 
 func (s *Store) replaceDefault(ctx context.Context, agentID string, mode subjects.DeliveryMode) (*Issued, error) {
-	list, err := s.List(ctx, agentID)
-	if err != nil {
-		return nil, err
-	}
-	for _, t := range list {
-		if t.Default && t.Mode == mode && t.Status == subjects.TriggerActive {
+	for _, t := range s.index.active(agentID) {
+		if t.Default && t.Mode == mode {
 			if _, err := s.Revoke(ctx, agentID, t.ID); err != nil {
 				return nil, err
 			}
@@ -278,12 +269,18 @@ func (s *Store) Revoke(ctx context.Context, agentID, triggerID string) (*subject
 }
 
 // List returns the agent's triggers, active and revoked.
-func (s *Store) List(ctx context.Context, agentID string) ([]subjects.Trigger, error) {
+func (s *Store) List(ctx context.Context, agentID string) (out []subjects.Trigger, err error) {
 	keys, err := s.triggers.ListKeysFiltered(ctx, recKey(agentID, "*"))
 	if err != nil {
 		return nil, fmt.Errorf("triggers: list: %w", err)
 	}
-	var out []subjects.Trigger
+	defer func() {
+		// The key lister stops quietly when ctx ends: never return a
+		// partial list as if whole.
+		if ctx.Err() != nil {
+			out, err = nil, fmt.Errorf("triggers: list: %w", ctx.Err())
+		}
+	}()
 	for key := range keys.Keys() {
 		t, _, err := kvrec.Get[subjects.Trigger](ctx, s.triggers, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
