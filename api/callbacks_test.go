@@ -683,3 +683,38 @@ func TestCallbackStoppedAgentActiveToken(t *testing.T) {
 		return status == 200
 	})
 }
+
+// TestConcurrentResets: resets of one agent run one at a time, so exactly
+// one default per mode stays active.
+func TestConcurrentResets(t *testing.T) {
+	r, nc := startChime(t)
+	startAgent(t, nc, "racy")
+	base := "http://" + r.HTTPAddr()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if status, body := post(t, base+"/api/control/agents/racy/reset-callback", "", nil); status != 200 {
+				t.Errorf("reset: %d %s", status, body)
+			}
+		}()
+	}
+	wg.Wait()
+	res, err := http.Get(base + "/api/agents/racy/triggers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var list struct{ Triggers []subjects.TriggerView }
+	_ = json.NewDecoder(res.Body).Decode(&list)
+	active := map[subjects.DeliveryMode]int{}
+	for _, tr := range list.Triggers {
+		if tr.Status == subjects.TriggerActive {
+			active[tr.Mode]++
+		}
+	}
+	if active[subjects.ModeWakeHint] != 1 || active[subjects.ModeEnqueueMessage] != 1 || len(list.Triggers) != 10 {
+		t.Errorf("after 8 concurrent resets: active %v of %d triggers", active, len(list.Triggers))
+	}
+}

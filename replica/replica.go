@@ -116,7 +116,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	if r.triggerIndex, err = triggers.StartIndex(ctx, res.Triggers, res.Agents, log); err != nil {
 		return nil, err
 	}
-	triggerStore := triggers.NewStore(res.Triggers, res.Agents, res.Idempotency, publicURL, time.Now, r.triggerIndex)
+	triggerStore := triggers.NewStore(res.Triggers, res.Agents, res.Idempotency, res.Leases, publicURL, time.Now, r.triggerIndex)
 	r.callbacks = consumer.NewCallbacks(consumer.CallbacksConfig{JS: js, Stream: engine.EventsStream, Store: triggerStore, Log: log, Registerer: reg})
 	if err := r.callbacks.Start(ctx); err != nil {
 		return nil, err

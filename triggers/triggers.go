@@ -40,6 +40,7 @@ type tokenRef struct {
 type Store struct {
 	triggers, agents jetstream.KeyValue
 	idempotency      jetstream.KeyValue
+	leases           jetstream.KeyValue // TTL bucket for the per-agent lifecycle guard
 	publicURL        string
 	now              func() time.Time
 	index            *Index
@@ -49,11 +50,36 @@ type Store struct {
 // (CHIME_PUBLIC_URL). Callbacks are resolved in index, and writes wait
 // until index has them.
 // idempotency remembers stored callbacks' Idempotency-Keys (a TTL bucket).
-func NewStore(triggers, agents, idempotency jetstream.KeyValue, publicURL string, now func() time.Time, index *Index) *Store {
+// leases is a bucket whose keys expire (chime_leases): it holds the guard
+// that runs one lifecycle change of an agent at a time.
+func NewStore(triggers, agents, idempotency, leases jetstream.KeyValue, publicURL string, now func() time.Time, index *Index) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{triggers: triggers, agents: agents, idempotency: idempotency, publicURL: publicURL, now: now, index: index}
+	return &Store{triggers: triggers, agents: agents, idempotency: idempotency, leases: leases, publicURL: publicURL, now: now, index: index}
+}
+
+// guarded runs fn while holding the agent's lifecycle guard, a key
+// created in the TTL bucket: two resets, or a start and a stop, of one
+// agent never interleave (that could leave two defaults, or an active
+// agent without triggers). A holder that dies frees it with the TTL.
+func (s *Store) guarded(ctx context.Context, agentID string, fn func() error) error {
+	key := "lifecycle." + agentID
+	for backoff := time.Millisecond; ; backoff = min(2*backoff, 50*time.Millisecond) {
+		rev, err := s.leases.Create(ctx, key, []byte("held"))
+		if err == nil {
+			defer func() { _ = s.leases.Delete(context.WithoutCancel(ctx), key, jetstream.LastRevision(rev)) }()
+			return fn()
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("triggers: lifecycle guard: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("triggers: lifecycle guard of %s: %w", agentID, ctx.Err())
+		case <-time.After(backoff):
+		}
+	}
 }
 
 // idemKey turns a callback's dedup ID (subjects.CallbackMsgID) into a key.
@@ -130,11 +156,11 @@ func (s *Store) UpdateAgent(ctx context.Context, agentID string, change func(*su
 	return st, s.seen(ctx, s.agents, rev)
 }
 
-// Start marks the agent active and issues its default triggers, one per
+// start marks the agent active and issues its default triggers, one per
 // mode, after revoking every trigger it still has: a restarted agent's old
 // URLs stay dead, even if the stop before crashed halfway. Tokens are not
 // kept, so a start always hands out new ones.
-func (s *Store) Start(ctx context.Context, agentID string) ([]Issued, error) {
+func (s *Store) start(ctx context.Context, agentID string) ([]Issued, error) {
 	if err := s.revokeAll(ctx, agentID); err != nil {
 		return nil, err
 	}
@@ -156,6 +182,30 @@ func (s *Store) Start(ctx context.Context, agentID string) ([]Issued, error) {
 	return out, nil
 }
 
+// Start starts the agent and issues its default triggers (see start),
+// under the agent's lifecycle guard.
+func (s *Store) Start(ctx context.Context, agentID string) (out []Issued, err error) {
+	return out, s.guarded(ctx, agentID, func() error { out, err = s.start(ctx, agentID); return err })
+}
+
+// Stop stops the agent and revokes its triggers (see stop), under the
+// agent's lifecycle guard.
+func (s *Store) Stop(ctx context.Context, agentID string) (out []subjects.Trigger, err error) {
+	return out, s.guarded(ctx, agentID, func() error { out, err = s.stop(ctx, agentID); return err })
+}
+
+// Reset replaces the agent's default trigger of mode (see reset), under
+// the agent's lifecycle guard.
+func (s *Store) Reset(ctx context.Context, agentID string, mode subjects.DeliveryMode) (out *Issued, err error) {
+	return out, s.guarded(ctx, agentID, func() error { out, err = s.reset(ctx, agentID, mode); return err })
+}
+
+// Create issues an extra trigger for an active agent, under the agent's
+// lifecycle guard, so none is issued to an agent being stopped.
+func (s *Store) Create(ctx context.Context, agentID string, mode subjects.DeliveryMode, label string) (out *Issued, err error) {
+	return out, s.guarded(ctx, agentID, func() error { out, err = s.create(ctx, agentID, mode, label); return err })
+}
+
 // revokeAll revokes every active trigger of the agent, found in the index
 // (revoked records stay in the bucket for listing; they are not re-read).
 func (s *Store) revokeAll(ctx context.Context, agentID string) error {
@@ -167,9 +217,9 @@ func (s *Store) revokeAll(ctx context.Context, agentID string) error {
 	return nil
 }
 
-// Stop marks the agent stopped, which already refuses its callbacks, then
+// stop marks the agent stopped, which already refuses its callbacks, then
 // revokes every trigger it has.
-func (s *Store) Stop(ctx context.Context, agentID string) ([]subjects.Trigger, error) {
+func (s *Store) stop(ctx context.Context, agentID string) ([]subjects.Trigger, error) {
 	now := s.now().UTC()
 	if _, err := s.UpdateAgent(ctx, agentID, func(st *subjects.AgentState) (bool, error) {
 		st.Status, st.StoppedAt, st.PendingWake = subjects.AgentStopped, &now, nil
@@ -183,17 +233,17 @@ func (s *Store) Stop(ctx context.Context, agentID string) ([]subjects.Trigger, e
 	return s.List(ctx, agentID)
 }
 
-// Reset revokes the agent's default trigger of mode and issues a new one.
+// reset revokes the agent's default trigger of mode and issues a new one.
 // The agent must be active.
-func (s *Store) Reset(ctx context.Context, agentID string, mode subjects.DeliveryMode) (*Issued, error) {
+func (s *Store) reset(ctx context.Context, agentID string, mode subjects.DeliveryMode) (*Issued, error) {
 	if err := s.requireActive(ctx, agentID); err != nil {
 		return nil, err
 	}
 	return s.replaceDefault(ctx, agentID, mode)
 }
 
-// Create issues an extra trigger for an active agent.
-func (s *Store) Create(ctx context.Context, agentID string, mode subjects.DeliveryMode, label string) (*Issued, error) {
+// create issues an extra trigger for an active agent.
+func (s *Store) create(ctx context.Context, agentID string, mode subjects.DeliveryMode, label string) (*Issued, error) {
 	if err := s.requireActive(ctx, agentID); err != nil {
 		return nil, err
 	}
