@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -97,34 +98,15 @@ func Decode(data []byte) (*subjects.Timer, error) {
 
 // List returns up to limit of the agent's timers, newest first.
 func (s *Store) List(ctx context.Context, agentID string, limit int) ([]subjects.Timer, error) {
-	w, err := s.kv.Watch(ctx, agentID+".*", jetstream.IgnoreDeletes())
+	out, err := kvrec.List[subjects.Timer](ctx, s.kv, agentID+".*")
 	if err != nil {
 		return nil, fmt.Errorf("timers: list: %w", err)
 	}
-	defer func() { _ = w.Stop() }()
-	out := []subjects.Timer{}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("timers: list: %w", ctx.Err())
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, errors.New("timers: list: watcher closed")
-			}
-			if e == nil { // the initial values are all in
-				sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.After(out[j].CreatedAt) })
-				if len(out) > limit {
-					out = out[:limit]
-				}
-				return out, nil
-			}
-			t, err := Decode(e.Value())
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, *t)
-		}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.After(out[j].CreatedAt) })
+	if len(out) > limit {
+		out = out[:limit]
 	}
+	return out, nil
 }
 
 // Cancel cancels an active timer. Cancelling a cancelled timer is a no-op

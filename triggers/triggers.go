@@ -46,12 +46,11 @@ type Store struct {
 	index            *Index
 }
 
-// NewStore returns a Store; publicURL is the base of trigger URLs
-// (CHIME_PUBLIC_URL). Callbacks are resolved in index, and writes wait
-// until index has them.
-// idempotency remembers stored callbacks' Idempotency-Keys (a TTL bucket).
-// leases is a bucket whose keys expire (chime_leases): it holds the guard
-// that runs one lifecycle change of an agent at a time.
+// NewStore returns a Store. Callbacks are resolved in index, and writes
+// wait until index has them; idempotency (a TTL bucket) remembers stored
+// callbacks' Idempotency-Keys; leases (chime_leases, whose keys expire)
+// holds the guard that runs one lifecycle change of an agent at a time;
+// publicURL is the base of trigger URLs (CHIME_PUBLIC_URL).
 func NewStore(triggers, agents, idempotency, leases jetstream.KeyValue, publicURL string, now func() time.Time, index *Index) *Store {
 	if now == nil {
 		now = time.Now
@@ -319,27 +318,10 @@ func (s *Store) Revoke(ctx context.Context, agentID, triggerID string) (*subject
 }
 
 // List returns the agent's triggers, active and revoked.
-func (s *Store) List(ctx context.Context, agentID string) (out []subjects.Trigger, err error) {
-	keys, err := s.triggers.ListKeysFiltered(ctx, recKey(agentID, "*"))
+func (s *Store) List(ctx context.Context, agentID string) ([]subjects.Trigger, error) {
+	out, err := kvrec.List[subjects.Trigger](ctx, s.triggers, recKey(agentID, "*"))
 	if err != nil {
 		return nil, fmt.Errorf("triggers: list: %w", err)
-	}
-	defer func() {
-		// The key lister stops quietly when ctx ends: never return a
-		// partial list as if whole.
-		if ctx.Err() != nil {
-			out, err = nil, fmt.Errorf("triggers: list: %w", ctx.Err())
-		}
-	}()
-	for key := range keys.Keys() {
-		t, _, err := kvrec.Get[subjects.Trigger](ctx, s.triggers, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("triggers: list: %w", err)
-		}
-		out = append(out, *t)
 	}
 	return out, nil
 }

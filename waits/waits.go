@@ -136,26 +136,11 @@ func (s *Store) Cancel(ctx context.Context, agentID, waitID, by, text string) (w
 	return w, w.Status == subjects.WaitCancelled && w.CancelledBy == by, nil
 }
 
-// List returns the agent's waits, in key order.
+// List returns the agent's waits.
 func (s *Store) List(ctx context.Context, agentID string) ([]subjects.Wait, error) {
-	lister, err := s.waits.ListKeysFiltered(ctx, agentID+".*")
+	out, err := kvrec.List[subjects.Wait](ctx, s.waits, agentID+".*")
 	if err != nil {
 		return nil, fmt.Errorf("waits: list: %w", err)
-	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
-	}
-	out := make([]subjects.Wait, 0, len(keys))
-	for _, k := range keys {
-		w, _, err := kvrec.Get[subjects.Wait](ctx, s.waits, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("waits: list: %w", err)
-		}
-		out = append(out, *w)
 	}
 	return out, nil
 }
@@ -242,19 +227,4 @@ func (s *Store) eachWaiting(ctx context.Context, agentID string, change func(*su
 		}
 	}
 	return nil
-}
-
-// Waiting returns the IDs of the agent's waiting waits.
-func (s *Store) Waiting(ctx context.Context, agentID string) ([]string, error) {
-	all, err := s.List(ctx, agentID)
-	if err != nil {
-		return nil, err
-	}
-	var ids []string
-	for _, w := range all {
-		if w.Status == subjects.WaitWaiting {
-			ids = append(ids, w.ID)
-		}
-	}
-	return ids, nil
 }

@@ -1,6 +1,7 @@
-// Package kvrec owns the one read-modify-write loop every JSON record in a
-// JetStream KV bucket goes through: read, decide, write by CAS on the
-// revision, and decide again when another writer got there first.
+// Package kvrec owns how chime reads and writes JSON records in JetStream
+// KV buckets: the one read-modify-write loop (read, decide, write by CAS on
+// the revision, decide again when another writer got there first) and the
+// listing of the records under a key filter.
 package kvrec
 
 import (
@@ -30,6 +31,37 @@ func Get[T any](ctx context.Context, kv jetstream.KeyValue, key string) (*T, uin
 		return nil, 0, fmt.Errorf("decode %s: %w", key, err)
 	}
 	return &v, e.Revision(), nil
+}
+
+// List decodes every record whose key matches filter (a KV key pattern
+// such as "agent.*"), in one pass of a filtered watch over the current
+// values: no round trip per key. A cancelled ctx is an error, never a
+// partial list.
+func List[T any](ctx context.Context, kv jetstream.KeyValue, filter string) ([]T, error) {
+	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = w.Stop() }()
+	out := []T{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, errors.New("watcher closed")
+			}
+			if e == nil { // the initial values are all in
+				return out, nil
+			}
+			var v T
+			if err := json.Unmarshal(e.Value(), &v); err != nil {
+				return nil, fmt.Errorf("decode %s: %w", e.Key(), err)
+			}
+			out = append(out, v)
+		}
+	}
 }
 
 // Update applies change to the record at key by CAS until it sticks. change
