@@ -172,17 +172,14 @@ func (o *Operations) callback(ctx context.Context, req CallbackRequest) (*subjec
 		ID: "cb_" + nuid.Next(), AgentID: t.AgentID, TriggerID: t.ID, Mode: t.Mode,
 		Disposition: subjects.DispositionDelivered, At: o.now().UTC(), Payload: payload,
 	}
-	// Too big to deliver is refused now, not found undeliverable later.
+	// Too big to deliver is refused now, not found undeliverable later. The
+	// envelope carries the payload at least once, so it bounds the event too.
 	env := subjects.CallbackEnvelope(&ev)
 	envMsg, err := env.Msg()
 	if err != nil {
 		return nil, fmt.Errorf("api: encode callback: %w", err)
 	}
-	data, err := subjects.EncodeJSON(ev)
-	if err != nil {
-		return nil, fmt.Errorf("api: encode callback: %w", err)
-	}
-	if max := o.js.Conn().MaxPayload(); int64(len(envMsg.Data)+512) > max || int64(len(data)+512) > max {
+	if int64(len(envMsg.Data)+1024) > o.js.Conn().MaxPayload() {
 		return nil, &subjects.Error{Code: subjects.CodePayloadTooLarge, Message: "callback body too large once encoded for delivery"}
 	}
 	claimed := false
@@ -190,9 +187,10 @@ func (o *Operations) callback(ctx context.Context, req CallbackRequest) (*subjec
 		if ev.Disposition, claimed, err = o.claimWake(ctx, t.AgentID, ev.ID); err != nil {
 			return nil, err
 		}
-		if data, err = subjects.EncodeJSON(ev); err != nil {
-			return nil, fmt.Errorf("api: encode callback: %w", err)
-		}
+	}
+	data, err := subjects.EncodeJSON(ev)
+	if err != nil {
+		return nil, fmt.Errorf("api: encode callback: %w", err)
 	}
 	m := &nats.Msg{Subject: t.Mode.EventSubject(), Data: data, Header: nats.Header{}}
 	msgID := idem
