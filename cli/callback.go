@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"time"
 
+	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -21,23 +21,12 @@ func (a *App) agent(ctx context.Context, args []string) error {
 	if pos, err := parseInterspersed(fs, args[1:]); err != nil || len(pos) != 0 {
 		return fmt.Errorf("%w: chime agent %s [--agent ID]", ErrUsage, sub)
 	}
-	c, closeConn, err := agentClient(*agent)
-	if err != nil {
-		return err
-	}
-	defer closeConn()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	var res any
-	if sub == "start" {
-		res, err = c.Start(ctx)
-	} else {
-		res, err = c.Stop(ctx)
-	}
-	if err != nil {
-		return err
-	}
-	return a.printJSON(res)
+	return a.request(ctx, *agent, func(ctx context.Context, c *client.Client) (any, error) {
+		if sub == "start" {
+			return c.Start(ctx)
+		}
+		return c.Stop(ctx)
+	})
 }
 
 const callbackUsage = "chime callback reset|create [--mode wake_hint|enqueue_message] [--label L] | cancel ID | list [--agent ID]"
@@ -57,30 +46,19 @@ func (a *App) callback(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
-	c, closeConn, err := agentClient(*agent)
-	if err != nil {
-		return err
-	}
-	defer closeConn()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	var res any
-	switch {
-	case sub == "reset" && len(pos) == 0:
-		res, err = c.ResetCallback(ctx, subjects.DeliveryMode(*mode))
-	case sub == "create" && len(pos) == 0:
-		res, err = c.CreateTrigger(ctx, subjects.DeliveryMode(*mode), *label)
-	case sub == "cancel" && len(pos) == 1:
-		res, err = c.CancelTrigger(ctx, pos[0])
-	case sub == "list" && len(pos) == 0:
-		res, err = c.ListTriggers(ctx)
-	default:
-		return fmt.Errorf("%w: %s", ErrUsage, callbackUsage)
-	}
-	if err != nil {
-		return err
-	}
-	return a.printJSON(res)
+	return a.request(ctx, *agent, func(ctx context.Context, c *client.Client) (any, error) {
+		switch {
+		case sub == "reset" && len(pos) == 0:
+			return c.ResetCallback(ctx, subjects.DeliveryMode(*mode))
+		case sub == "create" && len(pos) == 0:
+			return c.CreateTrigger(ctx, subjects.DeliveryMode(*mode), *label)
+		case sub == "cancel" && len(pos) == 1:
+			return c.CancelTrigger(ctx, pos[0])
+		case sub == "list" && len(pos) == 0:
+			return c.ListTriggers(ctx)
+		}
+		return nil, fmt.Errorf("%w: %s", ErrUsage, callbackUsage)
+	})
 }
 
 func (a *App) printJSON(v any) error {

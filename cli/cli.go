@@ -151,6 +151,26 @@ func connect() (*nats.Conn, error) {
 	return nc, nil
 }
 
+// request runs one request of agentID's client, bounded by requestTimeout,
+// and prints its result as JSON.
+func (a *App) request(ctx context.Context, agentID string, fn func(context.Context, *client.Client) (any, error)) error {
+	c, closeConn, err := agentClient(agentID)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	res, err := fn(ctx, c)
+	if err != nil {
+		return err
+	}
+	return a.printJSON(res)
+}
+
+// requestTimeout bounds a CLI request's round trip.
+const requestTimeout = 10 * time.Second
+
 // agentClient connects and returns a client for agentID; close ends the
 // connection.
 func agentClient(agentID string) (c *client.Client, close func(), err error) {
@@ -180,38 +200,26 @@ func (a *App) timer(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
-	c, closeConn, err := agentClient(*agent)
-	if err != nil {
-		return err
-	}
-	defer closeConn()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	var res any
-	switch sub {
-	case "create":
-		if *after <= 0 {
-			return fmt.Errorf("%w: timer create needs --after-ms N (a positive number of milliseconds)", ErrUsage)
+	return a.request(ctx, *agent, func(ctx context.Context, c *client.Client) (any, error) {
+		switch sub {
+		case "create":
+			if *after <= 0 {
+				return nil, fmt.Errorf("%w: timer create needs --after-ms N (a positive number of milliseconds)", ErrUsage)
+			}
+			return c.CreateTimer(ctx, *after, *every, *summary)
+		case "list":
+			return c.ListTimers(ctx, *limit)
+		case "get", "cancel":
+			if len(pos) != 1 {
+				return nil, fmt.Errorf("%w: timer %s needs one timer ID", ErrUsage, sub)
+			}
+			if sub == "get" {
+				return c.GetTimer(ctx, pos[0])
+			}
+			return c.CancelTimer(ctx, pos[0])
 		}
-		res, err = c.CreateTimer(ctx, *after, *every, *summary)
-	case "list":
-		res, err = c.ListTimers(ctx, *limit)
-	case "get", "cancel":
-		if len(pos) != 1 {
-			return fmt.Errorf("%w: timer %s needs one timer ID", ErrUsage, sub)
-		}
-		if sub == "get" {
-			res, err = c.GetTimer(ctx, pos[0])
-		} else {
-			res, err = c.CancelTimer(ctx, pos[0])
-		}
-	default:
-		return fmt.Errorf("%w: unknown timer command %q", ErrUsage, sub)
-	}
-	if err != nil {
-		return err
-	}
-	return a.printJSON(res)
+		return nil, fmt.Errorf("%w: unknown timer command %q", ErrUsage, sub)
+	})
 }
 
 // parseInterspersed parses flags that may come before or after positional
