@@ -184,7 +184,7 @@ func (o *Operations) callback(ctx context.Context, req CallbackRequest) (*subjec
 	}
 	claimed := false
 	if t.Mode == subjects.ModeWakeHint {
-		if ev.Disposition, claimed, err = o.claimWake(ctx, t.AgentID, ev.ID); err != nil {
+		if ev.Disposition, ev.CoalescedInto, ev.FloorAtFold, claimed, err = o.claimWake(ctx, t.AgentID, ev.ID); err != nil {
 			return nil, err
 		}
 	}
@@ -224,36 +224,27 @@ func (o *Operations) callback(ctx context.Context, req CallbackRequest) (*subjec
 // hint the agent has not consumed yet. Only an agent with an inbox
 // consumer can have one pending; for the others nothing is written. For
 // them, claimed reports whether this wake took the pending slot (by CAS on
-// the agent's record).
-func (o *Operations) claimWake(ctx context.Context, agentID, eventID string) (disposition string, claimed bool, err error) {
+// the agent's record); a coalesced wake names the pending hint it folded
+// into and the ack floor it saw (see subjects.CallbackEvent).
+func (o *Operations) claimWake(ctx context.Context, agentID, eventID string) (disposition, into string, ackFloor uint64, claimed bool, err error) {
 	c, err := o.js.Consumer(ctx, o.inboxStream, subjects.InboxConsumer(agentID))
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return subjects.DispositionDelivered, false, nil
+		return subjects.DispositionDelivered, "", 0, false, nil
 	}
 	if err != nil {
-		return "", false, fmt.Errorf("api: inbox consumer: %w", err)
+		return "", "", 0, false, fmt.Errorf("api: inbox consumer: %w", err)
 	}
-	ackFloor := c.CachedInfo().AckFloor.Stream
+	ackFloor = c.CachedInfo().AckFloor.Stream
 	_, err = o.triggers.UpdateAgent(ctx, agentID, func(st *subjects.AgentState) (bool, error) {
-		if pw := st.PendingWake; pw != nil && !o.wakeConsumed(pw, ackFloor) {
-			disposition, claimed = subjects.DispositionCoalesced, false
+		if pw := st.PendingWake; pw != nil && !subjects.WakeConsumed(pw, ackFloor, o.now()) {
+			disposition, into, claimed = subjects.DispositionCoalesced, pw.EventID, false
 			return false, nil
 		}
-		disposition, claimed = subjects.DispositionDelivered, true
+		disposition, into, claimed = subjects.DispositionDelivered, "", true
 		st.PendingWake = &subjects.PendingWake{EventID: eventID, ClaimedAt: o.now().UTC()}
 		return true, nil
 	})
-	return disposition, claimed, err
-}
-
-// wakeConsumed reports whether the agent has acked the pending hint on its
-// inbox consumer (subjects.InboxConsumer), whose ack floor was read before;
-// a hint still in flight to the inbox is pending until its claim is stale.
-func (o *Operations) wakeConsumed(pw *subjects.PendingWake, ackFloor uint64) bool {
-	if pw.InboxSeq == 0 {
-		return o.now().Sub(pw.ClaimedAt) > subjects.StaleClaim
-	}
-	return ackFloor >= pw.InboxSeq
+	return disposition, into, ackFloor, claimed, err
 }
 
 // releaseWake drops a claim whose event turned out to be a duplicate.

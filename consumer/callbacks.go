@@ -100,8 +100,14 @@ func (cb *Callbacks) handle(ctx context.Context, data []byte) error {
 	}
 	env := subjects.CallbackEnvelope(&ev)
 	if ev.Disposition == subjects.DispositionCoalesced {
-		cb.delivered.WithLabelValues(env.Kind, ev.Disposition).Inc()
-		return nil
+		deliver, err := cb.unfold(ctx, &ev)
+		if err != nil {
+			return err
+		}
+		if !deliver {
+			cb.delivered.WithLabelValues(env.Kind, ev.Disposition).Inc()
+			return nil
+		}
 	}
 	m, err := env.Msg()
 	if err != nil {
@@ -130,4 +136,39 @@ func (cb *Callbacks) handle(ctx context.Context, data []byte) error {
 	}
 	cb.delivered.WithLabelValues(env.Kind, ev.Disposition).Inc()
 	return nil
+}
+
+// unfold decides whether a coalesced wake must be delivered after all:
+// its pending hint was given back (a duplicate or failed store), or, once
+// chime learnt where that hint landed, the agent's ack floor at the fold
+// already covered it (the agent had taken it; folding would swallow this
+// wake). Then the wake takes the pending slot itself. While the hint is
+// still in flight, it waits (errNotYet).
+func (cb *Callbacks) unfold(ctx context.Context, ev *subjects.CallbackEvent) (bool, error) {
+	st, _, err := cb.cfg.Store.Agent(ctx, ev.AgentID)
+	if err != nil {
+		return false, err
+	}
+	pw := st.PendingWake
+	switch {
+	case pw == nil:
+	case pw.EventID != ev.CoalescedInto:
+		return false, nil // a newer hint, claimed after this wake came, covers it
+	case pw.InboxSeq == 0 && !subjects.WakeConsumed(pw, 0, time.Now()):
+		return false, errNotYet
+	case pw.InboxSeq != 0 && ev.FloorAtFold < pw.InboxSeq:
+		return false, nil // the agent had not taken it: truly folded
+	}
+	claimed := false
+	_, err = cb.cfg.Store.UpdateAgent(ctx, ev.AgentID, func(st *subjects.AgentState) (bool, error) {
+		cur := st.PendingWake
+		if (pw == nil) != (cur == nil) || (cur != nil && cur.EventID != pw.EventID) {
+			claimed = false
+			return false, nil // another wake took the slot meanwhile, and covers this one
+		}
+		claimed = true
+		st.PendingWake = &subjects.PendingWake{EventID: ev.ID, ClaimedAt: time.Now().UTC()}
+		return true, nil
+	})
+	return claimed, err
 }

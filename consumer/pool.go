@@ -16,6 +16,10 @@ import (
 // not redelivered.
 var errPoison = errors.New("undecodable event")
 
+// errNotYet asks for a quiet redelivery: the event waits on another's
+// effects, which are on their way.
+var errNotYet = errors.New("waiting on another event")
+
 // handler applies one event's effects; nil acks it, errPoison terminates
 // it, any other error leaves it for redelivery.
 type handler func(ctx context.Context, data []byte) error
@@ -93,6 +97,8 @@ func (p *pool) settle(ctx context.Context, m jetstream.Msg, handle handler) {
 	switch {
 	case err == nil:
 		_ = m.Ack()
+	case errors.Is(err, errNotYet):
+		_ = m.NakWithDelay(p.cfg.NakDelay)
 	case errors.Is(err, errPoison):
 		p.log.Error("poison event; terminated", "consumer", p.cfg.Name, "subject", m.Subject(), "err", err)
 		_ = m.Term()

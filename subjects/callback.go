@@ -348,8 +348,14 @@ type CallbackEvent struct {
 	TriggerID   string       `json:"external_trigger_id"`
 	Mode        DeliveryMode `json:"delivery_mode"`
 	Disposition string       `json:"disposition"`
-	At          time.Time    `json:"at"`
-	Payload     *Payload     `json:"payload,omitempty"`
+	// CoalescedInto is the event of the pending hint a coalesced wake
+	// folded into, and FloorAtFold the agent's inbox ack floor then: if
+	// that hint turns out to lie at or below it, the agent had taken it
+	// already and this wake must be delivered after all.
+	CoalescedInto string    `json:"coalesced_into,omitempty"`
+	FloorAtFold   uint64    `json:"floor_at_fold,omitempty"`
+	At            time.Time `json:"at"`
+	Payload       *Payload  `json:"payload,omitempty"`
 }
 
 // CallbackData is the data of wake_hint and message deliveries.
