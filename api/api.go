@@ -14,14 +14,11 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
-	"github.com/chime-nats/chime/triggers"
 	"github.com/chime-nats/chime/waits"
 )
 
@@ -29,15 +26,13 @@ import (
 type Config struct {
 	Timers *timers.Store
 	Waits  *waits.Store
-	// Triggers, when set, serves the agent lifecycle, triggers and
-	// callbacks.
-	Triggers *triggers.Store
-	// InboxStream is the stream of agent inboxes, where an agent's inbox
-	// consumer tells whether it has taken its wake hint.
-	InboxStream string
-	// JS stores interventions and the deliveries of cancelled waits.
-	JS  jetstream.JetStream
-	Log *slog.Logger
+	// WaitRequests cancels waits and takes interventions.
+	WaitRequests *waits.Requests
+	// Triggers, when set, serves the agent lifecycle and triggers, and
+	// Callbacks the callback ingress.
+	Triggers  *callbacks.Store
+	Callbacks *callbacks.Service
+	Log       *slog.Logger
 	// TimeZone is where naive wait times are read when a request has no
 	// tz (CHIME_TIMEZONE); empty is UTC.
 	TimeZone   string
@@ -47,15 +42,15 @@ type Config struct {
 
 // Operations are the agent actions, by the action part of their subject.
 type Operations struct {
-	store       *timers.Store
-	waits       *waits.Store
-	triggers    *triggers.Store
-	inboxStream string
-	js          jetstream.JetStream
-	tz          string
-	now         func() time.Time
-	log         *slog.Logger
-	requests    *prometheus.CounterVec
+	store     *timers.Store
+	waits     *waits.Store
+	waitOps   *waits.Requests
+	triggers  *callbacks.Store
+	callbacks *callbacks.Service
+	tz        string
+	now       func() time.Time
+	log       *slog.Logger
+	requests  *prometheus.CounterVec
 }
 
 // NewOperations returns the operations.
@@ -68,7 +63,7 @@ func NewOperations(c Config) *Operations {
 	}
 	reg := c.Registerer
 	o := &Operations{
-		store: c.Timers, waits: c.Waits, triggers: c.Triggers, inboxStream: c.InboxStream, js: c.JS, tz: c.TimeZone, now: c.Now,
+		store: c.Timers, waits: c.Waits, waitOps: c.WaitRequests, triggers: c.Triggers, callbacks: c.Callbacks, tz: c.TimeZone, now: c.Now,
 		log: c.Log.With("component", "api"),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chime_requests_total", Help: "Requests by endpoint and outcome (ok or the error code).",
@@ -161,13 +156,13 @@ func (o *Operations) do(ctx context.Context, surface, action, agentID string, bo
 		if err := req.Validate(); err != nil {
 			return nil, err
 		}
-		return o.cancelWait(ctx, agentID, req.WaitID)
+		return o.waitOps.Cancel(ctx, agentID, req.WaitID)
 	case subjects.ActionIntervention:
 		req, err := subjects.DecodeIntervention(body)
 		if err != nil {
 			return nil, err
 		}
-		return o.intervene(ctx, agentID, req)
+		return o.waitOps.Intervene(ctx, agentID, req)
 	case subjects.ActionLifecycleStart, subjects.ActionLifecycleStop, subjects.ActionTriggerCreate,
 		subjects.ActionTriggerCancel, subjects.ActionTriggerList, subjects.ActionTriggerReset:
 		return o.lifecycle(ctx, surface, action, agentID, body)
@@ -183,44 +178,6 @@ func Actions() []string {
 		subjects.ActionLifecycleStart, subjects.ActionLifecycleStop, subjects.ActionTriggerCreate,
 		subjects.ActionTriggerCancel, subjects.ActionTriggerList, subjects.ActionTriggerReset,
 	}
-}
-
-// cancelWait cancels a waiting wait at the agent's request, delivers its
-// wait_cancelled envelope, and returns the record. Cancelling an ended wait
-// returns it unchanged.
-func (o *Operations) cancelWait(ctx context.Context, agentID, waitID string) (*subjects.Wait, error) {
-	w, ended, err := o.waits.Cancel(ctx, agentID, waitID, subjects.CancelByRequest, "Wait cancelled.")
-	if err != nil || !ended {
-		return w, err
-	}
-	env := subjects.WaitEndEnvelope(w, w.CancelText, o.now())
-	m, err := env.Msg()
-	if err == nil {
-		_, err = o.js.PublishMsg(ctx, m)
-	}
-	if err != nil {
-		// The wait is cancelled; only its delivery is missing. A retry of
-		// the cancel finds it ended and the caller has the record.
-		o.log.Warn("wait cancelled but its delivery failed", "wait_id", waitID, "err", err)
-	}
-	return w, nil
-}
-
-// intervene stores the intervention as an event; the interventions
-// consumer applies it, in order, and delivers it. The reply comes once it
-// is stored, so an accepted intervention is never lost.
-func (o *Operations) intervene(ctx context.Context, agentID string, req *subjects.InterventionRequest) (any, error) {
-	iv := subjects.Intervention{ID: "iv_" + nuid.Next(), AgentID: agentID, Action: req.Action, Text: req.Text, At: o.now().UTC()}
-	data, err := json.Marshal(iv)
-	if err != nil {
-		return nil, fmt.Errorf("api: encode intervention: %w", err)
-	}
-	m := &nats.Msg{Subject: subjects.InterventionApply, Data: data, Header: nats.Header{}}
-	m.Header.Set(jetstream.MsgIDHeader, iv.ID)
-	if _, err := o.js.PublishMsg(ctx, m); err != nil {
-		return nil, fmt.Errorf("api: store intervention: %w", err)
-	}
-	return map[string]any{"ok": true, "intervention_id": iv.ID}, nil
 }
 
 func encode(v any) []byte {

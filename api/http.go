@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -41,7 +42,7 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() bool
 			}
 			if err != nil {
 				e := subjects.AsError(err)
-				writeJSON(w, subjects.HTTPStatus(e.Code), subjects.MarshalError(e))
+				writeJSON(w, httpStatus(e.Code), subjects.MarshalError(e))
 				return
 			}
 			writeJSON(w, status, encode(res))
@@ -81,7 +82,7 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() bool
 			res, err := callback(ops, mode, w, r)
 			if err != nil {
 				e := subjects.AsError(err)
-				writeJSON(w, subjects.HTTPStatus(e.Code), subjects.MarshalError(e))
+				writeJSON(w, httpStatus(e.Code), subjects.MarshalError(e))
 				return
 			}
 			writeJSON(w, http.StatusOK, encode(res))
@@ -120,7 +121,7 @@ func callback(ops *Operations, mode subjects.DeliveryMode, w http.ResponseWriter
 	if err != nil {
 		return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "could not read the body"}
 	}
-	return ops.Callback(r.Context(), "http", CallbackRequest{
+	return ops.Callback(r.Context(), "http", callbacks.Request{
 		Mode: mode, Token: r.PathValue("token"), ContentType: r.Header.Get("Content-Type"),
 		IdempotencyKey: r.Header.Get(subjects.HeaderIdempotencyKey), Body: body,
 	})

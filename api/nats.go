@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -104,7 +105,7 @@ func (s *Service) reply(action string, req micro.Request) *nats.Msg {
 // callback accepts a callback whose token is in its header.
 func (s *Service) callback(mode subjects.DeliveryMode, req micro.Request) *nats.Msg {
 	h := req.Headers()
-	res, err := s.ops.Callback(s.ctx, "nats", CallbackRequest{
+	res, err := s.ops.Callback(s.ctx, "nats", callbacks.Request{
 		Mode: mode, Token: h.Get(subjects.HeaderCallbackToken), ContentType: h.Get(subjects.HeaderContentType),
 		IdempotencyKey: h.Get(subjects.HeaderIdempotencyKey), Body: req.Data(),
 	})
@@ -119,7 +120,7 @@ func answer(req micro.Request, res any, err error) *nats.Msg {
 		e := subjects.AsError(err)
 		msg.Header = nats.Header{
 			micro.ErrorHeader:     []string{e.Message},
-			micro.ErrorCodeHeader: []string{strconv.Itoa(subjects.HTTPStatus(e.Code))},
+			micro.ErrorCodeHeader: []string{strconv.Itoa(httpStatus(e.Code))},
 		}
 		msg.Data = subjects.MarshalError(e)
 		return msg

@@ -12,20 +12,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// errPoison marks an event that can never be applied: it is terminated,
+// ErrPoison marks an event that can never be applied: it is terminated,
 // not redelivered.
-var errPoison = errors.New("undecodable event")
+var ErrPoison = errors.New("undecodable event")
 
-// errNotYet asks for a quiet redelivery: the event waits on another's
+// ErrNotYet asks for a quiet redelivery: the event waits on another's
 // effects, which are on their way.
-var errNotYet = errors.New("waiting on another event")
+var ErrNotYet = errors.New("waiting on another event")
 
-// handler applies one event's effects; nil acks it, errPoison terminates
+// Handler applies one event's effects; nil acks it, ErrPoison terminates
 // it, any other error leaves it for redelivery.
-type handler func(ctx context.Context, data []byte) error
+type Handler func(ctx context.Context, data []byte) error
 
-// poolConfig shapes a pool.
-type poolConfig struct {
+// PoolConfig shapes a pool.
+type PoolConfig struct {
 	Name     string        // for logs
 	Workers  int           // concurrent handlers
 	Timeout  time.Duration // per handler call
@@ -33,7 +33,7 @@ type poolConfig struct {
 	Fails    prometheus.Counter
 }
 
-// pool runs a durable consumer onto a bounded set of workers, and acks
+// Pool runs a durable consumer onto a bounded set of workers, and acks
 // each message only after its handler's effects are durable.
 //
 // It pulls only about two rounds of work ahead. A message pulled is on the
@@ -41,8 +41,8 @@ type poolConfig struct {
 // server redelivers what is still queued, and the duplicates deepen the
 // queue: throughput collapses (measured: waits seconds late). A backlog
 // left on the server does not age, and any replica can take it.
-type pool struct {
-	cfg  poolConfig
+type Pool struct {
+	cfg  PoolConfig
 	log  *slog.Logger
 	work chan jetstream.Msg
 	cc   jetstream.ConsumeContext
@@ -50,8 +50,9 @@ type pool struct {
 	once sync.Once
 }
 
-func startPool(ctx context.Context, cons jetstream.Consumer, cfg poolConfig, log *slog.Logger, handle handler) (*pool, error) {
-	p := &pool{cfg: cfg, log: log, work: make(chan jetstream.Msg, cfg.Workers)}
+// StartPool consumes cons onto cfg.Workers workers running handle.
+func StartPool(ctx context.Context, cons jetstream.Consumer, cfg PoolConfig, log *slog.Logger, handle Handler) (*Pool, error) {
+	p := &Pool{cfg: cfg, log: log, work: make(chan jetstream.Msg, cfg.Workers)}
 	for range cfg.Workers {
 		p.wg.Add(1)
 		go func() {
@@ -76,9 +77,9 @@ func startPool(ctx context.Context, cons jetstream.Consumer, cfg poolConfig, log
 	return p, nil
 }
 
-// stop drains the consumer (in-flight messages finish) and waits for the
+// Stop drains the consumer (in-flight messages finish) and waits for the
 // workers. It is idempotent and safe on a nil pool.
-func (p *pool) stop() {
+func (p *Pool) Stop() {
 	if p == nil {
 		return
 	}
@@ -90,16 +91,16 @@ func (p *pool) stop() {
 	})
 }
 
-func (p *pool) settle(ctx context.Context, m jetstream.Msg, handle handler) {
+func (p *Pool) settle(ctx context.Context, m jetstream.Msg, handle Handler) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	err := handle(ctx, m.Data())
 	switch {
 	case err == nil:
 		_ = m.Ack()
-	case errors.Is(err, errNotYet):
+	case errors.Is(err, ErrNotYet):
 		_ = m.NakWithDelay(p.cfg.NakDelay)
-	case errors.Is(err, errPoison):
+	case errors.Is(err, ErrPoison):
 		p.log.Error("poison event; terminated", "consumer", p.cfg.Name, "subject", m.Subject(), "err", err)
 		_ = m.Term()
 	default:

@@ -19,13 +19,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/api"
+	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/scheduler"
 	"github.com/chime-nats/chime/timers"
-	"github.com/chime-nats/chime/triggers"
 	"github.com/chime-nats/chime/waits"
 )
 
@@ -35,11 +36,11 @@ type Replica struct {
 	log       *slog.Logger
 	ns        *server.Server
 	nc        *nats.Conn
-	fires     *consumer.Fires
-	waits     *consumer.Waits
-	callbacks *consumer.Callbacks
+	fires     *timers.Fires
+	waits     *waits.Consumer
+	callbacks *callbacks.Consumer
 	// triggerIndex resolves callback tokens in memory.
-	triggerIndex *triggers.Index
+	triggerIndex *callbacks.Index
 	sched        *scheduler.Scheduler
 	leases       *scheduler.Leases
 	svc          *api.Service
@@ -88,7 +89,8 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	}
 	store := timers.NewStore(res.Timers, time.Now)
 
-	waitStore := waits.NewStore(res.Waits, res.Agents, time.Now)
+	agentStore := agents.NewStore(res.Agents)
+	waitStore := waits.NewStore(res.Waits, agentStore, time.Now)
 
 	// The HTTP listener comes first: trigger URLs are built on its address
 	// when CHIME_PUBLIC_URL is unset.
@@ -113,20 +115,21 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	} else if cfg.HTTPAddr != "" {
 		log.Warn("no operator tokens (CHIME_OPERATOR_TOKENS_FILE): HTTP control routes are open, on loopback only", "addr", cfg.HTTPAddr)
 	}
-	if r.triggerIndex, err = triggers.StartIndex(ctx, res.Triggers, res.Agents, log); err != nil {
+	if r.triggerIndex, err = callbacks.StartIndex(ctx, res.Triggers, res.Agents, log); err != nil {
 		return nil, err
 	}
-	triggerStore := triggers.NewStore(res.Triggers, res.Agents, res.Idempotency, res.Leases, publicURL, time.Now, r.triggerIndex)
-	r.callbacks = consumer.NewCallbacks(consumer.CallbacksConfig{JS: js, Stream: engine.EventsStream, Store: triggerStore, Log: log, Registerer: reg})
+	triggerStore := callbacks.NewStore(res.Triggers, agentStore, res.Idempotency, res.Leases, publicURL, time.Now, r.triggerIndex)
+	inbox := consumer.NewInbox(js)
+	r.callbacks = callbacks.NewConsumer(callbacks.ConsumerConfig{JS: js, Stream: engine.EventsStream, Store: triggerStore, Inbox: inbox, Log: log, Registerer: reg})
 	if err := r.callbacks.Start(ctx); err != nil {
 		return nil, err
 	}
 
-	r.fires = consumer.NewFires(consumer.FiresConfig{JS: js, Stream: engine.EventsStream, Store: store, Log: log, Registerer: reg})
+	r.fires = timers.NewFires(timers.FiresConfig{JS: js, Stream: engine.EventsStream, Store: store, Log: log, Registerer: reg})
 	if err := r.fires.Start(ctx); err != nil {
 		return nil, err
 	}
-	r.waits = consumer.NewWaits(consumer.WaitsConfig{JS: js, Stream: engine.EventsStream, Store: waitStore, Log: log, Registerer: reg})
+	r.waits = waits.NewConsumer(waits.ConsumerConfig{JS: js, Stream: engine.EventsStream, Store: waitStore, Inbox: inbox, Log: log, Registerer: reg})
 	if err := r.waits.Start(ctx); err != nil {
 		return nil, err
 	}
@@ -147,8 +150,8 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		return nil, err
 	}
 	ops := api.NewOperations(api.Config{
-		Timers: store, Waits: waitStore, Triggers: triggerStore, InboxStream: engine.InboxStream,
-		JS: js, Log: log, TimeZone: cfg.TimeZone, Registerer: reg,
+		Timers: store, Waits: waitStore, WaitRequests: waits.NewRequests(waitStore, inbox, js, time.Now, log),
+		Triggers: triggerStore, Callbacks: callbacks.NewService(triggerStore, js, engine.InboxStream, time.Now, log), Log: log, TimeZone: cfg.TimeZone, Registerer: reg,
 	})
 	if r.svc, err = api.StartService(ctx, r.nc, ops, version); err != nil {
 		return nil, err

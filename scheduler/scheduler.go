@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // Config configures a Scheduler.
@@ -363,7 +364,7 @@ func (s *Scheduler) fireLoop(ctx context.Context) {
 // prepare advances each popped entry past what it is about to fire and
 // returns the timer and wait fire events. Called with s.mu held.
 func (s *Scheduler) prepare(batch []*entry, now time.Time) ([]subjects.TimerFired, []subjects.WaitFired) {
-	var timers []subjects.TimerFired
+	var timerFires []subjects.TimerFired
 	var waits []subjects.WaitFired
 	for _, en := range batch {
 		due := time.Unix(0, en.due).UTC()
@@ -373,18 +374,18 @@ func (s *Scheduler) prepare(batch []*entry, now time.Time) ([]subjects.TimerFire
 			en.fired = en.due
 			continue
 		}
-		timers = append(timers, subjects.TimerFired{
+		timerFires = append(timerFires, subjects.TimerFired{
 			AgentID: en.agentID(), TimerID: en.itemID(), Occurrence: en.occ,
 			DueAt: due, FiredAt: now.UTC(), Text: en.text,
 		})
 		en.fired = en.occ
 		if en.interval > 0 {
 			en.occ++
-			en.due = subjects.NextOccurrence(due, en.interval, now).UnixNano()
+			en.due = timers.NextOccurrence(due, en.interval, now).UnixNano()
 			s.index.arm(en)
 		}
 	}
-	return timers, waits
+	return timerFires, waits
 }
 
 // publishWaits sends wait.fire events; the consumer decides, by CAS against

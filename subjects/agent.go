@@ -23,23 +23,8 @@ type PendingWake struct {
 	ClaimedAt time.Time `json:"claimed_at"`
 }
 
-// StaleClaim is how long a wake may stay in flight (claimed, not yet in
-// the inbox) before a new wake stops folding into it: the claimer crashed
-// or its event was a duplicate.
-const StaleClaim = 30 * time.Second
-
 // InboxConsumer is the durable consumer name an agent reads its inbox
 // with, acking what it has handled: chime counts a wake hint as consumed
 // once this consumer's ack floor passes it. An agent without one never has
 // a wake hint pending, so each wake is delivered.
 func InboxConsumer(agentID string) string { return "inbox-" + agentID }
-
-// WakeConsumed reports whether the agent has acked the pending hint, given
-// its inbox consumer's ack floor; a hint still in flight to the inbox
-// (InboxSeq not yet recorded) is pending until its claim is stale.
-func WakeConsumed(pw *PendingWake, ackFloor uint64, now time.Time) bool {
-	if pw.InboxSeq == 0 {
-		return now.Sub(pw.ClaimedAt) > StaleClaim
-	}
-	return ackFloor >= pw.InboxSeq
-}

@@ -2,7 +2,6 @@ package subjects
 
 import (
 	"bytes"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -165,22 +164,6 @@ func (t *Trigger) View() TriggerView {
 // TriggerURL is the ingress URL of a token on publicURL.
 func TriggerURL(publicURL string, mode DeliveryMode, token string) string {
 	return strings.TrimRight(publicURL, "/") + "/api/callbacks/" + mode.Route() + "/" + token
-}
-
-// tokenPrefix marks chime callback tokens, so secret scanners find them.
-const tokenPrefix = "chime_cb_"
-
-// NewToken returns a fresh capability token: 256 random bits.
-func NewToken() string {
-	b := make([]byte, 32)
-	_, _ = rand.Read(b) // never fails (crypto/rand)
-	return tokenPrefix + base64.RawURLEncoding.EncodeToString(b)
-}
-
-// HashToken is the stored form of a token: hex SHA-256.
-func HashToken(token string) string {
-	h := sha256.Sum256([]byte(token))
-	return hex.EncodeToString(h[:])
 }
 
 // CreateTriggerRequest is the body of agent.<id>.trigger.create.

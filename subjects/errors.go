@@ -3,7 +3,6 @@ package subjects
 import (
 	"encoding/json"
 	"errors"
-	"net/http"
 )
 
 // Error codes on the wire. Callers branch on these, so they are stable.
@@ -55,29 +54,6 @@ func AsError(err error) *Error {
 		return e
 	}
 	return &Error{Code: CodeInternal, Message: "internal error"}
-}
-
-// HTTPStatus maps an error code to its HTTP status.
-func HTTPStatus(code string) int {
-	switch code {
-	case CodeInvalidJSON, CodeInvalidRequest, CodeInvalidID,
-		CodeInvalidDuration, CodeInvalidTimestamp, CodeTargetInPast, CodeInvalidTimezone:
-		return http.StatusBadRequest
-	case CodeTimerNotFound, CodeWaitNotFound, CodeTriggerNotFound:
-		return http.StatusNotFound
-	case CodeTimerCompleted, CodeWaitExists, CodeAgentNotActive:
-		return http.StatusConflict
-	case CodeForbidden:
-		return http.StatusForbidden
-	case CodeUnauthorized:
-		return http.StatusUnauthorized
-	case CodePayloadTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case CodeUnavailable:
-		return http.StatusServiceUnavailable
-	default:
-		return http.StatusInternalServerError
-	}
 }
 
 // MarshalError encodes err in the wire error shape.

@@ -75,38 +75,6 @@ func (t *Timer) FireText() string {
 	return "timer " + t.ID + " fired"
 }
 
-// ApplyFire records occurrence n, due at due and fired at firedAt, and
-// reports whether the record changed. An occurrence already applied, or one
-// that lost the race against a cancel, leaves the record alone.
-func (t *Timer) ApplyFire(n int64, due, firedAt, now time.Time) bool {
-	if n <= t.FireCount || t.Status != TimerActive {
-		return false
-	}
-	t.FireCount = n
-	fired := firedAt.UTC()
-	t.LastFiredAt = &fired
-	if t.Repeat {
-		next := NextOccurrence(due, t.Interval(), now).UTC()
-		t.NextFireAt = &next
-	} else {
-		t.NextFireAt = nil
-		t.Status = TimerCompleted
-	}
-	return true
-}
-
-// NextOccurrence returns the first point of the cadence due+k*interval (k>=1)
-// that lies after now, so a repeating timer that was overdue fires once and
-// then keeps its original cadence instead of drifting or catching up.
-func NextOccurrence(due time.Time, interval time.Duration, now time.Time) time.Time {
-	next := due.Add(interval)
-	if next.After(now) {
-		return next
-	}
-	k := now.Sub(due)/interval + 1
-	return due.Add(k * interval)
-}
-
 // CreateTimerRequest is the body of agent.<id>.timer.create and of the HTTP
 // create route. Numbers are kept raw so that fractions, overflow and
 // strings are each rejected with their own message.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chime-nats/chime/subjects"
 )
@@ -67,25 +66,6 @@ func TestValidateID(t *testing.T) {
 	for _, id := range []string{"", "a.b", "*", ">", "a b", strings.Repeat("x", 65), "é"} {
 		if err := subjects.ValidateID("agent_id", id); !errors.Is(err, subjects.ErrInvalidID) {
 			t.Errorf("%q: %v, want invalid_id", id, err)
-		}
-	}
-}
-
-func TestNextOccurrenceKeepsCadence(t *testing.T) {
-	due := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	iv := 10 * time.Second
-	cases := []struct {
-		now  time.Duration // after due
-		want time.Duration // after due
-	}{
-		{0, 10 * time.Second},
-		{3 * time.Second, 10 * time.Second},
-		{10 * time.Second, 20 * time.Second}, // exactly on a point: the next one
-		{95 * time.Second, 100 * time.Second},
-	}
-	for _, c := range cases {
-		if got := subjects.NextOccurrence(due, iv, due.Add(c.now)); !got.Equal(due.Add(c.want)) {
-			t.Errorf("now=+%v: next=+%v, want +%v", c.now, got.Sub(due), c.want)
 		}
 	}
 }

@@ -465,7 +465,3 @@ func InterventionEnvelope(iv *Intervention) Envelope {
 		Source: Source{Type: "intervention", ID: iv.ID}, Trust: TrustOperator, Text: iv.Text, Data: data,
 	}
 }
-
-// PauseThreshold is the shortest pause that moves duration waits, as in
-// Agent Zero.
-const PauseThreshold = 1500 * time.Millisecond

@@ -1,7 +1,7 @@
-// Package timers owns timer records: creating, listing, reading and
-// cancelling them in the JetStream KV bucket, with every read-modify-write a
-// CAS on the entry's revision. Firing is the scheduler's; applying fires to
-// records is the consumer's.
+// Package timers owns timers: their records in the JetStream KV bucket
+// (create, list, get, cancel, every read-modify-write a CAS on the entry's
+// revision) and the consumer that applies each fired occurrence to its
+// record. When a timer is due is the scheduler's business.
 package timers
 
 import (
@@ -156,7 +156,7 @@ func (s *Store) ApplyFire(ctx context.Context, ev *subjects.TimerFired) (bool, e
 		if err != nil {
 			return false, err
 		}
-		if !t.ApplyFire(ev.Occurrence, ev.DueAt, ev.FiredAt, s.now()) {
+		if !applyFire(t, ev.Occurrence, ev.DueAt, ev.FiredAt, s.now()) {
 			return false, nil
 		}
 		data, err := json.Marshal(t)

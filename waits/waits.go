@@ -1,9 +1,10 @@
-// Package waits owns managed waits and the per-agent state they depend on:
-// wait records in the waits KV bucket, the agent's pause state in the
-// agents bucket, and every change to them (create, complete, cancel, pause,
-// resume) as a CAS, so a wait ends exactly once whoever races to end it.
-// Firing a wait at its target is the scheduler's; ending it and delivering
-// the one terminal envelope is the consumer's.
+// Package waits owns managed waits and interventions: wait records in the
+// waits KV bucket and every change to them (create, complete, cancel,
+// pause, resume) as a CAS, so a wait ends exactly once whoever races to end
+// it; the consumers that complete a wait at its target and apply
+// interventions in order; and each ended wait's one terminal delivery. The
+// agent's pause state is kept through package agents; when a wait is due
+// is the scheduler's business.
 package waits
 
 import (
@@ -15,18 +16,25 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/subjects"
 )
 
+// PauseThreshold is the shortest pause that moves duration waits, as in
+// Agent Zero.
+const PauseThreshold = 1500 * time.Millisecond
+
 // Store reads and writes waits and agent state.
 type Store struct {
-	waits, agents jetstream.KeyValue
-	now           func() time.Time
+	waits  jetstream.KeyValue
+	agents *agents.Store
+	now    func() time.Time
 }
 
-// NewStore returns a Store over the waits and agents buckets.
-func NewStore(waits, agents jetstream.KeyValue, now func() time.Time) *Store {
+// NewStore returns a Store over the waits bucket; the agents' pause state
+// is read and kept in agents.
+func NewStore(waits jetstream.KeyValue, agents *agents.Store, now func() time.Time) *Store {
 	if now == nil {
 		now = time.Now
 	}
@@ -147,28 +155,16 @@ func (s *Store) List(ctx context.Context, agentID string) ([]subjects.Wait, erro
 
 // Agent returns the agent's state; an agent never seen has the zero state.
 func (s *Store) Agent(ctx context.Context, agentID string) (*subjects.AgentState, error) {
-	st, _, err := kvrec.Get[subjects.AgentState](ctx, s.agents, agentID)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return &subjects.AgentState{AgentID: agentID}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("waits: agent %s: %w", agentID, err)
-	}
-	return st, nil
+	st, _, err := s.agents.Get(ctx, agentID)
+	return st, err
 }
 
 // Pause stops the agent's duration-wait clocks at at. Pausing a paused
 // agent changes nothing.
 func (s *Store) Pause(ctx context.Context, agentID string, at time.Time) error {
 	at = at.UTC()
-	if _, _, err := kvrec.Update(ctx, s.agents, agentID, true, func(st *subjects.AgentState) (bool, error) {
-		if st.PausedAt != nil {
-			return false, nil
-		}
-		st.AgentID, st.PausedAt = agentID, &at
-		return true, nil
-	}); err != nil {
-		return fmt.Errorf("waits: pause %s: %w", agentID, err)
+	if err := s.agents.Pause(ctx, agentID, at); err != nil {
+		return fmt.Errorf("waits: pause: %w", err)
 	}
 	return s.eachWaiting(ctx, agentID, func(w *subjects.Wait) bool {
 		if w.Mode != subjects.WaitDuration || w.PausedAt != nil {
@@ -180,7 +176,7 @@ func (s *Store) Pause(ctx context.Context, agentID string, at time.Time) error {
 }
 
 // Resume restarts the clocks: a duration wait paused longer than
-// subjects.PauseThreshold moves later by its paused time. The agent's
+// PauseThreshold moves later by its paused time. The agent's
 // record is cleared last, so a resume cut short is finished by its retry.
 func (s *Store) Resume(ctx context.Context, agentID string, at time.Time) error {
 	at = at.UTC()
@@ -188,7 +184,7 @@ func (s *Store) Resume(ctx context.Context, agentID string, at time.Time) error 
 		if w.PausedAt == nil {
 			return false
 		}
-		if paused := at.Sub(*w.PausedAt); paused > subjects.PauseThreshold {
+		if paused := at.Sub(*w.PausedAt); paused > PauseThreshold {
 			w.TargetTime = w.TargetTime.Add(paused)
 			w.PausedMs += paused.Milliseconds()
 		}
@@ -197,14 +193,8 @@ func (s *Store) Resume(ctx context.Context, agentID string, at time.Time) error 
 	}); err != nil {
 		return err
 	}
-	if _, _, err := kvrec.Update(ctx, s.agents, agentID, true, func(st *subjects.AgentState) (bool, error) {
-		if st.PausedAt == nil {
-			return false, nil
-		}
-		st.AgentID, st.PausedAt = agentID, nil
-		return true, nil
-	}); err != nil {
-		return fmt.Errorf("waits: resume %s: %w", agentID, err)
+	if err := s.agents.Resume(ctx, agentID); err != nil {
+		return fmt.Errorf("waits: resume: %w", err)
 	}
 	return nil
 }

@@ -1,13 +1,4 @@
-// Package consumer owns the durable JetStream consumers, shared by all
-// replicas, that turn internal events into their lasting effects: a
-// timer.fire event into the update of its timer record. A message is acked
-// only after its effects are durable; redelivery is harmless because every
-// record update is a CAS that skips what is already applied.
-//
-// The inbox envelope of a fire is published by the scheduler itself, ahead
-// of the event, so an agent hears of a fire after one JetStream write, not
-// after a consumer hop.
-package consumer
+package timers
 
 import (
 	"context"
@@ -19,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/subjects"
-	"github.com/chime-nats/chime/timers"
 )
 
 // FiresDurable is the durable consumer name on the events stream.
@@ -30,7 +21,7 @@ const FiresDurable = "chime-timer-fires"
 type FiresConfig struct {
 	JS     jetstream.JetStream
 	Stream string
-	Store  *timers.Store
+	Store  *Store
 	Log    *slog.Logger
 	// Registerer receives the consumer's metrics; nil registers none.
 	Registerer prometheus.Registerer
@@ -50,7 +41,7 @@ type FiresConfig struct {
 type Fires struct {
 	cfg     FiresConfig
 	log     *slog.Logger
-	pool    *pool
+	pool    *consumer.Pool
 	applied prometheus.Counter
 	fails   prometheus.Counter
 }
@@ -96,9 +87,9 @@ func (f *Fires) Start(ctx context.Context) error {
 		MaxAckPending: f.cfg.MaxAckPending,
 	})
 	if err != nil {
-		return fmt.Errorf("consumer: fires: %w", err)
+		return fmt.Errorf("timers: fires consumer: %w", err)
 	}
-	f.pool, err = startPool(ctx, cons, poolConfig{
+	f.pool, err = consumer.StartPool(ctx, cons, consumer.PoolConfig{
 		Name: FiresDurable, Workers: f.cfg.Workers,
 		Timeout: 10 * time.Second, NakDelay: time.Second, Fails: f.fails,
 	}, f.log, f.apply)
@@ -107,13 +98,13 @@ func (f *Fires) Start(ctx context.Context) error {
 
 // Stop drains the consumer (in-flight messages finish) and waits for the
 // workers. It is idempotent.
-func (f *Fires) Stop() { f.pool.stop() }
+func (f *Fires) Stop() { f.pool.Stop() }
 
 // apply applies a fire to its timer record.
 func (f *Fires) apply(ctx context.Context, data []byte) error {
 	var ev subjects.TimerFired
 	if err := json.Unmarshal(data, &ev); err != nil || subjects.ValidateID("agent_id", ev.AgentID) != nil {
-		return fmt.Errorf("%w: %v", errPoison, err)
+		return fmt.Errorf("%w: %v", consumer.ErrPoison, err)
 	}
 	applied, err := f.cfg.Store.ApplyFire(ctx, &ev)
 	if err != nil {

@@ -1,9 +1,4 @@
-// Package triggers owns external triggers and the agent lifecycle that
-// issues and revokes them: trigger records in the chime_triggers bucket,
-// keyed so that a callback token (by its hash) and an agent's list are
-// each one lookup, and the agent's status in chime_agents. Tokens are
-// returned once, when issued, and stored only as SHA-256.
-package triggers
+package callbacks
 
 import (
 	"context"
@@ -16,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -38,12 +34,13 @@ type tokenRef struct {
 
 // Store reads and writes triggers and agent lifecycle.
 type Store struct {
-	triggers, agents jetstream.KeyValue
-	idempotency      jetstream.KeyValue
-	leases           jetstream.KeyValue // TTL bucket for the per-agent lifecycle guard
-	publicURL        string
-	now              func() time.Time
-	index            *Index
+	triggers    jetstream.KeyValue
+	agents      *agents.Store
+	idempotency jetstream.KeyValue
+	leases      jetstream.KeyValue // TTL bucket for the per-agent lifecycle guard
+	publicURL   string
+	now         func() time.Time
+	index       *Index
 }
 
 // NewStore returns a Store. Callbacks are resolved in index, and writes
@@ -51,7 +48,7 @@ type Store struct {
 // callbacks' Idempotency-Keys; leases (chime_leases, whose keys expire)
 // holds the guard that runs one lifecycle change of an agent at a time;
 // publicURL is the base of trigger URLs (CHIME_PUBLIC_URL).
-func NewStore(triggers, agents, idempotency, leases jetstream.KeyValue, publicURL string, now func() time.Time, index *Index) *Store {
+func NewStore(triggers jetstream.KeyValue, agents *agents.Store, idempotency, leases jetstream.KeyValue, publicURL string, now func() time.Time, index *Index) *Store {
 	if now == nil {
 		now = time.Now
 	}
@@ -133,26 +130,17 @@ func (s *Store) PublicURL() string { return s.publicURL }
 
 // Agent returns the agent's state; an agent never seen has the zero state.
 func (s *Store) Agent(ctx context.Context, agentID string) (*subjects.AgentState, uint64, error) {
-	st, rev, err := kvrec.Get[subjects.AgentState](ctx, s.agents, agentID)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return &subjects.AgentState{AgentID: agentID}, 0, nil
-	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("triggers: agent %s: %w", agentID, err)
-	}
-	return st, rev, nil
+	return s.agents.Get(ctx, agentID)
 }
 
-// UpdateAgent applies change to the agent's state by CAS.
+// UpdateAgent applies change to the agent's state by CAS and returns once
+// the index has seen the change.
 func (s *Store) UpdateAgent(ctx context.Context, agentID string, change func(*subjects.AgentState) (bool, error)) (*subjects.AgentState, error) {
-	st, rev, _, err := kvrec.UpdateRev(ctx, s.agents, agentID, true, func(st *subjects.AgentState) (bool, error) {
-		st.AgentID = agentID
-		return change(st)
-	})
+	st, rev, err := s.agents.Update(ctx, agentID, change)
 	if err != nil {
-		return nil, fmt.Errorf("triggers: agent %s: %w", agentID, err)
+		return nil, fmt.Errorf("triggers: %w", err)
 	}
-	return st, s.seen(ctx, s.agents, rev)
+	return st, s.index.waitSeen(ctx, s.agents.Bucket(), rev)
 }
 
 // start marks the agent active and issues its default triggers, one per
@@ -272,10 +260,10 @@ func (s *Store) replaceDefault(ctx context.Context, agentID string, mode subject
 }
 
 func (s *Store) issue(ctx context.Context, agentID string, mode subjects.DeliveryMode, label string, def bool) (*Issued, error) {
-	token := subjects.NewToken()
+	token := NewToken()
 	t := subjects.Trigger{
 		ID: "trg_" + nuid.Next(), AgentID: agentID, Mode: mode, Label: label, Default: def,
-		Status: subjects.TriggerActive, TokenHash: subjects.HashToken(token), CreatedAt: s.now().UTC(),
+		Status: subjects.TriggerActive, TokenHash: HashToken(token), CreatedAt: s.now().UTC(),
 	}
 	if _, _, err := kvrec.Update(ctx, s.triggers, recKey(agentID, t.ID), true, func(r *subjects.Trigger) (bool, error) {
 		*r = t
@@ -333,7 +321,7 @@ func (s *Store) Resolve(token string, mode subjects.DeliveryMode) (*subjects.Tri
 	if token == "" || len(token) > 256 {
 		return nil, subjects.ErrCallbackRejected
 	}
-	if t, ok := s.index.resolve(subjects.HashToken(token), mode); ok {
+	if t, ok := s.index.resolve(HashToken(token), mode); ok {
 		return t, nil
 	}
 	return nil, subjects.ErrCallbackRejected

@@ -1,4 +1,4 @@
-package consumer
+package waits
 
 import (
 	"context"
@@ -10,9 +10,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/prompts"
 	"github.com/chime-nats/chime/subjects"
-	"github.com/chime-nats/chime/waits"
 )
 
 // waitQueue bounds wait.fire events in flight across replicas.
@@ -24,12 +24,14 @@ const (
 	InterventionsDurable = "chime-interventions"
 )
 
-// WaitsConfig configures Waits.
-type WaitsConfig struct {
+// ConsumerConfig configures Consumer.
+type ConsumerConfig struct {
 	JS     jetstream.JetStream
 	Stream string
-	Store  *waits.Store
-	Log    *slog.Logger
+	Store  *Store
+	// Inbox is where ended waits and interventions are delivered.
+	Inbox *consumer.Inbox
+	Log   *slog.Logger
 	// Registerer receives the consumer's metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// Workers bounds concurrent wait completions.
@@ -37,7 +39,7 @@ type WaitsConfig struct {
 	AckWait time.Duration
 }
 
-// Waits ends waits: a wait.fire event completes its wait unless something
+// Consumer ends waits: a wait.fire event completes its wait unless something
 // ended it first, and an intervention.apply event cancels, pauses or
 // resumes the agent's waits. Each ended wait gets its one terminal inbox
 // delivery, published after the CAS that ended it and before the ack, so a
@@ -45,18 +47,18 @@ type WaitsConfig struct {
 //
 // Interventions are applied one at a time, in stream order (MaxAckPending
 // 1), so a pause and the resume after it never cross.
-type Waits struct {
-	cfg      WaitsConfig
+type Consumer struct {
+	cfg      ConsumerConfig
 	log      *slog.Logger
-	fires    *pool
-	ivs      *pool
+	fires    *consumer.Pool
+	ivs      *consumer.Pool
 	ended    *prometheus.CounterVec
 	fails    prometheus.Counter
 	lateness prometheus.Histogram
 }
 
-// NewWaits returns the wait consumers; Start begins consuming.
-func NewWaits(c WaitsConfig) *Waits {
+// NewConsumer returns the wait consumers; Start begins consuming.
+func NewConsumer(c ConsumerConfig) *Consumer {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
@@ -66,7 +68,7 @@ func NewWaits(c WaitsConfig) *Waits {
 	if c.AckWait <= 0 {
 		c.AckWait = 2 * time.Second
 	}
-	w := &Waits{
+	w := &Consumer{
 		cfg: c,
 		log: c.Log.With("component", "waits"),
 		ended: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -95,14 +97,14 @@ func CompletionText(w *subjects.Wait) (string, error) {
 }
 
 // Start creates (or joins) the shared durable consumers and begins.
-func (w *Waits) Start(ctx context.Context) error {
+func (w *Consumer) Start(ctx context.Context) error {
 	fires, err := w.cfg.JS.CreateOrUpdateConsumer(ctx, w.cfg.Stream, jetstream.ConsumerConfig{
 		Durable: WaitFiresDurable, Description: "wait.fire -> wait record + wait_complete",
 		FilterSubject: subjects.WaitFire, AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: w.cfg.AckWait, MaxAckPending: waitQueue,
 	})
 	if err != nil {
-		return fmt.Errorf("consumer: wait fires: %w", err)
+		return fmt.Errorf("waits: consumer: wait fires: %w", err)
 	}
 	ivs, err := w.cfg.JS.CreateOrUpdateConsumer(ctx, w.cfg.Stream, jetstream.ConsumerConfig{
 		Durable: InterventionsDurable, Description: "intervention.apply -> cancel, pause or resume waits",
@@ -112,34 +114,34 @@ func (w *Waits) Start(ctx context.Context) error {
 		AckWait: 30 * time.Second, MaxAckPending: 1,
 	})
 	if err != nil {
-		return fmt.Errorf("consumer: interventions: %w", err)
+		return fmt.Errorf("waits: consumer: interventions: %w", err)
 	}
-	if w.fires, err = startPool(ctx, fires, poolConfig{
+	if w.fires, err = consumer.StartPool(ctx, fires, consumer.PoolConfig{
 		Name: WaitFiresDurable, Workers: w.cfg.Workers,
 		Timeout: 20 * time.Second, NakDelay: 500 * time.Millisecond, Fails: w.fails,
 	}, w.log, w.fire); err != nil {
 		return err
 	}
-	if w.ivs, err = startPool(ctx, ivs, poolConfig{
+	if w.ivs, err = consumer.StartPool(ctx, ivs, consumer.PoolConfig{
 		Name: InterventionsDurable, Workers: 1,
 		Timeout: 20 * time.Second, NakDelay: 500 * time.Millisecond, Fails: w.fails,
 	}, w.log, w.intervene); err != nil {
-		w.fires.stop()
+		w.fires.Stop()
 		return err
 	}
 	return nil
 }
 
 // Stop drains both consumers and waits for in-flight work. Idempotent.
-func (w *Waits) Stop() {
-	w.ivs.stop()
-	w.fires.stop()
+func (w *Consumer) Stop() {
+	w.ivs.Stop()
+	w.fires.Stop()
 }
 
-func (w *Waits) fire(ctx context.Context, data []byte) error {
+func (w *Consumer) fire(ctx context.Context, data []byte) error {
 	var ev subjects.WaitFired
 	if err := json.Unmarshal(data, &ev); err != nil || subjects.ValidateID("agent_id", ev.AgentID) != nil {
-		return fmt.Errorf("%w: %v", errPoison, err)
+		return fmt.Errorf("%w: %v", consumer.ErrPoison, err)
 	}
 	rec, ended, err := w.cfg.Store.Complete(ctx, &ev)
 	if err != nil || !ended {
@@ -147,7 +149,7 @@ func (w *Waits) fire(ctx context.Context, data []byte) error {
 	}
 	text, err := CompletionText(rec)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errPoison, err)
+		return fmt.Errorf("%w: %v", consumer.ErrPoison, err)
 	}
 	if err := w.deliver(ctx, rec, text); err != nil {
 		return err
@@ -156,10 +158,10 @@ func (w *Waits) fire(ctx context.Context, data []byte) error {
 	return nil
 }
 
-func (w *Waits) intervene(ctx context.Context, data []byte) error {
+func (w *Consumer) intervene(ctx context.Context, data []byte) error {
 	var iv subjects.Intervention
 	if err := json.Unmarshal(data, &iv); err != nil || subjects.ValidateID("agent_id", iv.AgentID) != nil {
-		return fmt.Errorf("%w: %v", errPoison, err)
+		return fmt.Errorf("%w: %v", consumer.ErrPoison, err)
 	}
 	switch iv.Action {
 	case subjects.ActionPause:
@@ -193,7 +195,7 @@ func (w *Waits) intervene(ctx context.Context, data []byte) error {
 
 // deliver publishes an ended wait's terminal envelope and waits for it to
 // be stored.
-func (w *Waits) deliver(ctx context.Context, rec *subjects.Wait, text string) error {
+func (w *Consumer) deliver(ctx context.Context, rec *subjects.Wait, text string) error {
 	env := subjects.WaitEndEnvelope(rec, text, time.Now())
 	if err := w.publish(ctx, &env); err != nil {
 		return err
@@ -202,13 +204,7 @@ func (w *Waits) deliver(ctx context.Context, rec *subjects.Wait, text string) er
 	return nil
 }
 
-func (w *Waits) publish(ctx context.Context, env *subjects.Envelope) error {
-	m, err := env.Msg()
-	if err != nil {
-		return err
-	}
-	if _, err := w.cfg.JS.PublishMsg(ctx, m); err != nil {
-		return fmt.Errorf("publish %s: %w", env.ID, err)
-	}
-	return nil
+func (w *Consumer) publish(ctx context.Context, env *subjects.Envelope) error {
+	_, err := w.cfg.Inbox.Deliver(ctx, env)
+	return err
 }

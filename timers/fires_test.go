@@ -1,4 +1,4 @@
-package consumer_test
+package timers_test
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/natstest"
 	"github.com/chime-nats/chime/scheduler"
@@ -34,7 +33,7 @@ func TestTimersFireIntoInbox(t *testing.T) {
 		OnChange: func() { sched.Wake() },
 	})
 	sched = scheduler.New(scheduler.Config{JS: res.JS, Timers: res.Timers, Leases: leases, Shards: shards, Registerer: prometheus.NewRegistry()})
-	fires := consumer.NewFires(consumer.FiresConfig{JS: res.JS, Stream: engine.EventsStream, Store: store, Registerer: prometheus.NewRegistry()})
+	fires := timers.NewFires(timers.FiresConfig{JS: res.JS, Stream: engine.EventsStream, Store: store, Registerer: prometheus.NewRegistry()})
 	for _, start := range []func(context.Context) error{fires.Start, sched.Start, leases.Start} {
 		if err := start(ctx); err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package consumer
+package callbacks
 
 import (
 	"context"
@@ -12,42 +12,44 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/subjects"
-	"github.com/chime-nats/chime/triggers"
 )
 
-// CallbacksDurable is the shared consumer of accepted callbacks.
-const CallbacksDurable = "chime-callbacks"
+// Durable is the shared consumer of accepted callbacks.
+const Durable = "chime-callbacks"
 
 // callbackQueue bounds accepted callbacks in flight across replicas.
 const callbackQueue = 4096
 
-// CallbacksConfig configures Callbacks.
-type CallbacksConfig struct {
+// ConsumerConfig configures Consumer.
+type ConsumerConfig struct {
 	JS     jetstream.JetStream
 	Stream string
-	Store  *triggers.Store
-	Log    *slog.Logger
+	Store  *Store
+	// Inbox is where the deliveries go.
+	Inbox *consumer.Inbox
+	Log   *slog.Logger
 	// Registerer receives the consumer's metrics; nil registers none.
 	Registerer prometheus.Registerer
 	Workers    int
 	AckWait    time.Duration
 }
 
-// Callbacks turns accepted callbacks into inbox deliveries: a wake into a
+// Consumer turns accepted callbacks into inbox deliveries: a wake into a
 // wake_hint (unless it was coalesced into the pending one), an enqueue
 // into a message, both trust external. The delivery goes out before the
 // ack, under the event's stable envelope ID, so a redelivery is absorbed.
-type Callbacks struct {
-	cfg       CallbacksConfig
+type Consumer struct {
+	cfg       ConsumerConfig
 	log       *slog.Logger
-	pool      *pool
+	pool      *consumer.Pool
 	delivered *prometheus.CounterVec
 	fails     prometheus.Counter
 }
 
-// NewCallbacks returns the consumer; Start begins consuming.
-func NewCallbacks(c CallbacksConfig) *Callbacks {
+// NewConsumer returns the consumer; Start begins consuming.
+func NewConsumer(c ConsumerConfig) *Consumer {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
@@ -57,7 +59,7 @@ func NewCallbacks(c CallbacksConfig) *Callbacks {
 	if c.AckWait <= 0 {
 		c.AckWait = 2 * time.Second
 	}
-	cb := &Callbacks{
+	cb := &Consumer{
 		cfg: c,
 		log: c.Log.With("component", "callbacks"),
 		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -74,29 +76,29 @@ func NewCallbacks(c CallbacksConfig) *Callbacks {
 }
 
 // Start creates (or joins) the shared durable consumer and begins.
-func (cb *Callbacks) Start(ctx context.Context) error {
+func (cb *Consumer) Start(ctx context.Context) error {
 	cons, err := cb.cfg.JS.CreateOrUpdateConsumer(ctx, cb.cfg.Stream, jetstream.ConsumerConfig{
-		Durable: CallbacksDurable, Description: "callback.event.* -> wake_hint and message deliveries",
+		Durable: Durable, Description: "callback.event.* -> wake_hint and message deliveries",
 		FilterSubjects: []string{subjects.CallbackEventWake, subjects.CallbackEventEnqueue},
 		AckPolicy:      jetstream.AckExplicitPolicy, AckWait: cb.cfg.AckWait, MaxAckPending: callbackQueue,
 	})
 	if err != nil {
-		return fmt.Errorf("consumer: callbacks: %w", err)
+		return fmt.Errorf("callbacks: consumer: %w", err)
 	}
-	cb.pool, err = startPool(ctx, cons, poolConfig{
-		Name: CallbacksDurable, Workers: cb.cfg.Workers,
+	cb.pool, err = consumer.StartPool(ctx, cons, consumer.PoolConfig{
+		Name: Durable, Workers: cb.cfg.Workers,
 		Timeout: 10 * time.Second, NakDelay: 200 * time.Millisecond, Fails: cb.fails,
 	}, cb.log, cb.handle)
 	return err
 }
 
 // Stop drains the consumer and waits for in-flight work. Idempotent.
-func (cb *Callbacks) Stop() { cb.pool.stop() }
+func (cb *Consumer) Stop() { cb.pool.Stop() }
 
-func (cb *Callbacks) handle(ctx context.Context, data []byte) error {
+func (cb *Consumer) handle(ctx context.Context, data []byte) error {
 	var ev subjects.CallbackEvent
 	if err := json.Unmarshal(data, &ev); err != nil || subjects.ValidateID("agent_id", ev.AgentID) != nil || ev.Payload == nil {
-		return fmt.Errorf("%w: %v", errPoison, err)
+		return fmt.Errorf("%w: %v", consumer.ErrPoison, err)
 	}
 	env := subjects.CallbackEnvelope(&ev)
 	if ev.Disposition == subjects.DispositionCoalesced {
@@ -109,18 +111,14 @@ func (cb *Callbacks) handle(ctx context.Context, data []byte) error {
 			return nil
 		}
 	}
-	m, err := env.Msg()
-	if err != nil {
-		return fmt.Errorf("%w: %v", errPoison, err)
-	}
-	ack, err := cb.cfg.JS.PublishMsg(ctx, m)
+	ack, err := cb.cfg.Inbox.Deliver(ctx, &env)
 	if errors.Is(err, nats.ErrMaxPayload) {
 		// Ingress refuses what cannot fit; one that slips through anyway
 		// (a smaller max_payload since) will never fit.
-		return fmt.Errorf("%w: %s: %v", errPoison, env.ID, err)
+		return fmt.Errorf("%w: %s: %v", consumer.ErrPoison, env.ID, err)
 	}
 	if err != nil {
-		return fmt.Errorf("publish %s: %w", env.ID, err)
+		return err
 	}
 	if ev.Mode == subjects.ModeWakeHint {
 		// The hint is pending from here until the agent acks this sequence.
@@ -143,8 +141,8 @@ func (cb *Callbacks) handle(ctx context.Context, data []byte) error {
 // chime learnt where that hint landed, the agent's ack floor at the fold
 // already covered it (the agent had taken it; folding would swallow this
 // wake). Then the wake takes the pending slot itself. While the hint is
-// still in flight, it waits (errNotYet).
-func (cb *Callbacks) unfold(ctx context.Context, ev *subjects.CallbackEvent) (bool, error) {
+// still in flight, it waits (consumer.ErrNotYet).
+func (cb *Consumer) unfold(ctx context.Context, ev *subjects.CallbackEvent) (bool, error) {
 	st, _, err := cb.cfg.Store.Agent(ctx, ev.AgentID)
 	if err != nil {
 		return false, err
@@ -154,8 +152,8 @@ func (cb *Callbacks) unfold(ctx context.Context, ev *subjects.CallbackEvent) (bo
 	case pw == nil:
 	case pw.EventID != ev.CoalescedInto:
 		return false, nil // a newer hint, claimed after this wake came, covers it
-	case pw.InboxSeq == 0 && !subjects.WakeConsumed(pw, 0, time.Now()):
-		return false, errNotYet
+	case pw.InboxSeq == 0 && !WakeConsumed(pw, 0, time.Now()):
+		return false, consumer.ErrNotYet
 	case pw.InboxSeq != 0 && ev.FloorAtFold < pw.InboxSeq:
 		return false, nil // the agent had not taken it: truly folded
 	}

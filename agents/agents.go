@@ -1,0 +1,82 @@
+// Package agents owns per-agent state: the one record each agent has in the
+// chime_agents bucket (lifecycle status, pause, the wake hint awaiting the
+// agent). Every feature that keeps something per agent reads and changes it
+// here, each change a CAS on the record's revision, so two features never
+// overwrite each other's fields.
+package agents
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chime-nats/chime/internal/kvrec"
+	"github.com/chime-nats/chime/subjects"
+)
+
+// Store reads and writes agent records.
+type Store struct {
+	kv jetstream.KeyValue
+}
+
+// NewStore returns a Store over the agents bucket.
+func NewStore(kv jetstream.KeyValue) *Store { return &Store{kv: kv} }
+
+// Bucket is the name of the agents bucket, for watchers of its revisions.
+func (s *Store) Bucket() string { return s.kv.Bucket() }
+
+// Get returns the agent's record and its revision; an agent never seen has
+// the zero state at revision 0.
+func (s *Store) Get(ctx context.Context, agentID string) (*subjects.AgentState, uint64, error) {
+	st, rev, err := kvrec.Get[subjects.AgentState](ctx, s.kv, agentID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return &subjects.AgentState{AgentID: agentID}, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("agents: %s: %w", agentID, err)
+	}
+	return st, rev, nil
+}
+
+// Update applies change to the agent's record by CAS (creating it when
+// missing) and returns the record with the revision written, or read when
+// change wrote nothing.
+func (s *Store) Update(ctx context.Context, agentID string, change func(*subjects.AgentState) (bool, error)) (*subjects.AgentState, uint64, error) {
+	st, rev, _, err := kvrec.UpdateRev(ctx, s.kv, agentID, true, func(st *subjects.AgentState) (bool, error) {
+		st.AgentID = agentID
+		return change(st)
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("agents: %s: %w", agentID, err)
+	}
+	return st, rev, nil
+}
+
+// Pause marks the agent paused at at; pausing a paused agent changes
+// nothing.
+func (s *Store) Pause(ctx context.Context, agentID string, at time.Time) error {
+	_, _, err := s.Update(ctx, agentID, func(st *subjects.AgentState) (bool, error) {
+		if st.PausedAt != nil {
+			return false, nil
+		}
+		at := at.UTC()
+		st.PausedAt = &at
+		return true, nil
+	})
+	return err
+}
+
+// Resume clears the agent's pause.
+func (s *Store) Resume(ctx context.Context, agentID string) error {
+	_, _, err := s.Update(ctx, agentID, func(st *subjects.AgentState) (bool, error) {
+		if st.PausedAt == nil {
+			return false, nil
+		}
+		st.PausedAt = nil
+		return true, nil
+	})
+	return err
+}

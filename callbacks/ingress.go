@@ -1,0 +1,169 @@
+package callbacks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/chime-nats/chime/subjects"
+)
+
+// Service accepts callbacks.
+type Service struct {
+	store       *Store
+	js          jetstream.JetStream
+	inboxStream string
+	now         func() time.Time
+	log         *slog.Logger
+}
+
+// NewService returns the callback ingress over store. inboxStream is the
+// stream of agent inboxes, where an agent's inbox consumer tells whether it
+// has taken its wake hint.
+func NewService(store *Store, js jetstream.JetStream, inboxStream string, now func() time.Time, log *slog.Logger) *Service {
+	if now == nil {
+		now = time.Now
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Service{store: store, js: js, inboxStream: inboxStream, now: now, log: log.With("component", "callbacks")}
+}
+
+// Request is one callback as it arrived, over HTTP or NATS.
+type Request struct {
+	Mode           subjects.DeliveryMode
+	Token          string
+	ContentType    string
+	IdempotencyKey string
+	Body           []byte
+}
+
+// Accept accepts a callback: the token must name an active trigger of
+// the route's mode whose agent is active; the body must decode. It returns
+// only once the event is stored. The token goes no further than the
+// lookup: not into the event, a log line, a subject or a label.
+func (o *Service) Accept(ctx context.Context, req Request) (*subjects.CallbackReply, error) {
+	t, err := o.store.Resolve(req.Token, req.Mode)
+	if err != nil {
+		return nil, err
+	}
+	payload, err := subjects.DecodeCallbackBody(req.ContentType, req.Body)
+	if err != nil {
+		return nil, err
+	}
+	reply := func(disposition string) *subjects.CallbackReply {
+		return &subjects.CallbackReply{OK: true, Result: subjects.CallbackResult{
+			AgentID: t.AgentID, TriggerID: t.ID, Mode: t.Mode, Disposition: disposition,
+		}}
+	}
+	// A retry of a stored callback is answered before anything else, so it
+	// never claims, or folds into, a wake.
+	idem := ""
+	if req.IdempotencyKey != "" {
+		idem = subjects.CallbackMsgID(t.ID, req.IdempotencyKey, "")
+		seen, err := o.store.Seen(ctx, idem)
+		if err != nil {
+			return nil, err
+		}
+		if seen {
+			return reply(subjects.DispositionDuplicate), nil
+		}
+	}
+	ev := subjects.CallbackEvent{
+		ID: "cb_" + nuid.Next(), AgentID: t.AgentID, TriggerID: t.ID, Mode: t.Mode,
+		Disposition: subjects.DispositionDelivered, At: o.now().UTC(), Payload: payload,
+	}
+	// Too big to deliver is refused now, not found undeliverable later. The
+	// envelope carries the payload at least once, so it bounds the event too.
+	env := subjects.CallbackEnvelope(&ev)
+	envMsg, err := env.Msg()
+	if err != nil {
+		return nil, fmt.Errorf("callbacks: encode callback: %w", err)
+	}
+	if int64(len(envMsg.Data)+1024) > o.js.Conn().MaxPayload() {
+		return nil, &subjects.Error{Code: subjects.CodePayloadTooLarge, Message: "callback body too large once encoded for delivery"}
+	}
+	claimed := false
+	if t.Mode == subjects.ModeWakeHint {
+		if ev.Disposition, ev.CoalescedInto, ev.FloorAtFold, claimed, err = o.claimWake(ctx, t.AgentID, ev.ID); err != nil {
+			return nil, err
+		}
+	}
+	data, err := subjects.EncodeJSON(ev)
+	if err != nil {
+		return nil, fmt.Errorf("callbacks: encode callback: %w", err)
+	}
+	m := &nats.Msg{Subject: t.Mode.EventSubject(), Data: data, Header: nats.Header{}}
+	msgID := idem
+	if msgID == "" {
+		msgID = subjects.CallbackMsgID(t.ID, "", ev.ID)
+	}
+	m.Header.Set(jetstream.MsgIDHeader, msgID)
+	ack, err := o.js.PublishMsg(ctx, m)
+	if err != nil || ack.Duplicate {
+		// Not stored by this request: give the pending slot back, or the
+		// next wakes would fold into a hint that never comes.
+		if claimed {
+			o.releaseWake(ctx, t.AgentID, ev.ID)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("callbacks: store callback: %w", err)
+		}
+		return reply(subjects.DispositionDuplicate), nil
+	}
+	if idem != "" {
+		if err := o.store.Remember(ctx, idem); err != nil {
+			// Stored already; the stream's own dedup still covers retries
+			// for its window.
+			o.log.Warn("remember idempotency key", "agent_id", t.AgentID, "err", err)
+		}
+	}
+	return reply(ev.Disposition), nil
+}
+
+// claimWake decides whether a wake is delivered or coalesced into the
+// hint the agent has not consumed yet. Only an agent with an inbox
+// consumer can have one pending; for the others nothing is written. For
+// them, claimed reports whether this wake took the pending slot (by CAS on
+// the agent's record); a coalesced wake names the pending hint it folded
+// into and the ack floor it saw (see subjects.CallbackEvent).
+func (o *Service) claimWake(ctx context.Context, agentID, eventID string) (disposition, into string, ackFloor uint64, claimed bool, err error) {
+	c, err := o.js.Consumer(ctx, o.inboxStream, subjects.InboxConsumer(agentID))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return subjects.DispositionDelivered, "", 0, false, nil
+	}
+	if err != nil {
+		return "", "", 0, false, fmt.Errorf("callbacks: inbox consumer: %w", err)
+	}
+	ackFloor = c.CachedInfo().AckFloor.Stream
+	_, err = o.store.UpdateAgent(ctx, agentID, func(st *subjects.AgentState) (bool, error) {
+		if pw := st.PendingWake; pw != nil && !WakeConsumed(pw, ackFloor, o.now()) {
+			disposition, into, claimed = subjects.DispositionCoalesced, pw.EventID, false
+			return false, nil
+		}
+		disposition, into, claimed = subjects.DispositionDelivered, "", true
+		st.PendingWake = &subjects.PendingWake{EventID: eventID, ClaimedAt: o.now().UTC()}
+		return true, nil
+	})
+	return disposition, into, ackFloor, claimed, err
+}
+
+// releaseWake drops a claim whose event turned out to be a duplicate.
+func (o *Service) releaseWake(ctx context.Context, agentID, eventID string) {
+	if _, err := o.store.UpdateAgent(ctx, agentID, func(st *subjects.AgentState) (bool, error) {
+		if st.PendingWake == nil || st.PendingWake.EventID != eventID || st.PendingWake.InboxSeq != 0 {
+			return false, nil
+		}
+		st.PendingWake = nil
+		return true, nil
+	}); err != nil {
+		o.log.Warn("release wake claim", "agent_id", agentID, "err", err)
+	}
+}
