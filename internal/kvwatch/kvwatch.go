@@ -1,0 +1,309 @@
+// Package kvwatch keeps a replica's live view of a JetStream KV bucket:
+// the one watch loop chime runs, with one failure policy, under every
+// in-memory index (timers, waits, triggers, agents).
+//
+// nats.go's KV watcher rides on an ordered push consumer whose missed
+// heartbeats are noticed after 10-15 s and whose re-creation backs off to
+// 10 s: after a stream leader change, measured, replicas fired timers 14 s
+// after their cancel. This loop pulls from its own ephemeral consumer with
+// a short heartbeat instead: a silent or lost consumer is noticed within
+// about two heartbeats and re-created from the next revision at once (then
+// with capped, jittered backoff), a re-created bucket (its sequence went
+// backwards) is reloaded whole, and the view says whether it is live, so
+// its users can stop trusting it rather than act on stale state.
+package kvwatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Entry is one change of a key, in revision order.
+type Entry struct {
+	Key      string
+	Value    []byte
+	Revision uint64
+	Deleted  bool // deleted or purged
+}
+
+// Config configures a Watch.
+type Config struct {
+	JS     jetstream.JetStream
+	Bucket string
+	// Apply folds one change into the view; it is called from one
+	// goroutine, in revision order.
+	Apply func(Entry)
+	// Reset, when set, is called before the bucket is reloaded from
+	// scratch because it was deleted and created anew: the view must
+	// forget what it has.
+	Reset func()
+	// Heartbeat is how often an idle consumer proves it is alive; a
+	// consumer silent for two heartbeats is re-created. Default and least
+	// 500 ms (nats.go's floor).
+	Heartbeat time.Duration
+	Log       *slog.Logger
+}
+
+// Watch keeps one bucket's view. Start it once; Stop is idempotent and
+// safe without Start.
+type Watch struct {
+	cfg    Config
+	log    *slog.Logger
+	stream string
+	prefix string
+
+	loaded     chan struct{}
+	loadedOnce sync.Once
+
+	mu      sync.Mutex
+	changed *sync.Cond
+	seen    uint64 // highest revision applied
+	live    bool   // a consumer is delivering
+	problem string // why it is not live
+	stopped bool
+
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+}
+
+// New returns a Watch; Start begins it.
+func New(c Config) *Watch {
+	c.Heartbeat = min(max(c.Heartbeat, 500*time.Millisecond), 30*time.Second)
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	w := &Watch{
+		cfg: c, log: c.Log.With("component", "kvwatch", "bucket", c.Bucket),
+		stream: "KV_" + c.Bucket, prefix: "$KV." + c.Bucket + ".",
+		loaded: make(chan struct{}), problem: "not started", done: make(chan struct{}),
+	}
+	w.changed = sync.NewCond(&w.mu)
+	return w
+}
+
+// Start begins watching in the background; it does not block. Loaded
+// tells when the bucket's current values are in.
+func (w *Watch) Start(ctx context.Context) error {
+	ctx, w.cancel = context.WithCancel(ctx)
+	go func() {
+		defer close(w.done)
+		w.run(ctx)
+	}()
+	return nil
+}
+
+// Stop ends the watch and waits for its loop.
+func (w *Watch) Stop() {
+	w.once.Do(func() {
+		w.mu.Lock()
+		w.stopped = true
+		w.live, w.problem = false, "stopped"
+		w.changed.Broadcast()
+		w.mu.Unlock()
+		if w.cancel == nil {
+			return
+		}
+		w.cancel()
+		<-w.done
+	})
+}
+
+// Loaded is closed once every value the bucket held at start is applied.
+func (w *Watch) Loaded() <-chan struct{} { return w.loaded }
+
+// Live reports whether a consumer is delivering changes, and if not, why.
+// While the connection is down nothing can be, whatever the consumer
+// thinks (nats.go stops the heartbeat clock while disconnected).
+func (w *Watch) Live() (bool, string) {
+	if !w.cfg.JS.Conn().IsConnected() {
+		return false, "disconnected from NATS"
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.live, w.problem
+}
+
+// Seen is the highest revision applied.
+func (w *Watch) Seen() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.seen
+}
+
+// ErrStopped is returned to waiters of a stopped watch.
+var ErrStopped = errors.New("kvwatch: stopped")
+
+// WaitSeen blocks until revision rev is applied, ctx ends or the watch
+// stops.
+func (w *Watch) WaitSeen(ctx context.Context, rev uint64) error {
+	stop := context.AfterFunc(ctx, func() {
+		w.mu.Lock()
+		w.changed.Broadcast()
+		w.mu.Unlock()
+	})
+	defer stop()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.seen < rev {
+		if w.stopped {
+			return ErrStopped
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("kvwatch: %s behind revision %d (%s): %w", w.cfg.Bucket, rev, w.problem, err)
+		}
+		w.changed.Wait()
+	}
+	return nil
+}
+
+func (w *Watch) setLive(live bool, problem string) {
+	w.mu.Lock()
+	was := w.live
+	w.live, w.problem = live, problem
+	w.changed.Broadcast()
+	w.mu.Unlock()
+	if was && !live {
+		w.log.Warn("watch lost; re-creating", "reason", problem)
+	} else if !was && live && problem == "" {
+		w.log.Debug("watch live")
+	}
+}
+
+// run keeps a consumer delivering until ctx ends.
+func (w *Watch) run(ctx context.Context) {
+	var next uint64 // the revision to resume from; 0: load current values
+	backoff := time.Duration(0)
+	for ctx.Err() == nil {
+		if backoff > 0 {
+			// Full jitter keeps replicas from re-creating in lockstep.
+			d := backoff/2 + rand.N(backoff/2+1)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(d):
+			}
+		}
+		resumed, err := w.consume(ctx, next)
+		if ctx.Err() != nil {
+			return
+		}
+		if resumed > next {
+			next, backoff = resumed, 0 // it worked for a while: retry at once
+		}
+		if errors.Is(err, errRecreated) {
+			next, backoff = 0, 0
+			continue
+		}
+		w.setLive(false, err.Error())
+		backoff = min(max(2*backoff, 50*time.Millisecond), time.Second)
+	}
+}
+
+var errRecreated = errors.New("bucket re-created")
+
+// consume runs one consumer from revision next (0: the current values)
+// until it fails; it returns the revision to resume from.
+func (w *Watch) consume(ctx context.Context, next uint64) (uint64, error) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	stream, err := w.cfg.JS.Stream(cctx, w.stream)
+	if err != nil {
+		return next, fmt.Errorf("stream %s: %w", w.stream, err)
+	}
+	if next > 0 && stream.CachedInfo().State.LastSeq+1 < next {
+		// The sequence went backwards: the bucket was deleted and made
+		// anew. What the view holds is gone; load it again.
+		w.log.Warn("bucket re-created; reloading", "last_seq", stream.CachedInfo().State.LastSeq, "resume", next)
+		if w.cfg.Reset != nil {
+			w.cfg.Reset()
+		}
+		w.mu.Lock()
+		w.seen = 0
+		w.mu.Unlock()
+		return 0, errRecreated
+	}
+	cfg := jetstream.ConsumerConfig{
+		AckPolicy:         jetstream.AckNonePolicy,
+		FilterSubject:     w.prefix + ">",
+		MemoryStorage:     true,
+		Replicas:          1,
+		InactiveThreshold: time.Minute,
+		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
+	}
+	if next > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, next
+	}
+	cons, err := stream.CreateConsumer(cctx, cfg)
+	if err != nil {
+		return next, fmt.Errorf("create consumer: %w", err)
+	}
+	name := cons.CachedInfo().Name
+	defer func() {
+		// An abandoned consumer would linger for InactiveThreshold.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = w.cfg.JS.DeleteConsumer(dctx, w.stream, name)
+	}()
+	if next == 0 && cons.CachedInfo().NumPending == 0 {
+		w.markLoaded()
+	}
+	it, err := cons.Messages(
+		jetstream.PullMaxMessages(512),
+		jetstream.PullExpiry(max(4*w.cfg.Heartbeat, time.Second)),
+		jetstream.PullHeartbeat(w.cfg.Heartbeat),
+		jetstream.WithMessagesErrOnMissingHeartbeat(true),
+	)
+	if err != nil {
+		return next, fmt.Errorf("consume: %w", err)
+	}
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	defer it.Stop()
+	w.setLive(true, "")
+	var delivered uint64
+	for {
+		m, err := it.Next()
+		if err != nil {
+			return next, fmt.Errorf("next: %w", err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return next, fmt.Errorf("metadata: %w", err)
+		}
+		if md.Sequence.Consumer != delivered+1 {
+			// A gap: the server lost our consumer's state. Resume from
+			// what we have.
+			return next, fmt.Errorf("consumer sequence %d after %d", md.Sequence.Consumer, delivered)
+		}
+		delivered = md.Sequence.Consumer
+		op := m.Headers().Get("KV-Operation")
+		e := Entry{
+			Key:      strings.TrimPrefix(m.Subject(), w.prefix),
+			Value:    m.Data(),
+			Revision: md.Sequence.Stream,
+			Deleted:  op == "DEL" || op == "PURGE",
+		}
+		w.cfg.Apply(e)
+		next = e.Revision + 1
+		w.mu.Lock()
+		w.seen = max(w.seen, e.Revision)
+		w.changed.Broadcast()
+		w.mu.Unlock()
+		if md.NumPending == 0 {
+			w.markLoaded()
+		}
+	}
+}
+
+func (w *Watch) markLoaded() {
+	w.loadedOnce.Do(func() { close(w.loaded) })
+}

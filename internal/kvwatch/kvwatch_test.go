@@ -1,0 +1,288 @@
+package kvwatch_test
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/chime-nats/chime/internal/kvwatch"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// view is what a watch's user keeps.
+type view struct {
+	mu     sync.Mutex
+	vals   map[string]string
+	resets int
+}
+
+func (v *view) apply(e kvwatch.Entry) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if e.Deleted {
+		delete(v.vals, e.Key)
+		return
+	}
+	v.vals[e.Key] = string(e.Value)
+}
+
+func (v *view) reset() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.vals = map[string]string{}
+	v.resets++
+}
+
+func (v *view) get(k string) (string, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	s, ok := v.vals[k]
+	return s, ok
+}
+
+func (v *view) len() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return len(v.vals)
+}
+
+// restartable is an embedded JetStream server on a fixed port and store,
+// so it can be shut down and started again the way a restart looks to
+// clients.
+type restartable struct {
+	opts *server.Options
+	ns   *server.Server
+}
+
+func startServer(t *testing.T) *restartable {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	_ = ln.Close()
+	r := &restartable{opts: &server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, ServerName: "kvwatch-" + strconv.Itoa(port)}}
+	r.start(t)
+	t.Cleanup(func() { r.ns.Shutdown(); r.ns.WaitForShutdown() })
+	return r
+}
+
+func (r *restartable) start(t *testing.T) {
+	t.Helper()
+	ns, err := server.NewServer(r.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	r.ns = ns
+}
+
+func (r *restartable) restart(t *testing.T) {
+	t.Helper()
+	r.ns.Shutdown()
+	r.ns.WaitForShutdown()
+	r.start(t)
+}
+
+func connect(t *testing.T, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func waitLoaded(t *testing.T, w *kvwatch.Watch) {
+	t.Helper()
+	select {
+	case <-w.Loaded():
+	case <-time.After(5 * time.Second):
+		_, why := w.Live()
+		t.Fatalf("not loaded: %s", why)
+	}
+}
+
+func bucket(t *testing.T, js jetstream.JetStream, name string) jetstream.KeyValue {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, History: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+func TestLoadsThenFollows(t *testing.T) {
+	srv := startServer(t)
+	js := connect(t, srv.ns.ClientURL())
+	kv := bucket(t, js, "w")
+	ctx := context.Background()
+	for i := range 100 {
+		if _, err := kv.Put(ctx, "k"+strconv.Itoa(i), []byte("v1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := kv.Put(ctx, "k0", []byte("v2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, "k1"); err != nil {
+		t.Fatal(err)
+	}
+	v := &view{vals: map[string]string{}}
+	w := kvwatch.New(kvwatch.Config{JS: js, Bucket: "w", Apply: v.apply, Reset: v.reset})
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	select {
+	case <-w.Loaded():
+	case <-time.After(5 * time.Second):
+		t.Fatal("not loaded")
+	}
+	if got, _ := v.get("k0"); got != "v2" || v.len() != 99 {
+		t.Fatalf("loaded k0=%q, %d keys", got, v.len())
+	}
+	rev, err := kv.Put(ctx, "new", []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := w.WaitSeen(wctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := v.get("new"); !ok || got != "x" {
+		t.Fatalf("new = %q %v", got, ok)
+	}
+	if live, why := w.Live(); !live {
+		t.Fatalf("not live: %s", why)
+	}
+}
+
+func TestEmptyBucketLoads(t *testing.T) {
+	srv := startServer(t)
+	js := connect(t, srv.ns.ClientURL())
+	bucket(t, js, "empty")
+	v := &view{vals: map[string]string{}}
+	w := kvwatch.New(kvwatch.Config{JS: js, Bucket: "empty", Apply: v.apply})
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	select {
+	case <-w.Loaded():
+	case <-time.After(5 * time.Second):
+		t.Fatal("empty bucket never loaded")
+	}
+}
+
+// TestSurvivesServerRestart: the server goes away and comes back on the
+// same store; the watch says it is not live meanwhile, then follows
+// changes made after the restart without missing any.
+func TestSurvivesServerRestart(t *testing.T) {
+	srv := startServer(t)
+	js := connect(t, srv.ns.ClientURL())
+	kv := bucket(t, js, "r")
+	ctx := context.Background()
+	if _, err := kv.Put(ctx, "before", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	v := &view{vals: map[string]string{}}
+	w := kvwatch.New(kvwatch.Config{JS: js, Bucket: "r", Apply: v.apply, Reset: v.reset, Heartbeat: 500 * time.Millisecond})
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	waitLoaded(t, w)
+	srv.ns.Shutdown()
+	srv.ns.WaitForShutdown()
+	eventually(t, "watch reports not live", func() bool { live, _ := w.Live(); return !live })
+	srv.start(t)
+	var rev uint64
+	eventually(t, "put after restart", func() bool {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		r, err := kv.Put(pctx, "after", []byte("2"))
+		rev = r
+		return err == nil
+	})
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := w.WaitSeen(wctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := v.get("after"); !ok {
+		t.Fatal("change after the restart not applied")
+	}
+	if _, ok := v.get("before"); !ok || v.resets != 0 {
+		t.Fatalf("view lost its state (resets %d)", v.resets)
+	}
+	eventually(t, "live again", func() bool { live, _ := w.Live(); return live })
+}
+
+// TestReloadsRecreatedBucket: a bucket deleted and made anew restarts its
+// sequence; the view is reset and reloaded rather than waiting for
+// revisions that will never come.
+func TestReloadsRecreatedBucket(t *testing.T) {
+	srv := startServer(t)
+	js := connect(t, srv.ns.ClientURL())
+	kv := bucket(t, js, "re")
+	ctx := context.Background()
+	for i := range 20 {
+		if _, err := kv.Put(ctx, "old"+strconv.Itoa(i), []byte("1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := &view{vals: map[string]string{}}
+	w := kvwatch.New(kvwatch.Config{JS: js, Bucket: "re", Apply: v.apply, Reset: v.reset, Heartbeat: 500 * time.Millisecond})
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	waitLoaded(t, w)
+	if err := js.DeleteKeyValue(ctx, "re"); err != nil {
+		t.Fatal(err)
+	}
+	kv = bucket(t, js, "re")
+	if _, err := kv.Put(ctx, "fresh", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "reloaded", func() bool {
+		_, ok := v.get("fresh")
+		return ok && v.len() == 1
+	})
+	if v.resets < 1 {
+		t.Fatal("no reset")
+	}
+}

@@ -1,0 +1,181 @@
+// Package natsproc runs real nats-server processes for fault tests: a standalone server or a JetStream cluster on 127.0.0.1, killed with SIGKILL and restarted on the same store.
+package natsproc
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Bounds on every wait, so a wedged server fails the test instead of hanging it.
+const (
+	buildTimeout = 5 * time.Minute // a cold build of nats-server takes about a minute
+	readyTimeout = 20 * time.Second
+	stopTimeout  = 20 * time.Second // graceful shutdown flushes JetStream
+	killTimeout  = 10 * time.Second
+)
+
+// serverPkg is built from the module's own go.mod, so the binary is the
+// nats-server version chime is tested against.
+const serverPkg = "github.com/nats-io/nats-server/v2"
+
+// ErrNoLeader is returned when a stream has no elected leader right now.
+var ErrNoLeader = errors.New("natsproc: no leader")
+
+type binary struct {
+	path string
+	note string // why the fallback was used, empty after a successful build
+}
+
+// build runs at most once per test process: linking nats-server costs about a
+// second even with a warm build cache.
+var build = sync.OnceValues(buildBinary)
+
+// Binary returns the path of a nats-server binary: $NATS_SERVER_BIN if set,
+// else one built from the module's go.mod once per test process, else (when
+// the build fails) nats-server from PATH.
+func Binary(tb testing.TB) string {
+	tb.Helper()
+	if p := os.Getenv("NATS_SERVER_BIN"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			tb.Fatalf("natsproc: NATS_SERVER_BIN: %v", err)
+		}
+		return p
+	}
+	b, err := build()
+	if err != nil {
+		tb.Fatalf("natsproc: %v", err)
+	}
+	if b.note != "" {
+		tb.Logf("natsproc: %s", b.note)
+	}
+	return b.path
+}
+
+func buildBinary() (binary, error) {
+	p, buildErr := goBuild()
+	if buildErr == nil {
+		return binary{path: p}, nil
+	}
+	if p, err := exec.LookPath("nats-server"); err == nil {
+		return binary{path: p, note: fmt.Sprintf("using %s from PATH: %v", p, buildErr)}, nil
+	}
+	return binary{}, fmt.Errorf("no nats-server (set NATS_SERVER_BIN or put one in PATH): %w", buildErr)
+}
+
+// goBuild builds nats-server into a directory of the user cache keyed by the
+// module root: per-process temp dirs would leak 25 MB per run, and a shared
+// name would let worktrees on other nats-server versions swap binaries under
+// each other. The build goes to a private dir and is renamed into place, so
+// test processes building concurrently never exec a half-written file.
+func goBuild() (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+	defer cancel()
+	// go test puts its own GOROOT/bin first in PATH, so this is the go that runs the test.
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		return "", fmt.Errorf("find go: %w", err)
+	}
+	out, err := exec.CommandContext(ctx, goTool, "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("go env GOMOD: not inside a module")
+	}
+	root := filepath.Dir(gomod)
+
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	sum := sha256.Sum256([]byte(root))
+	dir := filepath.Join(cache, "chime-natsproc", hex.EncodeToString(sum[:8]))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("build dir: %w", err)
+	}
+	tmp, err := os.MkdirTemp(dir, "build-")
+	if err != nil {
+		return "", fmt.Errorf("build dir: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+
+	cmd := exec.CommandContext(ctx, goTool, "build", "-o", filepath.Join(tmp, "nats-server"), serverPkg)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s in %s: %w\n%s", serverPkg, root, err, bytes.TrimSpace(out))
+	}
+	final := filepath.Join(dir, "nats-server")
+	if err := os.Rename(filepath.Join(tmp, "nats-server"), final); err != nil {
+		return "", fmt.Errorf("install nats-server: %w", err)
+	}
+	return final, nil
+}
+
+// FreePorts returns n distinct TCP ports free on 127.0.0.1. They are drawn
+// below the kernel's ephemeral range when it is known, so that outgoing
+// connections (routes and clients reconnecting to a killed server) cannot
+// take a port while its server is down between a Kill and a Restart.
+func FreePorts(tb testing.TB, n int) []int {
+	tb.Helper()
+	ports, err := freePorts(n)
+	if err != nil {
+		tb.Fatalf("natsproc: %v", err)
+	}
+	return ports
+}
+
+func freePorts(n int) ([]int, error) {
+	lo, hi := portRange()
+	// Hold every listener until all are picked, so no port is returned twice.
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for attempt := 0; len(ports) < n; attempt++ {
+		if attempt >= 100*n {
+			return nil, fmt.Errorf("no free port on 127.0.0.1 after %d attempts", attempt)
+		}
+		addr := "127.0.0.1:0"
+		if hi > lo {
+			addr = fmt.Sprintf("127.0.0.1:%d", lo+rand.IntN(hi-lo))
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		held = append(held, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// portRange is [10000, start of the ephemeral range), or empty when the range
+// cannot be read, in which case the kernel picks.
+func portRange() (lo, hi int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	var first, last int
+	if _, err := fmt.Sscan(string(b), &first, &last); err != nil || first <= 11000 {
+		return 0, 0
+	}
+	return 10000, first
+}

@@ -1,0 +1,383 @@
+package natsproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Options configure one nats-server process. Ports and store stay fixed for
+// the life of the Server, so a restart comes back as the same peer.
+type Options struct {
+	// Name is the server_name. JetStream ties a store to it, so it must stay
+	// the same across restarts. Default: "natsproc-<client port>".
+	Name string
+	// ClientPort is the client port on 127.0.0.1. Default: a free port.
+	ClientPort int
+	// ClusterPort is the route port on 127.0.0.1; 0 means no cluster.
+	ClusterPort int
+	// ClusterName defaults to "chime" when ClusterPort is set.
+	ClusterName string
+	// Routes are the route URLs to solicit, e.g. "nats://127.0.0.1:6222".
+	Routes []string
+	// StoreDir is the JetStream store directory. Default: a test temp dir.
+	StoreDir string
+}
+
+// Server is one nats-server process. Its methods fail the test with Fatalf,
+// so call them from the test goroutine.
+type Server struct {
+	tb       testing.TB
+	bin      string
+	opts     Options
+	confPath string
+	logPath  string
+
+	mu        sync.Mutex
+	proc      *proc // the last process started; nil after Kill or Stop
+	starts    int
+	tailShown bool // a fatalf already logged the tail; cleanup need not repeat it
+}
+
+// proc is one run of the binary; err is set before done is closed.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// New configures a server without starting it; it is killed when the test
+// ends.
+func New(tb testing.TB, opts Options) *Server {
+	tb.Helper()
+	bin := Binary(tb)
+	// TempDir before Cleanup: cleanups run last-in first-out, so the process
+	// is dead before its directory is removed.
+	dir := tb.TempDir()
+	if opts.ClientPort == 0 {
+		opts.ClientPort = FreePorts(tb, 1)[0]
+	}
+	if opts.Name == "" {
+		opts.Name = fmt.Sprintf("natsproc-%d", opts.ClientPort)
+	}
+	if opts.StoreDir == "" {
+		opts.StoreDir = filepath.Join(dir, "store")
+	}
+	opts.Routes = slices.Clone(opts.Routes)
+	if opts.ClusterPort != 0 && opts.ClusterName == "" {
+		opts.ClusterName = "chime"
+	}
+	s := &Server{
+		tb:       tb,
+		bin:      bin,
+		opts:     opts,
+		confPath: filepath.Join(dir, "server.conf"),
+		logPath:  filepath.Join(dir, "server.log"),
+	}
+	if err := os.WriteFile(s.confPath, []byte(s.config()), 0o644); err != nil {
+		tb.Fatalf("natsproc: server %s: write config: %v", opts.Name, err)
+	}
+	tb.Cleanup(s.cleanup)
+	return s
+}
+
+// Standalone starts a single JetStream server with a file store in a temp
+// dir and waits until it accepts connections.
+func Standalone(tb testing.TB) *Server {
+	tb.Helper()
+	s := New(tb, Options{Name: "standalone"})
+	s.Start()
+	return s
+}
+
+// config is a config file rather than flags because JetStream clustering
+// needs server_name, cluster name and routes all consistent, and the file
+// is left next to the log for whoever reads a failure.
+func (s *Server) config() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "server_name: %s\n", quote(s.opts.Name))
+	fmt.Fprintf(&b, "listen: \"127.0.0.1:%d\"\n", s.opts.ClientPort)
+	fmt.Fprintf(&b, "jetstream {\n  store_dir: %s\n}\n", quote(s.opts.StoreDir))
+	if s.opts.ClusterPort != 0 {
+		fmt.Fprintf(&b, "cluster {\n  name: %s\n  listen: \"127.0.0.1:%d\"\n", quote(s.opts.ClusterName), s.opts.ClusterPort)
+		if len(s.opts.Routes) > 0 {
+			b.WriteString("  routes: [\n")
+			for _, r := range s.opts.Routes {
+				fmt.Fprintf(&b, "    %s\n", quote(r))
+			}
+			b.WriteString("  ]\n")
+		}
+		b.WriteString("}\n")
+	}
+	return b.String()
+}
+
+// quote makes a double-quoted config string; the config lexer knows only a
+// few escapes, so this escapes just backslash and quote.
+func quote(v string) string {
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(v) + `"`
+}
+
+// Name is the server_name, which JetStream reports as a leader or peer.
+func (s *Server) Name() string { return s.opts.Name }
+
+// ClientURL is the client URL, the same across restarts.
+func (s *Server) ClientURL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.opts.ClientPort) }
+
+// ClusterURL is the route URL, empty without a cluster port.
+func (s *Server) ClusterURL() string {
+	if s.opts.ClusterPort == 0 {
+		return ""
+	}
+	return fmt.Sprintf("nats://127.0.0.1:%d", s.opts.ClusterPort)
+}
+
+// StoreDir is the JetStream store directory, kept across restarts.
+func (s *Server) StoreDir() string { return s.opts.StoreDir }
+
+// LogPath is the file the server's output goes to, appended across restarts.
+func (s *Server) LogPath() string { return s.logPath }
+
+// Running reports whether the process was started and not yet seen to exit.
+func (s *Server) Running() bool {
+	p := s.current()
+	if p == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Pid is the process id of the last start, 0 after Kill or Stop.
+func (s *Server) Pid() int {
+	if p := s.current(); p != nil {
+		return p.cmd.Process.Pid
+	}
+	return 0
+}
+
+func (s *Server) current() *proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proc
+}
+
+// Start starts the process and waits until it answers a NATS ping.
+func (s *Server) Start() {
+	s.tb.Helper()
+	s.spawn()
+	s.waitReady()
+}
+
+// Restart starts the server again on the same ports and store, killing it
+// first with SIGKILL if it is still running, and waits until it answers a
+// NATS ping.
+func (s *Server) Restart() {
+	s.tb.Helper()
+	s.Kill()
+	s.Start()
+}
+
+// Kill sends SIGKILL, the way operators lose a server, and waits for the
+// process to exit. It does nothing if the server is not running.
+func (s *Server) Kill() {
+	s.tb.Helper()
+	p := s.current()
+	if p == nil {
+		return
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		s.fatalf("SIGKILL: %v", err)
+	}
+	if !p.wait(killTimeout) {
+		s.fatalf("still running %v after SIGKILL", killTimeout)
+	}
+	s.clear(p)
+}
+
+// Stop sends SIGTERM, which makes nats-server shut down cleanly, and waits
+// for it to exit. A server that does not exit in time is killed and the test
+// fails.
+func (s *Server) Stop() {
+	s.tb.Helper()
+	p := s.current()
+	if p == nil {
+		return
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		s.fatalf("SIGTERM: %v", err)
+	}
+	if !p.wait(stopTimeout) {
+		s.Kill()
+		s.fatalf("did not exit within %v of SIGTERM; killed", stopTimeout)
+	}
+	s.clear(p)
+	if p.err != nil {
+		s.fatalf("exit after SIGTERM: %v", p.err)
+	}
+}
+
+func (p *proc) wait(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+func (s *Server) clear(p *proc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == p {
+		s.proc = nil
+	}
+}
+
+func (s *Server) spawn() {
+	s.tb.Helper()
+	if err := s.trySpawn(); err != nil {
+		s.fatalf("%v", err)
+	}
+}
+
+func (s *Server) trySpawn() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		select {
+		case <-s.proc.done: // it died by itself; starting it again is what the caller wants
+		default:
+			return errors.New("already running")
+		}
+	}
+	s.starts++
+	f, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("open log: %w", err)
+	}
+	// The child writes to the file directly: no copying goroutine to leak,
+	// and the log survives a test binary that dies mid-test.
+	fmt.Fprintf(f, "=== natsproc: start %d of %s at %s ===\n", s.starts, s.opts.Name, time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(s.bin, "-c", s.confPath)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = sysProcAttr()
+	err = cmd.Start()
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("start %s: %w", s.bin, err)
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	s.proc = p
+	return nil
+}
+
+// waitReady polls until a nats.go connection to the server flushes (a PING
+// answered by a PONG), which implies the TCP listener is up.
+func (s *Server) waitReady() {
+	s.tb.Helper()
+	p := s.current()
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	var last error
+	for {
+		if last = ping(ctx, s.ClientURL()); last == nil {
+			return
+		}
+		select {
+		case <-p.done:
+			s.clear(p)
+			s.fatalf("exited while starting: %v", p.err)
+		case <-ctx.Done():
+			s.fatalf("not accepting connections within %v: %v", readyTimeout, last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func ping(ctx context.Context, url string) error {
+	nc, err := nats.Connect(url, nats.Timeout(time.Second), nats.NoReconnect(), nats.Name("natsproc-ready"))
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := nc.FlushWithContext(ctx); err != nil {
+		return fmt.Errorf("ping: %w", err)
+	}
+	return nil
+}
+
+func (s *Server) cleanup() {
+	if p := s.current(); p != nil {
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		if !p.wait(killTimeout) {
+			s.tb.Errorf("natsproc: server %s (pid %d) still running %v after SIGKILL", s.opts.Name, p.cmd.Process.Pid, killTimeout)
+		}
+		s.clear(p)
+	}
+	s.mu.Lock()
+	shown := s.tailShown
+	s.mu.Unlock()
+	if s.tb.Failed() && !shown {
+		s.tb.Logf("natsproc: server %s log tail (%s):\n%s", s.opts.Name, s.logPath, s.LogTail(logTailLines))
+	}
+}
+
+const logTailLines = 40
+
+func (s *Server) fatalf(format string, args ...any) {
+	s.tb.Helper()
+	s.mu.Lock()
+	s.tailShown = true
+	s.mu.Unlock()
+	s.tb.Fatalf("natsproc: server %s: %s\n--- log tail (%s) ---\n%s", s.opts.Name, fmt.Sprintf(format, args...), s.logPath, s.LogTail(logTailLines))
+}
+
+// LogTail returns the last n lines of the server's log.
+func (s *Server) LogTail(n int) string {
+	f, err := os.Open(s.logPath)
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	defer f.Close()
+	// A tail needs only the end of the file; servers can log megabytes.
+	const window = 64 << 10
+	if st, err := f.Stat(); err == nil && st.Size() > window {
+		if _, err := f.Seek(-window, io.SeekEnd); err != nil {
+			return fmt.Sprintf("(log: %v)", err)
+		}
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return fmt.Sprintf("(log: %v)", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
