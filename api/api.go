@@ -79,21 +79,14 @@ func NewOperations(c Config) *Operations {
 const requestTimeout = 10 * time.Second
 
 // Do runs one action for an agent on a raw JSON body and returns the reply
-// value or a *subjects.Error.
+// value or an error holding a *subjects.Error (see answerError): storage
+// that stays unavailable until the deadline is `unavailable`, never
+// `internal`.
 func (o *Operations) Do(ctx context.Context, surface, action, agentID string, body []byte) (any, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	res, err := o.do(ctx, surface, action, agentID, body)
-	outcome := "ok"
-	if err != nil {
-		e := subjects.AsError(err)
-		outcome = e.Code
-		if e.Code == subjects.CodeInternal {
-			o.log.Error("request failed", "surface", surface, "action", action, "agent_id", agentID, "err", err)
-		}
-		err = e
-	}
-	o.requests.WithLabelValues(surface+":"+action, outcome).Inc()
+	err = o.finish(surface+":"+action, "request", err, "surface", surface, "action", action, "agent_id", agentID)
 	return res, err
 }
 

@@ -115,15 +115,6 @@ func (o *Operations) Callback(ctx context.Context, surface string, req callbacks
 	if o.callbacks != nil {
 		reply, err = o.callbacks.Accept(ctx, req)
 	}
-	outcome := "ok"
-	if err != nil {
-		e := subjects.AsError(err)
-		outcome = e.Code
-		if e.Code == subjects.CodeInternal {
-			o.log.Error("callback failed", "surface", surface, "mode", string(req.Mode), "err", err)
-		}
-		err = e
-	}
-	o.requests.WithLabelValues(surface+":callback."+req.Mode.Route(), outcome).Inc()
+	err = o.finish(surface+":callback."+req.Mode.Route(), "callback", err, "surface", surface, "mode", string(req.Mode))
 	return reply, err
 }

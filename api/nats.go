@@ -113,7 +113,8 @@ func (s *Service) callback(mode subjects.DeliveryMode, req micro.Request) *nats.
 }
 
 // answer builds a reply: the result, or the wire error with micro's error
-// headers so micro clients see a service error.
+// headers so micro clients see a service error (and, for a storage outage,
+// the Retry-After hint HTTP gets).
 func answer(req micro.Request, res any, err error) *nats.Msg {
 	msg := &nats.Msg{Subject: req.Reply()}
 	if err != nil {
@@ -121,6 +122,9 @@ func answer(req micro.Request, res any, err error) *nats.Msg {
 		msg.Header = nats.Header{
 			micro.ErrorHeader:     []string{e.Message},
 			micro.ErrorCodeHeader: []string{strconv.Itoa(httpStatus(e.Code))},
+		}
+		if after, ok := retryAfterSeconds(err); ok {
+			msg.Header.Set("Retry-After", after) // the same hint as over HTTP
 		}
 		msg.Data = subjects.MarshalError(e)
 		return msg

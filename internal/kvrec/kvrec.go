@@ -2,64 +2,130 @@
 // KV buckets: the one read-modify-write loop (read, decide, write by CAS on
 // the revision, decide again when another writer got there first) and the
 // listing of the records under a key filter.
+//
+// Leader elections are waits, not errors: every call retries transient
+// engine errors (see Transient) with a short per-attempt timeout and a
+// jittered backoff until its context ends, and then returns ErrUnavailable.
 package kvrec
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// attempts bounds retries of an update that keeps losing the race.
-const attempts = 16
+// casAttempts bounds the writes of an update that keeps losing the race to
+// other writers. Transient failures do not count: the deadline bounds those.
+const casAttempts = 16
+
+// conflictsBeforePause is how many CAS conflicts in a row are retried at
+// once before the retries pause (see conflictPause).
+const conflictsBeforePause = 3
 
 // ErrContended means a CAS kept losing to concurrent writers.
 var ErrContended = errors.New("record changed concurrently too often")
 
+// errWatcherClosed means a listing's watch ended before its initial values.
+var errWatcherClosed = errors.New("watcher closed")
+
 // Get reads and decodes the record at key with its revision. A missing key
 // is jetstream.ErrKeyNotFound.
 func Get[T any](ctx context.Context, kv jetstream.KeyValue, key string) (*T, uint64, error) {
-	e, err := kv.Get(ctx, key)
+	e, err := get(ctx, &pacer{}, kv, key)
 	if err != nil {
 		return nil, 0, err
 	}
-	var v T
-	if err := json.Unmarshal(e.Value(), &v); err != nil {
-		return nil, 0, fmt.Errorf("decode %s: %w", key, err)
+	v, err := decode[T](key, e.Value())
+	if err != nil {
+		return nil, 0, err
 	}
-	return &v, e.Revision(), nil
+	return v, e.Revision(), nil
+}
+
+func get(ctx context.Context, p *pacer, kv jetstream.KeyValue, key string) (jetstream.KeyValueEntry, error) {
+	e, err := retried(ctx, p, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return kv.Get(ctx, key) })
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", key, err)
+	}
+	return e, nil
+}
+
+func decode[T any](key string, data []byte) (*T, error) {
+	var v T
+	if err := json.Unmarshal(data, &v); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", key, err)
+	}
+	return &v, nil
 }
 
 // List decodes every record whose key matches filter (a KV key pattern
 // such as "agent.*"), in one pass of a filtered watch over the current
 // values: no round trip per key. A cancelled ctx is an error, never a
-// partial list.
+// partial list; a pass that stalls (no entry for attemptTimeout) is
+// started again.
 func List[T any](ctx context.Context, kv jetstream.KeyValue, filter string) ([]T, error) {
-	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, err
+	p := &pacer{}
+	for {
+		out, err := listOnce[T](ctx, kv, filter)
+		if err == nil {
+			return out, nil
+		}
+		if again, err := p.retry(ctx, err); !again {
+			return nil, fmt.Errorf("list %s: %w", filter, err)
+		}
 	}
-	defer func() { _ = w.Stop() }()
+}
+
+// listOnce is one pass of List. Its time limit is on silence, not on the
+// whole pass, so a long listing that keeps arriving is not cut short.
+func listOnce[T any](ctx context.Context, kv jetstream.KeyValue, filter string) ([]T, error) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	idle := time.AfterFunc(attemptTimeout, func() { cancel(errNoAnswer) })
+	defer idle.Stop()
+	// The watch lives as long as wctx: the client unsubscribes when it ends.
+	w, err := kv.Watch(wctx, filter, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, noAnswer(ctx, wctx, err)
+	}
+	defer func() {
+		_ = w.Stop()
+		// The client's callback blocks on a full channel; empty it so the
+		// subscription can close (which closes the channel).
+		go func() {
+			for range w.Updates() {
+			}
+		}()
+	}()
 	out := []T{}
 	for {
 		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		case <-wctx.Done():
+			return nil, noAnswer(ctx, wctx, wctx.Err())
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil, errors.New("watcher closed")
+				if wctx.Err() != nil {
+					return nil, noAnswer(ctx, wctx, wctx.Err())
+				}
+				return nil, errWatcherClosed
 			}
 			if e == nil { // the initial values are all in
 				return out, nil
 			}
-			var v T
-			if err := json.Unmarshal(e.Value(), &v); err != nil {
-				return nil, fmt.Errorf("decode %s: %w", e.Key(), err)
+			idle.Reset(attemptTimeout)
+			v, err := decode[T](e.Key(), e.Value())
+			if err != nil {
+				return nil, err
 			}
-			out = append(out, v)
+			out = append(out, *v)
 		}
 	}
 }
@@ -68,20 +134,57 @@ func List[T any](ctx context.Context, kv jetstream.KeyValue, filter string) ([]T
 // sees a fresh copy each attempt and reports whether it changed anything;
 // when it did not, nothing is written. With create set, a missing record
 // starts as the zero T and is written with Create.
+//
+// Under retry a write can land without its answer reaching us. The next
+// read then finds either the very bytes written (taken as this call's
+// write: change is not asked again) or a record changed further by someone
+// else, which change is asked about as usual. So change must decide from
+// the record it is given (a state transition), as every CAS change must.
 func Update[T any](ctx context.Context, kv jetstream.KeyValue, key string, create bool, change func(*T) (bool, error)) (*T, bool, error) {
 	v, _, changed, err := UpdateRev(ctx, kv, key, create, change)
 	return v, changed, err
 }
 
+// unsure is a write whose outcome is unknown: it may have landed.
+type unsure struct {
+	base uint64 // the revision it was written over
+	data []byte
+}
+
+// landed reports whether e is one of the unsure writes.
+func landed(writes []unsure, e jetstream.KeyValueEntry) bool {
+	for _, w := range writes {
+		if e.Revision() > w.base && bytes.Equal(e.Value(), w.data) {
+			return true
+		}
+	}
+	return false
+}
+
 // UpdateRev is Update that also returns the record's revision: the one
 // written, or the one read when nothing changed.
 func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, create bool, change func(*T) (bool, error)) (*T, uint64, bool, error) {
-	for range attempts {
-		v, rev, err := Get[T](ctx, kv, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) && create {
-			v, rev, err = new(T), 0, nil
-		}
-		if err != nil {
+	p := &pacer{}
+	var writes []unsure
+	for conflicts := 0; conflicts < casAttempts; {
+		var v *T
+		var rev uint64
+		e, err := get(ctx, p, kv, key)
+		switch {
+		case err == nil && landed(writes, e):
+			v, err := decode[T](key, e.Value())
+			if err != nil {
+				return nil, 0, false, err
+			}
+			return v, e.Revision(), true, nil
+		case err == nil:
+			if v, err = decode[T](key, e.Value()); err != nil {
+				return nil, 0, false, err
+			}
+			rev = e.Revision()
+		case errors.Is(err, jetstream.ErrKeyNotFound) && create:
+			v = new(T)
+		default:
 			return nil, 0, false, err
 		}
 		changed, err := change(v)
@@ -92,19 +195,79 @@ func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, cr
 		if err != nil {
 			return nil, 0, false, fmt.Errorf("encode %s: %w", key, err)
 		}
-		var written uint64
-		if rev == 0 {
-			written, err = kv.Create(ctx, key, data)
-		} else {
-			written, err = kv.Update(ctx, key, data, rev)
+		written, err := attempt(ctx, func(ctx context.Context) (uint64, error) {
+			if rev == 0 {
+				return kv.Create(ctx, key, data)
+			}
+			return kv.Update(ctx, key, data, rev)
+		})
+		switch {
+		case err == nil:
+			return v, written, true, nil
+		case errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists):
+			// Another writer got there first, or our own earlier write, or
+			// the read was stale: direct gets are served by followers too,
+			// and one can lag just after a leader change. Read again at
+			// once, as ever; a run of conflicts (longer than a race among
+			// a few writers) pauses so that a lagging follower catches up.
+			conflicts++
+			if conflicts > conflictsBeforePause {
+				if err := conflictPause(ctx, conflicts); err != nil {
+					return nil, 0, false, fmt.Errorf("update %s: %w", key, err)
+				}
+			}
+			continue
 		}
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+		writes = append(writes, unsure{base: rev, data: data})
+		if again, err := p.retry(ctx, err); !again {
+			return nil, 0, false, fmt.Errorf("update %s: %w", key, err)
+		}
+	}
+	return nil, 0, false, fmt.Errorf("update %s: %w", key, ErrContended)
+}
+
+// Create writes v at key, which must not hold a record yet, retrying
+// transient errors: one round trip when all is well. A retry can find the
+// key taken by this call's own earlier write, whose answer was lost; mine
+// says whether a stored record is that one (the same identity), and then
+// Create succeeds with its revision. A key taken by another record is
+// jetstream.ErrKeyExists.
+func Create[T any](ctx context.Context, kv jetstream.KeyValue, key string, v *T, mine func(stored *T) bool) (uint64, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return 0, fmt.Errorf("encode %s: %w", key, err)
+	}
+	p := &pacer{}
+	for freed := 0; freed < casAttempts; { // transient failures are bounded by ctx
+		rev, err := attempt(ctx, func(ctx context.Context) (uint64, error) { return kv.Create(ctx, key, data) })
+		if err == nil {
+			return rev, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			if again, err := p.retry(ctx, err); !again {
+				return 0, fmt.Errorf("create %s: %w", key, err)
+			}
+			continue
+		}
+		e, err := get(ctx, p, kv, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			freed++ // deleted meanwhile: the key is free again
 			continue
 		}
 		if err != nil {
-			return nil, 0, false, fmt.Errorf("update %s: %w", key, err)
+			return 0, fmt.Errorf("create %s: %w", key, err)
 		}
-		return v, written, true, nil
+		if bytes.Equal(e.Value(), data) {
+			return e.Revision(), nil
+		}
+		stored, err := decode[T](key, e.Value())
+		if err != nil {
+			return 0, err
+		}
+		if !mine(stored) {
+			return 0, fmt.Errorf("create %s: %w", key, jetstream.ErrKeyExists)
+		}
+		return e.Revision(), nil
 	}
-	return nil, 0, false, fmt.Errorf("update %s: %w", key, ErrContended)
+	return 0, fmt.Errorf("create %s: %w", key, ErrContended)
 }

@@ -1,0 +1,71 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/chime-nats/chime/internal/kvrec"
+	"github.com/chime-nats/chime/subjects"
+)
+
+// retryAfter is the hint given with a storage outage: about how long a
+// JetStream leader election takes to settle.
+const retryAfter = time.Second
+
+// unavailableMessage is the text of a storage outage.
+const unavailableMessage = "chime storage is unavailable (a NATS leader election?); retry in 1s"
+
+// unavailableError is the answer to a request whose storage work was still
+// failing transiently, or still waiting, when its deadline ended: the wire
+// error plus a retry hint for the surfaces to pass on.
+type unavailableError struct {
+	wire  *subjects.Error
+	after time.Duration
+}
+
+func (e *unavailableError) Error() string { return e.wire.Error() }
+func (e *unavailableError) Unwrap() error { return e.wire }
+
+// answerError maps an operation's error to what the caller is told: the
+// *subjects.Error the operation chose; unavailable, with a retry hint,
+// when storage did not get through before the deadline (a leader election,
+// a server restart: a wait, not a bug); internal for anything else.
+func answerError(err error) error {
+	if e, ok := errors.AsType[*subjects.Error](err); ok {
+		return e
+	}
+	if kvrec.Transient(err) || errors.Is(err, context.DeadlineExceeded) {
+		return &unavailableError{wire: &subjects.Error{Code: subjects.CodeUnavailable, Message: unavailableMessage}, after: retryAfter}
+	}
+	return &subjects.Error{Code: subjects.CodeInternal, Message: "internal error"}
+}
+
+// retryAfterSeconds is the Retry-After value for an answer, if it has one.
+func retryAfterSeconds(err error) (string, bool) {
+	e, ok := errors.AsType[*unavailableError](err)
+	if !ok {
+		return "", false
+	}
+	return strconv.Itoa(max(1, int(e.after/time.Second))), true
+}
+
+// finish maps, logs and counts the outcome of one request on endpoint;
+// what names the request in the log ("request", "callback"). An outage is
+// a warning (the caller is told to retry); internal is an error, a bug.
+func (o *Operations) finish(endpoint, what string, err error, attrs ...any) error {
+	outcome := "ok"
+	if err != nil {
+		answer := answerError(err)
+		outcome = subjects.AsError(answer).Code
+		if _, outage := errors.AsType[*unavailableError](answer); outage {
+			o.log.Warn(what+" hit unavailable storage", append(attrs, "err", err)...)
+		} else if outcome == subjects.CodeInternal {
+			o.log.Error(what+" failed", append(attrs, "err", err)...)
+		}
+		err = answer
+	}
+	o.requests.WithLabelValues(endpoint, outcome).Inc()
+	return err
+}

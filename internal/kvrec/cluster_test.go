@@ -1,0 +1,195 @@
+package kvrec_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chime-nats/chime/internal/kvrec"
+)
+
+// freePorts finds n ports nothing listens on right now.
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ports []int
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
+}
+
+// startCluster starts an in-process JetStream cluster of three servers and
+// returns their client URLs once JetStream answers.
+func startCluster(t *testing.T) []string {
+	t.Helper()
+	ports := freePorts(t, 3)
+	var routes []string
+	for _, p := range ports {
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
+	}
+	var urls []string
+	for i, p := range ports {
+		ns, err := server.NewServer(&server.Options{
+			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: -1, NoSigs: true,
+			JetStream: true, StoreDir: t.TempDir(),
+			Cluster: server.ClusterOpts{Name: "kvrec", Host: "127.0.0.1", Port: p},
+			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns.Start()
+		t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+		if !ns.ReadyForConnections(5 * time.Second) {
+			t.Fatalf("server n%d not ready", i+1)
+		}
+		urls = append(urls, ns.ClientURL())
+	}
+	return urls
+}
+
+// TestLeaderChanges moves the bucket's stream leader from server to server
+// while writers update, read and list it: no call fails, and every update
+// lands exactly once.
+func TestLeaderChanges(t *testing.T) {
+	began := time.Now()
+	urls := startCluster(t)
+	nc, err := nats.Connect(strings.Join(urls, ","), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var kv jetstream.KeyValue
+	for { // the meta leader is elected a moment after the routes form
+		tctx, tcancel := context.WithTimeout(ctx, time.Second)
+		kv, err = js.CreateKeyValue(tctx, jetstream.KeyValueConfig{Bucket: "recs", Replicas: 3})
+		tcancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("create bucket: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	t.Logf("bucket ready after %s", time.Since(began))
+	const writers = 8
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failures []error
+	updates := make([]int, writers)
+	var slowest time.Duration
+	for w := range writers {
+		wg.Go(func() {
+			key := fmt.Sprintf("a.%d", w)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				cctx, ccancel := context.WithTimeout(context.Background(), 8*time.Second)
+				start := time.Now()
+				var calls int
+				_, _, err := kvrec.Update(cctx, kv, key, true, bump(&calls))
+				if err == nil {
+					_, _, err = kvrec.Get[rec](cctx, kv, key)
+				}
+				if err == nil && w == 0 {
+					_, err = kvrec.List[rec](cctx, kv, "a.*")
+				}
+				ccancel()
+				mu.Lock()
+				if err != nil {
+					failures = append(failures, fmt.Errorf("%s: %w", key, err))
+				} else {
+					updates[w]++
+				}
+				slowest = max(slowest, time.Since(start))
+				mu.Unlock()
+			}
+		})
+	}
+
+	leader := func() string {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		s, err := js.Stream(ctx, "KV_recs")
+		if err != nil || s.CachedInfo().Cluster == nil {
+			return ""
+		}
+		return s.CachedInfo().Cluster.Leader
+	}
+	moves := 0
+	for range 3 {
+		time.Sleep(300 * time.Millisecond) // let the writers run on the new leader
+		before := leader()
+		msg, err := nc.Request("$JS.API.STREAM.LEADER.STEPDOWN.KV_recs", nil, 3*time.Second)
+		if err != nil {
+			t.Fatalf("step down: %v", err)
+		}
+		var resp struct {
+			Error *jetstream.APIError `json:"error"`
+		}
+		if err := json.Unmarshal(msg.Data, &resp); err != nil || resp.Error != nil {
+			t.Logf("step down refused: %s", msg.Data)
+			continue
+		}
+		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if l := leader(); l != "" && l != before {
+				moves++
+				break
+			}
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+
+	if moves == 0 {
+		t.Fatal("the stream leader never moved")
+	}
+	for _, err := range failures {
+		t.Errorf("call failed during a leader change: %v", err)
+	}
+	// A direct get may be served by a follower a moment behind: wait for
+	// each record to show its updates, and never more.
+	for w, n := range updates {
+		key := fmt.Sprintf("a.%d", w)
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			got := read(t, kv, key)
+			if got.Changes > n {
+				t.Fatalf("%s shows %d changes after %d updates: one applied twice", key, got.Changes, n)
+			}
+			if got.Changes == n {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s shows %d changes after %d updates", key, got.Changes, n)
+			}
+		}
+	}
+	t.Logf("%d leader moves, %v updates, slowest call %s", moves, updates, slowest)
+}
