@@ -80,3 +80,18 @@ func (s *Store) Resume(ctx context.Context, agentID string) error {
 	})
 	return err
 }
+
+// InterventionDone moves the agent's intervention cursor to seq: the
+// intervention stored at that events stream sequence is applied or given
+// up. The cursor only moves forward, so a late or repeated call changes
+// nothing.
+func (s *Store) InterventionDone(ctx context.Context, agentID string, seq uint64) error {
+	_, _, err := s.Update(ctx, agentID, func(st *subjects.AgentState) (bool, error) {
+		if st.LastInterventionSeq >= seq {
+			return false, nil
+		}
+		st.LastInterventionSeq = seq
+		return true, nil
+	})
+	return err
+}

@@ -31,7 +31,7 @@ type Gateway struct {
 
 // NewHandler returns the HTTP routes over ops. ready reports readiness;
 // auth, when enabled, guards the operator routes.
-func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() bool, auth *OperatorAuth) http.Handler {
+func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (bool, string), auth *OperatorAuth) http.Handler {
 	mux := http.NewServeMux()
 	route := func(pattern, action string, body func(*http.Request) ([]byte, error), status int) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
@@ -41,8 +41,7 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() bool
 				res, err = ops.Do(r.Context(), "http", action, r.PathValue("id"), b)
 			}
 			if err != nil {
-				e := subjects.AsError(err)
-				writeJSON(w, httpStatus(e.Code), subjects.MarshalError(e))
+				writeError(w, err)
 				return
 			}
 			writeJSON(w, status, encode(res))
@@ -81,8 +80,7 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() bool
 		mux.HandleFunc("POST /api/callbacks/"+mode.Route()+"/{token}", func(w http.ResponseWriter, r *http.Request) {
 			res, err := callback(ops, mode, w, r)
 			if err != nil {
-				e := subjects.AsError(err)
-				writeJSON(w, httpStatus(e.Code), subjects.MarshalError(e))
+				writeError(w, err)
 				return
 			}
 			writeJSON(w, http.StatusOK, encode(res))
@@ -94,8 +92,8 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() bool
 		writeJSON(w, http.StatusOK, []byte(`{"ok":true}`))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready() {
-			writeJSON(w, http.StatusServiceUnavailable, subjects.MarshalError(&subjects.Error{Code: subjects.CodeUnavailable, Message: "not ready"}))
+		if ok, why := ready(); !ok {
+			writeJSON(w, http.StatusServiceUnavailable, subjects.MarshalError(&subjects.Error{Code: subjects.CodeUnavailable, Message: "not ready: " + why}))
 			return
 		}
 		writeJSON(w, http.StatusOK, []byte(`{"ok":true}`))
@@ -141,6 +139,16 @@ func rawOrString(v string) any {
 type jsonNumber string
 
 func (n jsonNumber) MarshalJSON() ([]byte, error) { return []byte(n), nil }
+
+// writeError writes err's wire error with its status, and a storage
+// outage's Retry-After.
+func writeError(w http.ResponseWriter, err error) {
+	if after, ok := retryAfterSeconds(err); ok {
+		w.Header().Set("Retry-After", after)
+	}
+	e := subjects.AsError(err)
+	writeJSON(w, httpStatus(e.Code), subjects.MarshalError(e))
+}
 
 func writeJSON(w http.ResponseWriter, status int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")

@@ -77,19 +77,23 @@ func NewConsumer(c ConsumerConfig) *Consumer {
 
 // Start creates (or joins) the shared durable consumer and begins.
 func (cb *Consumer) Start(ctx context.Context) error {
-	cons, err := cb.cfg.JS.CreateOrUpdateConsumer(ctx, cb.cfg.Stream, jetstream.ConsumerConfig{
-		Durable: Durable, Description: "callback.event.* -> wake_hint and message deliveries",
-		FilterSubjects: []string{subjects.CallbackEventWake, subjects.CallbackEventEnqueue},
-		AckPolicy:      jetstream.AckExplicitPolicy, AckWait: cb.cfg.AckWait, MaxAckPending: callbackQueue,
-	})
+	var err error
+	cb.pool, err = consumer.StartPool(ctx, consumer.PoolConfig{
+		Name: Durable, Workers: cb.cfg.Workers,
+		Timeout: 10 * time.Second, NakDelay: 200 * time.Millisecond, Fails: cb.fails,
+		Metrics: consumer.NewMetrics(cb.cfg.Registerer),
+		Create: func(ctx context.Context) (jetstream.Consumer, error) {
+			return cb.cfg.JS.CreateOrUpdateConsumer(ctx, cb.cfg.Stream, consumer.Redelivery(jetstream.ConsumerConfig{
+				Durable: Durable, Description: "callback.event.* -> wake_hint and message deliveries",
+				FilterSubjects: []string{subjects.CallbackEventWake, subjects.CallbackEventEnqueue},
+				AckWait:        cb.cfg.AckWait, MaxAckPending: callbackQueue,
+			}))
+		},
+	}, cb.log, consumer.Data(cb.handle))
 	if err != nil {
 		return fmt.Errorf("callbacks: consumer: %w", err)
 	}
-	cb.pool, err = consumer.StartPool(ctx, cons, consumer.PoolConfig{
-		Name: Durable, Workers: cb.cfg.Workers,
-		Timeout: 10 * time.Second, NakDelay: 200 * time.Millisecond, Fails: cb.fails,
-	}, cb.log, cb.handle)
-	return err
+	return nil
 }
 
 // Stop drains the consumer and waits for in-flight work. Idempotent.
@@ -111,7 +115,7 @@ func (cb *Consumer) handle(ctx context.Context, data []byte) error {
 			return nil
 		}
 	}
-	ack, err := cb.cfg.Inbox.Deliver(ctx, &env)
+	ack, err := cb.cfg.Inbox.DeliverOnce(ctx, &env, ev.At)
 	if errors.Is(err, nats.ErrMaxPayload) {
 		// Ingress refuses what cannot fit; one that slips through anyway
 		// (a smaller max_payload since) will never fit.

@@ -3,7 +3,6 @@ package callbacks
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -11,115 +10,96 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/chime-nats/chime/internal/kvwatch"
 	"github.com/chime-nats/chime/subjects"
 )
 
 // Index is a replica's in-memory view of the triggers and agents buckets,
-// kept by KV watches, so that a callback is checked without a storage
-// round trip. Writes through the Store wait until the index has seen
-// them, so this replica never accepts a token it has just revoked; another
-// replica may for the watch's latency (well under a millisecond here).
+// kept by KV watches (internal/kvwatch), so that a callback is checked
+// without a storage round trip. Writes through the Store wait until the
+// index has seen them, so this replica never accepts a token it has just
+// revoked; another replica may for its watch's latency (well under a
+// millisecond here). While either watch is not live (a leader change, a
+// lost connection) the index refuses every token: stale, it could accept a
+// revoked one.
 type Index struct {
 	log *slog.Logger
 
 	mu       sync.Mutex
-	changed  *sync.Cond
 	tokens   map[string]tokenRef         // by token hash
 	triggers map[string]subjects.Trigger // by record key
 	agents   map[string]subjects.AgentStatus
-	seen     map[string]uint64 // bucket -> highest revision applied
-	ready    chan struct{}
-	wg       sync.WaitGroup
-	err      error
+
+	watches map[string]*kvwatch.Watch // by bucket
+	once    sync.Once
 }
 
-// errWatchClosed marks an index whose watch ended under it.
-var errWatchClosed = errors.New("watch closed")
-
 // StartIndex watches both buckets and returns once their current contents
-// are loaded. The watches end with ctx.
-func StartIndex(ctx context.Context, triggersKV, agentsKV jetstream.KeyValue, log *slog.Logger) (*Index, error) {
+// are loaded; ctx bounds only that. The watches run until Stop.
+func StartIndex(ctx context.Context, js jetstream.JetStream, triggersBucket, agentsBucket string, log *slog.Logger) (*Index, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ix := &Index{
 		log: log.With("component", "triggers"), tokens: map[string]tokenRef{}, triggers: map[string]subjects.Trigger{},
-		agents: map[string]subjects.AgentStatus{}, seen: map[string]uint64{}, ready: make(chan struct{}),
+		agents: map[string]subjects.AgentStatus{}, watches: map[string]*kvwatch.Watch{},
 	}
-	ix.changed = sync.NewCond(&ix.mu)
-	loading := sync.WaitGroup{}
-	for _, b := range []struct {
-		kv    jetstream.KeyValue
-		apply func(key string, value []byte, deleted bool)
-	}{{triggersKV, ix.applyTrigger}, {agentsKV, ix.applyAgent}} {
-		w, err := b.kv.WatchAll(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("triggers: watch %s: %w", b.kv.Bucket(), err)
+	for bucket, apply := range map[string]func(string, []byte, bool){triggersBucket: ix.applyTrigger, agentsBucket: ix.applyAgent} {
+		ix.watches[bucket] = kvwatch.New(kvwatch.Config{
+			JS: js, Bucket: bucket, Log: log,
+			Apply: func(e kvwatch.Entry) {
+				ix.mu.Lock()
+				apply(e.Key, e.Value, e.Deleted)
+				ix.mu.Unlock()
+			},
+			Reset: func() { ix.reset(bucket == agentsBucket) },
+		})
+	}
+	for _, w := range ix.watches {
+		if err := w.Start(context.WithoutCancel(ctx)); err != nil {
+			ix.Stop()
+			return nil, fmt.Errorf("triggers: %w", err)
 		}
-		loading.Add(1)
-		ix.wg.Add(1)
-		go ix.watch(ctx, b.kv.Bucket(), w, &loading, b.apply)
 	}
-	done := make(chan struct{})
-	go func() { loading.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("triggers: loading the index: %w", ctx.Err())
+	for _, w := range ix.watches {
+		select {
+		case <-w.Loaded():
+		case <-ctx.Done():
+			ix.Stop()
+			return nil, fmt.Errorf("triggers: loading the index: %w", ctx.Err())
+		}
 	}
-	// Wake waiters when the watches end, so none waits forever.
-	go func() {
-		<-ctx.Done()
-		ix.mu.Lock()
-		ix.err = ctx.Err()
-		ix.changed.Broadcast()
-		ix.mu.Unlock()
-	}()
 	return ix, nil
 }
 
-// Wait returns once the watches have stopped.
-func (ix *Index) Wait() { ix.wg.Wait() }
-
-func (ix *Index) watch(ctx context.Context, bucket string, w jetstream.KeyWatcher, loading *sync.WaitGroup, apply func(string, []byte, bool)) {
-	defer ix.wg.Done()
-	defer func() { _ = w.Stop() }()
-	loaded := false
-	defer func() {
-		if !loaded {
-			loading.Done()
+// Stop ends the watches. Idempotent.
+func (ix *Index) Stop() {
+	ix.once.Do(func() {
+		for _, w := range ix.watches {
+			w.Stop()
 		}
-	}()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case e, ok := <-w.Updates():
-			if !ok {
-				if ctx.Err() == nil {
-					// A stale index would accept revoked tokens: fail closed.
-					ix.log.Error("watch closed; callbacks refused", "bucket", bucket)
-					ix.mu.Lock()
-					ix.err = errWatchClosed
-					ix.changed.Broadcast()
-					ix.mu.Unlock()
-				}
-				return
-			}
-			if e == nil {
-				if !loaded {
-					loaded = true
-					loading.Done()
-				}
-				continue
-			}
-			ix.mu.Lock()
-			apply(e.Key(), e.Value(), e.Operation() != jetstream.KeyValuePut)
-			ix.seen[bucket] = max(ix.seen[bucket], e.Revision())
-			ix.changed.Broadcast()
-			ix.mu.Unlock()
+	})
+}
+
+// reset forgets one bucket's view: it is being reloaded.
+func (ix *Index) reset(agents bool) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if agents {
+		ix.agents = map[string]subjects.AgentStatus{}
+		return
+	}
+	ix.tokens, ix.triggers = map[string]tokenRef{}, map[string]subjects.Trigger{}
+}
+
+// live reports whether every watch is live.
+func (ix *Index) live() bool {
+	for _, w := range ix.watches {
+		if ok, _ := w.Live(); !ok {
+			return false
 		}
 	}
+	return true
 }
 
 // applyAgent folds an agents-bucket change in. Called with ix.mu held.
@@ -153,22 +133,12 @@ func (ix *Index) applyTrigger(key string, value []byte, deleted bool) {
 
 // waitSeen blocks until the index has applied revision rev of bucket.
 func (ix *Index) waitSeen(ctx context.Context, bucket string, rev uint64) error {
-	stop := context.AfterFunc(ctx, func() {
-		ix.mu.Lock()
-		ix.changed.Broadcast()
-		ix.mu.Unlock()
-	})
-	defer stop()
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	for ix.seen[bucket] < rev {
-		if ix.err != nil {
-			return fmt.Errorf("triggers: index: %w", ix.err)
-		}
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("triggers: index behind: %w", err)
-		}
-		ix.changed.Wait()
+	w, ok := ix.watches[bucket]
+	if !ok {
+		return fmt.Errorf("triggers: no index of bucket %s", bucket)
+	}
+	if err := w.WaitSeen(ctx, rev); err != nil {
+		return fmt.Errorf("triggers: index: %w", err)
 	}
 	return nil
 }
@@ -178,7 +148,7 @@ func (ix *Index) resolve(hash string, mode subjects.DeliveryMode) (*subjects.Tri
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	ref, ok := ix.tokens[hash]
-	if !ok || ix.err != nil {
+	if !ok || !ix.live() {
 		return nil, false
 	}
 	t, ok := ix.triggers[recKey(ref.AgentID, ref.TriggerID)]

@@ -33,6 +33,7 @@ type Config struct {
 	LeaseTTL    time.Duration `envconfig:"LEASE_TTL" default:"2s" desc:"shard lease TTL: a dead replica's timers move after about this"`
 	InboxMaxAge time.Duration `envconfig:"INBOX_MAX_AGE" default:"168h" desc:"how long inbox deliveries are kept"`
 	EventMaxAge time.Duration `envconfig:"EVENT_MAX_AGE" default:"24h" desc:"how long internal events are kept"`
+	DedupWindow time.Duration `envconfig:"DEDUP_WINDOW" default:"10m" desc:"how long the streams remember message IDs; older repeats are looked up in the inbox"`
 	TimeZone    string        `envconfig:"TIMEZONE" desc:"IANA zone naive wait times are read in when a request has no tz (default UTC)"`
 	PublicURL   string        `envconfig:"PUBLIC_URL" desc:"base URL of callback trigger URLs (default: http://HTTP_ADDR)"`
 	// OperatorTokensFile holds hex SHA-256 hashes of operator bearer tokens.
@@ -76,6 +77,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Shards < 1 || c.Shards > 4096 {
 		return fmt.Errorf("config: CHIME_SHARDS must be 1-4096, not %d", c.Shards)
+	}
+	if c.DedupWindow < time.Second || c.DedupWindow > c.InboxMaxAge {
+		return fmt.Errorf("config: CHIME_DEDUP_WINDOW must be at least 1s and at most CHIME_INBOX_MAX_AGE, not %v", c.DedupWindow)
 	}
 	if c.LeaseTTL < 500*time.Millisecond {
 		return fmt.Errorf("config: CHIME_LEASE_TTL must be at least 500ms, not %s", c.LeaseTTL)

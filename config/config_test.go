@@ -3,11 +3,12 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func valid() *Config {
 	return &Config{DataDir: "d", NATSListen: "127.0.0.1:4222", JSReplicas: 1, HTTPAddr: "127.0.0.1:8080",
-		Shards: 32, LeaseTTL: 2e9, LogLevel: "info", LogFormat: "text"}
+		Shards: 32, LeaseTTL: 2e9, LogLevel: "info", LogFormat: "text", InboxMaxAge: 168 * time.Hour, DedupWindow: 10 * time.Minute}
 }
 
 func TestHTTPListenerNeedsTokensBeyondLoopback(t *testing.T) {
@@ -45,5 +46,19 @@ func TestPublicURL(t *testing.T) {
 	c := valid()
 	if got := c.CallbackBaseURL("127.0.0.1:9999"); got != "http://127.0.0.1:9999" {
 		t.Errorf("default base %q", got)
+	}
+}
+
+func TestDedupWindowBounds(t *testing.T) {
+	for _, tc := range []struct {
+		window time.Duration
+		ok     bool
+	}{{time.Second, true}, {10 * time.Minute, true}, {500 * time.Millisecond, false}, {169 * time.Hour, false}} {
+		c := valid()
+		c.DedupWindow = tc.window
+		err := c.Validate()
+		if (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), "CHIME_DEDUP_WINDOW")) {
+			t.Errorf("window %v: %v", tc.window, err)
+		}
 	}
 }

@@ -2,7 +2,9 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -11,16 +13,28 @@ import (
 
 // Inbox is the one path by which an envelope reaches an agent's inbox:
 // stored in the inbox stream under its stable ID (Nats-Msg-Id), so a
-// repeat within the dedup window is stored once.
+// repeat is stored once. The stream forgets IDs after its dedup window; an
+// envelope that may have been stored longer ago than that is looked up in
+// the agent's inbox before it is published again (DeliverOnce), so no
+// downtime makes a delivery show twice.
 type Inbox struct {
-	js jetstream.JetStream
+	js     jetstream.JetStream
+	stream string
+	window time.Duration
+	now    func() time.Time
 }
 
-// NewInbox returns the inbox path over js.
-func NewInbox(js jetstream.JetStream) *Inbox { return &Inbox{js: js} }
+// NewInbox returns the inbox path over js: stream is the inbox stream and
+// window its dedup window (CHIME_DEDUP_WINDOW).
+func NewInbox(js jetstream.JetStream, stream string, window time.Duration, now func() time.Time) *Inbox {
+	if now == nil {
+		now = time.Now
+	}
+	return &Inbox{js: js, stream: stream, window: window, now: now}
+}
 
 // Deliver stores env in its agent's inbox and returns the stream's ack
-// (Duplicate when the envelope was stored before).
+// (Duplicate when the envelope was stored within the dedup window).
 func (i *Inbox) Deliver(ctx context.Context, env *subjects.Envelope) (*jetstream.PubAck, error) {
 	m, err := env.Msg()
 	if err != nil {
@@ -31,4 +45,72 @@ func (i *Inbox) Deliver(ctx context.Context, env *subjects.Envelope) (*jetstream
 		return nil, fmt.Errorf("deliver %s: %w", env.ID, err)
 	}
 	return ack, nil
+}
+
+// DeliverOnce is Deliver for an envelope that may have been stored already
+// at or after since (the occurrence's own time): when that is older than
+// the dedup window covers, the inbox is searched first, and a found
+// envelope is reported as a duplicate without publishing.
+func (i *Inbox) DeliverOnce(ctx context.Context, env *subjects.Envelope, since time.Time) (*jetstream.PubAck, error) {
+	if i.Suspect(since) {
+		seen, err := i.Delivered(ctx, env.AgentID, since)
+		if err != nil {
+			return nil, err
+		}
+		if seen[env.ID] {
+			return &jetstream.PubAck{Stream: i.stream, Duplicate: true}, nil
+		}
+	}
+	return i.Deliver(ctx, env)
+}
+
+// Suspect reports whether an envelope first sent at or after since may
+// have been stored longer ago than the dedup window remembers. A tenth of
+// the window is kept as margin for clocks and slow acks.
+func (i *Inbox) Suspect(since time.Time) bool {
+	return i.now().Sub(since) > i.window-i.window/10
+}
+
+// Delivered returns the IDs of the envelopes stored in the agent's inbox
+// at or after since (less a minute for clocks), reading headers only.
+func (i *Inbox) Delivered(ctx context.Context, agentID string, since time.Time) (map[string]bool, error) {
+	start := since.Add(-time.Minute)
+	cons, err := i.js.CreateConsumer(ctx, i.stream, jetstream.ConsumerConfig{
+		FilterSubject: subjects.Inbox(agentID), DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start,
+		AckPolicy: jetstream.AckNonePolicy, HeadersOnly: true, MemoryStorage: true, Replicas: 1, InactiveThreshold: time.Minute,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inbox search %s: %w", agentID, err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = i.js.DeleteConsumer(dctx, i.stream, cons.CachedInfo().Name)
+	}()
+	seen := map[string]bool{}
+	left := cons.CachedInfo().NumPending
+	for left > 0 {
+		batch, err := cons.Fetch(int(min(left, 1024)), jetstream.FetchContext(ctx))
+		if err != nil {
+			return nil, fmt.Errorf("inbox search %s: %w", agentID, err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			seen[m.Headers().Get(jetstream.MsgIDHeader)] = true
+			if md, err := m.Metadata(); err == nil && md.NumPending == 0 {
+				left = 0
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return nil, fmt.Errorf("inbox search %s: %w", agentID, err)
+		}
+		if left != 0 {
+			left -= min(left, uint64(n))
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("inbox search %s: no progress", agentID)
+		}
+	}
+	return seen, nil
 }

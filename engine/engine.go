@@ -107,90 +107,124 @@ type Resources struct {
 	Idempotency jetstream.KeyValue
 }
 
+// buckets are the KV buckets chime keeps, as configured for t.
+func buckets(t Topology) []jetstream.KeyValueConfig {
+	return []jetstream.KeyValueConfig{
+		{Bucket: TimersBucket, Description: "chime timer records, key <agent>.<timer>", History: 1, Replicas: t.Replicas},
+		{Bucket: WaitsBucket, Description: "chime managed waits, key <agent>.<wait>", History: 1, Replicas: t.Replicas},
+		{Bucket: AgentsBucket, Description: "chime per-agent state (lifecycle, pause, pending wake), key <agent>", History: 1, Replicas: t.Replicas},
+		{Bucket: TriggersBucket, Description: "chime external triggers: rec.<agent>.<trigger>, tok.<token sha256>", History: 1, Replicas: t.Replicas},
+		{
+			Bucket: IdempotencyBucket, Description: "callback Idempotency-Keys already stored, key <trigger>.<key sha256>; kept a day",
+			History: 1, TTL: IdempotencyTTL, Replicas: t.Replicas,
+		},
+		{
+			// File-stored like the rest: a memory bucket is gone after a
+			// server restart, and with it every replica's leases.
+			Bucket: LeasesBucket, Description: "chime shard leases and replica presence; entries expire after the lease TTL",
+			History: 1, TTL: t.LeaseTTL, Replicas: t.Replicas,
+		},
+	}
+}
+
+// streams are the streams chime keeps, as configured for t.
+func streams(t Topology) []jetstream.StreamConfig {
+	return []jetstream.StreamConfig{
+		{
+			Name:        EventsStream,
+			Description: "chime internal events: wait fires, interventions, accepted callbacks",
+			Subjects:    []string{subjects.TimerFire, subjects.WaitFire, subjects.InterventionApplyAll, subjects.CallbackEventWake, subjects.CallbackEventEnqueue},
+			Retention:   jetstream.LimitsPolicy,
+			MaxAge:      t.EventMaxAge,
+			Duplicates:  t.DedupWindow,
+			Replicas:    t.Replicas,
+		},
+		{
+			Name:        InboxStream,
+			Description: "agent inboxes: every delivery, kept for offline agents",
+			Subjects:    []string{subjects.InboxWildcard},
+			Retention:   jetstream.LimitsPolicy,
+			MaxAge:      t.InboxMaxAge,
+			Duplicates:  t.DedupWindow,
+			Replicas:    t.Replicas,
+		},
+	}
+}
+
 // Provision creates or updates the streams and buckets. It is idempotent, so
 // every replica runs it at start.
 func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Resources, error) {
-	timers, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      TimersBucket,
-		Description: "chime timer records, key <agent>.<timer>",
-		History:     1,
-		Replicas:    t.Replicas,
-	})
+	kvs := map[string]jetstream.KeyValue{}
+	for _, c := range buckets(t) {
+		kv, err := createBucket(ctx, js, c)
+		if err != nil {
+			return nil, err
+		}
+		kvs[c.Bucket] = kv
+	}
+	for _, c := range streams(t) {
+		if _, err := js.CreateOrUpdateStream(ctx, c); err != nil {
+			return nil, fmt.Errorf("engine: stream %s: %w", c.Name, err)
+		}
+	}
+	return &Resources{
+		JS: js, Timers: kvs[TimersBucket], Waits: kvs[WaitsBucket], Agents: kvs[AgentsBucket],
+		Leases: kvs[LeasesBucket], Triggers: kvs[TriggersBucket], Idempotency: kvs[IdempotencyBucket],
+	}, nil
+}
+
+// createBucket creates or updates a bucket. The leases bucket of older
+// versions was memory-stored, which a bucket cannot change into: its
+// entries are leases that expire in seconds anyway, so it is made anew.
+func createBucket(ctx context.Context, js jetstream.JetStream, c jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, c)
+	if err != nil && c.Bucket == LeasesBucket {
+		if old, gerr := js.KeyValue(ctx, c.Bucket); gerr == nil {
+			if st, serr := old.Status(ctx); serr == nil && st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Storage != c.Storage {
+				if derr := js.DeleteKeyValue(ctx, c.Bucket); derr == nil {
+					kv, err = js.CreateOrUpdateKeyValue(ctx, c)
+				}
+			}
+		}
+	}
 	if err != nil {
-		return nil, fmt.Errorf("engine: timers bucket: %w", err)
+		return nil, fmt.Errorf("engine: bucket %s: %w", c.Bucket, err)
 	}
-	waits, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      WaitsBucket,
-		Description: "chime managed waits, key <agent>.<wait>",
-		History:     1,
-		Replicas:    t.Replicas,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("engine: waits bucket: %w", err)
+	return kv, nil
+}
+
+// Heal re-creates every stream and bucket that is missing (deleted by
+// hand, or lost with a server's store) and returns their names. Present
+// ones are not touched.
+func Heal(ctx context.Context, js jetstream.JetStream, t Topology) ([]string, error) {
+	var healed []string
+	var errs []error
+	for _, c := range buckets(t) {
+		_, err := js.KeyValue(ctx, c.Bucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			if _, err = createBucket(ctx, js, c); err == nil {
+				healed = append(healed, c.Bucket)
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("bucket %s: %w", c.Bucket, err))
+		}
 	}
-	agents, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      AgentsBucket,
-		Description: "chime per-agent state (pause), key <agent>",
-		History:     1,
-		Replicas:    t.Replicas,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("engine: agents bucket: %w", err)
+	for _, c := range streams(t) {
+		_, err := js.Stream(ctx, c.Name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			if _, err = js.CreateOrUpdateStream(ctx, c); err == nil {
+				healed = append(healed, c.Name)
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("stream %s: %w", c.Name, err))
+		}
 	}
-	triggers, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      TriggersBucket,
-		Description: "chime external triggers: rec.<agent>.<trigger>, tok.<token sha256>",
-		History:     1,
-		Replicas:    t.Replicas,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("engine: triggers bucket: %w", err)
+	if err := errors.Join(errs...); err != nil {
+		return healed, fmt.Errorf("engine: heal: %w", err)
 	}
-	idem, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      IdempotencyBucket,
-		Description: "callback Idempotency-Keys already stored, key <trigger>.<key sha256>; kept a day",
-		History:     1,
-		TTL:         IdempotencyTTL,
-		Replicas:    t.Replicas,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("engine: idempotency bucket: %w", err)
-	}
-	leases, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      LeasesBucket,
-		Description: "chime shard leases and replica presence; entries expire after the lease TTL",
-		History:     1,
-		TTL:         t.LeaseTTL,
-		Replicas:    t.Replicas,
-		// Leases are small and hot; memory keeps their refresh cheap.
-		Storage: jetstream.MemoryStorage,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("engine: leases bucket: %w", err)
-	}
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        EventsStream,
-		Description: "chime internal events: timer and wait fires, interventions, accepted callbacks",
-		Subjects:    []string{subjects.TimerFire, subjects.WaitFire, subjects.InterventionApply, subjects.CallbackEventWake, subjects.CallbackEventEnqueue},
-		Retention:   jetstream.LimitsPolicy,
-		MaxAge:      t.EventMaxAge,
-		Duplicates:  t.DedupWindow,
-		Replicas:    t.Replicas,
-	}); err != nil {
-		return nil, fmt.Errorf("engine: events stream: %w", err)
-	}
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        InboxStream,
-		Description: "agent inboxes: every delivery, kept for offline agents",
-		Subjects:    []string{subjects.InboxWildcard},
-		Retention:   jetstream.LimitsPolicy,
-		MaxAge:      t.InboxMaxAge,
-		Duplicates:  t.DedupWindow,
-		Replicas:    t.Replicas,
-	}); err != nil {
-		return nil, fmt.Errorf("engine: inbox stream: %w", err)
-	}
-	return &Resources{JS: js, Timers: timers, Waits: waits, Agents: agents, Leases: leases, Triggers: triggers, Idempotency: idem}, nil
+	return healed, nil
 }
 
 // ConnectOptions says how to reach NATS.

@@ -36,7 +36,7 @@ type Replica struct {
 	log       *slog.Logger
 	ns        *server.Server
 	nc        *nats.Conn
-	fires     *timers.Fires
+	healer    *engine.Healer
 	waits     *waits.Consumer
 	callbacks *callbacks.Consumer
 	// triggerIndex resolves callback tokens in memory.
@@ -74,17 +74,28 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	if r.nc, err = engine.Connect(engine.ConnectOptions{URL: url, CredsFile: cfg.NATSCreds, Token: cfg.NATSToken, Name: "chime " + cfg.ReplicaID, Embedded: r.ns}, log); err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(r.nc, jetstream.WithPublishAsyncMaxPending(16384))
+	// An async publish whose ack never comes fails after the timeout, so
+	// the fire it carried is retried instead of waited on forever.
+	js, err := jetstream.New(r.nc, jetstream.WithPublishAsyncMaxPending(16384), jetstream.WithPublishAsyncTimeout(5*time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("replica: jetstream: %w", err)
 	}
 	pctx, cancel := context.WithTimeout(startCtx, 30*time.Second)
 	defer cancel()
-	res, err := engine.Provision(pctx, js, engine.Topology{
+	dedup := cfg.DedupWindow
+	if dedup <= 0 {
+		dedup = 10 * time.Minute
+	}
+	topo := engine.Topology{
 		Replicas: cfg.JSReplicas, LeaseTTL: cfg.LeaseTTL,
-		InboxMaxAge: cfg.InboxMaxAge, EventMaxAge: cfg.EventMaxAge, DedupWindow: 10 * time.Minute,
-	})
+		InboxMaxAge: cfg.InboxMaxAge, EventMaxAge: cfg.EventMaxAge, DedupWindow: dedup,
+	}
+	res, err := engine.Provision(pctx, js, topo)
 	if err != nil {
+		return nil, err
+	}
+	r.healer = engine.NewHealer(js, topo, 2*time.Second, log)
+	if err := r.healer.Start(ctx); err != nil {
 		return nil, err
 	}
 	store := timers.NewStore(res.Timers, time.Now)
@@ -115,29 +126,28 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	} else if cfg.HTTPAddr != "" {
 		log.Warn("no operator tokens (CHIME_OPERATOR_TOKENS_FILE): HTTP control routes are open, on loopback only", "addr", cfg.HTTPAddr)
 	}
-	if r.triggerIndex, err = callbacks.StartIndex(ctx, res.Triggers, res.Agents, log); err != nil {
+	if r.triggerIndex, err = callbacks.StartIndex(pctx, js, engine.TriggersBucket, engine.AgentsBucket, log); err != nil {
 		return nil, err
 	}
 	triggerStore := callbacks.NewStore(res.Triggers, agentStore, res.Idempotency, res.Leases, publicURL, time.Now, r.triggerIndex)
-	inbox := consumer.NewInbox(js)
+	inbox := consumer.NewInbox(js, engine.InboxStream, dedup, time.Now)
 	r.callbacks = callbacks.NewConsumer(callbacks.ConsumerConfig{JS: js, Stream: engine.EventsStream, Store: triggerStore, Inbox: inbox, Log: log, Registerer: reg})
 	if err := r.callbacks.Start(ctx); err != nil {
 		return nil, err
 	}
 
-	r.fires = timers.NewFires(timers.FiresConfig{JS: js, Stream: engine.EventsStream, Store: store, Log: log, Registerer: reg})
-	if err := r.fires.Start(ctx); err != nil {
-		return nil, err
-	}
-	r.waits = waits.NewConsumer(waits.ConsumerConfig{JS: js, Stream: engine.EventsStream, Store: waitStore, Inbox: inbox, Log: log, Registerer: reg})
+	r.waits = waits.NewConsumer(waits.ConsumerConfig{JS: js, Stream: engine.EventsStream, Store: waitStore, Agents: agentStore, Inbox: inbox, Log: log, Registerer: reg})
 	if err := r.waits.Start(ctx); err != nil {
 		return nil, err
 	}
 	r.leases = scheduler.NewLeases(scheduler.LeasesConfig{
 		KV: res.Leases, ReplicaID: cfg.ReplicaID, Shards: cfg.Shards, TTL: cfg.LeaseTTL, Renew: cfg.LeaseTTL / 4,
-		Log: log, OnChange: func() { r.sched.Wake() },
+		Log: log, OnChange: func() { r.sched.Wake() }, Healthy: func() (bool, string) { return r.sched.Healthy() },
 	})
-	r.sched = scheduler.New(scheduler.Config{JS: js, Timers: res.Timers, Waits: res.Waits, Leases: r.leases, Shards: cfg.Shards, Log: log, Registerer: reg})
+	r.sched = scheduler.New(scheduler.Config{
+		JS: js, TimersBucket: engine.TimersBucket, WaitsBucket: engine.WaitsBucket, Inbox: inbox, Records: store,
+		Leases: r.leases, Shards: cfg.Shards, Log: log, Registerer: reg,
+	})
 	if err := r.sched.Start(ctx); err != nil {
 		return nil, err
 	}
@@ -157,7 +167,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		return nil, err
 	}
 	if ln != nil {
-		r.gw = api.StartGateway(ln, api.NewHandler(ops, reg, r.Ready, auth), log)
+		r.gw = api.StartGateway(ln, api.NewHandler(ops, reg, r.Readiness, auth), log)
 	}
 	r.ready.Store(true)
 	log.Info("chime ready", "replica", cfg.ReplicaID, "version", version, "nats", r.nc.ConnectedUrlRedacted())
@@ -165,7 +175,26 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 }
 
 // Ready reports whether the replica serves requests and fires timers.
-func (r *Replica) Ready() bool { return r.ready.Load() && r.nc.IsConnected() }
+func (r *Replica) Ready() bool {
+	ok, _ := r.Readiness()
+	return ok
+}
+
+// Readiness is Ready with the reason when not: still starting, NATS
+// unreachable, or the scheduler unable to fire (its watches stale, its
+// publishes failing), in which case it has given its shards away.
+func (r *Replica) Readiness() (bool, string) {
+	switch {
+	case !r.ready.Load():
+		return false, "starting or stopping"
+	case !r.nc.IsConnected():
+		return false, "not connected to NATS (" + r.nc.Status().String() + ")"
+	}
+	if ok, why := r.sched.Healthy(); !ok {
+		return false, "cannot fire: " + why
+	}
+	return true, ""
+}
 
 // HTTPAddr is the bound HTTP address, empty without a gateway.
 func (r *Replica) HTTPAddr() string {
@@ -183,7 +212,7 @@ func (r *Replica) NATSURL() string {
 	return r.cfg.NATSURL
 }
 
-// Stop shuts down in two stages: stop taking new work (HTTP, service,
+// Stop shuts down within ctx, in two stages: stop taking new work (HTTP, service,
 // leases handed back, scheduler), drain the consumer, then close NATS.
 func (r *Replica) Stop(ctx context.Context) {
 	r.once.Do(func() {
@@ -196,13 +225,17 @@ func (r *Replica) Stop(ctx context.Context) {
 			errs = append(errs, r.svc.Stop())
 		}
 		if r.leases != nil {
-			r.leases.Stop(ctx)
+			// Handing leases back saves the others a TTL; it is not worth
+			// more of the shutdown limit than that.
+			lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			r.leases.Stop(lctx)
+			cancel()
 		}
 		if r.sched != nil {
 			r.sched.Stop()
 		}
-		if r.fires != nil {
-			r.fires.Stop()
+		if r.healer != nil {
+			r.healer.Stop()
 		}
 		if r.waits != nil {
 			r.waits.Stop()
@@ -214,13 +247,17 @@ func (r *Replica) Stop(ctx context.Context) {
 			r.cancel()
 		}
 		if r.triggerIndex != nil {
-			r.triggerIndex.Wait()
+			r.triggerIndex.Stop()
 		}
 		if r.nc != nil {
 			if err := r.nc.Drain(); err != nil {
 				errs = append(errs, err)
 			}
 			for r.nc.IsDraining() {
+				if ctx.Err() != nil {
+					r.nc.Close() // NATS is unreachable: nothing left to drain to
+					break
+				}
 				time.Sleep(10 * time.Millisecond)
 			}
 		}

@@ -1,4 +1,4 @@
-package timers_test
+package scheduler_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/natstest"
 	"github.com/chime-nats/chime/scheduler"
@@ -32,14 +33,17 @@ func TestTimersFireIntoInbox(t *testing.T) {
 		KV: res.Leases, ReplicaID: "r1", Shards: shards, TTL: 2 * time.Second, Renew: 500 * time.Millisecond,
 		OnChange: func() { sched.Wake() },
 	})
-	sched = scheduler.New(scheduler.Config{JS: res.JS, Timers: res.Timers, Leases: leases, Shards: shards, Registerer: prometheus.NewRegistry()})
-	fires := timers.NewFires(timers.FiresConfig{JS: res.JS, Stream: engine.EventsStream, Store: store, Registerer: prometheus.NewRegistry()})
-	for _, start := range []func(context.Context) error{fires.Start, sched.Start, leases.Start} {
+	sched = scheduler.New(scheduler.Config{
+		JS: res.JS, TimersBucket: engine.TimersBucket, Records: store,
+		Inbox:  consumer.NewInbox(res.JS, engine.InboxStream, time.Minute, nil),
+		Leases: leases, Shards: shards, Registerer: prometheus.NewRegistry(),
+	})
+	for _, start := range []func(context.Context) error{sched.Start, leases.Start} {
 		if err := start(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	defer func() { leases.Stop(context.Background()); sched.Stop(); fires.Stop() }()
+	defer func() { leases.Stop(context.Background()); sched.Stop() }()
 
 	inbox := make(chan *nats.Msg, 64)
 	sub, err := nc.ChanSubscribe(subjects.Inbox("demo"), inbox)

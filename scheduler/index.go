@@ -13,7 +13,9 @@ type entry struct {
 	agentLen int    // key[:agentLen] is the agent ID
 	wait     bool
 	text     string
-	due      int64 // unix nanoseconds of the next occurrence
+	due      int64 // unix nanoseconds the next occurrence is due: its identity
+	at       int64 // unix nanoseconds of the next attempt: due, or later when retrying
+	attempts int   // failed publishes of this occurrence
 	occ      int64 // number of the next occurrence
 	interval time.Duration
 	// fired is, for a timer, the highest occurrence this replica has
@@ -30,11 +32,11 @@ type entry struct {
 func (e *entry) agentID() string { return e.key[:e.agentLen] }
 func (e *entry) itemID() string  { return e.key[e.agentLen+1:] }
 
-// dueHeap is a min-heap of entries by due time.
+// dueHeap is a min-heap of entries by the time of their next attempt.
 type dueHeap []*entry
 
 func (h dueHeap) Len() int           { return len(h) }
-func (h dueHeap) Less(i, j int) bool { return h[i].due < h[j].due }
+func (h dueHeap) Less(i, j int) bool { return h[i].at < h[j].at }
 func (h dueHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].pos = i
@@ -108,7 +110,7 @@ func (ix *index) remove(wait bool, key string) {
 	}
 }
 
-// next returns the earliest due time among owned shards.
+// next returns the earliest attempt time among owned shards.
 func (ix *index) next(owned []bool) (int64, bool) {
 	var best int64
 	found := false
@@ -116,14 +118,14 @@ func (ix *index) next(owned []bool) (int64, bool) {
 		if !ok || len(ix.shards[s]) == 0 {
 			continue
 		}
-		if d := ix.shards[s][0].due; !found || d < best {
+		if d := ix.shards[s][0].at; !found || d < best {
 			best, found = d, true
 		}
 	}
 	return best, found
 }
 
-// popDue appends to out the entries of owned shards due at or before now,
+// popDue appends to out the entries of owned shards to attempt at or before now,
 // at most max of them, taking them out of their heaps.
 func (ix *index) popDue(owned []bool, now int64, max int, out []*entry) []*entry {
 	for s, ok := range owned {
@@ -131,7 +133,7 @@ func (ix *index) popDue(owned []bool, now int64, max int, out []*entry) []*entry
 			continue
 		}
 		h := &ix.shards[s]
-		for len(*h) > 0 && (*h)[0].due <= now && len(out) < max {
+		for len(*h) > 0 && (*h)[0].at <= now && len(out) < max {
 			out = append(out, heap.Pop(h).(*entry))
 		}
 	}

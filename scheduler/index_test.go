@@ -9,7 +9,7 @@ func TestIndexFiresOnlyOwnedShardsInDueOrder(t *testing.T) {
 	ix := newIndex(4)
 	for i := range 40 {
 		key := fmt.Sprintf("agent.t%d", i)
-		e := &entry{key: key, agentLen: len("agent"), due: int64(100 - i), occ: 1, shard: shardOf(key, 4), pos: -1}
+		e := &entry{key: key, agentLen: len("agent"), due: int64(100 - i), at: int64(100 - i), occ: 1, shard: shardOf(key, 4), pos: -1}
 		ix.entries[key] = e
 		ix.arm(e)
 	}

@@ -27,13 +27,16 @@ type Leases struct {
 	now      func() time.Time
 	log      *slog.Logger
 	onChange func()
+	healthy  func() (bool, string)
 
-	mu    sync.Mutex
-	owned map[int]lease
+	mu      sync.Mutex
+	owned   map[int]lease
+	benched string // why this replica stepped back; empty while it serves
 
-	stop chan struct{}
-	done chan struct{}
-	once sync.Once
+	stop    chan struct{}
+	done    chan struct{}
+	started bool
+	once    sync.Once
 }
 
 type lease struct {
@@ -51,6 +54,10 @@ type LeasesConfig struct {
 	Now       func() time.Time
 	Log       *slog.Logger
 	OnChange  func() // called when the owned set changes
+	// Healthy, when set, says whether this replica can fire; while it
+	// cannot, it holds no shard and does not count as a replica, so the
+	// others take all the shards.
+	Healthy func() (bool, string)
 }
 
 // NewLeases returns a lease keeper; Start begins its work.
@@ -64,9 +71,12 @@ func NewLeases(c LeasesConfig) *Leases {
 	if c.OnChange == nil {
 		c.OnChange = func() {}
 	}
+	if c.Healthy == nil {
+		c.Healthy = func() (bool, string) { return true, "" }
+	}
 	return &Leases{
 		kv: c.KV, id: c.ReplicaID, shards: c.Shards, ttl: c.TTL, renew: c.Renew,
-		now: c.Now, log: c.Log.With("component", "leases"), onChange: c.OnChange,
+		now: c.Now, log: c.Log.With("component", "leases"), onChange: c.OnChange, healthy: c.Healthy,
 		owned: make(map[int]lease), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 }
@@ -78,6 +88,9 @@ const presencePrefix = "replica."
 // Start runs the first round synchronously (so a lone replica owns its
 // shards before it reports ready) and then keeps leases in the background.
 func (l *Leases) Start(ctx context.Context) error {
+	l.mu.Lock()
+	l.started = true
+	l.mu.Unlock()
 	if err := l.round(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		l.log.Warn("first lease round", "err", err)
 	}
@@ -104,23 +117,45 @@ func (l *Leases) loop(ctx context.Context) {
 }
 
 // Stop releases every lease so that survivors take over at once rather than
-// after the TTL. It is idempotent.
+// after the TTL. It is idempotent, safe without Start, and bounded by ctx
+// (a replica that cannot reach NATS leaves its leases to expire).
 func (l *Leases) Stop(ctx context.Context) {
 	l.once.Do(func() {
 		close(l.stop)
-		<-l.done
 		l.mu.Lock()
-		owned := l.owned
-		l.owned = map[int]lease{}
+		started := l.started
 		l.mu.Unlock()
-		for s, ls := range owned {
-			_ = l.kv.Delete(ctx, shardKey(s), jetstream.LastRevision(ls.rev))
+		if started {
+			<-l.done
 		}
-		_ = l.kv.Delete(ctx, presencePrefix+l.id)
-		if len(owned) > 0 {
-			l.onChange()
-		}
+		l.release(ctx, true)
 	})
+}
+
+// release gives back every owned lease, and with presence also this
+// replica's presence, so the others divide the shards without it.
+func (l *Leases) release(ctx context.Context, presence bool) {
+	l.mu.Lock()
+	owned := l.owned
+	l.owned = map[int]lease{}
+	l.mu.Unlock()
+	for s, ls := range owned {
+		_ = l.kv.Delete(ctx, shardKey(s), jetstream.LastRevision(ls.rev))
+	}
+	if presence {
+		_ = l.kv.Delete(ctx, presencePrefix+l.id)
+	}
+	if len(owned) > 0 {
+		l.onChange()
+	}
+}
+
+// Benched says why this replica holds no shards on purpose; empty while it
+// serves.
+func (l *Leases) Benched() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.benched
 }
 
 // Owned fills owned[s] with whether this replica may fire shard s at now.
@@ -145,6 +180,23 @@ func (l *Leases) Count() int {
 func (l *Leases) round(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, l.ttl/2)
 	defer cancel()
+	if ok, why := l.healthy(); !ok {
+		l.mu.Lock()
+		was := l.benched
+		l.benched = why
+		l.mu.Unlock()
+		if was == "" {
+			l.log.Warn("cannot fire: giving shards away", "reason", why)
+		}
+		l.release(ctx, true)
+		return nil
+	}
+	l.mu.Lock()
+	if l.benched != "" {
+		l.log.Info("can fire again: taking shards")
+	}
+	l.benched = ""
+	l.mu.Unlock()
 	start := l.now()
 	if _, err := l.kv.Put(ctx, presencePrefix+l.id, []byte(l.id)); err != nil {
 		return fmt.Errorf("presence: %w", err)

@@ -13,6 +13,10 @@ type AgentState struct {
 	// PendingWake is the wake hint the agent has not consumed yet; further
 	// wakes fold into it.
 	PendingWake *PendingWake `json:"pending_wake,omitempty"`
+	// LastInterventionSeq is the events stream sequence of the agent's
+	// last intervention applied (or given up): the next one in stream
+	// order after it is the only one that may apply.
+	LastInterventionSeq uint64 `json:"last_intervention_seq,omitempty"`
 }
 
 // PendingWake is a delivered (or in-flight) wake hint.

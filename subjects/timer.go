@@ -3,7 +3,6 @@ package subjects
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"time"
 	"unicode/utf8"
 )
@@ -33,9 +32,10 @@ func (s *TimerStatus) UnmarshalJSON(b []byte) error {
 
 // Limits on timer requests.
 const (
-	// MaxTimerMs is the longest duration or interval: the largest number of
-	// milliseconds a time.Duration holds (about 292 years).
-	MaxTimerMs = math.MaxInt64 / int64(time.Millisecond)
+	// MaxTimerMs is the longest duration or interval: 100 years (as for
+	// waits). A due time must stay within int64 nanoseconds since 1970
+	// (year 2262): timers of 236+ years used to overflow and fire at once.
+	MaxTimerMs = 100 * 365 * 24 * int64(time.Hour/time.Millisecond)
 	// MaxSummaryLen bounds the summary, which travels in every fire.
 	MaxSummaryLen = 4096
 	// DefaultListLimit and MaxListLimit bound timer listings.
@@ -166,6 +166,12 @@ type TimerFired struct {
 	DueAt      time.Time `json:"due_at"`
 	FiredAt    time.Time `json:"fired_at"`
 	Text       string    `json:"text"`
+	// NextDue is, for a repeating timer, the due time of the next
+	// occurrence as the scheduler chose it when it fired this one (an
+	// overdue timer skips to its cadence's next point after the fire):
+	// the record must say the same, or a replica taking over would
+	// number occurrences differently.
+	NextDue *time.Time `json:"next_due,omitempty"`
 }
 
 // MsgID is the stable JetStream message ID of this occurrence: two owners

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chime-nats/chime/subjects"
 )
@@ -23,9 +24,9 @@ func TestCreateTimerRequestValidation(t *testing.T) {
 		{`{"duration_ms":-5}`, subjects.ErrInvalidRequest, "duration_ms must be a positive integer, not -5"},
 		{`{"duration_ms":1.5}`, subjects.ErrInvalidRequest, "duration_ms must be a positive integer, not 1.5"},
 		{`{"duration_ms":"100"}`, subjects.ErrInvalidRequest, `duration_ms must be a positive integer, not "100"`},
-		{`{"duration_ms":99999999999999999999}`, subjects.ErrInvalidRequest, "duration_ms is too large: at most 9223372036854"},
-		{`{"duration_ms":1e30}`, subjects.ErrInvalidRequest, "duration_ms is too large: at most 9223372036854"},
-		{`{"duration_ms":9223372036855}`, subjects.ErrInvalidRequest, "duration_ms is too large: at most 9223372036854"},
+		{`{"duration_ms":99999999999999999999}`, subjects.ErrInvalidRequest, "duration_ms is too large: at most 3153600000000"},
+		{`{"duration_ms":1e30}`, subjects.ErrInvalidRequest, "duration_ms is too large: at most 3153600000000"},
+		{`{"duration_ms":3153600000001}`, subjects.ErrInvalidRequest, "duration_ms is too large: at most 3153600000000"},
 		{`{"duration_ms":10,"interval_ms":0}`, subjects.ErrInvalidRequest, "interval_ms must be a positive integer, not 0"},
 		{`{"duration_ms":10,"interval_ms":2.5}`, subjects.ErrInvalidRequest, "interval_ms must be a positive integer, not 2.5"},
 		{`{"duration_ms":10,"bogus":1}`, subjects.ErrInvalidRequest, `unknown field "bogus"`},
@@ -83,5 +84,20 @@ func TestParseAgent(t *testing.T) {
 	}
 	if _, err := subjects.ParseAgent("agent.*.timer.create"); !errors.Is(err, subjects.ErrInvalidID) {
 		t.Fatalf("wildcard agent accepted: %v", err)
+	}
+}
+
+// TestLongestTimerStaysRepresentable: the longest timer's due time, and
+// its first repeat, lie after now (an overflowed due time fired at once).
+func TestLongestTimerStaysRepresentable(t *testing.T) {
+	req := subjects.CreateTimerRequest{DurationMs: []byte("3153600000000"), IntervalMs: []byte("3153600000000")}
+	spec, err := req.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	due := now.Add(spec.Duration)
+	if !due.After(now) || !due.Add(spec.Interval).After(due) || due.UnixNano() <= now.UnixNano() {
+		t.Fatalf("due %v, next %v", due, due.Add(spec.Interval))
 	}
 }

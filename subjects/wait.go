@@ -19,9 +19,10 @@ const (
 
 	// WaitFire is the internal event of a wait reaching its target.
 	WaitFire = "wait.fire"
-	// InterventionApply is the internal event of an accepted intervention;
-	// the consumer applies them one at a time, in order.
-	InterventionApply = "intervention.apply"
+	// InterventionApplyAll matches the internal events of accepted
+	// interventions, intervention.apply.<agent>: one subject per agent, so
+	// each agent's are applied in stream order without holding up others.
+	InterventionApplyAll = "intervention.apply.*"
 
 	CodeInvalidDuration  = "invalid_duration"
 	CodeInvalidTimestamp = "invalid_timestamp"
@@ -440,7 +441,27 @@ func DecodeIntervention(data []byte) (*InterventionRequest, error) {
 	return &r, nil
 }
 
-// Intervention is the intervention.apply event.
+// interventionApplyPrefix starts every agent's intervention event subject.
+const interventionApplyPrefix = "intervention.apply."
+
+// InterventionApply returns intervention.apply.<agent>, the subject of the
+// agent's intervention events. The id must have passed ValidateID.
+func InterventionApply(agentID string) string { return interventionApplyPrefix + agentID }
+
+// ParseInterventionApply extracts and validates the agent ID of an
+// intervention event's subject.
+func ParseInterventionApply(subject string) (string, error) {
+	id, ok := strings.CutPrefix(subject, interventionApplyPrefix)
+	if !ok {
+		return "", &Error{Code: CodeInvalidID, Message: "subject " + subject + " is not an intervention event"}
+	}
+	if err := ValidateID("agent_id", id); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// Intervention is the intervention.apply.<agent> event.
 type Intervention struct {
 	ID      string    `json:"id"`
 	AgentID string    `json:"agent_id"`
@@ -464,4 +485,31 @@ func InterventionEnvelope(iv *Intervention) Envelope {
 		ID: "intervention_" + iv.ID, AgentID: iv.AgentID, Kind: KindIntervention, At: iv.At.UTC(),
 		Source: Source{Type: "intervention", ID: iv.ID}, Trust: TrustOperator, Text: iv.Text, Data: data,
 	}
+}
+
+// MaxDeliverySize is the size of the largest message an intervention
+// makes: its event, its own inbox delivery, and the wait_cancelled
+// delivery of each wait it cancels, which carries the same text (sized
+// for the longest wait ID). Each must fit the connection's max payload.
+func (iv *Intervention) MaxDeliverySize() (int, error) {
+	ev, err := EncodeJSON(iv)
+	if err != nil {
+		return 0, fmt.Errorf("encode intervention: %w", err)
+	}
+	size := len(ev)
+	own := InterventionEnvelope(iv)
+	at := time.Date(2999, 12, 31, 23, 59, 59, 999999999, time.UTC) // the widest timestamps
+	w := &Wait{
+		ID: strings.Repeat("w", MaxIDLen), AgentID: iv.AgentID, Mode: WaitDuration, Status: WaitCancelled,
+		TargetTime: at, CancelledBy: iv.ID,
+	}
+	cancelled := WaitEndEnvelope(w, iv.CancelText(), at)
+	for _, env := range []*Envelope{&own, &cancelled} {
+		m, err := env.Msg()
+		if err != nil {
+			return 0, err
+		}
+		size = max(size, len(m.Data))
+	}
+	return size, nil
 }

@@ -6,10 +6,12 @@ import (
 	"github.com/chime-nats/chime/subjects"
 )
 
-// applyFire records on t occurrence n, due at due and fired at firedAt, and
-// reports whether the record changed. An occurrence already applied, or one
+// applyFire records on t occurrence n, due at due and fired at firedAt,
+// with nextDue the next occurrence's due time the scheduler chose (nil:
+// computed here, for events of older replicas), and reports whether the
+// record changed. An occurrence already applied, or one
 // that lost the race against a cancel, leaves the record alone.
-func applyFire(t *subjects.Timer, n int64, due, firedAt, now time.Time) bool {
+func applyFire(t *subjects.Timer, n int64, due, firedAt time.Time, nextDue *time.Time, now time.Time) bool {
 	if n <= t.FireCount || t.Status != subjects.TimerActive {
 		return false
 	}
@@ -18,6 +20,9 @@ func applyFire(t *subjects.Timer, n int64, due, firedAt, now time.Time) bool {
 	t.LastFiredAt = &fired
 	if t.Repeat {
 		next := NextOccurrence(due, t.Interval(), now).UTC()
+		if nextDue != nil {
+			next = nextDue.UTC()
+		}
 		t.NextFireAt = &next
 	} else {
 		t.NextFireAt = nil

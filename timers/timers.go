@@ -6,7 +6,6 @@ package timers
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -17,10 +16,6 @@ import (
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/subjects"
 )
-
-// casAttempts bounds retries of a read-modify-write that keeps losing the
-// race to concurrent writers (fires updating the same record).
-const casAttempts = 16
 
 // Store reads and writes timer records.
 type Store struct {
@@ -56,11 +51,14 @@ func (s *Store) Create(ctx context.Context, agentID string, spec subjects.TimerS
 		t.IntervalMs = &ms
 		t.Repeat = true
 	}
-	data, err := json.Marshal(t)
-	if err != nil {
-		return nil, fmt.Errorf("timers: encode: %w", err)
+	// The ID is fixed before the first attempt, so a retry (kvrec.Create
+	// retries through leader elections) that finds this very timer stored
+	// by an attempt whose answer was lost succeeds instead of storing a
+	// second one.
+	mine := func(stored *subjects.Timer) bool {
+		return stored.ID == t.ID && stored.CreatedAt.Equal(t.CreatedAt)
 	}
-	if _, err := s.kv.Create(ctx, subjects.TimerKey(agentID, t.ID), data); err != nil {
+	if _, err := kvrec.Create(ctx, s.kv, subjects.TimerKey(agentID, t.ID), t, mine); err != nil {
 		return nil, fmt.Errorf("timers: create %s: %w", t.ID, err)
 	}
 	return t, nil
@@ -68,32 +66,24 @@ func (s *Store) Create(ctx context.Context, agentID string, spec subjects.TimerS
 
 // Get returns one of the agent's timers.
 func (s *Store) Get(ctx context.Context, agentID, timerID string) (*subjects.Timer, error) {
-	t, _, err := s.get(ctx, agentID, timerID)
-	return t, err
-}
-
-func (s *Store) get(ctx context.Context, agentID, timerID string) (*subjects.Timer, uint64, error) {
-	e, err := s.kv.Get(ctx, subjects.TimerKey(agentID, timerID))
+	t, _, err := kvrec.Get[subjects.Timer](ctx, s.kv, subjects.TimerKey(agentID, timerID))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, subjects.ErrNotFound(timerID)
+		return nil, subjects.ErrNotFound(timerID)
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("timers: get %s: %w", timerID, err)
+		return nil, fmt.Errorf("timers: get %s: %w", timerID, err)
 	}
-	t, err := Decode(e.Value())
-	if err != nil {
-		return nil, 0, err
-	}
-	return t, e.Revision(), nil
+	return t, nil
 }
 
-// Decode reads a stored record.
-func Decode(data []byte) (*subjects.Timer, error) {
-	var t subjects.Timer
-	if err := json.Unmarshal(data, &t); err != nil {
-		return nil, fmt.Errorf("timers: decode record: %w", err)
+// update changes one timer by CAS (see kvrec.Update), riding out leader
+// elections within ctx.
+func (s *Store) update(ctx context.Context, agentID, timerID string, change func(*subjects.Timer) (bool, error)) (*subjects.Timer, bool, error) {
+	t, changed, err := kvrec.Update(ctx, s.kv, subjects.TimerKey(agentID, timerID), false, change)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, false, subjects.ErrNotFound(timerID)
 	}
-	return &t, nil
+	return t, changed, err
 }
 
 // List returns up to limit of the agent's timers, newest first.
@@ -112,65 +102,34 @@ func (s *Store) List(ctx context.Context, agentID string, limit int) ([]subjects
 // Cancel cancels an active timer. Cancelling a cancelled timer is a no-op
 // that returns the record; a completed one-shot cannot be cancelled.
 func (s *Store) Cancel(ctx context.Context, agentID, timerID string) (*subjects.Timer, error) {
-	for range casAttempts {
-		t, rev, err := s.get(ctx, agentID, timerID)
-		if err != nil {
-			return nil, err
-		}
+	t, _, err := s.update(ctx, agentID, timerID, func(t *subjects.Timer) (bool, error) {
 		switch t.Status {
 		case subjects.TimerCancelled:
-			return t, nil
+			return false, nil
 		case subjects.TimerCompleted:
-			return nil, subjects.ErrCompleted(timerID)
+			return false, subjects.ErrCompleted(timerID)
 		}
-		t.Status = subjects.TimerCancelled
-		t.NextFireAt = nil
-		data, err := json.Marshal(t)
-		if err != nil {
-			return nil, fmt.Errorf("timers: encode: %w", err)
-		}
-		_, err = s.kv.Update(ctx, subjects.TimerKey(agentID, timerID), data, rev)
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
-			continue // a fire updated the record meanwhile: decide again
-		}
-		if err != nil {
-			return nil, fmt.Errorf("timers: cancel %s: %w", timerID, err)
-		}
-		return t, nil
+		t.Status, t.NextFireAt = subjects.TimerCancelled, nil
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("timers: cancel %s: %w", timerID, err)
 	}
-	return nil, fmt.Errorf("timers: cancel %s: %w", timerID, ErrContended)
+	return t, nil
 }
 
-// ErrContended means a CAS kept losing to concurrent writers.
-var ErrContended = errors.New("record changed concurrently too often")
-
-// ApplyFire records a fire event on its timer by CAS. It returns false when
-// there was nothing to apply: the occurrence was applied before, the timer was
-// cancelled first, or the record is gone.
+// ApplyFire writes a delivered occurrence into its timer record by CAS. It
+// returns false when there was nothing to write: the occurrence was
+// applied before, the timer was cancelled first, or the record is gone.
 func (s *Store) ApplyFire(ctx context.Context, ev *subjects.TimerFired) (bool, error) {
-	for range casAttempts {
-		t, rev, err := s.get(ctx, ev.AgentID, ev.TimerID)
-		if errors.Is(err, subjects.ErrTimerNotFound) {
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		if !applyFire(t, ev.Occurrence, ev.DueAt, ev.FiredAt, s.now()) {
-			return false, nil
-		}
-		data, err := json.Marshal(t)
-		if err != nil {
-			return false, fmt.Errorf("timers: encode: %w", err)
-		}
-		_, err = s.kv.Update(ctx, subjects.TimerKey(ev.AgentID, ev.TimerID), data, rev)
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
-			continue
-		}
-		if err != nil {
-			return false, fmt.Errorf("timers: apply fire %s: %w", ev.MsgID(), err)
-		}
-		return true, nil
+	_, changed, err := s.update(ctx, ev.AgentID, ev.TimerID, func(t *subjects.Timer) (bool, error) {
+		return applyFire(t, ev.Occurrence, ev.DueAt, ev.FiredAt, ev.NextDue, s.now()), nil
+	})
+	if errors.Is(err, subjects.ErrTimerNotFound) {
+		return false, nil
 	}
-	return false, fmt.Errorf("timers: apply fire %s: %w", ev.MsgID(), ErrContended)
+	if err != nil {
+		return false, fmt.Errorf("timers: apply fire %s: %w", ev.MsgID(), err)
+	}
+	return changed, nil
 }

@@ -3,13 +3,17 @@ package waits
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/prompts"
 	"github.com/chime-nats/chime/subjects"
@@ -17,6 +21,13 @@ import (
 
 // waitQueue bounds wait.fire events in flight across replicas.
 const waitQueue = 4096
+
+// Interventions in flight across replicas, and workers per replica: many
+// agents' interventions apply at once; each agent's still one at a time.
+const (
+	interventionQueue   = 1024
+	interventionWorkers = 16
+)
 
 // Durable consumer names of wait events.
 const (
@@ -29,6 +40,8 @@ type ConsumerConfig struct {
 	JS     jetstream.JetStream
 	Stream string
 	Store  *Store
+	// Agents keeps each agent's intervention cursor.
+	Agents *agents.Store
 	// Inbox is where ended waits and interventions are delivered.
 	Inbox *consumer.Inbox
 	Log   *slog.Logger
@@ -40,20 +53,27 @@ type ConsumerConfig struct {
 }
 
 // Consumer ends waits: a wait.fire event completes its wait unless something
-// ended it first, and an intervention.apply event cancels, pauses or
-// resumes the agent's waits. Each ended wait gets its one terminal inbox
+// ended it first, and an intervention.apply.<agent> event cancels, pauses
+// or resumes the agent's waits. Each ended wait gets its one terminal inbox
 // delivery, published after the CAS that ended it and before the ack, so a
 // crash in between is finished by the redelivery.
 //
-// Interventions are applied one at a time, in stream order (MaxAckPending
-// 1), so a pause and the resume after it never cross.
+// Each agent's interventions apply strictly in stream order, across
+// workers and replicas, so a pause and the resume after it never cross;
+// different agents' apply concurrently, so one agent's slow or poison
+// intervention holds up no other agent. The agent's record keeps a cursor,
+// the stream sequence of its last intervention applied; an event applies
+// only when it is the agent's first one after the cursor (see inTurn);
+// until then the pool retries it locally, every NakDelay.
 type Consumer struct {
 	cfg      ConsumerConfig
 	log      *slog.Logger
 	fires    *consumer.Pool
 	ivs      *consumer.Pool
+	ivStream jetstream.Stream
 	ended    *prometheus.CounterVec
 	fails    prometheus.Counter
+	skipped  prometheus.Counter
 	lateness prometheus.Histogram
 }
 
@@ -77,6 +97,10 @@ func NewConsumer(c ConsumerConfig) *Consumer {
 		fails: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "chime_wait_event_failures_total", Help: "Wait events that failed and were left for redelivery.",
 		}),
+		skipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "chime_interventions_skipped_total",
+			Help: "Interventions the consumer gave up on that a later intervention of the same agent stepped past.",
+		}),
 		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "chime_wait_complete_lateness_seconds",
 			Help:    "Time from a wait's target to its wait_complete delivery being stored.",
@@ -86,7 +110,7 @@ func NewConsumer(c ConsumerConfig) *Consumer {
 	w.ended.WithLabelValues("completed")
 	w.ended.WithLabelValues("cancelled")
 	if c.Registerer != nil {
-		c.Registerer.MustRegister(w.ended, w.fails, w.lateness)
+		c.Registerer.MustRegister(w.ended, w.fails, w.skipped, w.lateness)
 	}
 	return w
 }
@@ -98,44 +122,53 @@ func CompletionText(w *subjects.Wait) (string, error) {
 
 // Start creates (or joins) the shared durable consumers and begins.
 func (w *Consumer) Start(ctx context.Context) error {
-	fires, err := w.cfg.JS.CreateOrUpdateConsumer(ctx, w.cfg.Stream, jetstream.ConsumerConfig{
-		Durable: WaitFiresDurable, Description: "wait.fire -> wait record + wait_complete",
-		FilterSubject: subjects.WaitFire, AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: w.cfg.AckWait, MaxAckPending: waitQueue,
-	})
-	if err != nil {
+	if w.cfg.Agents == nil {
+		return errors.New("waits: consumer: no agents store for the intervention order")
+	}
+	var err error
+	if w.ivStream, err = w.cfg.JS.Stream(ctx, w.cfg.Stream); err != nil {
+		return fmt.Errorf("waits: consumer: stream: %w", err)
+	}
+	metrics := consumer.NewMetrics(w.cfg.Registerer)
+	if w.fires, err = consumer.StartPool(ctx, consumer.PoolConfig{
+		Name: WaitFiresDurable, Workers: w.cfg.Workers,
+		Timeout: 20 * time.Second, NakDelay: 500 * time.Millisecond, Fails: w.fails, Metrics: metrics,
+		Create: func(ctx context.Context) (jetstream.Consumer, error) {
+			return w.cfg.JS.CreateOrUpdateConsumer(ctx, w.cfg.Stream, consumer.Redelivery(jetstream.ConsumerConfig{
+				Durable: WaitFiresDurable, Description: "wait.fire -> wait record + wait_complete",
+				FilterSubject: subjects.WaitFire, AckWait: w.cfg.AckWait, MaxAckPending: waitQueue,
+			}))
+		},
+	}, w.log, consumer.Data(w.fire)); err != nil {
 		return fmt.Errorf("waits: consumer: wait fires: %w", err)
 	}
-	ivs, err := w.cfg.JS.CreateOrUpdateConsumer(ctx, w.cfg.Stream, jetstream.ConsumerConfig{
-		Durable: InterventionsDurable, Description: "intervention.apply -> cancel, pause or resume waits",
-		FilterSubject: subjects.InterventionApply, AckPolicy: jetstream.AckExplicitPolicy,
-		// An intervention touches every wait of its agent; give it time, and
-		// keep them in order.
-		AckWait: 30 * time.Second, MaxAckPending: 1,
-	})
-	if err != nil {
-		return fmt.Errorf("waits: consumer: interventions: %w", err)
-	}
-	if w.fires, err = consumer.StartPool(ctx, fires, consumer.PoolConfig{
-		Name: WaitFiresDurable, Workers: w.cfg.Workers,
-		Timeout: 20 * time.Second, NakDelay: 500 * time.Millisecond, Fails: w.fails,
-	}, w.log, w.fire); err != nil {
-		return err
-	}
-	if w.ivs, err = consumer.StartPool(ctx, ivs, consumer.PoolConfig{
-		Name: InterventionsDurable, Workers: 1,
-		Timeout: 20 * time.Second, NakDelay: 500 * time.Millisecond, Fails: w.fails,
+	if w.ivs, err = consumer.StartPool(ctx, consumer.PoolConfig{
+		Name: InterventionsDurable, Workers: interventionWorkers,
+		// An intervention touches every wait of its agent; the pool keeps
+		// it in progress for as long as it takes. The agent's next one
+		// waits for it in the pool, retried every NakDelay.
+		Timeout: 20 * time.Second, NakDelay: 50 * time.Millisecond, WaitFor: 10 * time.Second,
+		Fails: w.fails, Metrics: metrics,
+		Create: func(ctx context.Context) (jetstream.Consumer, error) {
+			return w.cfg.JS.CreateOrUpdateConsumer(ctx, w.cfg.Stream, consumer.Redelivery(jetstream.ConsumerConfig{
+				Durable: InterventionsDurable, Description: "intervention.apply.<agent> -> cancel, pause or resume waits, in order per agent",
+				FilterSubject: subjects.InterventionApplyAll, AckWait: w.cfg.AckWait, MaxAckPending: interventionQueue,
+			}))
+		},
 	}, w.log, w.intervene); err != nil {
 		w.fires.Stop()
-		return err
+		return fmt.Errorf("waits: consumer: interventions: %w", err)
 	}
 	return nil
 }
 
-// Stop drains both consumers and waits for in-flight work. Idempotent.
+// Stop drains both consumers, side by side so their drain bounds do not
+// add up, and waits for in-flight work. Idempotent.
 func (w *Consumer) Stop() {
-	w.ivs.Stop()
+	var wg sync.WaitGroup
+	wg.Go(w.ivs.Stop)
 	w.fires.Stop()
+	wg.Wait()
 }
 
 func (w *Consumer) fire(ctx context.Context, data []byte) error {
@@ -158,10 +191,100 @@ func (w *Consumer) fire(ctx context.Context, data []byte) error {
 	return nil
 }
 
-func (w *Consumer) intervene(ctx context.Context, data []byte) error {
+// intervene applies the intervention event d when it is its agent's turn.
+func (w *Consumer) intervene(ctx context.Context, d *consumer.Delivery) error {
+	agentID, err := subjects.ParseInterventionApply(d.Subject)
+	if err != nil {
+		return fmt.Errorf("%w: %v", consumer.ErrPoison, err) // in no agent's order
+	}
+	// The ack floor is asked for on the first attempt and every tenth
+	// local retry, not on each.
+	applied, err := w.inTurn(ctx, agentID, d.StreamSeq, d.Attempt%10 == 1)
+	if err != nil || applied {
+		return err
+	}
+	err = w.apply(ctx, agentID, d.Data)
+	switch {
+	case errors.Is(err, consumer.ErrPoison):
+		// Given up on now: the agent's later interventions go ahead.
+		if derr := w.cfg.Agents.InterventionDone(ctx, agentID, d.StreamSeq); derr != nil {
+			return derr // retried: it is poison again, and then recorded
+		}
+		return err
+	case err != nil && d.Last:
+		// The pool gives up on it; let the agent's next one step past at
+		// once rather than when the ack floor passes it.
+		if derr := w.cfg.Agents.InterventionDone(ctx, agentID, d.StreamSeq); derr == nil {
+			w.skipped.Inc()
+		}
+		return err
+	case err != nil:
+		return err
+	}
+	return w.cfg.Agents.InterventionDone(ctx, agentID, d.StreamSeq)
+}
+
+// inTurn reports whether the agent's intervention at stream sequence seq
+// is applied already (at or below the cursor), nil when it is
+// the agent's next one, and ErrNotYet while an earlier one of the agent is
+// pending. With floor, an earlier one the consumer gave up on (at or below
+// its ack floor, yet past the cursor: terminated without being applied or
+// recorded) is stepped past.
+//
+// One handler at a time holds a given event (the pool keeps it in
+// progress), and an event applies only when all the agent's earlier ones
+// are done, so the agent's interventions never apply concurrently.
+func (w *Consumer) inTurn(ctx context.Context, agentID string, seq uint64, floor bool) (applied bool, err error) {
+	for {
+		st, _, err := w.cfg.Agents.Get(ctx, agentID)
+		if err != nil {
+			return false, err
+		}
+		cursor := st.LastInterventionSeq
+		if seq <= cursor {
+			return true, nil
+		}
+		first, err := w.ivStream.GetMsg(ctx, cursor+1, jetstream.WithGetMsgSubject(subjects.InterventionApply(agentID)))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return false, nil // aged out of the stream meanwhile: nothing before it to wait for
+		}
+		if err != nil {
+			return false, fmt.Errorf("waits: intervention order of %s: %w", agentID, err)
+		}
+		if first.Sequence >= seq {
+			return false, nil
+		}
+		if !floor {
+			return false, consumer.ErrNotYet
+		}
+		cons, err := w.cfg.JS.Consumer(ctx, w.cfg.Stream, InterventionsDurable)
+		if err != nil {
+			return false, fmt.Errorf("waits: intervention order of %s: %w", agentID, err)
+		}
+		if first.Sequence > cons.CachedInfo().AckFloor.Stream {
+			return false, consumer.ErrNotYet
+		}
+		// At or below the ack floor: acked once applied (the cursor moves
+		// before the ack, so a fresh read shows it), or given up unrecorded.
+		if st, _, err = w.cfg.Agents.Get(ctx, agentID); err != nil {
+			return false, err
+		}
+		if st.LastInterventionSeq >= first.Sequence {
+			continue
+		}
+		w.log.Warn("stepping past an intervention that was given up", "agent_id", agentID, "stream_seq", first.Sequence, "next", seq)
+		if err := w.cfg.Agents.InterventionDone(ctx, agentID, first.Sequence); err != nil {
+			return false, err
+		}
+		w.skipped.Inc()
+	}
+}
+
+// apply applies one intervention of agentID.
+func (w *Consumer) apply(ctx context.Context, agentID string, data []byte) error {
 	var iv subjects.Intervention
-	if err := json.Unmarshal(data, &iv); err != nil || subjects.ValidateID("agent_id", iv.AgentID) != nil {
-		return fmt.Errorf("%w: %v", consumer.ErrPoison, err)
+	if err := json.Unmarshal(data, &iv); err != nil || iv.AgentID != agentID {
+		return fmt.Errorf("%w: intervention for %s: %v", consumer.ErrPoison, agentID, err)
 	}
 	switch iv.Action {
 	case subjects.ActionPause:
@@ -190,21 +313,38 @@ func (w *Consumer) intervene(ctx context.Context, data []byte) error {
 		}
 	}
 	env := subjects.InterventionEnvelope(&iv)
-	return w.publish(ctx, &env)
+	return w.publish(ctx, &env, iv.At)
 }
 
 // deliver publishes an ended wait's terminal envelope and waits for it to
 // be stored.
 func (w *Consumer) deliver(ctx context.Context, rec *subjects.Wait, text string) error {
 	env := subjects.WaitEndEnvelope(rec, text, time.Now())
-	if err := w.publish(ctx, &env); err != nil {
+	if err := w.publish(ctx, &env, endedAt(rec)); err != nil {
 		return err
 	}
 	w.ended.WithLabelValues(string(rec.Status)).Inc()
 	return nil
 }
 
-func (w *Consumer) publish(ctx context.Context, env *subjects.Envelope) error {
-	_, err := w.cfg.Inbox.Deliver(ctx, env)
+// endedAt is when a wait ended: its terminal envelope cannot have been
+// stored before.
+func endedAt(w *subjects.Wait) time.Time {
+	if w.EndedAt != nil {
+		return *w.EndedAt
+	}
+	return w.CreatedAt
+}
+
+// publish delivers env, first sent no earlier than since: a redelivery
+// after a downtime longer than the dedup window finds it in the inbox
+// rather than storing it twice.
+func (w *Consumer) publish(ctx context.Context, env *subjects.Envelope, since time.Time) error {
+	_, err := w.cfg.Inbox.DeliverOnce(ctx, env, since)
+	if errors.Is(err, nats.ErrMaxPayload) {
+		// Requests refuse what cannot fit; one that slips through anyway (a
+		// smaller max_payload since) never will: retrying it is futile.
+		return fmt.Errorf("%w: %s: %v", consumer.ErrPoison, env.ID, err)
+	}
 	return err
 }

@@ -2,7 +2,6 @@ package waits
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"time"
@@ -38,32 +37,47 @@ func NewRequests(store *Store, inbox *consumer.Inbox, js jetstream.JetStream, no
 }
 
 // Cancel cancels a waiting wait at the agent's request, delivers its
-// wait_cancelled envelope, and returns the record. Cancelling an ended wait
-// returns it unchanged.
+// wait_cancelled envelope, and returns the record once that is stored.
+// Cancelling an ended wait returns it unchanged; a repeat of a cancel whose
+// delivery failed delivers it (the envelope ID keeps it single).
 func (o *Requests) Cancel(ctx context.Context, agentID, waitID string) (*subjects.Wait, error) {
 	w, ended, err := o.store.Cancel(ctx, agentID, waitID, subjects.CancelByRequest, "Wait cancelled.")
 	if err != nil || !ended {
 		return w, err
 	}
 	env := subjects.WaitEndEnvelope(w, w.CancelText, o.now())
-	if _, err := o.inbox.Deliver(ctx, &env); err != nil {
-		// The wait is cancelled; only its delivery is missing. A retry of
-		// the cancel finds it ended and the caller has the record.
-		o.log.Warn("wait cancelled but its delivery failed", "wait_id", waitID, "err", err)
+	if _, err := o.inbox.DeliverOnce(ctx, &env, endedAt(w)); err != nil {
+		// The wait is cancelled; its delivery is not stored yet. The
+		// error makes the caller retry, and the retry delivers.
+		return nil, fmt.Errorf("waits: deliver the cancel of %s: %w", waitID, err)
 	}
 	return w, nil
 }
 
-// Intervene stores the intervention as an event; the interventions
-// consumer applies it, in order, and delivers it. The reply comes once it
-// is stored, so an accepted intervention is never lost.
+// headerRoom is kept free of a message's max payload for its headers.
+const headerRoom = 1024
+
+// Intervene stores the intervention as an event on the agent's
+// intervention subject; the interventions consumer applies each agent's in
+// order and delivers them. The reply comes once it is stored, so an
+// accepted intervention is never lost. One too large to deliver is refused
+// here, before anything is stored: found undeliverable later, it could
+// only be given up.
 func (o *Requests) Intervene(ctx context.Context, agentID string, req *subjects.InterventionRequest) (any, error) {
 	iv := subjects.Intervention{ID: "iv_" + nuid.Next(), AgentID: agentID, Action: req.Action, Text: req.Text, At: o.now().UTC()}
-	data, err := json.Marshal(iv)
+	size, err := iv.MaxDeliverySize()
 	if err != nil {
 		return nil, fmt.Errorf("waits: encode intervention: %w", err)
 	}
-	m := &nats.Msg{Subject: subjects.InterventionApply, Data: data, Header: nats.Header{}}
+	if limit := o.js.Conn().MaxPayload() - headerRoom; int64(size) > limit {
+		return nil, &subjects.Error{Code: subjects.CodePayloadTooLarge, Message: fmt.Sprintf(
+			"intervention text too large: its inbox delivery would be %d bytes, at most %d fit", size, limit)}
+	}
+	data, err := subjects.EncodeJSON(iv)
+	if err != nil {
+		return nil, fmt.Errorf("waits: encode intervention: %w", err)
+	}
+	m := &nats.Msg{Subject: subjects.InterventionApply(agentID), Data: data, Header: nats.Header{}}
 	m.Header.Set(jetstream.MsgIDHeader, iv.ID)
 	if _, err := o.js.PublishMsg(ctx, m); err != nil {
 		return nil, fmt.Errorf("waits: store intervention: %w", err)

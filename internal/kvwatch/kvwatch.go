@@ -69,6 +69,12 @@ type Watch struct {
 	live    bool   // a consumer is delivering
 	problem string // why it is not live
 	stopped bool
+	// epoch is the connection's reconnect count when the consumer was
+	// made. The consumer acks nothing, so what the server pushed into a
+	// connection that then broke is lost without a gap showing until the
+	// next change: a consumer older than the last reconnect is not
+	// trusted, and is made anew from the next revision.
+	epoch uint64
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -117,6 +123,9 @@ func (w *Watch) Stop() {
 	})
 }
 
+// Bucket is the watched bucket's name.
+func (w *Watch) Bucket() string { return w.cfg.Bucket }
+
 // Loaded is closed once every value the bucket held at start is applied.
 func (w *Watch) Loaded() <-chan struct{} { return w.loaded }
 
@@ -124,11 +133,15 @@ func (w *Watch) Loaded() <-chan struct{} { return w.loaded }
 // While the connection is down nothing can be, whatever the consumer
 // thinks (nats.go stops the heartbeat clock while disconnected).
 func (w *Watch) Live() (bool, string) {
-	if !w.cfg.JS.Conn().IsConnected() {
+	nc := w.cfg.JS.Conn()
+	if !nc.IsConnected() {
 		return false, "disconnected from NATS"
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.live && nc.Stats().Reconnects != w.epoch {
+		return false, "reconnected; resuming"
+	}
 	return w.live, w.problem
 }
 
@@ -215,6 +228,8 @@ var errRecreated = errors.New("bucket re-created")
 func (w *Watch) consume(ctx context.Context, next uint64) (uint64, error) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	nc := w.cfg.JS.Conn()
+	epoch := nc.Stats().Reconnects
 	stream, err := w.cfg.JS.Stream(cctx, w.stream)
 	if err != nil {
 		return next, fmt.Errorf("stream %s: %w", w.stream, err)
@@ -268,11 +283,38 @@ func (w *Watch) consume(ctx context.Context, next uint64) (uint64, error) {
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
 	defer it.Stop()
+	w.mu.Lock()
+	w.epoch = epoch
+	w.mu.Unlock()
 	w.setLive(true, "")
+	// After a reconnect this consumer may have lost changes in flight:
+	// stop it, and the loop makes a new one from the next revision.
+	reconnected := make(chan struct{})
+	go func() {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-reconnected:
+				return
+			case <-t.C:
+				if nc.Stats().Reconnects != epoch {
+					it.Stop()
+					return
+				}
+			}
+		}
+	}()
+	defer close(reconnected)
 	var delivered uint64
 	for {
 		m, err := it.Next()
 		if err != nil {
+			if nc.Stats().Reconnects != epoch {
+				return next, errors.New("reconnected to NATS")
+			}
 			return next, fmt.Errorf("next: %w", err)
 		}
 		md, err := m.Metadata()

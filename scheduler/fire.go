@@ -1,0 +1,358 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
+)
+
+// An occurrence's life: popped when due, published once (a timer's inbox
+// envelope, a wait's wait.fire event), and done only when that publish is
+// acknowledged. A failed or unacknowledged publish re-arms the very same
+// occurrence (same number, same due time, same message IDs) after a
+// jittered backoff, so a retry can never become a different delivery; a
+// timer's record is updated only after its envelope is stored, behind the
+// latency path.
+
+// pendingFire is a published fire awaiting its ack.
+type pendingFire struct {
+	ack   jetstream.PubAckFuture
+	err   error // the publish failed to start
+	wait  bool
+	key   string
+	occ   int64
+	due   int64
+	timer subjects.TimerFired // the record update of a timer fire
+}
+
+// ackTimeout bounds the wait for one publish ack beyond the JetStream
+// context's own publish-async timeout.
+const ackTimeout = 10 * time.Second
+
+func (s *Scheduler) fireLoop(ctx context.Context) {
+	owned := make([]bool, s.cfg.Shards)
+	batch := make([]*entry, 0, s.cfg.BatchSize)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := s.cfg.Now()
+		s.cfg.Leases.Owned(now, owned)
+		s.mu.Lock()
+		batch = s.index.popDue(owned, now.UnixNano(), s.cfg.BatchSize, batch[:0])
+		timerFires, waitFires := s.prepare(batch, now)
+		next, armed := s.index.next(owned)
+		s.mu.Unlock()
+		timerFires = s.dropDelivered(ctx, timerFires)
+		s.publishTimers(ctx, timerFires)
+		s.publishWaits(ctx, waitFires)
+		if ctx.Err() != nil {
+			return
+		}
+		if len(batch) == s.cfg.BatchSize {
+			continue
+		}
+		wait := time.Hour
+		if armed {
+			wait = time.Duration(next - s.cfg.Now().UnixNano())
+		}
+		if wait <= 0 {
+			continue
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+		case <-timer.C:
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// prepare marks each popped entry as fired and returns the timer and wait
+// fires. A repeating timer is re-armed at its next occurrence, chosen now
+// and carried in the fire so its record says the same. Called with s.mu
+// held.
+func (s *Scheduler) prepare(batch []*entry, now time.Time) ([]subjects.TimerFired, []subjects.WaitFired) {
+	var timerFires []subjects.TimerFired
+	var waitFires []subjects.WaitFired
+	for _, en := range batch {
+		due := time.Unix(0, en.due).UTC()
+		if en.attempts == 0 {
+			s.m.lateness.Observe(now.Sub(due).Seconds())
+		}
+		if en.wait {
+			waitFires = append(waitFires, subjects.WaitFired{AgentID: en.agentID(), WaitID: en.itemID(), Target: due, FiredAt: now.UTC()})
+			en.fired = en.due
+			continue
+		}
+		f := subjects.TimerFired{
+			AgentID: en.agentID(), TimerID: en.itemID(), Occurrence: en.occ,
+			DueAt: due, FiredAt: now.UTC(), Text: en.text,
+		}
+		en.fired = en.occ
+		if en.interval > 0 {
+			next := timers.NextOccurrence(due, en.interval, now).UTC()
+			f.NextDue = &next
+			en.occ++
+			en.due, en.at, en.attempts = next.UnixNano(), next.UnixNano(), 0
+			s.index.arm(en)
+		}
+		timerFires = append(timerFires, f)
+	}
+	return timerFires, waitFires
+}
+
+// dropDelivered takes out of fires those whose envelope the inbox already
+// holds although the dedup window has forgotten it (an owner crashed
+// between publish and record update, then downtime outlasted the window):
+// they go straight to their record update. Only fires older than the
+// window are looked up, one search per agent.
+func (s *Scheduler) dropDelivered(ctx context.Context, fires []subjects.TimerFired) []subjects.TimerFired {
+	if s.cfg.Inbox == nil {
+		return fires
+	}
+	since := map[string]time.Time{}
+	for i := range fires {
+		f := &fires[i]
+		if !s.cfg.Inbox.Suspect(f.DueAt) {
+			continue
+		}
+		if t, ok := since[f.AgentID]; !ok || f.DueAt.Before(t) {
+			since[f.AgentID] = f.DueAt
+		}
+	}
+	if len(since) == 0 {
+		return fires
+	}
+	agents := make([]string, 0, len(since))
+	for a := range since {
+		agents = append(agents, a)
+	}
+	sort.Strings(agents)
+	found := map[string]map[string]bool{}
+	failed := map[string]error{}
+	for _, a := range agents {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		seen, err := s.cfg.Inbox.Delivered(sctx, a, since[a])
+		cancel()
+		if err != nil {
+			failed[a] = err
+			continue
+		}
+		found[a] = seen
+	}
+	kept := fires[:0]
+	for _, f := range fires {
+		switch {
+		case !s.cfg.Inbox.Suspect(f.DueAt):
+			kept = append(kept, f)
+		case failed[f.AgentID] != nil:
+			s.rearm(pendingFire{key: subjects.TimerKey(f.AgentID, f.TimerID), occ: f.Occurrence, due: f.DueAt.UnixNano()},
+				fmt.Errorf("look for an earlier delivery: %w", failed[f.AgentID]))
+		case found[f.AgentID][f.EnvelopeID()]:
+			s.m.recovered.Inc()
+			s.queueRecord(ctx, f)
+		default:
+			kept = append(kept, f)
+		}
+	}
+	return kept
+}
+
+// publishTimers sends the timer_fired envelopes, asynchronously: the one
+// JetStream write between a due time and the agent.
+func (s *Scheduler) publishTimers(ctx context.Context, fires []subjects.TimerFired) {
+	for i := range fires {
+		f := &fires[i]
+		p := pendingFire{key: subjects.TimerKey(f.AgentID, f.TimerID), occ: f.Occurrence, due: f.DueAt.UnixNano(), timer: *f}
+		env := subjects.TimerFiredEnvelope(f)
+		msg, err := env.Msg()
+		if err == nil {
+			p.ack, err = s.cfg.JS.PublishMsgAsync(msg)
+		}
+		p.err = err
+		if !s.enqueue(ctx, p) {
+			return
+		}
+	}
+}
+
+// publishWaits sends wait.fire events; the waits consumer decides, by CAS
+// against cancellation, whether the wait completes, and delivers it.
+func (s *Scheduler) publishWaits(ctx context.Context, fires []subjects.WaitFired) {
+	for i := range fires {
+		f := &fires[i]
+		p := pendingFire{wait: true, key: subjects.WaitKey(f.AgentID, f.WaitID), occ: 1, due: f.Target.UnixNano()}
+		data, err := json.Marshal(f)
+		if err == nil {
+			m := &nats.Msg{Subject: subjects.WaitFire, Data: data, Header: nats.Header{}}
+			m.Header.Set(jetstream.MsgIDHeader, f.MsgID())
+			p.ack, err = s.cfg.JS.PublishMsgAsync(m)
+		}
+		p.err = err
+		if !s.enqueue(ctx, p) {
+			return
+		}
+	}
+}
+
+func (s *Scheduler) enqueue(ctx context.Context, p pendingFire) bool {
+	select {
+	case s.pending <- p:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// ackLoop settles published fires: a stored one is done (a timer's record
+// update is queued), a failed one is re-armed.
+func (s *Scheduler) ackLoop(ctx context.Context) {
+	for {
+		var p pendingFire
+		select {
+		case <-ctx.Done():
+			return
+		case p = <-s.pending:
+		}
+		err := p.err
+		dup := false
+		if err == nil {
+			dup, err = awaitAck(ctx, p.ack)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			s.rearm(p, err)
+			continue
+		}
+		s.health.success()
+		if p.wait {
+			continue
+		}
+		s.m.fires.Inc()
+		if !dup {
+			s.m.deliveries.WithLabelValues(subjects.KindTimerFired).Inc()
+		}
+		s.queueRecord(ctx, p.timer)
+	}
+}
+
+// awaitAck waits for a publish ack and reports whether it was a duplicate.
+// The JetStream context times unacknowledged publishes out itself; the
+// local timer is a second bound.
+func awaitAck(ctx context.Context, fut jetstream.PubAckFuture) (bool, error) {
+	t := time.NewTimer(ackTimeout)
+	defer t.Stop()
+	select {
+	case ack := <-fut.Ok():
+		return ack.Duplicate, nil
+	case err := <-fut.Err():
+		return false, err
+	case <-t.C:
+		return false, errors.New("no publish ack")
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+}
+
+// retryDelay is the pause before attempt n+1 of an occurrence: doubling
+// from 100 ms to 5 s, jittered by half so that retries of a burst spread.
+func retryDelay(n int) time.Duration {
+	d := min(100*time.Millisecond<<min(n, 6), 5*time.Second)
+	return d/2 + rand.N(d/2+1)
+}
+
+// rearm puts a failed fire's occurrence back in the index, same number and
+// due time, to be published again after a backoff.
+func (s *Scheduler) rearm(p pendingFire, cause error) {
+	s.m.failures.Inc()
+	s.health.failure(cause)
+	s.log.Debug("fire publish failed; retrying", "key", p.key, "occurrence", p.occ, "err", cause)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	en, ok := s.index.table(p.wait)[p.key]
+	if !ok {
+		return // cancelled or ended meanwhile
+	}
+	if p.wait {
+		if en.fired != p.due || en.pos >= 0 {
+			return // a newer record moved or re-armed it
+		}
+		en.fired = 0
+	} else {
+		if en.fired < p.occ {
+			return
+		}
+		en.fired = p.occ - 1
+		en.occ = p.occ
+	}
+	en.due = p.due
+	en.attempts++
+	en.at = s.cfg.Now().Add(retryDelay(en.attempts - 1)).UnixNano()
+	s.index.arm(en)
+	s.Wake()
+}
+
+func (s *Scheduler) queueRecord(ctx context.Context, f subjects.TimerFired) {
+	if s.cfg.Records == nil {
+		return
+	}
+	select {
+	case s.records <- f:
+	case <-ctx.Done():
+	}
+}
+
+// recordLoop writes delivered occurrences into their timer records,
+// retrying each until it sticks: the delivery is already stored, and a
+// record left behind would only make the next owner publish it again (a
+// duplicate the IDs absorb).
+func (s *Scheduler) recordLoop(ctx context.Context) {
+	for {
+		var f subjects.TimerFired
+		select {
+		case <-ctx.Done():
+			return
+		case f = <-s.records:
+		}
+		for attempt := 0; ; attempt++ {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			applied, err := s.cfg.Records.ApplyFire(rctx, &f)
+			cancel()
+			if err == nil {
+				if applied {
+					s.m.applied.Inc()
+				}
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			s.m.recordFailures.Inc()
+			s.log.Debug("timer record update failed; retrying", "timer_id", f.TimerID, "occurrence", f.Occurrence, "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(retryDelay(attempt)):
+			}
+		}
+	}
+}
