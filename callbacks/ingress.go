@@ -143,8 +143,25 @@ func (o *Service) claimWake(ctx context.Context, agentID, eventID string) (dispo
 		return "", "", 0, false, fmt.Errorf("callbacks: inbox consumer: %w", err)
 	}
 	ackFloor = c.CachedInfo().AckFloor.Stream
+	landed := map[string]uint64{}
 	_, err = o.store.UpdateAgent(ctx, agentID, func(st *subjects.AgentState) (bool, error) {
-		if pw := st.PendingWake; pw != nil && !WakeConsumed(pw, ackFloor, o.now()) {
+		pw := st.PendingWake
+		if pw != nil && pw.InboxSeq == 0 {
+			// The hint may be in the inbox, even taken, before chime has
+			// written down where it landed: look, rather than fold a wake
+			// into a hint the agent already has.
+			seq, ok := landed[pw.EventID]
+			if !ok {
+				seq = o.landedAt(ctx, agentID, pw.EventID)
+				landed[pw.EventID] = seq
+			}
+			if seq != 0 {
+				cp := *pw
+				cp.InboxSeq = seq
+				pw = &cp
+			}
+		}
+		if pw != nil && !WakeConsumed(pw, ackFloor, o.now()) {
 			disposition, into, claimed = subjects.DispositionCoalesced, pw.EventID, false
 			return false, nil
 		}
@@ -153,6 +170,21 @@ func (o *Service) claimWake(ctx context.Context, agentID, eventID string) (dispo
 		return true, nil
 	})
 	return disposition, into, ackFloor, claimed, err
+}
+
+// landedAt returns the inbox sequence of the wake hint of eventID when it
+// is the agent's latest delivery, or 0: a cheap look that covers the usual
+// race (the agent took the hint before chime recorded its sequence).
+func (o *Service) landedAt(ctx context.Context, agentID, eventID string) uint64 {
+	stream, err := o.js.Stream(ctx, o.inboxStream)
+	if err != nil {
+		return 0
+	}
+	m, err := stream.GetLastMsgForSubject(ctx, subjects.Inbox(agentID))
+	if err != nil || m.Header.Get(jetstream.MsgIDHeader) != subjects.WakeHintID(eventID) {
+		return 0
+	}
+	return m.Sequence
 }
 
 // releaseWake drops a claim whose event turned out to be a duplicate.

@@ -348,13 +348,16 @@ type CallbackData struct {
 	Payload   *Payload `json:"payload,omitempty"`
 }
 
+// WakeHintID is the envelope ID of the wake hint of callback event eventID.
+func WakeHintID(eventID string) string { return "wake_" + eventID }
+
 // CallbackEnvelope is the inbox delivery of an accepted callback. The
 // payload rides in data only where the text does not already carry it.
 func CallbackEnvelope(ev *CallbackEvent) Envelope {
 	env := Envelope{AgentID: ev.AgentID, At: ev.At.UTC(), Source: Source{Type: "external_trigger", ID: ev.TriggerID}, Trust: TrustExternal}
 	data := CallbackData{TriggerID: ev.TriggerID}
 	if ev.Mode == ModeWakeHint {
-		env.ID, env.Kind = "wake_"+ev.ID, KindWakeHint
+		env.ID, env.Kind = WakeHintID(ev.ID), KindWakeHint
 		data.Reason = ev.Payload.WakeReason()
 		env.Text = data.Reason
 	} else {

@@ -90,13 +90,6 @@ func (r *restartable) start(t *testing.T) {
 	r.ns = ns
 }
 
-func (r *restartable) restart(t *testing.T) {
-	t.Helper()
-	r.ns.Shutdown()
-	r.ns.WaitForShutdown()
-	r.start(t)
-}
-
 func connect(t *testing.T, url string) jetstream.JetStream {
 	t.Helper()
 	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
