@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,8 +36,13 @@ type TimersOptions struct {
 	Lead    time.Duration // first due time after the start
 	Spread  time.Duration // due times spread evenly over this
 	Hold    bool          // create far-future timers and measure memory instead of fires
+	Peer    bool          // then measure JetStream's own message schedules the same way
 	NATSURL string        // empty: run an in-process chime on an embedded server
 	Log     *slog.Logger
+	// FireProfile, when set, is a file for a CPU profile of the fire window
+	// alone: from just before the first due time to the last fire's arrival
+	// (the in-process chime, its embedded server and the bench's subscriber).
+	FireProfile string
 }
 
 // Validate checks the options.
@@ -77,6 +83,9 @@ type TimersResult struct {
 	// Hold mode only: memory per active timer.
 	RSSPerTimerBytes  float64 `json:"rss_per_timer_bytes,omitempty"`
 	HeapPerTimerBytes float64 `json:"heap_per_timer_bytes,omitempty"`
+	// Peer only (and not with hold): JetStream's own message schedules,
+	// measured after the timers on the same server.
+	Peer *PeerResult `json:"peer,omitempty"`
 }
 
 // Timers runs the benchmark.
@@ -113,35 +122,10 @@ func Timers(ctx context.Context, o TimersOptions) (*TimersResult, error) {
 		return nil, fmt.Errorf("bench: connect: %w", err)
 	}
 	defer sub.Close()
-	var mu sync.Mutex
-	seen := make(map[string]int, o.N)
-	lateness := make([]time.Duration, 0, o.N)
-	var first, last time.Time
-	all := make(chan struct{})
+	inbox := newArrivals(subjects.HeaderMsgID, o.N)
 	s, err := sub.Subscribe("agent.*.inbox", func(m *nats.Msg) {
-		now := time.Now()
-		if !strings.HasPrefix(m.Subject, "agent."+run) {
-			return
-		}
-		var env subjects.Envelope
-		var data subjects.TimerFiredData
-		if json.Unmarshal(m.Data, &env) != nil || json.Unmarshal(env.Data, &data) != nil {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		seen[env.ID]++
-		if seen[env.ID] > 1 {
-			res.Duplicates++
-			return
-		}
-		if first.IsZero() {
-			first = now
-		}
-		last = now
-		lateness = append(lateness, now.Sub(data.DueAt))
-		if len(lateness) == o.N {
-			close(all)
+		if strings.HasPrefix(m.Subject, "agent."+run) {
+			inbox.add(m)
 		}
 	})
 	if err != nil {
@@ -191,21 +175,134 @@ func Timers(ctx context.Context, o TimersOptions) (*TimersResult, error) {
 		return res, nil
 	}
 	wait := time.Until(start.Add(o.Lead+o.Spread)) + 10*time.Second
+	deadline := time.After(wait)
+	if o.FireProfile != "" {
+		stopProfile, err := profileFrom(ctx, o.FireProfile, start.Add(o.Lead-20*time.Millisecond))
+		if err != nil {
+			return nil, err
+		}
+		defer stopProfile() // on error; normally stopped at the last fire
+		select {
+		case <-inbox.all:
+		case <-deadline:
+		case <-ctx.Done():
+		}
+		stopProfile()
+	}
 	select {
-	case <-all:
-	case <-time.After(wait):
+	case <-inbox.all:
+	case <-deadline:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	res.Missed = o.N - len(lateness)
-	res.LatenessMs = summarize(lateness)
-	if span := last.Sub(first).Seconds(); span > 0 {
-		res.FiresPerS = float64(len(lateness)) / span
-	}
+	res.LatenessMs, res.FiresPerS, res.Missed, res.Duplicates = inbox.summary()
 	res.PeakRSSBytes = peakRSS()
+	if o.Peer {
+		// After, not during: let the timers' trailing work (record updates,
+		// acks) settle so that the peer has the server to itself.
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if res.Peer, err = peer(ctx, url, o, run); err != nil {
+			return nil, err
+		}
+	}
 	return res, nil
+}
+
+// arrivals collects timer_fired deliveries as an agent receives them, for
+// chime and its peer alike. add stamps the arrival and keeps the message
+// (deduplicated by the id in a header); decoding waits for summary, after
+// the fires, so that the measuring agent neither competes for the CPU with
+// what it measures nor delays the next arrival's stamp.
+type arrivals struct {
+	header string // the header carrying a delivery's id
+	want   int
+	all    chan struct{} // closed at want distinct arrivals
+
+	mu   sync.Mutex
+	seen map[string]struct{}
+	got  []arrival
+	dups int
+}
+
+type arrival struct {
+	at   time.Time
+	data []byte
+}
+
+func newArrivals(header string, want int) *arrivals {
+	return &arrivals{header: header, want: want, all: make(chan struct{}), seen: make(map[string]struct{}, want), got: make([]arrival, 0, want)}
+}
+
+func (a *arrivals) add(m *nats.Msg) {
+	now := time.Now()
+	id := m.Header.Get(a.header)
+	if id == "" {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.seen[id]; ok {
+		a.dups++
+		return
+	}
+	a.seen[id] = struct{}{}
+	a.got = append(a.got, arrival{at: now, data: m.Data})
+	if len(a.got) == a.want {
+		close(a.all)
+	}
+}
+
+// summary decodes the arrivals and returns the lateness of each (arrival
+// minus the due_at it carries), the arrival rate, the missed (never came,
+// or undecodable) and the duplicates.
+func (a *arrivals) summary() (Latency, float64, int, int) {
+	a.mu.Lock()
+	got, dups := a.got, a.dups
+	a.mu.Unlock()
+	lateness := make([]time.Duration, 0, len(got))
+	var first, last time.Time
+	for _, r := range got {
+		var env subjects.Envelope
+		var data subjects.TimerFiredData
+		if json.Unmarshal(r.data, &env) != nil || json.Unmarshal(env.Data, &data) != nil {
+			continue
+		}
+		if first.IsZero() || r.at.Before(first) {
+			first = r.at
+		}
+		last = maxTime(last, r.at)
+		lateness = append(lateness, r.at.Sub(data.DueAt))
+	}
+	var rate float64
+	if span := last.Sub(first).Seconds(); span > 0 {
+		rate = float64(len(lateness)) / span
+	}
+	return summarize(lateness), rate, a.want - len(lateness), dups
+}
+
+// profileFrom waits until at, then starts a CPU profile into path; the
+// returned func stops it (once).
+func profileFrom(ctx context.Context, path string, at time.Time) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	select {
+	case <-time.After(time.Until(at)):
+	case <-ctx.Done():
+		_ = f.Close()
+		return nil, ctx.Err()
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("bench: fire profile: %w", err)
+	}
+	var once sync.Once
+	return func() { once.Do(func() { pprof.StopCPUProfile(); _ = f.Close() }) }, nil
 }
 
 // target returns the NATS URL of the chime to drive: url itself, or an
@@ -282,9 +379,18 @@ func (r *TimersResult) WriteText(w io.Writer) {
 	if r.RSSPerTimerBytes != 0 || r.HeapPerTimerBytes != 0 {
 		fmt.Fprintf(w, "rss per active timer: %.0f B (heap %.0f B)\n", r.RSSPerTimerBytes, r.HeapPerTimerBytes)
 	} else {
-		fmt.Fprintf(w, "fires/s: %.0f\n", r.FiresPerS)
-		fmt.Fprintf(w, "lateness ms: p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n", r.LatenessMs.P50, r.LatenessMs.P90, r.LatenessMs.P99, r.LatenessMs.Max)
-		fmt.Fprintf(w, "missed: %d  duplicates: %d\n", r.Missed, r.Duplicates)
+		if p := r.Peer; p != nil {
+			fmt.Fprintf(w, "%-11s %10s %8s %8s %8s %8s %8s %7s %6s\n", "", "creates/s", "fires/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "missed", "dups")
+			row := func(name string, creates, fires float64, l Latency, missed, dups int) {
+				fmt.Fprintf(w, "%-11s %10.0f %8.0f %8.2f %8.2f %8.2f %8.2f %7d %6d\n", name, creates, fires, l.P50, l.P90, l.P99, l.Max, missed, dups)
+			}
+			row("chime", r.CreatesPerS, r.FiresPerS, r.LatenessMs, r.Missed, r.Duplicates)
+			row("js-schedule", p.SchedulesPerS, p.FiresPerS, p.LatenessMs, p.Missed, p.Duplicates)
+		} else {
+			fmt.Fprintf(w, "fires/s: %.0f\n", r.FiresPerS)
+			fmt.Fprintf(w, "lateness ms: p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n", r.LatenessMs.P50, r.LatenessMs.P90, r.LatenessMs.P99, r.LatenessMs.Max)
+			fmt.Fprintf(w, "missed: %d  duplicates: %d\n", r.Missed, r.Duplicates)
+		}
 	}
 	fmt.Fprintf(w, "peak rss: %.1f MiB\n", float64(r.PeakRSSBytes)/(1<<20))
 }

@@ -10,13 +10,17 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strings"
+	"time"
 
 	"github.com/chime-nats/chime/bench"
 )
 
-const benchUsage = `chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--json]
+const benchUsage = `chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--peer] [--fire-cpuprofile F] [--json]
        chime bench waits [-n N] [--agents N] [-c C] [--lead D] [--spread D] [--timers N] [--json]
-       chime bench callbacks [-n N] [-c CONNS] [--wakes N] [--json]`
+       chime bench callbacks [-n N] [-c CONNS] [--wakes N] [--json]
+       chime bench chaos [--servers 1|3] [--replicas N] [--duration D] [--rate R] [--every D]
+                         [--kill replica,server,leader] [--down D] [--json] (see chime bench chaos --help)`
 
 func (a *App) bench(ctx context.Context, args []string) error {
 	if len(args) == 0 {
@@ -29,6 +33,8 @@ func (a *App) bench(ctx context.Context, args []string) error {
 		return a.benchWaits(ctx, args[1:])
 	case "callbacks":
 		return a.benchCallbacks(ctx, args[1:])
+	case "chaos":
+		return a.benchChaos(ctx, args[1:])
 	}
 	return fmt.Errorf("%w: %s", ErrUsage, benchUsage)
 }
@@ -41,6 +47,8 @@ func (a *App) benchTimers(ctx context.Context, args []string) error {
 		fs.DurationVar(&o.Lead, "lead", 2e9, "first due time after the start")
 		fs.DurationVar(&o.Spread, "spread", 0, "spread due times over this")
 		fs.BoolVar(&o.Hold, "hold", false, "create far-future timers and report memory per active timer")
+		fs.BoolVar(&o.Peer, "peer", false, "then schedule as many messages, due alike, with JetStream's own message schedules (@at) on the same server and report both")
+		fs.StringVar(&o.FireProfile, "fire-cpuprofile", "", "write a CPU profile of the fire window alone (first due time to last fire) to this file")
 	}, func(ctx context.Context) (result, error) { return bench.Timers(ctx, o) })
 }
 
@@ -65,8 +73,43 @@ func (a *App) benchCallbacks(ctx context.Context, args []string) error {
 	}, func(ctx context.Context) (result, error) { return bench.Callbacks(ctx, o) })
 }
 
+// benchChaos runs its own nats-servers and replicas of this binary, so it
+// ignores CHIME_NATS_URL.
+func (a *App) benchChaos(ctx context.Context, args []string) error {
+	o := bench.ChaosOptions{Log: a.benchLog(), Progress: a.Stderr}
+	var kill string
+	return a.runBench(ctx, "chaos", args, func(fs *flag.FlagSet) {
+		fs.IntVar(&o.Servers, "servers", 3, "nats-servers: 1 (standalone) or 3 (a JetStream cluster; chime's streams at R3)")
+		fs.IntVar(&o.Replicas, "replicas", 3, "chime replicas, child processes running this binary's serve")
+		fs.DurationVar(&o.Duration, "duration", 2*time.Minute, "how long load is applied and kills are done")
+		fs.Float64Var(&o.Rate, "rate", 200, "one-shot timers created per second, each due 1-5 s later")
+		fs.IntVar(&o.Agents, "agents", 20, "agents the timers and waits belong to")
+		fs.IntVar(&o.Repeating, "repeating", 50, "repeating timers, created at the start and cancelled at the end")
+		fs.DurationVar(&o.Interval, "interval", time.Second, "interval of the repeating timers")
+		fs.Float64Var(&o.WaitRate, "wait-rate", 5, "managed waits requested per second, 2-4 s each")
+		fs.IntVar(&o.CancelEvery, "cancel-every", 10, "cancel every Nth one-shot timer before it is due (0: none)")
+		fs.DurationVar(&o.Every, "every", 10*time.Second, "a kill every this")
+		fs.StringVar(&kill, "kill", "replica,server,leader", "what to SIGKILL, in turn: replica (a chime replica), server (a random nats-server), "+
+			"leader (the server leading CHIME_INBOX or KV_chime_timers, alternately)")
+		fs.DurationVar(&o.Down, "down", 3*time.Second, "how long a killed process stays down before it is restarted")
+		fs.DurationVar(&o.Grace, "grace", 10*time.Second, "waited after the last due time before the inbox is read")
+		fs.BoolVar(&o.Keep, "keep", false, "keep the work dir (stores, server and replica logs); it is kept anyway when something was lost or duplicated")
+	}, func(ctx context.Context) (result, error) {
+		for k := range strings.SplitSeq(kill, ",") {
+			if k = strings.TrimSpace(k); k != "" {
+				o.Kill = append(o.Kill, k)
+			}
+		}
+		return bench.Chaos(ctx, o)
+	})
+}
+
 // result is a benchmark's printable outcome.
 type result interface{ WriteText(io.Writer) }
+
+// failer is a result that can say the run failed, after it is printed: the
+// exit status is then non-zero.
+type failer interface{ Err() error }
 
 func (a *App) benchLog() *slog.Logger {
 	return slog.New(slog.NewTextHandler(a.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -102,8 +145,14 @@ func (a *App) runBench(ctx context.Context, name string, args []string, flags fu
 		return err
 	}
 	if *asJSON {
-		return json.NewEncoder(a.Stdout).Encode(res)
+		if err := json.NewEncoder(a.Stdout).Encode(res); err != nil {
+			return err
+		}
+	} else {
+		res.WriteText(a.Stdout)
 	}
-	res.WriteText(a.Stdout)
+	if f, ok := res.(failer); ok {
+		return f.Err()
+	}
 	return nil
 }

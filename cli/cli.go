@@ -46,9 +46,10 @@ Usage:
   chime callback create [--mode M] [--label L] [--agent ID]
   chime callback cancel ID [--agent ID]
   chime callback list [--agent ID]
-  chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--json]
+  chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--peer] [--json]
   chime bench waits [-n N] [--agents N] [-c C] [--lead D] [--spread D] [--timers N] [--json]
   chime bench callbacks [-n N] [-c CONNS] [--wakes N] [--json]
+  chime bench chaos [--servers N] [--replicas N] [--duration D] [--every D] [--kill replica,server,leader] [--json]
   chime version
 `
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -16,7 +15,7 @@ import (
 // ClusterT is a JetStream cluster of nats-server processes on 127.0.0.1,
 // named "chime", whose servers are n1, n2, ... in Servers.
 type ClusterT struct {
-	tb      testing.TB
+	tb      TB
 	Servers []*Server
 }
 
@@ -27,7 +26,7 @@ const pollInterval = 100 * time.Millisecond
 // Cluster starts n servers routed to each other and waits until each accepts
 // connections. JetStream may not have a meta leader yet: call
 // WaitJetStreamReady before creating streams.
-func Cluster(tb testing.TB, n int) *ClusterT {
+func Cluster(tb TB, n int) *ClusterT {
 	tb.Helper()
 	if n < 1 {
 		tb.Fatalf("natsproc: cluster of %d servers", n)

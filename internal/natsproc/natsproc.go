@@ -1,4 +1,6 @@
-// Package natsproc runs real nats-server processes for fault tests: a standalone server or a JetStream cluster on 127.0.0.1, killed with SIGKILL and restarted on the same store.
+// Package natsproc runs real nats-server processes for fault tests and for
+// `chime bench chaos`: a standalone server or a JetStream cluster on
+// 127.0.0.1, killed with SIGKILL and restarted on the same store.
 package natsproc
 
 import (
@@ -15,7 +17,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 )
 
@@ -34,19 +35,39 @@ const serverPkg = "github.com/nats-io/nats-server/v2"
 // ErrNoLeader is returned when a stream has no elected leader right now.
 var ErrNoLeader = errors.New("natsproc: no leader")
 
+// TB is what natsproc needs of its caller: *testing.T and *testing.B
+// satisfy it, and a program that runs servers outside a test gives its own.
+// Fatalf must not return: a test's stops the goroutine, another may panic
+// and recover where it called natsproc. Cleanup functions run, last
+// registered first, when the caller is done with the servers; TempDir
+// returns a new directory, removed after them (or kept for a failure's logs).
+type TB interface {
+	Helper()
+	Logf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+	TempDir() string
+	Failed() bool
+}
+
 type binary struct {
 	path string
 	note string // why the fallback was used, empty after a successful build
 }
 
-// build runs at most once per test process: linking nats-server costs about a
+// build runs at most once per process: linking nats-server costs about a
 // second even with a warm build cache.
 var build = sync.OnceValues(buildBinary)
 
+// errNoModule: the process does not run inside a Go module (no go.mod above
+// its working directory, or no go tool), so nats-server cannot be built.
+var errNoModule = errors.New("not run from inside the chime module, so no nats-server can be built from its go.mod")
+
 // Binary returns the path of a nats-server binary: $NATS_SERVER_BIN if set,
-// else one built from the module's go.mod once per test process, else (when
-// the build fails) nats-server from PATH.
-func Binary(tb testing.TB) string {
+// else one built from the module's go.mod once per process (in the repo),
+// else nats-server from PATH (outside the module, or when the build fails).
+func Binary(tb TB) string {
 	tb.Helper()
 	if p := os.Getenv("NATS_SERVER_BIN"); p != "" {
 		if _, err := os.Stat(p); err != nil {
@@ -70,7 +91,10 @@ func buildBinary() (binary, error) {
 		return binary{path: p}, nil
 	}
 	if p, err := exec.LookPath("nats-server"); err == nil {
-		return binary{path: p, note: fmt.Sprintf("using %s from PATH: %v", p, buildErr)}, nil
+		return binary{path: p, note: fmt.Sprintf("using nats-server from PATH, %s: %v", p, buildErr)}, nil
+	}
+	if errors.Is(buildErr, errNoModule) {
+		return binary{}, fmt.Errorf("no nats-server: %w; set NATS_SERVER_BIN to a nats-server binary or put nats-server in PATH", buildErr)
 	}
 	return binary{}, fmt.Errorf("no nats-server (set NATS_SERVER_BIN or put one in PATH): %w", buildErr)
 }
@@ -83,10 +107,11 @@ func buildBinary() (binary, error) {
 func goBuild() (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
 	defer cancel()
-	// go test puts its own GOROOT/bin first in PATH, so this is the go that runs the test.
+	// go test puts its own GOROOT/bin first in PATH, so in a test this is the
+	// go that runs it.
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		return "", fmt.Errorf("find go: %w", err)
+		return "", fmt.Errorf("%w (no go tool: %v)", errNoModule, err)
 	}
 	out, err := exec.CommandContext(ctx, goTool, "env", "GOMOD").Output()
 	if err != nil {
@@ -94,7 +119,8 @@ func goBuild() (string, error) {
 	}
 	gomod := strings.TrimSpace(string(out))
 	if gomod == "" || gomod == os.DevNull {
-		return "", errors.New("go env GOMOD: not inside a module")
+		wd, _ := os.Getwd()
+		return "", fmt.Errorf("%w (no go.mod in %s or above)", errNoModule, wd)
 	}
 	root := filepath.Dir(gomod)
 
@@ -129,7 +155,7 @@ func goBuild() (string, error) {
 // below the kernel's ephemeral range when it is known, so that outgoing
 // connections (routes and clients reconnecting to a killed server) cannot
 // take a port while its server is down between a Kill and a Restart.
-func FreePorts(tb testing.TB, n int) []int {
+func FreePorts(tb TB, n int) []int {
 	tb.Helper()
 	ports, err := freePorts(n)
 	if err != nil {

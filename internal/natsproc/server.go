@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,14 +31,14 @@ type Options struct {
 	ClusterName string
 	// Routes are the route URLs to solicit, e.g. "nats://127.0.0.1:6222".
 	Routes []string
-	// StoreDir is the JetStream store directory. Default: a test temp dir.
+	// StoreDir is the JetStream store directory. Default: a dir of tb.TempDir().
 	StoreDir string
 }
 
-// Server is one nats-server process. Its methods fail the test with Fatalf,
-// so call them from the test goroutine.
+// Server is one nats-server process. Its methods fail with tb.Fatalf, so
+// call them from the test goroutine (or where the TB's Fatalf is recovered).
 type Server struct {
-	tb       testing.TB
+	tb       TB
 	bin      string
 	opts     Options
 	confPath string
@@ -59,8 +58,8 @@ type proc struct {
 }
 
 // New configures a server without starting it; it is killed when the test
-// ends.
-func New(tb testing.TB, opts Options) *Server {
+// ends (by tb's cleanups).
+func New(tb TB, opts Options) *Server {
 	tb.Helper()
 	bin := Binary(tb)
 	// TempDir before Cleanup: cleanups run last-in first-out, so the process
@@ -95,7 +94,7 @@ func New(tb testing.TB, opts Options) *Server {
 
 // Standalone starts a single JetStream server with a file store in a temp
 // dir and waits until it accepts connections.
-func Standalone(tb testing.TB) *Server {
+func Standalone(tb TB) *Server {
 	tb.Helper()
 	s := New(tb, Options{Name: "standalone"})
 	s.Start()
