@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/chime-nats/chime/subjects"
 )
@@ -17,11 +19,17 @@ import (
 // envelope that may have been stored longer ago than that is looked up in
 // the agent's inbox before it is published again (DeliverOnce), so no
 // downtime makes a delivery show twice.
+//
+// Every source of envelopes (timer fires, wait endings, interventions,
+// callbacks) stores through here, synchronously with Deliver or, on the
+// scheduler's latency path, with DeliverAsync and Stored once acked: this
+// is the one place that sees every envelope an agent is given.
 type Inbox struct {
 	js     jetstream.JetStream
 	stream string
 	window time.Duration
 	now    func() time.Time
+	stored *prometheus.CounterVec
 }
 
 // NewInbox returns the inbox path over js: stream is the inbox stream and
@@ -30,7 +38,35 @@ func NewInbox(js jetstream.JetStream, stream string, window time.Duration, now f
 	if now == nil {
 		now = time.Now
 	}
-	return &Inbox{js: js, stream: stream, window: window, now: now}
+	return &Inbox{js: js, stream: stream, window: window, now: now, stored: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "chime_inbox_deliveries_total", Help: "Envelopes stored in agent inboxes by this replica (repeats not counted), by kind.",
+	}, []string{"kind"})}
+}
+
+// Register exports the inbox's metrics.
+func (i *Inbox) Register(reg prometheus.Registerer) {
+	for _, k := range []string{subjects.KindTimerFired, subjects.KindWaitComplete, subjects.KindWaitCancelled, subjects.KindIntervention, subjects.KindWakeHint, subjects.KindMessage} {
+		i.stored.WithLabelValues(k) // exported before the first delivery
+	}
+	reg.MustRegister(i.stored)
+}
+
+// DeliverAsync publishes an envelope's message (Envelope.Msg, or a
+// faster encoding of the same bytes) without waiting; the caller settles
+// the future and reports a stored envelope with Stored.
+func (i *Inbox) DeliverAsync(m *nats.Msg) (jetstream.PubAckFuture, error) {
+	fut, err := i.js.PublishMsgAsync(m)
+	if err != nil {
+		return nil, fmt.Errorf("deliver %s: %w", m.Header.Get(subjects.HeaderMsgID), err)
+	}
+	return fut, nil
+}
+
+// Stored records that an envelope of kind was acknowledged by the stream.
+func (i *Inbox) Stored(kind string, ack *jetstream.PubAck) {
+	if !ack.Duplicate {
+		i.stored.WithLabelValues(kind).Inc()
+	}
 }
 
 // Deliver stores env in its agent's inbox and returns the stream's ack
@@ -44,6 +80,7 @@ func (i *Inbox) Deliver(ctx context.Context, env *subjects.Envelope) (*jetstream
 	if err != nil {
 		return nil, fmt.Errorf("deliver %s: %w", env.ID, err)
 	}
+	i.Stored(env.Kind, ack)
 	return ack, nil
 }
 

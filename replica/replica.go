@@ -131,6 +131,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	}
 	triggerStore := callbacks.NewStore(res.Triggers, agentStore, res.Idempotency, res.Leases, publicURL, time.Now, r.triggerIndex)
 	inbox := consumer.NewInbox(js, engine.InboxStream, dedup, time.Now)
+	inbox.Register(reg)
 	r.callbacks = callbacks.NewConsumer(callbacks.ConsumerConfig{JS: js, Stream: engine.EventsStream, Store: triggerStore, Inbox: inbox, Log: log, Registerer: reg})
 	if err := r.callbacks.Start(ctx); err != nil {
 		return nil, err

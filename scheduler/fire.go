@@ -3,7 +3,6 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -35,10 +34,6 @@ type pendingFire struct {
 	timer subjects.TimerFired // the record update of a timer fire
 }
 
-// ackTimeout bounds the wait for one publish ack beyond the JetStream
-// context's own publish-async timeout.
-const ackTimeout = 10 * time.Second
-
 func (s *Scheduler) fireLoop(ctx context.Context) {
 	owned := make([]bool, s.cfg.Shards)
 	batch := make([]*entry, 0, s.cfg.BatchSize)
@@ -47,6 +42,12 @@ func (s *Scheduler) fireLoop(ctx context.Context) {
 	for {
 		now := s.cfg.Now()
 		s.cfg.Leases.Owned(now, owned)
+		if !s.watchesLive() {
+			// A stale index may still hold what was cancelled: fire
+			// nothing until the watches are live again (their leases go
+			// at the next lease round).
+			clear(owned)
+		}
 		s.mu.Lock()
 		batch = s.index.popDue(owned, now.UnixNano(), s.cfg.BatchSize, batch[:0])
 		timerFires, waitFires := s.prepare(batch, now)
@@ -64,6 +65,9 @@ func (s *Scheduler) fireLoop(ctx context.Context) {
 		wait := time.Hour
 		if armed {
 			wait = time.Duration(next - s.cfg.Now().UnixNano())
+		}
+		if !s.watchesLive() {
+			wait = min(wait, 50*time.Millisecond) // look again soon
 		}
 		if wait <= 0 {
 			continue
@@ -181,12 +185,7 @@ func (s *Scheduler) publishTimers(ctx context.Context, fires []subjects.TimerFir
 	for i := range fires {
 		f := &fires[i]
 		p := pendingFire{key: subjects.TimerKey(f.AgentID, f.TimerID), occ: f.Occurrence, due: f.DueAt.UnixNano(), timer: *f}
-		env := subjects.TimerFiredEnvelope(f)
-		msg, err := env.Msg()
-		if err == nil {
-			p.ack, err = s.cfg.JS.PublishMsgAsync(msg)
-		}
-		p.err = err
+		p.ack, p.err = s.cfg.Inbox.DeliverAsync(subjects.TimerFiredMsg(f))
 		if !s.enqueue(ctx, p) {
 			return
 		}
@@ -232,9 +231,9 @@ func (s *Scheduler) ackLoop(ctx context.Context) {
 		case p = <-s.pending:
 		}
 		err := p.err
-		dup := false
+		var ack *jetstream.PubAck
 		if err == nil {
-			dup, err = awaitAck(ctx, p.ack)
+			ack, err = awaitAck(ctx, p.ack)
 		}
 		if ctx.Err() != nil {
 			return
@@ -248,35 +247,30 @@ func (s *Scheduler) ackLoop(ctx context.Context) {
 			continue
 		}
 		s.m.fires.Inc()
-		if !dup {
-			s.m.deliveries.WithLabelValues(subjects.KindTimerFired).Inc()
-		}
+		s.cfg.Inbox.Stored(subjects.KindTimerFired, ack)
 		s.queueRecord(ctx, p.timer)
 	}
 }
 
-// awaitAck waits for a publish ack and reports whether it was a duplicate.
-// The JetStream context times unacknowledged publishes out itself; the
-// local timer is a second bound.
-func awaitAck(ctx context.Context, fut jetstream.PubAckFuture) (bool, error) {
-	t := time.NewTimer(ackTimeout)
-	defer t.Stop()
+// awaitAck waits for a publish ack. The JetStream context times an
+// unacknowledged publish out itself (WithPublishAsyncTimeout), so every
+// future settles; a timer per fire would cost a burst dearly.
+func awaitAck(ctx context.Context, fut jetstream.PubAckFuture) (*jetstream.PubAck, error) {
 	select {
 	case ack := <-fut.Ok():
-		return ack.Duplicate, nil
+		return ack, nil
 	case err := <-fut.Err():
-		return false, err
-	case <-t.C:
-		return false, errors.New("no publish ack")
+		return nil, err
 	case <-ctx.Done():
-		return false, ctx.Err()
+		return nil, ctx.Err()
 	}
 }
 
 // retryDelay is the pause before attempt n+1 of an occurrence: doubling
-// from 100 ms to 5 s, jittered by half so that retries of a burst spread.
+// from 100 ms to 2 s, jittered by half so that retries of a burst spread
+// and a stream back from an election is tried again within a second or two.
 func retryDelay(n int) time.Duration {
-	d := min(100*time.Millisecond<<min(n, 6), 5*time.Second)
+	d := min(100*time.Millisecond<<min(n, 5), 2*time.Second)
 	return d/2 + rand.N(d/2+1)
 }
 
@@ -332,6 +326,15 @@ func (s *Scheduler) recordLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case f = <-s.records:
+		}
+		// Record updates wait out a burst: each is two KV round trips that
+		// would compete with the publishes agents are waiting for.
+		for len(s.pending) > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
 		}
 		for attempt := 0; ; attempt++ {
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -22,7 +22,10 @@ type health struct {
 
 const (
 	failStreak = 3
-	failQuiet  = 3 * time.Second
+	// failQuiet is short: after a leader election every replica has been
+	// failing, and the sooner they take their shards back the sooner the
+	// backlog fires.
+	failQuiet = time.Second
 )
 
 func (h *health) success() {

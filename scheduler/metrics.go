@@ -2,8 +2,6 @@ package scheduler
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/chime-nats/chime/subjects"
 )
 
 type metrics struct {
@@ -13,7 +11,6 @@ type metrics struct {
 	recordFailures    prometheus.Counter
 	recovered         prometheus.Counter
 	progress          prometheus.Counter
-	deliveries        *prometheus.CounterVec
 	lateness          prometheus.Histogram
 }
 
@@ -22,9 +19,6 @@ func newMetrics(s *Scheduler) metrics {
 		fires: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "chime_timer_fires_total", Help: "Timer occurrences stored in inboxes by this replica.",
 		}),
-		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "chime_inbox_deliveries_total", Help: "Envelopes stored in agent inboxes by this replica (duplicates not counted), by kind.",
-		}, []string{"kind"}),
 		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "chime_timer_fire_lateness_seconds",
 			Help:    "Time from a timer's or wait's due time to the first publish of its fire.",
@@ -52,10 +46,9 @@ func newMetrics(s *Scheduler) metrics {
 	m.active = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "chime_timers_active", Help: "Active timers known to this replica (all shards).",
 	}, func() float64 { return float64(s.activeCount(false)) })
-	m.deliveries.WithLabelValues(subjects.KindTimerFired) // exported before the first fire
 	return m
 }
 
 func (m *metrics) register(r prometheus.Registerer) {
-	r.MustRegister(m.active, m.waitGauge, m.fires, m.failures, m.applied, m.recordFailures, m.recovered, m.progress, m.deliveries, m.lateness)
+	r.MustRegister(m.active, m.waitGauge, m.fires, m.failures, m.applied, m.recordFailures, m.recovered, m.progress, m.lateness)
 }

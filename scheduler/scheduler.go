@@ -27,6 +27,8 @@ type Recorder interface {
 
 // Config configures a Scheduler.
 type Config struct {
+	// JS must time out unacknowledged async publishes
+	// (jetstream.WithPublishAsyncTimeout): a fire waits on its ack.
 	JS jetstream.JetStream
 	// TimersBucket and WaitsBucket name the buckets to index; an empty
 	// WaitsBucket indexes no waits.
@@ -187,6 +189,16 @@ func (s *Scheduler) Healthy() (bool, string) {
 		}
 	}
 	return s.health.ok()
+}
+
+// watchesLive reports whether every watch is live.
+func (s *Scheduler) watchesLive() bool {
+	for _, w := range s.watches {
+		if live, _ := w.Live(); !live {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Scheduler) activeCount(wait bool) int {

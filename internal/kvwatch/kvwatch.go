@@ -273,7 +273,10 @@ func (w *Watch) consume(ctx context.Context, next uint64) (uint64, error) {
 	}
 	it, err := cons.Messages(
 		jetstream.PullMaxMessages(512),
-		jetstream.PullExpiry(max(4*w.cfg.Heartbeat, time.Second)),
+		// Short pulls: a pull that finds the consumer's server gone comes
+		// back "no responders" at once, so a lost consumer is noticed
+		// within a pull's expiry even when heartbeats are slow to be missed.
+		jetstream.PullExpiry(max(2*w.cfg.Heartbeat, time.Second)),
 		jetstream.PullHeartbeat(w.cfg.Heartbeat),
 		jetstream.WithMessagesErrOnMissingHeartbeat(true),
 	)

@@ -1,0 +1,43 @@
+package subjects_test
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/chime-nats/chime/subjects"
+)
+
+// TimerFiredMsg must be exactly the generic envelope encoding, for any
+// summary text.
+func TestTimerFiredMsgMatchesEnvelope(t *testing.T) {
+	for _, text := range []string{"", "check the CI run", `quote " and \ back`, "<a&b>", "tab\tnl\ncr\r\x00\x1f\x7f", "é ✓ 日本", "\u2028\u2029", "bad \xff\xfe utf8", "timer tmr_1 fired"} {
+		checkTimerFired(t, text, 7)
+	}
+}
+
+func FuzzTimerFiredMsg(f *testing.F) {
+	f.Add("summary", int64(1))
+	f.Add("\x00<>&\u2028\xff", int64(1<<40))
+	f.Fuzz(func(t *testing.T, text string, occ int64) {
+		checkTimerFired(t, text, occ)
+	})
+}
+
+func checkTimerFired(t *testing.T, text string, occ int64) {
+	t.Helper()
+	due := time.Date(2026, 12, 3, 10, 0, 0, 123456789, time.UTC)
+	ev := &subjects.TimerFired{AgentID: "agent_1", TimerID: "tmr_X", Occurrence: occ, DueAt: due, FiredAt: due.Add(1500 * time.Microsecond), Text: text}
+	env := subjects.TimerFiredEnvelope(ev)
+	want, err := env.Msg()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := subjects.TimerFiredMsg(ev)
+	if !bytes.Equal(got.Data, want.Data) {
+		t.Fatalf("text %q:\n got %s\nwant %s", text, got.Data, want.Data)
+	}
+	if got.Subject != want.Subject || got.Header.Get(subjects.HeaderMsgID) != want.Header.Get(subjects.HeaderMsgID) || got.Header.Get(subjects.HeaderKind) != want.Header.Get(subjects.HeaderKind) {
+		t.Fatalf("subject or headers differ: %v %v", got.Header, want.Header)
+	}
+}
