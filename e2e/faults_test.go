@@ -183,22 +183,15 @@ func TestNATSServerRestart(t *testing.T) {
 		t.Errorf("%d envelopes stored twice, e.g. %s", len(got.dups), got.dups[0])
 	}
 	lost, twice := 0, 0
-	for id := range timerIDs {
-		switch got.bySource[id] {
-		case 0:
-			lost++
-		case 1:
-		default:
-			twice++
-		}
-	}
-	for id := range waitIDs {
-		switch got.bySource[id] {
-		case 0:
-			lost++
-		case 1:
-		default:
-			twice++
+	for _, ids := range []map[string]bool{timerIDs, waitIDs} {
+		for id := range ids {
+			switch got.bySource[id] {
+			case 0:
+				lost++
+			case 1:
+			default:
+				twice++
+			}
 		}
 	}
 	if lost > 0 || twice > 0 || got.byKind[subjects.KindWaitComplete] != waits {

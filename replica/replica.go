@@ -228,7 +228,7 @@ func (r *Replica) Stop(ctx context.Context) {
 		if r.leases != nil {
 			// Handing leases back saves the others a TTL; it is not worth
 			// more of the shutdown limit than that.
-			lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			lctx, cancel := context.WithTimeout(ctx, time.Second)
 			r.leases.Stop(lctx)
 			cancel()
 		}
@@ -238,12 +238,16 @@ func (r *Replica) Stop(ctx context.Context) {
 		if r.healer != nil {
 			r.healer.Stop()
 		}
+		// The consumers drain side by side: with NATS away each waits out
+		// its drain limit, and those add up.
+		var drains sync.WaitGroup
 		if r.waits != nil {
-			r.waits.Stop()
+			drains.Go(r.waits.Stop)
 		}
 		if r.callbacks != nil {
-			r.callbacks.Stop()
+			drains.Go(r.callbacks.Stop)
 		}
+		drains.Wait()
 		if r.cancel != nil {
 			r.cancel()
 		}

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -336,26 +337,44 @@ func (s *Scheduler) recordLoop(ctx context.Context) {
 			case <-time.After(2 * time.Millisecond):
 			}
 		}
-		for attempt := 0; ; attempt++ {
-			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			applied, err := s.cfg.Records.ApplyFire(rctx, &f)
-			cancel()
-			if err == nil {
-				if applied {
-					s.m.applied.Inc()
-				}
-				break
+		s.record(ctx, &f)
+	}
+}
+
+// record writes one delivered occurrence into its record, retrying until
+// it sticks. An occurrence that overtook an earlier one's update waits for
+// it, but not forever: if the gap is not filled within outOfOrderLimit the
+// earlier one was numbered by a replica that lost the shard, and the
+// record has moved on without it.
+func (s *Scheduler) record(ctx context.Context, f *subjects.TimerFired) {
+	start := s.cfg.Now()
+	for attempt := 0; ; attempt++ {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		applied, err := s.cfg.Records.ApplyFire(rctx, f)
+		cancel()
+		if err == nil {
+			if applied {
+				s.m.applied.Inc()
 			}
-			if ctx.Err() != nil {
-				return
-			}
-			s.m.recordFailures.Inc()
-			s.log.Debug("timer record update failed; retrying", "timer_id", f.TimerID, "occurrence", f.Occurrence, "err", err)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(retryDelay(attempt)):
-			}
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, timers.ErrOutOfOrder) && s.cfg.Now().Sub(start) > outOfOrderLimit {
+			s.log.Warn("timer occurrence never became the next to record; dropped", "timer_id", f.TimerID, "occurrence", f.Occurrence)
+			return
+		}
+		s.m.recordFailures.Inc()
+		s.log.Debug("timer record update failed; retrying", "timer_id", f.TimerID, "occurrence", f.Occurrence, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(retryDelay(attempt)):
 		}
 	}
 }
+
+// outOfOrderLimit bounds how long an occurrence waits for an earlier one's
+// record update.
+const outOfOrderLimit = 30 * time.Second

@@ -1,6 +1,7 @@
 package timers
 
 import (
+	"errors"
 	"time"
 
 	"github.com/chime-nats/chime/subjects"
@@ -9,11 +10,24 @@ import (
 // applyFire records on t occurrence n, due at due and fired at firedAt,
 // with nextDue the next occurrence's due time the scheduler chose (nil:
 // computed here, for events of older replicas), and reports whether the
-// record changed. An occurrence already applied, or one
-// that lost the race against a cancel, leaves the record alone.
-func applyFire(t *subjects.Timer, n int64, due, firedAt time.Time, nextDue *time.Time, now time.Time) bool {
+// record changed. Occurrences are recorded in order, each only as the
+// one the record expects next:
+//   - n at or below fire_count was recorded before (or lost a race with a
+//     cancel): nothing to do;
+//   - n beyond the next one arrived before an earlier one's record update:
+//     ErrOutOfOrder, try again once the gap is filled;
+//   - the next number with another due time was numbered by a replica that
+//     has since lost the shard (the new owner numbered the cadence anew
+//     from the record): superseded, nothing to do.
+func applyFire(t *subjects.Timer, n int64, due, firedAt time.Time, nextDue *time.Time, now time.Time) (bool, error) {
 	if n <= t.FireCount || t.Status != subjects.TimerActive {
-		return false
+		return false, nil
+	}
+	if n > t.FireCount+1 {
+		return false, ErrOutOfOrder
+	}
+	if t.NextFireAt != nil && !t.NextFireAt.Equal(due) {
+		return false, nil
 	}
 	t.FireCount = n
 	fired := firedAt.UTC()
@@ -28,8 +42,12 @@ func applyFire(t *subjects.Timer, n int64, due, firedAt time.Time, nextDue *time
 		t.NextFireAt = nil
 		t.Status = subjects.TimerCompleted
 	}
-	return true
+	return true, nil
 }
+
+// ErrOutOfOrder means a timer occurrence's record update came before an
+// earlier occurrence's: it applies once that one has.
+var ErrOutOfOrder = errors.New("timers: an earlier occurrence is not recorded yet")
 
 // NextOccurrence returns the first point of the cadence due+k*interval (k>=1)
 // that lies after now, so a repeating timer that was overdue fires once and

@@ -120,10 +120,12 @@ func (s *Store) Cancel(ctx context.Context, agentID, timerID string) (*subjects.
 
 // ApplyFire writes a delivered occurrence into its timer record by CAS. It
 // returns false when there was nothing to write: the occurrence was
-// applied before, the timer was cancelled first, or the record is gone.
+// applied before, superseded, the timer was cancelled first, or the
+// record is gone; ErrOutOfOrder when an earlier occurrence is not written
+// yet.
 func (s *Store) ApplyFire(ctx context.Context, ev *subjects.TimerFired) (bool, error) {
 	_, changed, err := s.update(ctx, ev.AgentID, ev.TimerID, func(t *subjects.Timer) (bool, error) {
-		return applyFire(t, ev.Occurrence, ev.DueAt, ev.FiredAt, ev.NextDue, s.now()), nil
+		return applyFire(t, ev.Occurrence, ev.DueAt, ev.FiredAt, ev.NextDue, s.now())
 	})
 	if errors.Is(err, subjects.ErrTimerNotFound) {
 		return false, nil

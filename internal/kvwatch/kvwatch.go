@@ -263,7 +263,11 @@ func (w *Watch) consume(ctx context.Context, next uint64) (uint64, error) {
 	}
 	name := cons.CachedInfo().Name
 	defer func() {
-		// An abandoned consumer would linger for InactiveThreshold.
+		// An abandoned consumer would linger for InactiveThreshold; with
+		// NATS away there is no one to tell, and it expires by itself.
+		if !nc.IsConnected() {
+			return
+		}
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
 		_ = w.cfg.JS.DeleteConsumer(dctx, w.stream, name)
