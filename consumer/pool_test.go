@@ -127,13 +127,13 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 
 func TestRedeliveryConfig(t *testing.T) {
 	c := consumer.Redelivery(jetstream.ConsumerConfig{Durable: "x"})
-	want := []time.Duration{consumer.DefaultAckWait, 5 * time.Second, 15 * time.Second, 30 * time.Second}
+	want := []time.Duration{consumer.DefaultAckWait, 4 * time.Second, 8 * time.Second, 15 * time.Second, 30 * time.Second}
 	if c.AckPolicy != jetstream.AckExplicitPolicy || c.AckWait != consumer.DefaultAckWait ||
 		c.MaxDeliver != consumer.DefaultMaxDeliver || fmt.Sprint(c.BackOff) != fmt.Sprint(want) {
 		t.Errorf("defaults: %+v", c)
 	}
 	c = consumer.Redelivery(jetstream.ConsumerConfig{AckWait: 250 * time.Millisecond, MaxDeliver: 3})
-	if c.AckWait != 250*time.Millisecond || c.MaxDeliver != 3 || fmt.Sprint(c.BackOff) != fmt.Sprint([]time.Duration{250 * time.Millisecond, 5 * time.Second, 15 * time.Second}) {
+	if c.AckWait != 250*time.Millisecond || c.MaxDeliver != 3 || fmt.Sprint(c.BackOff) != fmt.Sprint([]time.Duration{250 * time.Millisecond, 4 * time.Second, 8 * time.Second}) {
 		t.Errorf("short: %+v", c)
 	}
 	c = consumer.Redelivery(jetstream.ConsumerConfig{AckWait: 10 * time.Second})

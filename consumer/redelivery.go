@@ -13,20 +13,26 @@ const (
 	// another replica gets it.
 	DefaultAckWait = 2 * time.Second
 	// DefaultMaxDeliver bounds the deliveries of one message: with the
-	// backoff below, about eight minutes of retries before it is given up.
-	DefaultMaxDeliver = 20
+	// backoff below, about eight hours of retries. A message that keeps
+	// failing is almost always one whose effects wait on the engine (a
+	// stream without a leader, a server away): giving it up after minutes
+	// would lose a wait's completion or an intervention to an outage.
+	// Poison is terminated at once, whatever this says.
+	DefaultMaxDeliver = 1000
 )
 
 // backoffSteps are the later redelivery steps; BackOff starts at the
 // consumer's AckWait and continues with the steps above it.
-var backoffSteps = []time.Duration{5 * time.Second, 15 * time.Second, 30 * time.Second}
+// They start short: after a leader election (4-9 s) the backlog should go
+// out within seconds, not at the next 15 s step.
+var backoffSteps = []time.Duration{4 * time.Second, 8 * time.Second, 15 * time.Second, 30 * time.Second}
 
 // Redelivery returns c with the delivery policy every pool consumer runs
 // under, its AckWait, MaxDeliver and BackOff kept consistent:
 //
 //   - AckPolicy explicit; AckWait is c.AckWait (DefaultAckWait when unset)
 //     and BackOff[0] equals it (the server takes BackOff[0] as AckWait);
-//   - BackOff continues 5s, 15s, 30s (the steps above AckWait), so a message
+//   - BackOff continues 4s, 8s, 15s, 30s (the steps above AckWait), so a message
 //     that keeps failing is retried less and less often: the server adds
 //     BackOff[n-1]-BackOff[0] to a Nak's delay after the n-th delivery;
 //   - MaxDeliver is c.MaxDeliver (DefaultMaxDeliver when unset), and
