@@ -2,6 +2,7 @@ package callbacks
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -52,6 +54,9 @@ type Request struct {
 func (o *Service) Accept(ctx context.Context, req Request) (*subjects.CallbackReply, error) {
 	t, err := o.store.Resolve(req.Token, req.Mode)
 	if err != nil {
+		return nil, err
+	}
+	if err := o.confirm(ctx, t); err != nil {
 		return nil, err
 	}
 	payload, err := subjects.DecodeCallbackBody(req.ContentType, req.Body)
@@ -170,6 +175,45 @@ func (o *Service) claimWake(ctx context.Context, agentID, eventID string) (dispo
 		return true, nil
 	})
 	return disposition, into, ackFloor, claimed, err
+}
+
+// confirm reads the trigger's record from its stream's leader, so that a
+// revoke acknowledged anywhere refuses the token here at once, whatever
+// this replica's index has seen yet: the index turns away bad tokens
+// without a round trip, this one read stands behind every accepted one.
+// (A KV get may be answered by a follower that lags a revoke; the
+// stream's message API is answered by the leader.)
+func (o *Service) confirm(ctx context.Context, t *subjects.Trigger) error {
+	bucket := o.store.triggers.Bucket()
+	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + bucket + "." + recKey(t.AgentID, t.ID)})
+	msg, err := o.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+bucket, req)
+	if err != nil {
+		return fmt.Errorf("callbacks: confirm trigger: %w: %w", kvrec.ErrUnavailable, err)
+	}
+	var res struct {
+		Message *struct {
+			Hdrs []byte `json:"hdrs"`
+			Data []byte `json:"data"`
+		} `json:"message"`
+		Error *struct {
+			Code        int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &res); err != nil {
+		return fmt.Errorf("callbacks: confirm trigger: %w", err)
+	}
+	if res.Error != nil {
+		if res.Error.Code == 10037 { // no message found: the record is gone
+			return subjects.ErrCallbackRejected
+		}
+		return fmt.Errorf("callbacks: confirm trigger: %w: %s", kvrec.ErrUnavailable, res.Error.Description)
+	}
+	var rec subjects.Trigger
+	if res.Message == nil || json.Unmarshal(res.Message.Data, &rec) != nil || !usable(&rec, t.TokenHash, t.Mode) {
+		return subjects.ErrCallbackRejected
+	}
+	return nil
 }
 
 // landedAt returns the inbox sequence of the wake hint of eventID when it
