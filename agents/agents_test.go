@@ -1,0 +1,62 @@
+package agents_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/chime-nats/chime/agents"
+	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/subjects"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestStore: an unknown agent has the zero state; pause and resume are
+// idempotent; one feature's update keeps the others' fields.
+func TestStore(t *testing.T) {
+	ns := natstest.Server(t)
+	_, res := natstest.Provisioned(t, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s := agents.NewStore(res.Agents)
+
+	st, rev, err := s.Get(ctx, "new")
+	if err != nil || rev != 0 || st.AgentID != "new" || st.Status != "" || st.PausedAt != nil {
+		t.Fatalf("unknown agent: %+v %d %v", st, rev, err)
+	}
+	if _, _, err := s.Update(ctx, "a", func(st *subjects.AgentState) (bool, error) {
+		st.Status = subjects.AgentActive
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	for range 2 {
+		if err := s.Pause(ctx, "a", at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Pause(ctx, "a", at.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	st, _, _ = s.Get(ctx, "a")
+	if st.Status != subjects.AgentActive || st.PausedAt == nil || !st.PausedAt.Equal(at) {
+		t.Fatalf("paused: %+v (a second pause must not move paused_at; the status must stay)", st)
+	}
+	for range 2 {
+		if err := s.Resume(ctx, "a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, rev, _ = s.Get(ctx, "a")
+	if st.PausedAt != nil || st.Status != subjects.AgentActive {
+		t.Fatalf("resumed: %+v", st)
+	}
+	// A change that writes nothing returns the revision read.
+	if _, got, err := s.Update(ctx, "a", func(*subjects.AgentState) (bool, error) { return false, nil }); err != nil || got != rev {
+		t.Fatalf("no-op update: rev %d, want %d (%v)", got, rev, err)
+	}
+}
