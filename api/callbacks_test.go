@@ -164,7 +164,7 @@ func TestCallbackDeliveries(t *testing.T) {
 
 	// An empty POST wakes.
 	status, body := post(t, wake, "", nil)
-	res := accepted(t, status, body, "ci", subjects.ModeWakeHint, subjects.DispositionDelivered)
+	res := accepted(t, status, body, "ci", subjects.ModeWakeHint, subjects.DispositionTriggered)
 	env := next(t, inbox)
 	if env.Kind != subjects.KindWakeHint || env.Trust != subjects.TrustExternal || env.Text != "external trigger fired" ||
 		env.Source.ID != res.TriggerID || env.Source.Type != "external_trigger" {
@@ -180,7 +180,7 @@ func TestCallbackDeliveries(t *testing.T) {
 		{"application/octet-stream", "\x00\x01binary", ""},
 	} {
 		status, body := post(t, enqueue, tc.contentType, []byte(tc.body))
-		accepted(t, status, body, "ci", subjects.ModeEnqueueMessage, subjects.DispositionDelivered)
+		accepted(t, status, body, "ci", subjects.ModeEnqueueMessage, subjects.DispositionEnqueued)
 		env := next(t, inbox)
 		if env.Kind != subjects.KindMessage || env.Trust != subjects.TrustExternal || env.Text != tc.text {
 			t.Errorf("%s: message %+v", tc.contentType, env)
@@ -199,7 +199,7 @@ func TestCallbackDeliveries(t *testing.T) {
 	// Wake hints are held back only for agents with an inbox consumer; this
 	// agent has none, so each wake is delivered.
 	status, body = post(t, wake, "application/json", []byte(long))
-	accepted(t, status, body, "ci", subjects.ModeWakeHint, subjects.DispositionDelivered)
+	accepted(t, status, body, "ci", subjects.ModeWakeHint, subjects.DispositionTriggered)
 	env = next(t, inbox)
 	if env.Text != long[:160]+"..." {
 		t.Errorf("reason %q", env.Text)
@@ -228,7 +228,7 @@ func TestCallbackRules(t *testing.T) {
 		t.Fatalf("rejected callbacks stored: %d events, want %d", got, before)
 	}
 	status, body = post(t, enqueue, "text/plain", bytes.Repeat([]byte("a"), subjects.MaxCallbackBody))
-	accepted(t, status, body, "rules", subjects.ModeEnqueueMessage, subjects.DispositionDelivered)
+	accepted(t, status, body, "rules", subjects.ModeEnqueueMessage, subjects.DispositionEnqueued)
 	if got := eventCount(t, nc); got != before+1 {
 		t.Fatalf("256 KiB: %d events, want %d", got, before+1)
 	}
@@ -242,7 +242,7 @@ func TestCallbackRules(t *testing.T) {
 	}
 	rejectedAt(t, "enqueue URL after reset", enqueue)
 	status, body = post(t, reset.TriggerURL, "text/plain", []byte("after reset"))
-	accepted(t, status, body, "rules", subjects.ModeEnqueueMessage, subjects.DispositionDelivered)
+	accepted(t, status, body, "rules", subjects.ModeEnqueueMessage, subjects.DispositionEnqueued)
 
 	// Extra triggers: create, list, cancel (twice), unknown.
 	status, body = post(t, base+"/api/control/agents/rules/triggers", "application/json", []byte(`{"delivery_mode":"wake_hint","label":"github"}`))
@@ -297,7 +297,7 @@ func TestCallbackRules(t *testing.T) {
 	rejectedAt(t, "old wake URL after restart", wake)
 	rejectedAt(t, "old enqueue URL after restart", reset.TriggerURL)
 	status, body = post(t, again[subjects.ModeWakeHint], "", nil)
-	accepted(t, status, body, "rules", subjects.ModeWakeHint, subjects.DispositionDelivered)
+	accepted(t, status, body, "rules", subjects.ModeWakeHint, subjects.DispositionTriggered)
 
 	// A start while active is a restart: every earlier URL dies, extra ones too.
 	status, body = post(t, base+"/api/control/agents/rules/triggers", "application/json", []byte(`{"delivery_mode":"enqueue_message"}`))
@@ -340,7 +340,7 @@ func TestCallbackCoalescing(t *testing.T) {
 		t.Fatal(err)
 	}
 	status, body := post(t, wake, "text/plain", []byte("first"))
-	accepted(t, status, body, "co", subjects.ModeWakeHint, subjects.DispositionDelivered)
+	accepted(t, status, body, "co", subjects.ModeWakeHint, subjects.DispositionTriggered)
 	status, body = post(t, wake, "text/plain", []byte("second"))
 	accepted(t, status, body, "co", subjects.ModeWakeHint, subjects.DispositionCoalesced)
 
@@ -367,7 +367,7 @@ func TestCallbackCoalescing(t *testing.T) {
 		t.Fatal(err)
 	}
 	status, body = post(t, wake, "text/plain", []byte("fourth"))
-	accepted(t, status, body, "co", subjects.ModeWakeHint, subjects.DispositionDelivered)
+	accepted(t, status, body, "co", subjects.ModeWakeHint, subjects.DispositionTriggered)
 	msgs, err = cons.Fetch(2, jetstream.FetchMaxWait(time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -388,7 +388,7 @@ func TestCallbackIdempotencyKey(t *testing.T) {
 	inbox := inboxOf(t, nc, "idem")
 	before := eventCount(t, nc)
 	status, body := post(t, enqueue, "text/plain", []byte("once"), "Idempotency-Key", "delivery-7")
-	accepted(t, status, body, "idem", subjects.ModeEnqueueMessage, subjects.DispositionDelivered)
+	accepted(t, status, body, "idem", subjects.ModeEnqueueMessage, subjects.DispositionEnqueued)
 	status, body = post(t, enqueue, "text/plain", []byte("once"), "Idempotency-Key", "delivery-7")
 	accepted(t, status, body, "idem", subjects.ModeEnqueueMessage, subjects.DispositionDuplicate)
 	if env := next(t, inbox); env.Text != "once" {
@@ -423,7 +423,7 @@ func TestCallbackOverNATS(t *testing.T) {
 		return reply
 	}
 	reply := call(subjects.CallbackEnqueue, token, "over nats")
-	accepted(t, 200, reply.Data, "natsy", subjects.ModeEnqueueMessage, subjects.DispositionDelivered)
+	accepted(t, 200, reply.Data, "natsy", subjects.ModeEnqueueMessage, subjects.DispositionEnqueued)
 	if env := next(t, inbox); env.Kind != subjects.KindMessage || env.Text != "over nats" || env.Trust != subjects.TrustExternal {
 		t.Errorf("delivery %+v", env)
 	}
@@ -471,7 +471,7 @@ func TestOperatorTokens(t *testing.T) {
 	}
 	// Callbacks carry their own capability; health stays open.
 	status, body = post(t, urls[subjects.ModeEnqueueMessage], "text/plain", []byte("hi"))
-	accepted(t, status, body, "guarded", subjects.ModeEnqueueMessage, subjects.DispositionDelivered)
+	accepted(t, status, body, "guarded", subjects.ModeEnqueueMessage, subjects.DispositionEnqueued)
 	if res, err := http.Get(base + "/healthz"); err != nil || res.StatusCode != 200 {
 		t.Errorf("healthz: %v %v", res, err)
 	} else {
@@ -561,7 +561,7 @@ func TestCallbackConcurrentWakesWithoutInboxConsumer(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			status, body := post(t, wake, "", nil)
-			if status != 200 || !strings.Contains(string(body), `"disposition":"delivered"`) {
+			if status != 200 || !strings.Contains(string(body), `"disposition":"triggered"`) {
 				errs <- fmt.Sprintf("%d %s", status, body)
 			}
 		}()
@@ -607,7 +607,7 @@ func TestCallbackWakeRetryNeverSwallowsAWake(t *testing.T) {
 	for round := range 5 {
 		key := fmt.Sprintf("delivery-%d", round)
 		status, body := post(t, wake, "text/plain", []byte("original"), "Idempotency-Key", key)
-		accepted(t, status, body, "retry", subjects.ModeWakeHint, subjects.DispositionDelivered)
+		accepted(t, status, body, "retry", subjects.ModeWakeHint, subjects.DispositionTriggered)
 		if got := take(); got != "original" {
 			t.Fatalf("round %d: %q", round, got)
 		}
@@ -644,7 +644,7 @@ func TestCallbackLargeEscapableBody(t *testing.T) {
 	inbox := inboxOf(t, nc, "big")
 	body := strings.Repeat("<a&b>", 50000) // 250 KB; HTML-escaped it would be 1.2 MB
 	status, reply := post(t, enqueue, "text/plain", []byte(body))
-	accepted(t, status, reply, "big", subjects.ModeEnqueueMessage, subjects.DispositionDelivered)
+	accepted(t, status, reply, "big", subjects.ModeEnqueueMessage, subjects.DispositionEnqueued)
 	if env := next(t, inbox); env.Text != body {
 		t.Errorf("delivered %d bytes, want the %d sent", len(env.Text), len(body))
 	}

@@ -188,7 +188,7 @@ func postCallback(ctx context.Context, c *http.Client, url, contentType, body st
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
 	var reply subjects.CallbackReply
-	if res.StatusCode != http.StatusOK || json.Unmarshal(b, &reply) != nil || reply.Result.Disposition != subjects.DispositionDelivered {
+	if res.StatusCode != http.StatusOK || json.Unmarshal(b, &reply) != nil || reply.Result.Disposition != subjects.DispositionEnqueued {
 		return fmt.Errorf("callback: %d %s", res.StatusCode, strings.TrimSpace(string(b)))
 	}
 	return nil

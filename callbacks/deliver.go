@@ -63,7 +63,7 @@ func NewConsumer(c ConsumerConfig) *Consumer {
 		cfg: c,
 		log: c.Log.With("component", "callbacks"),
 		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "chime_callbacks_handled_total", Help: "Accepted callbacks handled, by kind (wake_hint, message) and disposition (delivered, coalesced).",
+			Name: "chime_callbacks_handled_total", Help: "Accepted callbacks handled, by kind (wake_hint, message) and disposition (triggered, enqueued, coalesced).",
 		}, []string{"kind", "disposition"}),
 		fails: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "chime_callback_delivery_failures_total", Help: "Callback deliveries that failed and were left for redelivery.",

@@ -83,7 +83,7 @@ func (o *Service) Accept(ctx context.Context, req Request) (*subjects.CallbackRe
 	}
 	ev := subjects.CallbackEvent{
 		ID: "cb_" + nuid.Next(), AgentID: t.AgentID, TriggerID: t.ID, Mode: t.Mode,
-		Disposition: subjects.DispositionDelivered, At: o.now().UTC(), Payload: payload,
+		Disposition: t.Mode.Accepted(), At: o.now().UTC(), Payload: payload,
 	}
 	// Too big to deliver is refused now, not found undeliverable later. The
 	// envelope carries the payload at least once, so it bounds the event too.
@@ -142,7 +142,7 @@ func (o *Service) Accept(ctx context.Context, req Request) (*subjects.CallbackRe
 func (o *Service) claimWake(ctx context.Context, agentID, eventID string) (disposition, into string, ackFloor uint64, claimed bool, err error) {
 	c, err := o.js.Consumer(ctx, o.inboxStream, subjects.InboxConsumer(agentID))
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return subjects.DispositionDelivered, "", 0, false, nil
+		return subjects.DispositionTriggered, "", 0, false, nil
 	}
 	if err != nil {
 		return "", "", 0, false, fmt.Errorf("callbacks: inbox consumer: %w", err)
@@ -170,7 +170,7 @@ func (o *Service) claimWake(ctx context.Context, agentID, eventID string) (dispo
 			disposition, into, claimed = subjects.DispositionCoalesced, pw.EventID, false
 			return false, nil
 		}
-		disposition, into, claimed = subjects.DispositionDelivered, "", true
+		disposition, into, claimed = subjects.DispositionTriggered, "", true
 		st.PendingWake = &subjects.PendingWake{EventID: eventID, ClaimedAt: o.now().UTC()}
 		return true, nil
 	})

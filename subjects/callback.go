@@ -219,12 +219,22 @@ type ResetReply struct {
 	Status     TriggerStatus `json:"status"`
 }
 
-// Callback dispositions.
+// Callback dispositions: Holon's, and chime's duplicate.
 const (
-	DispositionDelivered = "delivered" // stored; its delivery follows
+	DispositionTriggered = "triggered" // a wake stored; its wake_hint follows
+	DispositionEnqueued  = "enqueued"  // a message stored; its delivery follows
 	DispositionCoalesced = "coalesced" // a wake folded into the pending one
 	DispositionDuplicate = "duplicate" // a retry of a stored callback (same Idempotency-Key)
 )
+
+// Accepted is the disposition of a stored callback of mode that was not
+// folded into a pending wake: triggered or enqueued.
+func (m DeliveryMode) Accepted() string {
+	if m == ModeWakeHint {
+		return DispositionTriggered
+	}
+	return DispositionEnqueued
+}
 
 // CallbackResult is the result of an accepted callback.
 type CallbackResult struct {
