@@ -172,7 +172,8 @@ func Callbacks(ctx context.Context, o CallbacksOptions) (*CallbacksResult, error
 	return res, nil
 }
 
-// postCallback posts one callback and wants 200 with a delivered result.
+// postCallback posts one callback and wants 200 with a stored result
+// (triggered or enqueued).
 func postCallback(ctx context.Context, c *http.Client, url, contentType, body string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader([]byte(body)))
 	if err != nil {
@@ -188,7 +189,7 @@ func postCallback(ctx context.Context, c *http.Client, url, contentType, body st
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
 	var reply subjects.CallbackReply
-	if res.StatusCode != http.StatusOK || json.Unmarshal(b, &reply) != nil || reply.Result.Disposition != subjects.DispositionEnqueued {
+	if res.StatusCode != http.StatusOK || json.Unmarshal(b, &reply) != nil || reply.Result.Disposition != reply.Result.Mode.Accepted() {
 		return fmt.Errorf("callback: %d %s", res.StatusCode, strings.TrimSpace(string(b)))
 	}
 	return nil
