@@ -81,17 +81,27 @@ func (s *Store) Resume(ctx context.Context, agentID string) error {
 	return err
 }
 
-// InterventionDone moves the agent's intervention cursor to seq: the
-// intervention stored at that events stream sequence is applied or given
-// up. The cursor only moves forward, so a late or repeated call changes
-// nothing.
-func (s *Store) InterventionDone(ctx context.Context, agentID string, seq uint64) error {
+// InterventionDone moves the agent's intervention cursor to seq of the
+// events stream of epoch: the intervention stored there is applied or
+// given up. Within one epoch the cursor only moves forward, so a late or
+// repeated call changes nothing; a new epoch starts it over.
+func (s *Store) InterventionDone(ctx context.Context, agentID string, seq uint64, epoch int64) error {
 	_, _, err := s.Update(ctx, agentID, func(st *subjects.AgentState) (bool, error) {
-		if st.LastInterventionSeq >= seq {
+		if InterventionCursor(st, epoch) >= seq {
 			return false, nil
 		}
-		st.LastInterventionSeq = seq
+		st.LastInterventionSeq, st.InterventionEpoch = seq, epoch
 		return true, nil
 	})
 	return err
+}
+
+// InterventionCursor is the agent's intervention cursor in the events
+// stream of epoch: zero when it was kept for another stream. A cursor
+// without an epoch (written before epochs) is taken as this stream's.
+func InterventionCursor(st *subjects.AgentState, epoch int64) uint64 {
+	if st.InterventionEpoch != 0 && st.InterventionEpoch != epoch {
+		return 0
+	}
+	return st.LastInterventionSeq
 }

@@ -60,3 +60,43 @@ func TestStore(t *testing.T) {
 		t.Fatalf("no-op update: rev %d, want %d (%v)", got, rev, err)
 	}
 }
+
+// TestInterventionCursorEpochs: the cursor moves forward within one events
+// stream; a stream made anew (another epoch) starts it over; a cursor
+// from before epochs counts as the current stream's.
+func TestInterventionCursorEpochs(t *testing.T) {
+	ns := natstest.Server(t)
+	_, res := natstest.Provisioned(t, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s := agents.NewStore(res.Agents)
+	cursor := func(epoch int64) uint64 {
+		st, _, err := s.Get(ctx, "iv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return agents.InterventionCursor(st, epoch)
+	}
+	// Before epochs: a bare cursor.
+	if _, _, err := s.Update(ctx, "iv", func(st *subjects.AgentState) (bool, error) { st.LastInterventionSeq = 100; return true, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := cursor(7); got != 100 {
+		t.Fatalf("legacy cursor read as %d", got)
+	}
+	for _, step := range []struct {
+		seq   uint64
+		epoch int64
+		want  uint64
+	}{{90, 7, 100}, {120, 7, 120}, {110, 7, 120}, {3, 8, 3}, {5, 8, 5}} {
+		if err := s.InterventionDone(ctx, "iv", step.seq, step.epoch); err != nil {
+			t.Fatal(err)
+		}
+		if got := cursor(step.epoch); got != step.want {
+			t.Fatalf("after %d in epoch %d: cursor %d, want %d", step.seq, step.epoch, got, step.want)
+		}
+	}
+	if got := cursor(7); got != 0 {
+		t.Fatalf("the old stream's cursor read in a new epoch as %d", got)
+	}
+}

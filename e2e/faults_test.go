@@ -587,3 +587,61 @@ func TestPublishFailures(t *testing.T) {
 	}
 	t.Logf("publish failures retried: %v", p.metric(t, "chime_timer_fire_publish_failures_total"))
 }
+
+// TestEventsStreamRecreated: CHIME_EVENTS is deleted under a running
+// replica (an operator's `nats stream rm`). It comes back by itself, its
+// consumers with it, and an agent's interventions apply again although
+// the new stream's sequences start over below the agent's cursor.
+func TestEventsStreamRecreated(t *testing.T) {
+	ns := natstest.Server(t)
+	startServe(t, "heal", "CHIME_NATS_URL="+ns.ClientURL())
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, _ := client.New(nc, "healed")
+	inbox := make(chan *nats.Msg, 64)
+	sub, err := nc.ChanSubscribe(subjects.Inbox("healed"), inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	expect := func(text string) {
+		t.Helper()
+		deadline := time.After(15 * time.Second)
+		for {
+			select {
+			case m := <-inbox:
+				var env subjects.Envelope
+				if json.Unmarshal(m.Data, &env) == nil && env.Kind == subjects.KindIntervention && env.Text == text {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("intervention %q never delivered", text)
+			}
+		}
+	}
+	// Move the agent's cursor up the old stream.
+	for i := range 5 {
+		text := fmt.Sprintf("before %d", i)
+		if err := c.Intervene(ctx, subjects.ActionMessage, text); err != nil {
+			t.Fatal(err)
+		}
+		expect(text)
+	}
+	if err := js.DeleteStream(ctx, engine.EventsStream); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "events stream re-created", func() bool {
+		_, err := js.Stream(ctx, engine.EventsStream)
+		return err == nil
+	})
+	if err := retrying(ctx, func(ctx context.Context) error { return c.Intervene(ctx, subjects.ActionMessage, "after") }); err != nil {
+		t.Fatal(err)
+	}
+	expect("after")
+}

@@ -17,6 +17,10 @@ type AgentState struct {
 	// last intervention applied (or given up): the next one in stream
 	// order after it is the only one that may apply.
 	LastInterventionSeq uint64 `json:"last_intervention_seq,omitempty"`
+	// InterventionEpoch names the events stream the cursor counts in (its
+	// creation time, Unix nanoseconds): a stream made anew restarts its
+	// sequences, and an old cursor would skip the new interventions.
+	InterventionEpoch int64 `json:"intervention_epoch,omitempty"`
 }
 
 // PendingWake is a delivered (or in-flight) wake hint.

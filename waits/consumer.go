@@ -199,7 +199,11 @@ func (w *Consumer) intervene(ctx context.Context, d *consumer.Delivery) error {
 	}
 	// The ack floor is asked for on the first attempt and every tenth
 	// local retry, not on each.
-	applied, err := w.inTurn(ctx, agentID, d.StreamSeq, d.Attempt%10 == 1)
+	epoch, err := w.epoch(ctx)
+	if err != nil {
+		return err
+	}
+	applied, err := w.inTurn(ctx, agentID, d.StreamSeq, epoch, d.Attempt%10 == 1)
 	if err != nil || applied {
 		return err
 	}
@@ -207,21 +211,21 @@ func (w *Consumer) intervene(ctx context.Context, d *consumer.Delivery) error {
 	switch {
 	case errors.Is(err, consumer.ErrPoison):
 		// Given up on now: the agent's later interventions go ahead.
-		if derr := w.cfg.Agents.InterventionDone(ctx, agentID, d.StreamSeq); derr != nil {
+		if derr := w.cfg.Agents.InterventionDone(ctx, agentID, d.StreamSeq, epoch); derr != nil {
 			return derr // retried: it is poison again, and then recorded
 		}
 		return err
 	case err != nil && d.Last:
 		// The pool gives up on it; let the agent's next one step past at
 		// once rather than when the ack floor passes it.
-		if derr := w.cfg.Agents.InterventionDone(ctx, agentID, d.StreamSeq); derr == nil {
+		if derr := w.cfg.Agents.InterventionDone(ctx, agentID, d.StreamSeq, epoch); derr == nil {
 			w.skipped.Inc()
 		}
 		return err
 	case err != nil:
 		return err
 	}
-	return w.cfg.Agents.InterventionDone(ctx, agentID, d.StreamSeq)
+	return w.cfg.Agents.InterventionDone(ctx, agentID, d.StreamSeq, epoch)
 }
 
 // inTurn reports whether the agent's intervention at stream sequence seq
@@ -234,13 +238,23 @@ func (w *Consumer) intervene(ctx context.Context, d *consumer.Delivery) error {
 // One handler at a time holds a given event (the pool keeps it in
 // progress), and an event applies only when all the agent's earlier ones
 // are done, so the agent's interventions never apply concurrently.
-func (w *Consumer) inTurn(ctx context.Context, agentID string, seq uint64, floor bool) (applied bool, err error) {
+// epoch names the events stream the interventions are in: its creation
+// time. Asked each time, so a stream made anew is noticed at once.
+func (w *Consumer) epoch(ctx context.Context) (int64, error) {
+	info, err := w.ivStream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("waits: events stream: %w", err)
+	}
+	return info.Created.UnixNano(), nil
+}
+
+func (w *Consumer) inTurn(ctx context.Context, agentID string, seq uint64, epoch int64, floor bool) (applied bool, err error) {
 	for {
 		st, _, err := w.cfg.Agents.Get(ctx, agentID)
 		if err != nil {
 			return false, err
 		}
-		cursor := st.LastInterventionSeq
+		cursor := agents.InterventionCursor(st, epoch)
 		if seq <= cursor {
 			return true, nil
 		}
@@ -269,11 +283,11 @@ func (w *Consumer) inTurn(ctx context.Context, agentID string, seq uint64, floor
 		if st, _, err = w.cfg.Agents.Get(ctx, agentID); err != nil {
 			return false, err
 		}
-		if st.LastInterventionSeq >= first.Sequence {
+		if agents.InterventionCursor(st, epoch) >= first.Sequence {
 			continue
 		}
 		w.log.Warn("stepping past an intervention that was given up", "agent_id", agentID, "stream_seq", first.Sequence, "next", seq)
-		if err := w.cfg.Agents.InterventionDone(ctx, agentID, first.Sequence); err != nil {
+		if err := w.cfg.Agents.InterventionDone(ctx, agentID, first.Sequence, epoch); err != nil {
 			return false, err
 		}
 		w.skipped.Inc()
