@@ -329,8 +329,10 @@ func (s *Scheduler) recordLoop(ctx context.Context) {
 		case f = <-s.records:
 		}
 		// Record updates wait out a burst: each is two KV round trips that
-		// would compete with the publishes agents are waiting for.
-		for len(s.pending) > 0 {
+		// would compete with the publishes agents are waiting for. Not for
+		// long: under a steady load fires are always in flight, and records
+		// must not fall behind without end.
+		for wait := 0; len(s.pending) > 0 && wait < 100; wait++ {
 			select {
 			case <-ctx.Done():
 				return
