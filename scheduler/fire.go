@@ -94,7 +94,7 @@ func (s *Scheduler) fireLoop(ctx context.Context) {
 // and carried in the fire so its record says the same. Called with s.mu
 // held.
 func (s *Scheduler) prepare(batch []*entry, now time.Time) ([]subjects.TimerFired, []subjects.WaitFired) {
-	var timerFires []subjects.TimerFired
+	timerFires := make([]subjects.TimerFired, 0, len(batch))
 	var waitFires []subjects.WaitFired
 	for _, en := range batch {
 		due := time.Unix(0, en.due).UTC()

@@ -123,9 +123,9 @@ func TimerFiredMsg(f *TimerFired) *nats.Msg {
 	b = append(b, `,"fired_at":`...)
 	b = appendTime(b, f.FiredAt)
 	b = append(b, "}}"...)
-	m := &nats.Msg{Subject: Inbox(f.AgentID), Data: b, Header: nats.Header{}}
-	m.Header[HeaderKind] = []string{KindTimerFired}
-	m.Header[HeaderMsgID] = []string{id}
+	m := &nats.Msg{Subject: Inbox(f.AgentID), Data: b, Header: nats.Header{
+		HeaderKind: {KindTimerFired}, HeaderMsgID: {id},
+	}}
 	return m
 }
 

@@ -3,6 +3,7 @@ package subjects
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 	"unicode/utf8"
 )
@@ -182,5 +183,5 @@ func (f *TimerFired) MsgID() string {
 
 // EnvelopeID is the stable ID of the inbox delivery of this occurrence.
 func (f *TimerFired) EnvelopeID() string {
-	return fmt.Sprintf("timer_%s_%d", f.TimerID, f.Occurrence)
+	return "timer_" + f.TimerID + "_" + strconv.FormatInt(f.Occurrence, 10)
 }
