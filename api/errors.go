@@ -8,6 +8,7 @@ import (
 
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // retryAfter is the hint given with a storage outage: about how long a
@@ -16,6 +17,10 @@ const retryAfter = time.Second
 
 // unavailableMessage is the text of a storage outage.
 const unavailableMessage = "chime storage is unavailable (a NATS leader election?); retry in 1s"
+
+// canceledMessage is the text of a request cut short by its caller
+// leaving or by this replica stopping.
+const canceledMessage = "request cancelled (the caller left or this replica is stopping); retry"
 
 // unavailableError is the answer to a request whose storage work was still
 // failing transiently, or still waiting, when its deadline ended: the wire
@@ -36,8 +41,15 @@ func answerError(err error) error {
 	if e, ok := errors.AsType[*subjects.Error](err); ok {
 		return e
 	}
-	if kvrec.Transient(err) || errors.Is(err, context.DeadlineExceeded) {
+	// A missing bucket or stream is being re-created by the healer.
+	if kvrec.Transient(err) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
 		return &unavailableError{wire: &subjects.Error{Code: subjects.CodeUnavailable, Message: unavailableMessage}, after: retryAfter}
+	}
+	if errors.Is(err, context.Canceled) {
+		// The caller left, or this replica is stopping: not a bug, and
+		// another replica can take the retry.
+		return &unavailableError{wire: &subjects.Error{Code: subjects.CodeUnavailable, Message: canceledMessage}, after: retryAfter}
 	}
 	return &subjects.Error{Code: subjects.CodeInternal, Message: "internal error"}
 }
@@ -60,7 +72,11 @@ func (o *Operations) finish(endpoint, what string, err error, attrs ...any) erro
 		answer := answerError(err)
 		outcome = subjects.AsError(answer).Code
 		if _, outage := errors.AsType[*unavailableError](answer); outage {
-			o.log.Warn(what+" hit unavailable storage", append(attrs, "err", err)...)
+			if errors.Is(err, context.Canceled) {
+				o.log.Debug(what+" cancelled", append(attrs, "err", err)...)
+			} else {
+				o.log.Warn(what+" hit unavailable storage", append(attrs, "err", err)...)
+			}
 		} else if outcome == subjects.CodeInternal {
 			o.log.Error(what+" failed", append(attrs, "err", err)...)
 		}

@@ -64,7 +64,8 @@ func TestAnswerError(t *testing.T) {
 		{"operation's own error", fmt.Errorf("waits: %w", subjects.ErrNotFound("tmr_1")), subjects.ErrTimerNotFound, false},
 		{"operation's own unavailable", &subjects.Error{Code: subjects.CodeUnavailable, Message: "callbacks are not configured"}, wantUnavailable, false},
 		{"bug", errors.New("nil map"), wantInternal, false},
-		{"bucket missing", fmt.Errorf("timers: get: %w", jetstream.ErrBucketNotFound), wantInternal, false},
+		{"bucket missing (being healed)", fmt.Errorf("timers: get: %w", jetstream.ErrBucketNotFound), wantUnavailable, true},
+		{"caller left or replica stopping", fmt.Errorf("timers: get: %w", context.Canceled), wantUnavailable, true},
 		{"contended", kvrec.ErrContended, wantInternal, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
