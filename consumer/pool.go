@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/chime-nats/chime/internal/backoff"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -259,8 +259,8 @@ func (p *Pool) lost(cons jetstream.Consumer) bool {
 // restart creates and consumes the consumer again, retrying with capped,
 // jittered backoff; ok is false once the pool is stopping.
 func (p *Pool) restart() (jetstream.Consumer, jetstream.ConsumeContext, bool) {
-	delay := recreateMin
-	for {
+	recreate := backoff.Policy{Min: recreateMin, Max: recreateMax}
+	for n := 0; ; n++ {
 		ctx, cancel := context.WithTimeout(p.superCtx, createTimeout)
 		cons, err := p.cfg.Create(ctx)
 		cancel()
@@ -272,20 +272,14 @@ func (p *Pool) restart() (jetstream.Consumer, jetstream.ConsumeContext, bool) {
 				return cons, cc, true
 			}
 		}
-		// Jitter over the upper half of the delay keeps replicas that lost
-		// the consumer together from re-creating it in lockstep.
-		wait := delay/2 + rand.N(delay/2+1)
+		// Jitter keeps replicas that lost the consumer together from
+		// re-creating it in lockstep.
 		if p.superCtx.Err() == nil {
-			p.log.Warn("re-creating consumer", "consumer", p.cfg.Name, "retry_in", wait, "err", err)
+			p.log.Warn("re-creating consumer", "consumer", p.cfg.Name, "attempt", n+1, "err", err)
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-p.stopping:
-			t.Stop()
-			return nil, nil, false
-		case <-t.C:
+		if !recreate.Sleep(p.superCtx, n) {
+			return nil, nil, false // stopping
 		}
-		delay = min(2*delay, recreateMax)
 	}
 }
 

@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sort"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/chime-nats/chime/internal/backoff"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
 )
@@ -267,13 +267,10 @@ func awaitAck(ctx context.Context, fut jetstream.PubAckFuture) (*jetstream.PubAc
 	}
 }
 
-// retryDelay is the pause before attempt n+1 of an occurrence: doubling
-// from 100 ms to 2 s, jittered by half so that retries of a burst spread
-// and a stream back from an election is tried again within a second or two.
-func retryDelay(n int) time.Duration {
-	d := min(100*time.Millisecond<<min(n, 5), 2*time.Second)
-	return d/2 + rand.N(d/2+1)
-}
+// retries paces the attempts of an occurrence, and of a record update:
+// from 100 ms up to 2 s, so a stream back from an election is tried again
+// within a second or two.
+var retries = backoff.Policy{Min: 100 * time.Millisecond, Max: 2 * time.Second}
 
 // rearm puts a failed fire's occurrence back in the index, same number and
 // due time, to be published again after a backoff.
@@ -301,7 +298,7 @@ func (s *Scheduler) rearm(p pendingFire, cause error) {
 	}
 	en.due = p.due
 	en.attempts++
-	en.at = s.cfg.Now().Add(retryDelay(en.attempts - 1)).UnixNano()
+	en.at = s.cfg.Now().Add(retries.Delay(en.attempts - 1)).UnixNano()
 	s.index.arm(en)
 	s.Wake()
 }
@@ -369,10 +366,8 @@ func (s *Scheduler) record(ctx context.Context, f *subjects.TimerFired) {
 		}
 		s.m.recordFailures.Inc()
 		s.log.Debug("timer record update failed; retrying", "timer_id", f.TimerID, "occurrence", f.Occurrence, "err", err)
-		select {
-		case <-ctx.Done():
+		if !retries.Sleep(ctx, attempt) {
 			return
-		case <-time.After(retryDelay(attempt)):
 		}
 	}
 }

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
+	"github.com/chime-nats/chime/internal/backoff"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -14,13 +14,11 @@ import (
 // Retry pacing. A healthy round trip takes well under a millisecond and a
 // JetStream leader election a few seconds, so one attempt gets at most
 // attemptTimeout (never more than the caller has left) and the waits between
-// attempts double from backoffMin up to backoffMax, jittered so that the
-// requests stalled by one election do not come back in step.
-const (
-	attemptTimeout = 2 * time.Second
-	backoffMin     = 25 * time.Millisecond
-	backoffMax     = 500 * time.Millisecond
-)
+// attempts double from 25 ms up to 500 ms, jittered so that the requests
+// stalled by one election do not come back in step.
+const attemptTimeout = 2 * time.Second
+
+var retries = backoff.Policy{Min: 25 * time.Millisecond, Max: 500 * time.Millisecond}
 
 // ErrUnavailable means JetStream kept failing with transient errors (or
 // did not answer) until the caller's deadline: the storage is unavailable
@@ -85,7 +83,7 @@ func Transient(err error) bool {
 // pacer paces the retries of one call: it decides whether an error is
 // worth another attempt and sleeps the backoff.
 type pacer struct {
-	wait time.Duration
+	n int // retries so far
 }
 
 // retry reports whether err, from an attempt made under ctx, is worth
@@ -99,34 +97,21 @@ func (p *pacer) retry(ctx context.Context, err error) (bool, error) {
 	if !Transient(err) {
 		return false, err
 	}
-	if p.wait == 0 {
-		p.wait = backoffMin
-	}
-	d := p.wait/2 + rand.N(p.wait/2+1) // jitter over the upper half
-	p.wait = min(2*p.wait, backoffMax)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
+	p.n++
+	if !retries.Sleep(ctx, p.n-1) {
 		return false, ended(ctx, err)
-	case <-t.C:
-		return true, nil
 	}
+	return true, nil
 }
 
 // conflictPause waits out the n-th CAS conflict of one update (n >
-// conflictsBeforePause): jittered, doubling from backoffMin to backoffMax.
+// conflictsBeforePause), paced as the retries are.
 // Losing races until ctx ends is contention, not unavailability.
 func conflictPause(ctx context.Context, n int) error {
-	d := min(backoffMin<<min(n-conflictsBeforePause-1, 8), backoffMax)
-	t := time.NewTimer(d/2 + rand.N(d/2+1))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
+	if !retries.Sleep(ctx, n-conflictsBeforePause-1) {
 		return fmt.Errorf("%w after %d conflicts: %w", ErrContended, n, ctx.Err())
-	case <-t.C:
-		return nil
 	}
+	return nil
 }
 
 // ended is the error of a call whose context ended during or after an

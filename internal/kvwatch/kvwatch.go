@@ -18,11 +18,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/chime-nats/chime/internal/backoff"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -191,33 +191,32 @@ func (w *Watch) setLive(live bool, problem string) {
 	}
 }
 
+// recreate paces the re-creation of a failing consumer; a failure after a
+// consumer that delivered is retried at once.
+var recreate = backoff.Policy{Min: 50 * time.Millisecond, Max: time.Second}
+
 // run keeps a consumer delivering until ctx ends.
 func (w *Watch) run(ctx context.Context) {
 	var next uint64 // the revision to resume from; 0: load current values
-	backoff := time.Duration(0)
+	fails := 0      // consecutive failures without progress
 	for ctx.Err() == nil {
-		if backoff > 0 {
-			// Full jitter keeps replicas from re-creating in lockstep.
-			d := backoff/2 + rand.N(backoff/2+1)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(d):
-			}
+		// Jitter keeps replicas from re-creating in lockstep.
+		if fails > 0 && !recreate.Sleep(ctx, fails-1) {
+			return
 		}
 		resumed, err := w.consume(ctx, next)
 		if ctx.Err() != nil {
 			return
 		}
 		if resumed > next {
-			next, backoff = resumed, 0 // it worked for a while: retry at once
+			next, fails = resumed, 0 // it worked for a while: retry at once
 		}
 		if errors.Is(err, errRecreated) {
-			next, backoff = 0, 0
+			next, fails = 0, 0
 			continue
 		}
 		w.setLive(false, err.Error())
-		backoff = min(max(2*backoff, 50*time.Millisecond), time.Second)
+		fails++
 	}
 }
 
