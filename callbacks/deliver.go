@@ -3,12 +3,10 @@ package callbacks
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -116,11 +114,6 @@ func (cb *Consumer) handle(ctx context.Context, data []byte) error {
 		}
 	}
 	ack, err := cb.cfg.Inbox.DeliverOnce(ctx, &env, ev.At)
-	if errors.Is(err, nats.ErrMaxPayload) {
-		// Ingress refuses what cannot fit; one that slips through anyway
-		// (a smaller max_payload since) will never fit.
-		return fmt.Errorf("%w: %s: %v", consumer.ErrPoison, env.ID, err)
-	}
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -19,23 +20,24 @@ import (
 // Service accepts callbacks.
 type Service struct {
 	store       *Store
+	inbox       *consumer.Inbox
 	js          jetstream.JetStream
 	inboxStream string
 	now         func() time.Time
 	log         *slog.Logger
 }
 
-// NewService returns the callback ingress over store. inboxStream is the
-// stream of agent inboxes, where an agent's inbox consumer tells whether it
-// has taken its wake hint.
-func NewService(store *Store, js jetstream.JetStream, inboxStream string, now func() time.Time, log *slog.Logger) *Service {
+// NewService returns the callback ingress over store; inbox says how large
+// a delivery may be. inboxStream is the stream of agent inboxes, where an
+// agent's inbox consumer tells whether it has taken its wake hint.
+func NewService(store *Store, inbox *consumer.Inbox, js jetstream.JetStream, inboxStream string, now func() time.Time, log *slog.Logger) *Service {
 	if now == nil {
 		now = time.Now
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{store: store, js: js, inboxStream: inboxStream, now: now, log: log.With("component", "callbacks")}
+	return &Service{store: store, inbox: inbox, js: js, inboxStream: inboxStream, now: now, log: log.With("component", "callbacks")}
 }
 
 // Request is one callback as it arrived, over HTTP or NATS.
@@ -92,7 +94,7 @@ func (o *Service) Accept(ctx context.Context, req Request) (*subjects.CallbackRe
 	if err != nil {
 		return nil, fmt.Errorf("callbacks: encode callback: %w", err)
 	}
-	if int64(len(envMsg.Data)+1024) > o.js.Conn().MaxPayload() {
+	if int64(len(envMsg.Data)) > o.inbox.Room() {
 		return nil, &subjects.Error{Code: subjects.CodePayloadTooLarge, Message: "callback body too large once encoded for delivery"}
 	}
 	claimed := false

@@ -69,14 +69,28 @@ func (i *Inbox) Stored(kind string, ack *jetstream.PubAck) {
 	}
 }
 
+// headerRoom is what a message keeps free of the server's max payload for
+// its headers.
+const headerRoom = 1024
+
+// Room is how many bytes an envelope may take and still be delivered:
+// requests refuse, with payload_too_large, what would not fit, rather than
+// store something no inbox will take.
+func (i *Inbox) Room() int64 { return i.js.Conn().MaxPayload() - headerRoom }
+
 // Deliver stores env in its agent's inbox and returns the stream's ack
-// (Duplicate when the envelope was stored within the dedup window).
+// (Duplicate when the envelope was stored within the dedup window). An
+// envelope larger than the server takes is ErrPoison: it never will fit
+// (a smaller max payload since it was accepted), and retrying is futile.
 func (i *Inbox) Deliver(ctx context.Context, env *subjects.Envelope) (*jetstream.PubAck, error) {
 	m, err := env.Msg()
 	if err != nil {
 		return nil, err
 	}
 	ack, err := i.js.PublishMsg(ctx, m)
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return nil, fmt.Errorf("deliver %s: %w: %w", env.ID, ErrPoison, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("deliver %s: %w", env.ID, err)
 	}

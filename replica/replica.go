@@ -162,7 +162,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	}
 	ops := api.NewOperations(api.Config{
 		Timers: store, Waits: waitStore, WaitRequests: waits.NewRequests(waitStore, inbox, js, time.Now, log),
-		Triggers: triggerStore, Callbacks: callbacks.NewService(triggerStore, js, engine.InboxStream, time.Now, log), Log: log, TimeZone: cfg.TimeZone, Registerer: reg,
+		Triggers: triggerStore, Callbacks: callbacks.NewService(triggerStore, inbox, js, engine.InboxStream, time.Now, log), Log: log, TimeZone: cfg.TimeZone, Registerer: reg,
 	})
 	if r.svc, err = api.StartService(ctx, r.nc, ops, version); err != nil {
 		return nil, err

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -355,10 +354,5 @@ func endedAt(w *subjects.Wait) time.Time {
 // rather than storing it twice.
 func (w *Consumer) publish(ctx context.Context, env *subjects.Envelope, since time.Time) error {
 	_, err := w.cfg.Inbox.DeliverOnce(ctx, env, since)
-	if errors.Is(err, nats.ErrMaxPayload) {
-		// Requests refuse what cannot fit; one that slips through anyway (a
-		// smaller max_payload since) never will: retrying it is futile.
-		return fmt.Errorf("%w: %s: %v", consumer.ErrPoison, env.ID, err)
-	}
 	return err
 }

@@ -54,9 +54,6 @@ func (o *Requests) Cancel(ctx context.Context, agentID, waitID string) (*subject
 	return w, nil
 }
 
-// headerRoom is kept free of a message's max payload for its headers.
-const headerRoom = 1024
-
 // Intervene stores the intervention as an event on the agent's
 // intervention subject; the interventions consumer applies each agent's in
 // order and delivers them. The reply comes once it is stored, so an
@@ -69,7 +66,7 @@ func (o *Requests) Intervene(ctx context.Context, agentID string, req *subjects.
 	if err != nil {
 		return nil, fmt.Errorf("waits: encode intervention: %w", err)
 	}
-	if limit := o.js.Conn().MaxPayload() - headerRoom; int64(size) > limit {
+	if limit := o.inbox.Room(); int64(size) > limit {
 		return nil, &subjects.Error{Code: subjects.CodePayloadTooLarge, Message: fmt.Sprintf(
 			"intervention text too large: its inbox delivery would be %d bytes, at most %d fit", size, limit)}
 	}
