@@ -31,6 +31,7 @@ type Index struct {
 	agents   map[string]subjects.AgentStatus
 
 	watches map[string]*kvwatch.Watch // by bucket
+	list    []*kvwatch.Watch
 	once    sync.Once
 }
 
@@ -45,7 +46,7 @@ func StartIndex(ctx context.Context, js jetstream.JetStream, triggersBucket, age
 		agents: map[string]subjects.AgentStatus{}, watches: map[string]*kvwatch.Watch{},
 	}
 	for bucket, apply := range map[string]func(string, []byte, bool){triggersBucket: ix.applyTrigger, agentsBucket: ix.applyAgent} {
-		ix.watches[bucket] = kvwatch.New(kvwatch.Config{
+		w := kvwatch.New(kvwatch.Config{
 			JS: js, Bucket: bucket, Log: log,
 			Apply: func(e kvwatch.Entry) {
 				ix.mu.Lock()
@@ -54,14 +55,15 @@ func StartIndex(ctx context.Context, js jetstream.JetStream, triggersBucket, age
 			},
 			Reset: func() { ix.reset(bucket == agentsBucket) },
 		})
+		ix.watches[bucket], ix.list = w, append(ix.list, w)
 	}
-	for _, w := range ix.watches {
+	for _, w := range ix.list {
 		if err := w.Start(context.WithoutCancel(ctx)); err != nil {
 			ix.Stop()
 			return nil, fmt.Errorf("triggers: %w", err)
 		}
 	}
-	for _, w := range ix.watches {
+	for _, w := range ix.list {
 		select {
 		case <-w.Loaded():
 		case <-ctx.Done():
@@ -75,7 +77,7 @@ func StartIndex(ctx context.Context, js jetstream.JetStream, triggersBucket, age
 // Stop ends the watches. Idempotent.
 func (ix *Index) Stop() {
 	ix.once.Do(func() {
-		for _, w := range ix.watches {
+		for _, w := range ix.list {
 			w.Stop()
 		}
 	})
@@ -94,12 +96,8 @@ func (ix *Index) reset(agents bool) {
 
 // live reports whether every watch is live.
 func (ix *Index) live() bool {
-	for _, w := range ix.watches {
-		if ok, _ := w.Live(); !ok {
-			return false
-		}
-	}
-	return true
+	live, _ := kvwatch.AllLive(ix.list...)
+	return live
 }
 
 // applyAgent folds an agents-bucket change in. Called with ix.mu held.

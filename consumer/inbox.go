@@ -30,6 +30,7 @@ type Inbox struct {
 	window time.Duration
 	now    func() time.Time
 	stored *prometheus.CounterVec
+	byKind map[string]prometheus.Counter // stored's counters, resolved once: Stored runs per fire
 }
 
 // NewInbox returns the inbox path over js: stream is the inbox stream and
@@ -38,18 +39,17 @@ func NewInbox(js jetstream.JetStream, stream string, window time.Duration, now f
 	if now == nil {
 		now = time.Now
 	}
-	return &Inbox{js: js, stream: stream, window: window, now: now, stored: prometheus.NewCounterVec(prometheus.CounterOpts{
+	i := &Inbox{js: js, stream: stream, window: window, now: now, stored: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "chime_inbox_deliveries_total", Help: "Envelopes stored in agent inboxes by this replica (repeats not counted), by kind.",
-	}, []string{"kind"})}
+	}, []string{"kind"}), byKind: map[string]prometheus.Counter{}}
+	for _, k := range []string{subjects.KindTimerFired, subjects.KindWaitComplete, subjects.KindWaitCancelled, subjects.KindIntervention, subjects.KindWakeHint, subjects.KindMessage} {
+		i.byKind[k] = i.stored.WithLabelValues(k) // exported before the first delivery too
+	}
+	return i
 }
 
 // Register exports the inbox's metrics.
-func (i *Inbox) Register(reg prometheus.Registerer) {
-	for _, k := range []string{subjects.KindTimerFired, subjects.KindWaitComplete, subjects.KindWaitCancelled, subjects.KindIntervention, subjects.KindWakeHint, subjects.KindMessage} {
-		i.stored.WithLabelValues(k) // exported before the first delivery
-	}
-	reg.MustRegister(i.stored)
-}
+func (i *Inbox) Register(reg prometheus.Registerer) { reg.MustRegister(i.stored) }
 
 // DeliverAsync publishes an envelope's message (Envelope.Msg, or a
 // faster encoding of the same bytes) without waiting; the caller settles
@@ -64,9 +64,14 @@ func (i *Inbox) DeliverAsync(m *nats.Msg) (jetstream.PubAckFuture, error) {
 
 // Stored records that an envelope of kind was acknowledged by the stream.
 func (i *Inbox) Stored(kind string, ack *jetstream.PubAck) {
-	if !ack.Duplicate {
-		i.stored.WithLabelValues(kind).Inc()
+	if ack.Duplicate {
+		return
 	}
+	if c, ok := i.byKind[kind]; ok {
+		c.Inc()
+		return
+	}
+	i.stored.WithLabelValues(kind).Inc()
 }
 
 // headerRoom is what a message keeps free of the server's max payload for

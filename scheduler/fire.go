@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/internal/backoff"
+	"github.com/chime-nats/chime/internal/kvwatch"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
 )
@@ -43,7 +44,8 @@ func (s *Scheduler) fireLoop(ctx context.Context) {
 	for {
 		now := s.cfg.Now()
 		s.cfg.Leases.Owned(now, owned)
-		if !s.watchesLive() {
+		live, _ := kvwatch.AllLive(s.watches...)
+		if !live {
 			// A stale index may still hold what was cancelled: fire
 			// nothing until the watches are live again (their leases go
 			// at the next lease round).
@@ -67,7 +69,7 @@ func (s *Scheduler) fireLoop(ctx context.Context) {
 		if armed {
 			wait = time.Duration(next - s.cfg.Now().UnixNano())
 		}
-		if !s.watchesLive() {
+		if !live {
 			wait = min(wait, 50*time.Millisecond) // look again soon
 		}
 		if wait <= 0 {

@@ -183,22 +183,10 @@ func (s *Scheduler) Stop() {
 // its publishes are going through. Leases gives its shards away while it
 // is not.
 func (s *Scheduler) Healthy() (bool, string) {
-	for _, w := range s.watches {
-		if live, why := w.Live(); !live {
-			return false, "watch of " + w.Bucket() + ": " + why
-		}
+	if live, why := kvwatch.AllLive(s.watches...); !live {
+		return false, why
 	}
 	return s.health.ok()
-}
-
-// watchesLive reports whether every watch is live.
-func (s *Scheduler) watchesLive() bool {
-	for _, w := range s.watches {
-		if live, _ := w.Live(); !live {
-			return false
-		}
-	}
-	return true
 }
 
 func (s *Scheduler) activeCount(wait bool) int {

@@ -145,6 +145,17 @@ func (w *Watch) Live() (bool, string) {
 	return w.live, w.problem
 }
 
+// AllLive reports whether every one of ws is live, and if not, which is
+// not and why.
+func AllLive(ws ...*Watch) (bool, string) {
+	for _, w := range ws {
+		if live, why := w.Live(); !live {
+			return false, "watch of " + w.Bucket() + ": " + why
+		}
+	}
+	return true, ""
+}
+
 // Seen is the highest revision applied.
 func (w *Watch) Seen() uint64 {
 	w.mu.Lock()
