@@ -179,11 +179,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Resour
 func createBucket(ctx context.Context, js jetstream.JetStream, c jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, c)
 	if err != nil && c.Bucket == LeasesBucket {
-		if old, gerr := js.KeyValue(ctx, c.Bucket); gerr == nil {
-			if st, serr := old.Status(ctx); serr == nil && st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Storage != c.Storage {
-				if derr := js.DeleteKeyValue(ctx, c.Bucket); derr == nil {
-					kv, err = js.CreateOrUpdateKeyValue(ctx, c)
-				}
+		if old, serr := js.Stream(ctx, "KV_"+c.Bucket); serr == nil && old.CachedInfo().Config.Storage != c.Storage {
+			if err = js.DeleteKeyValue(ctx, c.Bucket); err == nil {
+				kv, err = js.CreateOrUpdateKeyValue(ctx, c)
 			}
 		}
 	}
