@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -134,10 +133,11 @@ func (s *Scheduler) dropDelivered(ctx context.Context, fires []subjects.TimerFir
 	if s.cfg.Inbox == nil {
 		return fires
 	}
-	since := map[string]time.Time{}
+	suspect := make([]bool, len(fires))
+	since := map[string]time.Time{} // per agent, the oldest suspect due time
 	for i := range fires {
 		f := &fires[i]
-		if !s.cfg.Inbox.Suspect(f.DueAt) {
+		if suspect[i] = s.cfg.Inbox.Suspect(f.DueAt); !suspect[i] {
 			continue
 		}
 		if t, ok := since[f.AgentID]; !ok || f.DueAt.Before(t) {
@@ -147,27 +147,17 @@ func (s *Scheduler) dropDelivered(ctx context.Context, fires []subjects.TimerFir
 	if len(since) == 0 {
 		return fires
 	}
-	agents := make([]string, 0, len(since))
-	for a := range since {
-		agents = append(agents, a)
-	}
-	sort.Strings(agents)
-	found := map[string]map[string]bool{}
+	found := make(map[string]map[string]bool, len(since))
 	failed := map[string]error{}
-	for _, a := range agents {
+	for agent, t := range since {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		seen, err := s.cfg.Inbox.Delivered(sctx, a, since[a])
+		found[agent], failed[agent] = s.cfg.Inbox.Delivered(sctx, agent, t)
 		cancel()
-		if err != nil {
-			failed[a] = err
-			continue
-		}
-		found[a] = seen
 	}
 	kept := fires[:0]
-	for _, f := range fires {
+	for i, f := range fires {
 		switch {
-		case !s.cfg.Inbox.Suspect(f.DueAt):
+		case !suspect[i]:
 			kept = append(kept, f)
 		case failed[f.AgentID] != nil:
 			s.rearm(pendingFire{key: subjects.TimerKey(f.AgentID, f.TimerID), occ: f.Occurrence, due: f.DueAt.UnixNano()},
