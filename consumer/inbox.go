@@ -144,27 +144,25 @@ func (i *Inbox) Delivered(ctx context.Context, agentID string, since time.Time) 
 		_ = i.js.DeleteConsumer(dctx, i.stream, cons.CachedInfo().Name)
 	}()
 	seen := map[string]bool{}
-	left := cons.CachedInfo().NumPending
-	for left > 0 {
+	// A fetch of more than is pending would wait out its expiry: ask for
+	// what is left, as each message's metadata tells.
+	for left := cons.CachedInfo().NumPending; left > 0; {
 		batch, err := cons.Fetch(int(min(left, 1024)), jetstream.FetchContext(ctx))
 		if err != nil {
 			return nil, fmt.Errorf("inbox search %s: %w", agentID, err)
 		}
-		n := 0
+		got := 0
 		for m := range batch.Messages() {
-			n++
+			got++
 			seen[m.Headers().Get(jetstream.MsgIDHeader)] = true
-			if md, err := m.Metadata(); err == nil && md.NumPending == 0 {
-				left = 0
+			if md, err := m.Metadata(); err == nil {
+				left = md.NumPending
 			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			return nil, fmt.Errorf("inbox search %s: %w", agentID, err)
 		}
-		if left != 0 {
-			left -= min(left, uint64(n))
-		}
-		if n == 0 {
+		if got == 0 {
 			return nil, fmt.Errorf("inbox search %s: no progress", agentID)
 		}
 	}
