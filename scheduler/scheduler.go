@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -204,14 +203,11 @@ func (s *Scheduler) reset(wait bool) {
 	}
 }
 
-// recordKey reports whether key names a record (<agent>.<id>), not a
-// key some other writer keeps in the bucket.
+// recordKey reports whether key names a record, not a key some other
+// writer keeps in the bucket, and how long its agent ID is.
 func recordKey(key string) (agentLen int, ok bool) {
-	agent, id, ok := strings.Cut(key, ".")
-	if !ok || agent == "" || id == "" || strings.Contains(id, ".") {
-		return 0, false
-	}
-	return len(agent), true
+	agent, _, ok := subjects.ParseRecordKey(key)
+	return len(agent), ok
 }
 
 // entryFor returns the index entry of key, creating it. Called with s.mu held.

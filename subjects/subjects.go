@@ -50,7 +50,12 @@ func ParseAgent(subject string) (string, error) {
 // TimerKey is the KV key of a timer record: <agent>.<timer>.
 func TimerKey(agentID, timerID string) string { return agentID + "." + timerID }
 
-// ParseTimerKey splits a timer KV key.
-func ParseTimerKey(key string) (agentID, timerID string, ok bool) {
-	return strings.Cut(key, ".")
+// ParseRecordKey splits the KV key of a timer or wait record,
+// <agent>.<id>; ok is false for any other key.
+func ParseRecordKey(key string) (agentID, id string, ok bool) {
+	agentID, id, ok = strings.Cut(key, ".")
+	if !ok || agentID == "" || id == "" || strings.Contains(id, ".") {
+		return "", "", false
+	}
+	return agentID, id, true
 }

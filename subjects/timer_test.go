@@ -101,3 +101,14 @@ func TestLongestTimerStaysRepresentable(t *testing.T) {
 		t.Fatalf("due %v, next %v", due, due.Add(spec.Interval))
 	}
 }
+
+func TestParseRecordKey(t *testing.T) {
+	if a, id, ok := subjects.ParseRecordKey(subjects.TimerKey("agent-1", "tmr_x")); !ok || a != "agent-1" || id != "tmr_x" {
+		t.Fatalf("record key: %q %q %v", a, id, ok)
+	}
+	for _, k := range []string{"agent", ".t", "a.", "_chime.probe.r1", "rec.a.t"} {
+		if _, _, ok := subjects.ParseRecordKey(k); ok {
+			t.Errorf("%q taken for a record key", k)
+		}
+	}
+}
