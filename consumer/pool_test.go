@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/chime-nats/chime/consumer"
+	"github.com/chime-nats/chime/internal/metrictest"
 	"github.com/chime-nats/chime/internal/natstest"
 )
 
@@ -87,26 +88,7 @@ func (e *env) publish(t *testing.T, subject, data string) uint64 {
 
 // counter reads one series of a counter vector from the registry.
 func (e *env) counter(t *testing.T, name string, labels map[string]string) float64 {
-	t.Helper()
-	mfs, err := e.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
-					continue next
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
+	return metrictest.Counter(t, e.reg, name, labels)
 }
 
 func terminated(reason string) map[string]string {

@@ -17,6 +17,7 @@ import (
 	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/internal/metrictest"
 	"github.com/chime-nats/chime/internal/natstest"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/waits"
@@ -95,26 +96,7 @@ func (r *rig) inject(t *testing.T, agentID string, data []byte) uint64 {
 }
 
 func (r *rig) counter(t *testing.T, name string, labels map[string]string) float64 {
-	t.Helper()
-	mfs, err := r.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
-					continue next
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
+	return metrictest.Counter(t, r.reg, name, labels)
 }
 
 // expect waits for the agent's intervention delivery with text.
