@@ -78,6 +78,12 @@ const (
 	recreateMax   = 10 * time.Second
 	createTimeout = 10 * time.Second
 	checkTimeout  = 5 * time.Second
+
+	// A pull lives pullExpiry with heartbeats every pullHeartbeat, so a
+	// consumer deleted while no pull of ours was open to hear it is
+	// noticed by two missed heartbeats, not by the 30 s default.
+	pullExpiry    = 5 * time.Second
+	pullHeartbeat = time.Second
 )
 
 // Pool runs a durable consumer onto a bounded set of workers, and acks
@@ -193,6 +199,7 @@ func (p *Pool) consume(cons jetstream.Consumer) (jetstream.ConsumeContext, error
 		p.ackWait.Store(int64(info.Config.AckWait))
 	}
 	cc, err := cons.Consume(p.receive, jetstream.PullMaxMessages(2*p.cfg.Workers),
+		jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if p.superCtx.Err() != nil {
 				return
