@@ -164,7 +164,7 @@ func (s *Scheduler) dropDelivered(ctx context.Context, fires []subjects.TimerFir
 				fmt.Errorf("look for an earlier delivery: %w", failed[f.AgentID]))
 		case found[f.AgentID][f.EnvelopeID()]:
 			s.m.recovered.Inc()
-			s.queueRecord(ctx, f)
+			s.queueRecord(f)
 		default:
 			kept = append(kept, f)
 		}
@@ -241,7 +241,7 @@ func (s *Scheduler) ackLoop(ctx context.Context) {
 		}
 		s.m.fires.Inc()
 		s.cfg.Inbox.Stored(subjects.KindTimerFired, ack)
-		s.queueRecord(ctx, p.timer)
+		s.queueRecord(p.timer)
 	}
 }
 
@@ -295,14 +295,11 @@ func (s *Scheduler) rearm(p pendingFire, cause error) {
 	s.Wake()
 }
 
-func (s *Scheduler) queueRecord(ctx context.Context, f subjects.TimerFired) {
+func (s *Scheduler) queueRecord(f subjects.TimerFired) {
 	if s.cfg.Records == nil {
 		return
 	}
-	select {
-	case s.records <- f:
-	case <-ctx.Done():
-	}
+	s.records.push(f)
 }
 
 // recordLoop writes delivered occurrences into their timer records,
@@ -311,25 +308,40 @@ func (s *Scheduler) queueRecord(ctx context.Context, f subjects.TimerFired) {
 // duplicate the IDs absorb).
 func (s *Scheduler) recordLoop(ctx context.Context) {
 	for {
-		var f subjects.TimerFired
-		select {
-		case <-ctx.Done():
+		f, ok := s.records.pop(ctx)
+		if !ok || !s.yieldToFires(ctx) {
 			return
-		case f = <-s.records:
-		}
-		// Record updates wait out a burst: each is two KV round trips that
-		// would compete with the publishes agents are waiting for. Not for
-		// long: under a steady load fires are always in flight, and records
-		// must not fall behind without end.
-		for wait := 0; len(s.pending) > 0 && wait < 100; wait++ {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(2 * time.Millisecond):
-			}
 		}
 		s.record(ctx, &f)
 	}
+}
+
+// burstYield bounds how long record updates stand back for one burst.
+const burstYield = 200 * time.Millisecond
+
+// yieldToFires holds record updates back while fires are in flight: each
+// is two KV round trips that would compete with the publishes agents are
+// waiting for. The bound is counted once per burst for all workers, not
+// per update, so records fall behind a burst but never without end. It
+// paces work against real CPU contention, so it reads the real clock.
+func (s *Scheduler) yieldToFires(ctx context.Context) bool {
+	for len(s.pending) > 0 {
+		start := s.burstStart.Load()
+		if start == 0 {
+			s.burstStart.CompareAndSwap(0, time.Now().UnixNano())
+			continue
+		}
+		if time.Since(time.Unix(0, start)) >= burstYield {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	s.burstStart.Store(0)
+	return true
 }
 
 // record writes one delivered occurrence into its record, retrying until

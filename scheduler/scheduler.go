@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -68,11 +69,14 @@ type Scheduler struct {
 	watches []*kvwatch.Watch
 	ready   chan struct{}
 	pending chan pendingFire
-	records chan subjects.TimerFired
-	health  health
-	cancel  context.CancelCauseFunc
-	wg      sync.WaitGroup
-	stop    sync.Once
+	records *recordQueue
+	// burstStart is when record updates began standing back for the
+	// fires in flight (unix ns; 0: not now).
+	burstStart atomic.Int64
+	health     health
+	cancel     context.CancelCauseFunc
+	wg         sync.WaitGroup
+	stop       sync.Once
 
 	m metrics
 }
@@ -101,7 +105,7 @@ func New(c Config) *Scheduler {
 		index:   newIndex(c.Shards),
 		ready:   make(chan struct{}),
 		pending: make(chan pendingFire, 16384),
-		records: make(chan subjects.TimerFired, 16384),
+		records: newRecordQueue(),
 	}
 	s.health.now = c.Now
 	s.m = newMetrics(s)
