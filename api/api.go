@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
@@ -32,7 +33,9 @@ type Config struct {
 	// Callbacks the callback ingress.
 	Triggers  *callbacks.Store
 	Callbacks *callbacks.Service
-	Log       *slog.Logger
+	// Tokens, when set, issues and revokes agent tokens.
+	Tokens *access.Tokens
+	Log    *slog.Logger
 	// TimeZone is where naive wait times are read when a request has no
 	// tz (CHIME_TIMEZONE); empty is UTC.
 	TimeZone   string
@@ -47,6 +50,7 @@ type Operations struct {
 	waitOps   *waits.Requests
 	triggers  *callbacks.Store
 	callbacks *callbacks.Service
+	tokens    *access.Tokens
 	tz        string
 	now       func() time.Time
 	log       *slog.Logger
@@ -63,7 +67,7 @@ func NewOperations(c Config) *Operations {
 	}
 	reg := c.Registerer
 	o := &Operations{
-		store: c.Timers, waits: c.Waits, waitOps: c.WaitRequests, triggers: c.Triggers, callbacks: c.Callbacks, tz: c.TimeZone, now: c.Now,
+		store: c.Timers, waits: c.Waits, waitOps: c.WaitRequests, triggers: c.Triggers, callbacks: c.Callbacks, tokens: c.Tokens, tz: c.TimeZone, now: c.Now,
 		log: c.Log.With("component", "api"),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chime_requests_total", Help: "Requests by endpoint and outcome (ok or the error code).",
@@ -159,6 +163,17 @@ func (o *Operations) do(ctx context.Context, surface, action, agentID string, bo
 	case subjects.ActionLifecycleStart, subjects.ActionLifecycleStop, subjects.ActionTriggerCreate,
 		subjects.ActionTriggerCancel, subjects.ActionTriggerList, subjects.ActionTriggerReset:
 		return o.lifecycle(ctx, surface, action, agentID, body)
+	case subjects.ActionTokenIssue, subjects.ActionTokenRevoke:
+		if o.tokens == nil {
+			return nil, &subjects.Error{Code: subjects.CodeUnavailable, Message: "agent tokens are not configured"}
+		}
+		if err := subjects.DecodeStrict(body, &struct{}{}); err != nil {
+			return nil, err
+		}
+		if action == subjects.ActionTokenIssue {
+			return o.tokens.Issue(ctx, agentID)
+		}
+		return o.tokens.Revoke(ctx, agentID)
 	}
 	return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: fmt.Sprintf("unknown action %q", action)}
 }
@@ -170,6 +185,7 @@ func Actions() []string {
 		subjects.ActionWaitRequest, subjects.ActionWaitCancel, subjects.ActionIntervention,
 		subjects.ActionLifecycleStart, subjects.ActionLifecycleStop, subjects.ActionTriggerCreate,
 		subjects.ActionTriggerCancel, subjects.ActionTriggerList, subjects.ActionTriggerReset,
+		subjects.ActionTokenIssue, subjects.ActionTokenRevoke,
 	}
 }
 

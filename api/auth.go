@@ -1,91 +1,67 @@
 package api
 
 import (
-	"bufio"
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/hex"
-	"fmt"
+	"context"
+	"errors"
 	"net/http"
-	"os"
 	"strings"
+	"time"
 
+	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/subjects"
 )
 
-// OperatorAuth holds the SHA-256 hashes of the operator bearer tokens
-// (CHIME_OPERATOR_TOKENS_FILE); the tokens themselves are never on disk.
-type OperatorAuth struct {
-	hashes [][sha256.Size]byte
+// guard lets a request through when its bearer token's principal may call
+// the route: an operator every route, an agent only the reads of its own
+// agent (GET /api/agents/{own id}/...). Callbacks, health and metrics need
+// no token. Without operator tokens configured the routes are open (chime
+// then listens on loopback only, see config).
+type guard struct {
+	resolver access.Resolver
 }
 
-// LoadOperatorTokens reads a file of hex SHA-256 token hashes, one per
-// line; blank lines and lines starting with # are skipped. An error names
-// the line, never its content.
-func LoadOperatorTokens(path string) (*OperatorAuth, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("api: operator tokens: %w", err)
-	}
-	defer f.Close()
-	a := &OperatorAuth{}
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		b, err := hex.DecodeString(line)
-		if err != nil || len(b) != sha256.Size {
-			return nil, fmt.Errorf("api: operator tokens: %s line %d: not a hex SHA-256 (64 hex digits)", path, n)
-		}
-		a.hashes = append(a.hashes, [sha256.Size]byte(b))
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("api: operator tokens: %w", err)
-	}
-	if len(a.hashes) == 0 {
-		return nil, fmt.Errorf("api: operator tokens: %s holds no token hash", path)
-	}
-	return a, nil
-}
+// authTimeout bounds an agent token's lookup.
+const authTimeout = 5 * time.Second
 
-// Enabled reports whether tokens are required.
-func (a *OperatorAuth) Enabled() bool { return a != nil && len(a.hashes) > 0 }
-
-// allow checks the request's bearer token against every hash, without
-// stopping at the first match, so the time says nothing about which.
-func (a *OperatorAuth) allow(r *http.Request) bool {
-	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-	token = strings.TrimSpace(token)
-	if !strings.EqualFold(scheme, "Bearer") || token == "" {
-		return false
-	}
-	h := sha256.Sum256([]byte(token))
-	match := 0
-	for i := range a.hashes {
-		match |= subtle.ConstantTimeCompare(h[:], a.hashes[i][:])
-	}
-	return match == 1
-}
-
-// operatorOnly reports the routes that need an operator: control, and the
-// agent-scoped reads.
-func operatorOnly(path string) bool {
-	return strings.HasPrefix(path, "/api/control/") || strings.HasPrefix(path, "/api/agents/")
-}
-
-// guard answers 401 to operator routes without a valid token.
-func (a *OperatorAuth) guard(next http.Handler) http.Handler {
-	if !a.Enabled() {
+func (g guard) wrap(next http.Handler) http.Handler {
+	if !g.resolver.Operators.Enabled() {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if operatorOnly(r.URL.Path) && !a.allow(r) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="chime"`)
-			writeJSON(w, http.StatusUnauthorized, subjects.MarshalError(&subjects.Error{Code: subjects.CodeUnauthorized, Message: "an operator bearer token is required"}))
+		if !protected(r.URL.Path) {
+			next.ServeHTTP(w, r)
 			return
 		}
-		next.ServeHTTP(w, r)
+		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		token = strings.TrimSpace(token)
+		if !strings.EqualFold(scheme, "Bearer") {
+			token = ""
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), authTimeout)
+		p, err := g.resolver.Resolve(ctx, token)
+		cancel()
+		switch {
+		case errors.Is(err, access.ErrUnknownToken):
+			w.Header().Set("WWW-Authenticate", `Bearer realm="chime"`)
+			writeError(w, &subjects.Error{Code: subjects.CodeUnauthorized, Message: "an operator or agent bearer token is required"})
+		case err != nil:
+			writeError(w, answerError(err))
+		case p.Kind == access.KindOperator, p.Kind == access.KindAgent && r.Method == http.MethodGet && ownRead(r.URL.Path, p.AgentID):
+			next.ServeHTTP(w, r)
+		default:
+			writeError(w, &subjects.Error{Code: subjects.CodeForbidden, Message: p.Name() + " may not call " + r.Method + " " + r.URL.Path})
+		}
 	})
+}
+
+// protected reports the routes that need a principal: control, and the
+// agent-scoped reads.
+func protected(path string) bool {
+	return strings.HasPrefix(path, "/api/control/") || strings.HasPrefix(path, "/api/agents/")
+}
+
+// ownRead reports a read route of agentID's own.
+func ownRead(path, agentID string) bool {
+	rest, ok := strings.CutPrefix(path, "/api/agents/"+agentID)
+	return ok && (rest == "" || strings.HasPrefix(rest, "/"))
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -30,8 +31,8 @@ type Gateway struct {
 }
 
 // NewHandler returns the HTTP routes over ops. ready reports readiness;
-// auth, when enabled, guards the operator routes.
-func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (bool, string), auth *OperatorAuth) http.Handler {
+// resolver, when it has operator tokens, guards the operator and agent routes.
+func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (bool, string), resolver access.Resolver) http.Handler {
 	mux := http.NewServeMux()
 	route := func(pattern, action string, body func(*http.Request) ([]byte, error), status int) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
@@ -76,6 +77,8 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (boo
 		return encode(subjects.TriggerRef{ID: r.PathValue("trigger_id")}), nil
 	}, http.StatusOK)
 	route("GET /api/agents/{id}/triggers", subjects.ActionTriggerList, func(*http.Request) ([]byte, error) { return nil, nil }, http.StatusOK)
+	route("POST /api/control/agents/{id}/token", subjects.ActionTokenIssue, readBody, http.StatusCreated)
+	route("DELETE /api/control/agents/{id}/token", subjects.ActionTokenRevoke, readBody, http.StatusOK)
 	for _, mode := range subjects.DeliveryModes() {
 		mux.HandleFunc("POST /api/callbacks/"+mode.Route()+"/{token}", func(w http.ResponseWriter, r *http.Request) {
 			res, err := callback(ops, mode, w, r)
@@ -105,7 +108,7 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (boo
 		}
 		writeJSON(w, http.StatusNotFound, subjects.MarshalError(&subjects.Error{Code: "not_found", Message: "no route for " + r.Method + " " + path}))
 	})
-	return auth.guard(mux)
+	return guard{resolver}.wrap(mux)
 }
 
 // callback reads a callback request: at most 256 KiB of body (413 beyond,

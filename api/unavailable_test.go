@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/natstest"
 	"github.com/chime-nats/chime/subjects"
@@ -116,7 +117,7 @@ func TestOutageAnswersUnavailable(t *testing.T) {
 		Timers: timers.NewStore(kv, nil), Registerer: reg,
 		Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
-	h := NewHandler(ops, reg, func() (bool, string) { return true, "" }, nil)
+	h := NewHandler(ops, reg, func() (bool, string) { return true, "" }, access.Resolver{})
 	for _, tc := range []struct{ method, path, body string }{
 		{"GET", "/api/agents/demo/timers", ""},
 		{"GET", "/api/agents/demo/timers/tmr_1", ""},

@@ -12,20 +12,27 @@ import (
 
 // agent runs `chime agent start|stop [--agent ID]`.
 func (a *App) agent(ctx context.Context, args []string) error {
-	if len(args) == 0 || (args[0] != "start" && args[0] != "stop") {
-		return fmt.Errorf("%w: chime agent start|stop [--agent ID]", ErrUsage)
+	if len(args) == 0 || (args[0] != "start" && args[0] != "stop" && args[0] != "token") {
+		return fmt.Errorf("%w: chime agent start|stop|token [--revoke] [--agent ID]", ErrUsage)
 	}
 	sub := args[0]
 	fs := newFlagSet(a, "agent "+sub)
 	agent := fs.String("agent", envOr("CHIME_AGENT_ID", "demo"), "agent ID")
-	if pos, err := parseInterspersed(fs, args[1:]); err != nil || len(pos) != 0 {
+	revoke := fs.Bool("revoke", false, "revoke every token of the agent instead (token)")
+	if pos, err := parseInterspersed(fs, args[1:]); err != nil || len(pos) != 0 || (*revoke && sub != "token") {
 		return fmt.Errorf("%w: chime agent %s [--agent ID]", ErrUsage, sub)
 	}
 	return a.request(ctx, *agent, func(ctx context.Context, c *client.Client) (any, error) {
-		if sub == "start" {
+		switch {
+		case sub == "start":
 			return c.Start(ctx)
+		case sub == "stop":
+			return c.Stop(ctx)
+		case *revoke:
+			return c.RevokeTokens(ctx)
 		}
-		return c.Stop(ctx)
+		// The token is printed once, to the operator who asked for it.
+		return c.IssueToken(ctx)
 	})
 }
 

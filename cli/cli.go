@@ -21,6 +21,7 @@ import (
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/replica"
+	"github.com/chime-nats/chime/subjects"
 )
 
 // ErrUsage marks a command line that could not be understood.
@@ -42,6 +43,8 @@ Usage:
   chime timer cancel ID [--agent ID]
   chime wait --seconds N | --minutes N | --until T [--tz ZONE] [--agent ID]
   chime agent start|stop [--agent ID]
+  chime agent token [--revoke] [--agent ID]   issue (print once) or revoke the agent's tokens
+  chime nats-config --dir DIR      write chime's NATS keys to DIR, print the servers' authorization
   chime callback reset [--mode wake_hint|enqueue_message] [--agent ID]
   chime callback create [--mode M] [--label L] [--agent ID]
   chime callback cancel ID [--agent ID]
@@ -72,6 +75,8 @@ func (a *App) Run(ctx context.Context, args []string) error {
 		return a.agent(ctx, args[1:])
 	case "callback":
 		return a.callback(ctx, args[1:])
+	case "nats-config":
+		return a.natsConfig(args[1:])
 	case "version":
 		fmt.Fprintln(a.Stdout, a.Version)
 		return nil
@@ -137,8 +142,7 @@ func natsURL() string {
 	return "nats://127.0.0.1:4222"
 }
 
-func connect() (*nats.Conn, error) {
-	var opts []nats.Option
+func connect(opts ...nats.Option) (*nats.Conn, error) {
 	if c := os.Getenv("CHIME_NATS_CREDS"); c != "" {
 		opts = append(opts, nats.UserCredentials(c))
 	}
@@ -175,7 +179,11 @@ const requestTimeout = 10 * time.Second
 // agentClient connects and returns a client for agentID; close ends the
 // connection.
 func agentClient(agentID string) (c *client.Client, close func(), err error) {
-	nc, err := connect()
+	if err := subjects.ValidateID("agent_id", agentID); err != nil {
+		return nil, nil, err
+	}
+	// The token, if any, is CHIME_NATS_TOKEN's (connect adds it).
+	nc, err := connect(client.ConnectOptions(agentID, "")...)
 	if err != nil {
 		return nil, nil, err
 	}

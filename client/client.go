@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -90,4 +91,15 @@ func (c *Client) SubscribeInbox(fn func(subjects.Envelope)) (*nats.Subscription,
 			fn(env)
 		}
 	})
+}
+
+// ConnectOptions are what an agent's connection needs when NATS
+// authorization is on: its token, and the reply prefix its rights allow
+// (replies elsewhere would be refused). Harmless when authorization is off.
+func ConnectOptions(agentID, token string) []nats.Option {
+	opts := []nats.Option{nats.CustomInboxPrefix(access.AgentInboxPrefix(agentID))}
+	if token != "" {
+		opts = append(opts, nats.Token(token))
+	}
+	return opts
 }

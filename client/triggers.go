@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 
+	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -45,4 +46,17 @@ func (c *Client) ListTriggers(ctx context.Context) ([]subjects.TriggerView, erro
 		Triggers []subjects.TriggerView `json:"triggers"`
 	}
 	return r.Triggers, c.call(ctx, subjects.ActionTriggerList, struct{}{}, &r)
+}
+
+// IssueToken issues a new token for the agent (an operator's right): the
+// token is in the result, once.
+func (c *Client) IssueToken(ctx context.Context) (*access.IssuedToken, error) {
+	var r access.IssuedToken
+	return &r, c.call(ctx, subjects.ActionTokenIssue, struct{}{}, &r)
+}
+
+// RevokeTokens revokes every token of the agent (an operator's right).
+func (c *Client) RevokeTokens(ctx context.Context) (*access.RevokedTokens, error) {
+	var r access.RevokedTokens
+	return &r, c.call(ctx, subjects.ActionTokenRevoke, struct{}{}, &r)
 }

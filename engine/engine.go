@@ -29,8 +29,10 @@ const (
 	TriggersBucket = "chime_triggers"
 	// IdempotencyBucket remembers callback Idempotency-Keys for a day.
 	IdempotencyBucket = "chime_idempotency"
-	EventsStream      = "CHIME_EVENTS"
-	InboxStream       = "CHIME_INBOX"
+	// TokensBucket holds agent tokens, as SHA-256: tok.<hash>, agt.<agent>.<token_id>.
+	TokensBucket = "chime_tokens"
+	EventsStream = "CHIME_EVENTS"
+	InboxStream  = "CHIME_INBOX"
 )
 
 // EmbeddedOptions configures the embedded nats-server.
@@ -38,6 +40,22 @@ type EmbeddedOptions struct {
 	Listen  string // host:port; port -1 picks a free one
 	DataDir string // JetStream store directory
 	Name    string // server name; stable across restarts of one data dir
+	// Auth, when set, turns on authorization: the service user connects
+	// with its password, every other client is decided by chime's auth
+	// callout (package access).
+	Auth *EmbeddedAuth
+}
+
+// ServiceUser is the user name of chime's own connections to the embedded
+// server.
+const ServiceUser = "chime"
+
+// EmbeddedAuth is the embedded server's authorization.
+type EmbeddedAuth struct {
+	// Password of ServiceUser: made afresh at each start, kept in memory.
+	Password string
+	// Issuer is the public account nkey that signs admitted users.
+	Issuer string
 }
 
 // StartEmbedded runs a JetStream nats-server inside this process and waits
@@ -54,7 +72,7 @@ func StartEmbedded(ctx context.Context, o EmbeddedOptions, log *slog.Logger) (*s
 	if o.Name == "" {
 		o.Name = "chime"
 	}
-	ns, err := server.NewServer(&server.Options{
+	opts := &server.Options{
 		ServerName: o.Name,
 		Host:       host,
 		Port:       port,
@@ -63,7 +81,13 @@ func StartEmbedded(ctx context.Context, o EmbeddedOptions, log *slog.Logger) (*s
 		NoSigs:     true,
 		// The default 64 MiB pending limit stalls bursts of fires to one subscriber.
 		MaxPending: 256 << 20,
-	})
+	}
+	if o.Auth != nil {
+		opts.Users = []*server.User{{Username: ServiceUser, Password: o.Auth.Password}}
+		opts.AuthCallout = &server.AuthCallout{Issuer: o.Auth.Issuer, AuthUsers: []string{ServiceUser}}
+		opts.AuthTimeout = 2 // seconds: a callout answer is one KV read away
+	}
+	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("engine: embedded server: %w", err)
 	}
@@ -105,6 +129,7 @@ type Resources struct {
 	Triggers jetstream.KeyValue
 	// Idempotency holds callback Idempotency-Keys already stored.
 	Idempotency jetstream.KeyValue
+	Tokens      jetstream.KeyValue
 }
 
 // buckets are the KV buckets chime keeps, as configured for t.
@@ -114,6 +139,7 @@ func buckets(t Topology) []jetstream.KeyValueConfig {
 		{Bucket: WaitsBucket, Description: "chime managed waits, key <agent>.<wait>", History: 1, Replicas: t.Replicas},
 		{Bucket: AgentsBucket, Description: "chime per-agent state (lifecycle, pause, pending wake), key <agent>", History: 1, Replicas: t.Replicas},
 		{Bucket: TriggersBucket, Description: "chime external triggers: rec.<agent>.<trigger>, tok.<token sha256>", History: 1, Replicas: t.Replicas},
+		{Bucket: TokensBucket, Description: "chime agent tokens: tok.<token sha256>, agt.<agent>.<token id>", History: 1, Replicas: t.Replicas},
 		{
 			Bucket: IdempotencyBucket, Description: "callback Idempotency-Keys already stored, key <trigger>.<key sha256>; kept a day",
 			History: 1, TTL: IdempotencyTTL, Replicas: t.Replicas,
@@ -170,6 +196,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Resour
 	return &Resources{
 		JS: js, Timers: kvs[TimersBucket], Waits: kvs[WaitsBucket], Agents: kvs[AgentsBucket],
 		Leases: kvs[LeasesBucket], Triggers: kvs[TriggersBucket], Idempotency: kvs[IdempotencyBucket],
+		Tokens: kvs[TokensBucket],
 	}, nil
 }
 
@@ -230,6 +257,9 @@ type ConnectOptions struct {
 	URL       string
 	CredsFile string
 	Token     string
+	NkeyFile  string // an nkey seed file (a user of the server config)
+	User      string
+	Password  string
 	Name      string
 	Embedded  *server.Server // when set, connect in-process
 }
@@ -260,6 +290,16 @@ func Connect(o ConnectOptions, log *slog.Logger) (*nats.Conn, error) {
 	}
 	if o.Token != "" {
 		opts = append(opts, nats.Token(o.Token))
+	}
+	if o.NkeyFile != "" {
+		opt, err := nats.NkeyOptionFromSeed(o.NkeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("engine: nkey: %w", err)
+		}
+		opts = append(opts, opt)
+	}
+	if o.User != "" {
+		opts = append(opts, nats.UserInfo(o.User, o.Password))
 	}
 	url := o.URL
 	if o.Embedded != nil {

@@ -16,15 +16,18 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/api"
 	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/internal/secret"
 	"github.com/chime-nats/chime/scheduler"
 	"github.com/chime-nats/chime/timers"
 	"github.com/chime-nats/chime/waits"
@@ -44,6 +47,7 @@ type Replica struct {
 	sched        *scheduler.Scheduler
 	leases       *scheduler.Leases
 	svc          *api.Service
+	callout      *access.Callout
 	gw           *api.Gateway
 	ready        atomic.Bool
 	cancel       context.CancelFunc
@@ -65,13 +69,27 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	issuer, err := calloutIssuer(cfg)
+	if err != nil {
+		return nil, err
+	}
 	url := cfg.NATSURL
+	conn := engine.ConnectOptions{URL: url, CredsFile: cfg.NATSCreds, Token: cfg.NATSToken, NkeyFile: cfg.NATSNkeyFile, Name: "chime " + cfg.ReplicaID}
 	if url == "" {
-		if r.ns, err = engine.StartEmbedded(ctx, engine.EmbeddedOptions{Listen: cfg.NATSListen, DataDir: cfg.DataDir}, log); err != nil {
+		eo := engine.EmbeddedOptions{Listen: cfg.NATSListen, DataDir: cfg.DataDir}
+		if issuer != nil {
+			// chime's own password lives as long as the process; no one
+			// else needs it.
+			pub, _ := issuer.PublicKey()
+			eo.Auth = &engine.EmbeddedAuth{Password: secret.NewToken(""), Issuer: pub}
+			conn.User, conn.Password = engine.ServiceUser, eo.Auth.Password
+		}
+		if r.ns, err = engine.StartEmbedded(ctx, eo, log); err != nil {
 			return nil, err
 		}
+		conn.Embedded = r.ns
 	}
-	if r.nc, err = engine.Connect(engine.ConnectOptions{URL: url, CredsFile: cfg.NATSCreds, Token: cfg.NATSToken, Name: "chime " + cfg.ReplicaID, Embedded: r.ns}, log); err != nil {
+	if r.nc, err = engine.Connect(conn, log); err != nil {
 		return nil, err
 	}
 	// An async publish whose ack never comes fails after the timeout, so
@@ -118,9 +136,9 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		}()
 		publicURL = cfg.CallbackBaseURL(ln.Addr().String())
 	}
-	var auth *api.OperatorAuth
+	var operators *access.OperatorTokens
 	if cfg.OperatorTokensFile != "" {
-		if auth, err = api.LoadOperatorTokens(cfg.OperatorTokensFile); err != nil {
+		if operators, err = access.LoadOperatorTokens(cfg.OperatorTokensFile); err != nil {
 			return nil, err
 		}
 	} else if cfg.HTTPAddr != "" {
@@ -160,15 +178,27 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	if err := r.leases.Start(ctx); err != nil {
 		return nil, err
 	}
+	tokens := access.NewTokens(res.Tokens, time.Now)
 	ops := api.NewOperations(api.Config{
+		Tokens: tokens,
 		Timers: store, Waits: waitStore, WaitRequests: waits.NewRequests(waitStore, inbox, js, time.Now, log),
 		Triggers: triggerStore, Callbacks: callbacks.NewService(triggerStore, inbox, js, engine.InboxStream, time.Now, log), Log: log, TimeZone: cfg.TimeZone, Registerer: reg,
 	})
+	resolver := access.Resolver{Operators: operators, Tokens: tokens, Callbacks: triggerStore}
+	if issuer != nil {
+		if r.callout, err = access.StartCallout(ctx, access.CalloutConfig{
+			NC: r.nc, Issuer: issuer, Resolver: resolver, Log: log, Registerer: reg,
+		}); err != nil {
+			return nil, err
+		}
+	} else {
+		log.Warn("NATS authorization is off (CHIME_NATS_AUTH): every client of the NATS server may act as any agent or operator")
+	}
 	if r.svc, err = api.StartService(ctx, r.nc, ops, version); err != nil {
 		return nil, err
 	}
 	if ln != nil {
-		r.gw = api.StartGateway(ln, api.NewHandler(ops, reg, r.Readiness, auth), log)
+		r.gw = api.StartGateway(ln, api.NewHandler(ops, reg, r.Readiness, resolver), log)
 	}
 	r.ready.Store(true)
 	log.Info("chime ready", "replica", cfg.ReplicaID, "version", version, "nats", r.nc.ConnectedUrlRedacted())
@@ -225,6 +255,7 @@ func (r *Replica) Stop(ctx context.Context) {
 		if r.svc != nil {
 			errs = append(errs, r.svc.Stop())
 		}
+		r.callout.Stop()
 		if r.leases != nil {
 			// Handing leases back saves the others a TTL; it is not worth
 			// more of the shutdown limit than that.
@@ -275,4 +306,21 @@ func (r *Replica) Stop(ctx context.Context) {
 		}
 		r.log.Info("chime stopped")
 	})
+}
+
+// calloutIssuer is the key that signs the users chime admits, nil when
+// NATS authorization is off: the configured seed, or for the embedded
+// server one made for this run (the server learns its public key at start).
+func calloutIssuer(cfg *config.Config) (nkeys.KeyPair, error) {
+	if !cfg.NATSAuth {
+		return nil, nil
+	}
+	if cfg.NATSCalloutKeyFile == "" {
+		kp, err := nkeys.CreateAccount()
+		if err != nil {
+			return nil, fmt.Errorf("replica: callout key: %w", err)
+		}
+		return kp, nil
+	}
+	return access.LoadIssuer(cfg.NATSCalloutKeyFile)
 }

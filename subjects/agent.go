@@ -36,3 +36,10 @@ type PendingWake struct {
 // once this consumer's ack floor passes it. An agent without one never has
 // a wake hint pending, so each wake is delivered.
 func InboxConsumer(agentID string) string { return "inbox-" + agentID }
+
+// Agent token actions: operators issue and revoke an agent's NATS and
+// HTTP tokens.
+const (
+	ActionTokenIssue  = "token.issue"
+	ActionTokenRevoke = "token.revoke"
+)

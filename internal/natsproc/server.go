@@ -33,6 +33,12 @@ type Options struct {
 	Routes []string
 	// StoreDir is the JetStream store directory. Default: a dir of tb.TempDir().
 	StoreDir string
+	// Config is appended to the generated config, e.g. an authorization
+	// block.
+	Config string
+	// ConnectOptions are what a client needs to connect (credentials
+	// when Config turns authorization on); the readiness check uses them.
+	ConnectOptions []nats.Option
 }
 
 // Server is one nats-server process. Its methods fail with tb.Fatalf, so
@@ -120,6 +126,7 @@ func (s *Server) config() string {
 		}
 		b.WriteString("}\n")
 	}
+	b.WriteString(s.opts.Config)
 	return b.String()
 }
 
@@ -302,7 +309,7 @@ func (s *Server) waitReady() {
 	defer cancel()
 	var last error
 	for {
-		if last = ping(ctx, s.ClientURL()); last == nil {
+		if last = ping(ctx, s.ClientURL(), s.opts.ConnectOptions); last == nil {
 			return
 		}
 		select {
@@ -316,8 +323,8 @@ func (s *Server) waitReady() {
 	}
 }
 
-func ping(ctx context.Context, url string) error {
-	nc, err := nats.Connect(url, nats.Timeout(time.Second), nats.NoReconnect(), nats.Name("natsproc-ready"))
+func ping(ctx context.Context, url string, opts []nats.Option) error {
+	nc, err := nats.Connect(url, append(slices.Clone(opts), nats.Timeout(time.Second), nats.NoReconnect(), nats.Name("natsproc-ready"))...)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}

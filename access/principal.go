@@ -1,0 +1,125 @@
+package access
+
+import (
+	"github.com/nats-io/jwt/v2"
+
+	"github.com/chime-nats/chime/subjects"
+)
+
+// Kind is a kind of principal.
+type Kind string
+
+// The principals a token can name.
+const (
+	KindAgent    Kind = "agent"
+	KindOperator Kind = "operator"
+	// KindCallback is an external system holding one callback token: it
+	// may only call back.
+	KindCallback Kind = "callback"
+)
+
+// Principal is who a connection or a request speaks for.
+type Principal struct {
+	Kind Kind
+	// AgentID is the agent's own ID (KindAgent) or the agent the callback
+	// token reaches (KindCallback).
+	AgentID string
+	// TriggerID is the callback token's trigger (KindCallback).
+	TriggerID string
+}
+
+// Name says who the principal is, without any secret: "agent:alice",
+// "operator", "callback:<trigger>".
+func (p Principal) Name() string {
+	switch p.Kind {
+	case KindAgent:
+		return "agent:" + p.AgentID
+	case KindCallback:
+		return "callback:" + p.TriggerID
+	}
+	return string(p.Kind)
+}
+
+// InboxPrefix is where the principal's request replies must come back: a
+// client connects with it as its inbox prefix (nats.CustomInboxPrefix, the
+// nats CLI's --inbox-prefix), so no principal can read another's replies.
+// Operators may use any reply subject under _INBOX.
+func (p Principal) InboxPrefix() string {
+	switch p.Kind {
+	case KindAgent:
+		return AgentInboxPrefix(p.AgentID)
+	case KindCallback:
+		return "_INBOX.callback." + p.TriggerID
+	}
+	return "_INBOX"
+}
+
+// AgentInboxPrefix is the reply prefix of agentID's connections.
+func AgentInboxPrefix(agentID string) string { return "_INBOX.agent." + agentID }
+
+// InboxConsumer is the name of an agent's own durable consumer on the
+// inbox stream: the one consumer its rights let it create and read.
+func InboxConsumer(agentID string) string { return "inbox-" + agentID }
+
+// agentActions are what an agent may request of its own subjects, and an
+// operator of any agent's.
+var agentActions = []string{
+	subjects.ActionTimerCreate, subjects.ActionTimerList, subjects.ActionTimerGet, subjects.ActionTimerCancel,
+	subjects.ActionWaitRequest, subjects.ActionWaitCancel, subjects.ActionWaitFor, "wait.report",
+	subjects.ActionNotify, "task.>", "question.ask",
+}
+
+// operatorActions are what only operators may request.
+var operatorActions = []string{
+	subjects.ActionIntervention, "lifecycle.>", "trigger.>", "token.>", "question.answer", "system.wake",
+}
+
+// agentReads are the agent's subjects it may subscribe to.
+var agentReads = []string{subjects.ActionInbox, subjects.ActionWaitProgress, "notifications"}
+
+// inboxAPI are the JetStream API subjects for one consumer of the inbox
+// stream; name may be a wildcard.
+func inboxAPI(name string) []string {
+	s := "CHIME_INBOX." + name
+	return []string{
+		"$JS.API.CONSUMER.INFO." + s, "$JS.API.CONSUMER.MSG.NEXT." + s,
+		"$JS.API.CONSUMER.DELETE." + s, "$JS.ACK." + s + ".>",
+	}
+}
+
+// Permissions are exactly the principal's NATS rights. Nothing else is
+// allowed: not the internal subjects, not publishing into any inbox, not
+// $KV, and not the JetStream API beyond what is listed.
+func (p Principal) Permissions() jwt.Permissions {
+	var perm jwt.Permissions
+	switch p.Kind {
+	case KindAgent:
+		for _, a := range agentActions {
+			perm.Pub.Allow.Add(subjects.Agent(p.AgentID, a))
+		}
+		// Its own durable consumer, created only with its own inbox as
+		// the filter: the filter is part of the create subject, and the
+		// server checks the config against it.
+		name := InboxConsumer(p.AgentID)
+		perm.Pub.Allow.Add("$JS.API.CONSUMER.CREATE.CHIME_INBOX." + name + "." + subjects.Inbox(p.AgentID))
+		perm.Pub.Allow.Add(inboxAPI(name)...)
+		for _, r := range agentReads {
+			perm.Sub.Allow.Add(subjects.Agent(p.AgentID, r))
+		}
+	case KindOperator:
+		for _, a := range append(append([]string{}, agentActions...), operatorActions...) {
+			perm.Pub.Allow.Add(subjects.AgentWildcard(a))
+		}
+		perm.Pub.Allow.Add(subjects.CallbackWake, subjects.CallbackEnqueue)
+		perm.Pub.Allow.Add("$JS.API.CONSUMER.CREATE.CHIME_INBOX.>", "$JS.API.STREAM.INFO.CHIME_INBOX",
+			"$JS.API.STREAM.MSG.GET.CHIME_INBOX", "$JS.API.DIRECT.GET.CHIME_INBOX.>", "$JS.API.INFO", "$SRV.>")
+		perm.Pub.Allow.Add(inboxAPI("*")...)
+		for _, r := range agentReads {
+			perm.Sub.Allow.Add(subjects.AgentWildcard(r))
+		}
+	case KindCallback:
+		perm.Pub.Allow.Add(subjects.CallbackWake, subjects.CallbackEnqueue)
+	}
+	perm.Sub.Allow.Add(p.InboxPrefix() + ".>")
+	return perm
+}

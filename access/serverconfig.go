@@ -1,0 +1,86 @@
+package access
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/nats-io/nkeys"
+)
+
+// Key files that `chime nats-config` writes.
+const (
+	UserKeyFile    = "chime-user.nk"    // chime's own connections: CHIME_NATS_NKEY_FILE
+	CalloutKeyFile = "chime-callout.nk" // signs admitted users: CHIME_NATS_CALLOUT_KEY_FILE
+)
+
+// ServerKeys are the public halves of chime's two keys.
+type ServerKeys struct {
+	User   string // U...: chime's service user, exempt from the callout
+	Issuer string // A...: the callout's issuer
+}
+
+// EnsureKeys writes chime's user and callout seeds into dir (mode 0600),
+// keeping seeds already there, and returns their public keys. The seeds
+// are secrets: they are never printed.
+func EnsureKeys(dir string) (ServerKeys, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return ServerKeys{}, fmt.Errorf("access: keys: %w", err)
+	}
+	user, err := ensureKey(filepath.Join(dir, UserKeyFile), nkeys.CreateUser)
+	if err != nil {
+		return ServerKeys{}, err
+	}
+	issuer, err := ensureKey(filepath.Join(dir, CalloutKeyFile), nkeys.CreateAccount)
+	if err != nil {
+		return ServerKeys{}, err
+	}
+	return ServerKeys{User: user, Issuer: issuer}, nil
+}
+
+func ensureKey(path string, create func() (nkeys.KeyPair, error)) (string, error) {
+	if b, err := os.ReadFile(path); err == nil {
+		kp, err := nkeys.ParseDecoratedNKey(b)
+		if err != nil {
+			return "", fmt.Errorf("access: %s: not an nkey seed", path)
+		}
+		return kp.PublicKey()
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("access: keys: %w", err)
+	}
+	kp, err := create()
+	if err != nil {
+		return "", fmt.Errorf("access: keys: %w", err)
+	}
+	seed, err := kp.Seed()
+	if err != nil {
+		return "", fmt.Errorf("access: keys: %w", err)
+	}
+	if err := os.WriteFile(path, append(seed, '\n'), 0o600); err != nil {
+		return "", fmt.Errorf("access: keys: %w", err)
+	}
+	return kp.PublicKey()
+}
+
+// ServerConfig is the authorization block every nats-server of the
+// cluster needs: chime's user, exempt from the callout, and the callout
+// that decides every other connection by its token.
+func ServerConfig(k ServerKeys) string {
+	return fmt.Sprintf(`# chime: NATS authorization through chime's auth callout (CHIME_NATS_AUTH=true).
+# chime connects as the nkey user below (CHIME_NATS_NKEY_FILE=%[3]s) and
+# signs the users it admits with the issuer's seed (CHIME_NATS_CALLOUT_KEY_FILE=%[4]s).
+# Every other client connects with a token (nats --token): an operator token,
+# an agent token (chime agent token) or a callback token, and gets exactly
+# that principal's permissions.
+authorization {
+  timeout: 2
+  users: [ { nkey: %[1]q } ]
+  auth_callout {
+    issuer: %[2]q
+    auth_users: [ %[1]q ]
+  }
+}
+`, k.User, k.Issuer, UserKeyFile, CalloutKeyFile)
+}

@@ -1,0 +1,317 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chime-nats/chime/access"
+	"github.com/chime-nats/chime/client"
+	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/subjects"
+)
+
+// authedChime runs chime with NATS authorization on its embedded server
+// and an operator token; it returns the NATS URL, the operator token and
+// the replica.
+func authedChime(t *testing.T) (string, string, *proc) {
+	t.Helper()
+	op := "op-" + strings.Repeat("x", 8) + t.Name()
+	sum := sha256.Sum256([]byte(op))
+	file := filepath.Join(t.TempDir(), "operators")
+	if err := os.WriteFile(file, []byte(hex.EncodeToString(sum[:])+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	natsAddr := freeAddr(t)
+	p := startServe(t, "auth", "CHIME_NATS_AUTH=true", "CHIME_NATS_LISTEN="+natsAddr,
+		"CHIME_DATA_DIR="+t.TempDir(), "CHIME_OPERATOR_TOKENS_FILE="+file)
+	return "nats://" + natsAddr, op, p
+}
+
+// violations collects the permission violations the server reports to a
+// connection.
+type violations struct {
+	mu   sync.Mutex
+	errs []string
+}
+
+func (v *violations) handler(_ *nats.Conn, _ *nats.Subscription, err error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.errs = append(v.errs, err.Error())
+}
+
+// seen waits until a violation naming subject has been reported.
+func (v *violations) seen(t *testing.T, op, subject string) {
+	t.Helper()
+	want := strings.ToLower("permissions violation for " + op + ` to "` + subject + `"`)
+	eventually(t, 5*time.Second, "violation "+want, func() bool {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		for _, e := range v.errs {
+			if strings.Contains(strings.ToLower(e), want) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func connectAs(t *testing.T, url string, v *violations, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	if v != nil {
+		opts = append(opts, nats.ErrorHandler(v.handler))
+	}
+	nc, err := nats.Connect(url, append(opts, nats.MaxReconnects(0))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func refusedAtConnect(t *testing.T, url, what string, opts ...nats.Option) {
+	t.Helper()
+	nc, err := nats.Connect(url, append(opts, nats.MaxReconnects(0), nats.Timeout(5*time.Second))...)
+	if err == nil {
+		nc.Close()
+		t.Fatalf("%s: connected", what)
+	}
+	if !errors.Is(err, nats.ErrAuthorization) && !strings.Contains(strings.ToLower(err.Error()), "authorization") {
+		t.Fatalf("%s: %v, want an authorization violation", what, err)
+	}
+}
+
+func TestNATSAuthorization(t *testing.T) {
+	url, op, p := authedChime(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	// The operator issues tokens over NATS and over HTTP.
+	opConn := connectAs(t, url, nil, nats.Token(op))
+	opAlice, _ := client.New(opConn, "alice")
+	aliceTok, err := opAlice.IssueToken(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(aliceTok.Token, access.AgentTokenPrefix) || aliceTok.AgentID != "alice" {
+		t.Fatalf("issued %+v", aliceTok.AgentToken)
+	}
+	bobTok := issueOverHTTP(t, p.httpAddr, op, "bob")
+
+	v := &violations{}
+	alice := connectAs(t, url, v, client.ConnectOptions("alice", aliceTok.Token)...)
+	ac, _ := client.New(alice, "alice")
+	bob := connectAs(t, url, nil, client.ConnectOptions("bob", bobTok)...)
+	bc, _ := client.New(bob, "bob")
+	bobTimer, err := bc.CreateTimer(ctx, 3_600_000, 0, "bob's")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("agent reads and writes its own", func(t *testing.T) {
+		live := make(chan *nats.Msg, 4)
+		sub, err := alice.ChanSubscribe(subjects.Inbox("alice"), live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+		if err := alice.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		tm, err := ac.CreateTimer(ctx, 50, 0, "mine")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if list, err := ac.ListTimers(ctx, 10); err != nil || len(list) != 1 || list[0].ID != tm.ID {
+			t.Fatalf("list: %v %v", list, err)
+		}
+		select {
+		case m := <-live:
+			if !strings.Contains(string(m.Data), tm.ID) {
+				t.Fatalf("inbox got %s", m.Data)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no fire on the plain subscription")
+		}
+		// And from the stream, through her own durable consumer.
+		js, _ := jetstream.New(alice)
+		cons, err := js.CreateOrUpdateConsumer(ctx, engine.InboxStream, jetstream.ConsumerConfig{
+			Durable: access.InboxConsumer("alice"), FilterSubject: subjects.Inbox("alice"), AckPolicy: jetstream.AckExplicitPolicy,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			if err := m.Ack(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got != 1 {
+			t.Fatalf("fetched %d from her consumer", got)
+		}
+		// Her consumer name with bob's inbox as its filter is refused: the
+		// filter is part of the create subject.
+		short, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err = js.CreateOrUpdateConsumer(short, engine.InboxStream, jetstream.ConsumerConfig{
+			Durable: access.InboxConsumer("alice"), FilterSubject: subjects.Inbox("bob"),
+		})
+		if err == nil {
+			t.Fatal("a consumer of bob's inbox was created")
+		}
+		v.seen(t, "publish", "$JS.API.CONSUMER.CREATE.CHIME_INBOX.inbox-alice.agent.bob.inbox")
+	})
+
+	t.Run("agent refused everything else", func(t *testing.T) {
+		inboxBefore := streamMsgs(t, ctx, opConn, engine.InboxStream)
+		for _, subj := range []string{subjects.Inbox("bob"), ">", "agent.*.inbox", "_INBOX.>", "$KV.chime_triggers.>", "timer.fire"} {
+			if _, err := alice.SubscribeSync(subj); err != nil {
+				t.Fatal(err)
+			}
+			v.seen(t, "subscription", subj)
+		}
+		for _, subj := range []string{
+			subjects.Agent("bob", subjects.ActionTimerList), subjects.Agent("bob", subjects.ActionTimerCancel),
+			subjects.Agent("alice", subjects.ActionIntervention), subjects.Agent("alice", subjects.ActionLifecycleStart),
+			subjects.Agent("alice", subjects.ActionTriggerCreate), subjects.Agent("alice", subjects.ActionTokenIssue),
+			subjects.TimerFire, subjects.WaitFire, "intervention.apply.alice", subjects.CallbackEventWake,
+			subjects.CallbackWake, subjects.Inbox("alice"), subjects.Inbox("bob"),
+			"$KV.chime_timers.bob." + bobTimer.ID, "$JS.API.STREAM.INFO.KV_chime_timers", "$JS.API.STREAM.LIST",
+			"$JS.API.STREAM.MSG.GET.CHIME_INBOX", "$JS.API.CONSUMER.CREATE.CHIME_INBOX.inbox-bob.agent.bob.inbox",
+			"$JS.API.CONSUMER.MSG.NEXT.CHIME_INBOX.inbox-bob",
+		} {
+			if err := alice.Publish(subj, []byte(`{"action":"message","text":"forged"}`)); err != nil {
+				t.Fatal(err)
+			}
+			v.seen(t, "publish", subj)
+		}
+		if got, err := bc.GetTimer(ctx, bobTimer.ID); err != nil || got.Status != subjects.TimerActive {
+			t.Fatalf("bob's timer after the attempts: %+v %v", got, err)
+		}
+		if after := streamMsgs(t, ctx, opConn, engine.InboxStream); after != inboxBefore {
+			t.Fatalf("inbox stream went from %d to %d messages", inboxBefore, after)
+		}
+	})
+
+	t.Run("operator and callback sender", func(t *testing.T) {
+		start, err := opAlice.Start(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := opAlice.Intervene(ctx, subjects.ActionMessage, "from the operator"); err != nil {
+			t.Fatal(err)
+		}
+		var trig subjects.TriggerView
+		for _, tv := range start.Triggers {
+			if tv.Mode == subjects.ModeWakeHint {
+				trig = tv
+			}
+		}
+		token := trig.TriggerURL[strings.LastIndex(trig.TriggerURL, "/")+1:]
+		cv := &violations{}
+		cb := connectAs(t, url, cv, nats.Token(token), nats.CustomInboxPrefix("_INBOX.callback."+trig.ID))
+		m := nats.NewMsg(subjects.CallbackWake)
+		m.Header.Set(subjects.HeaderCallbackToken, token)
+		res, err := cb.RequestMsgWithContext(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var reply subjects.CallbackReply
+		if err := subjects.DecodeReply(res.Data, &reply); err != nil {
+			t.Fatal(err)
+		}
+		if err := cb.Publish(subjects.Agent("alice", subjects.ActionTimerCreate), []byte(`{"duration_ms":1000}`)); err != nil {
+			t.Fatal(err)
+		}
+		cv.seen(t, "publish", subjects.Agent("alice", subjects.ActionTimerCreate))
+	})
+
+	t.Run("same tokens on HTTP", func(t *testing.T) {
+		for _, c := range []struct {
+			method, path, token string
+			want                int
+		}{
+			{http.MethodGet, "/api/agents/bob/timers", bobTok, http.StatusOK},
+			{http.MethodGet, "/api/agents/bob/timers/" + bobTimer.ID, bobTok, http.StatusOK},
+			{http.MethodGet, "/api/agents/alice/timers", bobTok, http.StatusForbidden},
+			{http.MethodGet, "/api/agents/bobby/timers", bobTok, http.StatusForbidden},
+			{http.MethodPost, "/api/control/agents/bob/timers", bobTok, http.StatusForbidden},
+			{http.MethodPost, "/api/control/agents/bob/token", bobTok, http.StatusForbidden},
+			{http.MethodGet, "/api/agents/bob/timers", "", http.StatusUnauthorized},
+			{http.MethodGet, "/api/agents/bob/timers", "chime_at_forged", http.StatusUnauthorized},
+			{http.MethodGet, "/api/agents/alice/timers", op, http.StatusOK},
+		} {
+			req, _ := http.NewRequest(c.method, "http://"+p.httpAddr+c.path, strings.NewReader(`{"duration_ms":1000}`))
+			if c.token != "" {
+				req.Header.Set("Authorization", "Bearer "+c.token)
+			}
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if res.StatusCode != c.want {
+				t.Errorf("%s %s: %d, want %d", c.method, c.path, res.StatusCode, c.want)
+			}
+		}
+	})
+
+	t.Run("refused at connect", func(t *testing.T) {
+		refusedAtConnect(t, url, "no token")
+		refusedAtConnect(t, url, "a wrong token", nats.Token("chime_at_nottherightone"))
+		refusedAtConnect(t, url, "a wrong operator token", nats.Token(op+"x"))
+		rev, err := opAlice.RevokeTokens(ctx)
+		if err != nil || rev.Revoked != 1 {
+			t.Fatalf("revoke: %+v %v", rev, err)
+		}
+		refusedAtConnect(t, url, "a revoked agent token", client.ConnectOptions("alice", aliceTok.Token)...)
+		// bob's token still works.
+		connectAs(t, url, nil, client.ConnectOptions("bob", bobTok)...)
+	})
+}
+
+func issueOverHTTP(t *testing.T, httpAddr, op, agentID string) string {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, "http://"+httpAddr+"/api/control/agents/"+agentID+"/token", bytes.NewReader(nil))
+	req.Header.Set("Authorization", "Bearer "+op)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var tok access.IssuedToken
+	if err := json.NewDecoder(res.Body).Decode(&tok); err != nil || res.StatusCode != http.StatusCreated || tok.Token == "" {
+		t.Fatalf("issue over HTTP: %d %v", res.StatusCode, err)
+	}
+	return tok.Token
+}
+
+func streamMsgs(t *testing.T, ctx context.Context, nc *nats.Conn, stream string) uint64 {
+	t.Helper()
+	js, _ := jetstream.New(nc)
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.CachedInfo().State.Msgs
+}
