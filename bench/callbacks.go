@@ -23,9 +23,12 @@ import (
 
 // CallbacksOptions configures a callback benchmark.
 type CallbacksOptions struct {
-	N       int // enqueue callbacks to send
-	Conns   int // concurrent HTTP connections
-	Wakes   int // wakes sent one at a time for wake-to-inbox latency
+	N     int // enqueue callbacks to send
+	Conns int // concurrent HTTP connections
+	Wakes int // wakes sent one at a time for wake-to-inbox latency
+	// Auth runs the in-process chime with NATS authorization on; the
+	// bench connects as an operator.
+	Auth    bool
 	NATSURL string
 	Log     *slog.Logger
 }
@@ -69,12 +72,12 @@ func Callbacks(ctx context.Context, o CallbacksOptions) (*CallbacksResult, error
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	url, stop, err := target(ctx, o.NATSURL, o.Log)
+	url, auth, stop, err := target(ctx, o.NATSURL, o.Auth, o.Log)
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
-	nc, err := nats.Connect(url, nats.Name("chime bench"))
+	nc, err := nats.Connect(url, append(auth, nats.Name("chime bench"))...)
 	if err != nil {
 		return nil, fmt.Errorf("bench: connect: %w", err)
 	}

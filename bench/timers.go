@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -25,6 +26,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/chime-nats/chime/config"
+	"github.com/chime-nats/chime/internal/secret"
 	"github.com/chime-nats/chime/replica"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -38,7 +40,10 @@ type TimersOptions struct {
 	Hold    bool          // create far-future timers and measure memory instead of fires
 	Peer    bool          // then measure JetStream's own message schedules the same way
 	NATSURL string        // empty: run an in-process chime on an embedded server
-	Log     *slog.Logger
+	// Auth runs the in-process chime with NATS authorization on; the
+	// bench connects as an operator.
+	Auth bool
+	Log  *slog.Logger
 	// FireProfile, when set, is a file for a CPU profile of the fire window
 	// alone: from just before the first due time to the last fire's arrival
 	// (the in-process chime, its embedded server and the bench's subscriber).
@@ -56,6 +61,8 @@ func (o *TimersOptions) Validate() error {
 		return errors.New("bench: --lead must not be negative")
 	case o.Spread < 0:
 		return errors.New("bench: --spread must not be negative")
+	case o.Auth && o.Peer:
+		return errors.New("bench: --peer needs the JetStream API, which an operator's rights do not cover: not with --auth")
 	}
 	return nil
 }
@@ -99,14 +106,14 @@ func Timers(ctx context.Context, o TimersOptions) (*TimersResult, error) {
 	if o.Hold {
 		o.Lead = time.Hour
 	}
-	url, stop, err := target(ctx, o.NATSURL, o.Log)
+	url, auth, stop, err := target(ctx, o.NATSURL, o.Auth, o.Log)
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
 	conns := make([]*nats.Conn, min(o.Clients, 4))
 	for i := range conns {
-		nc, err := nats.Connect(url, nats.Name("chime bench"))
+		nc, err := nats.Connect(url, append(auth, nats.Name("chime bench"))...)
 		if err != nil {
 			return nil, fmt.Errorf("bench: connect: %w", err)
 		}
@@ -117,7 +124,7 @@ func Timers(ctx context.Context, o TimersOptions) (*TimersResult, error) {
 	run := fmt.Sprintf("b%d", time.Now().UnixNano()%1e9)
 
 	// Subscribe first, as an agent would, on its own connection.
-	sub, err := nats.Connect(url, nats.Name("chime bench inbox"))
+	sub, err := nats.Connect(url, append(auth, nats.Name("chime bench inbox"))...)
 	if err != nil {
 		return nil, fmt.Errorf("bench: connect: %w", err)
 	}
@@ -308,24 +315,38 @@ func profileFrom(ctx context.Context, path string, at time.Time) (func(), error)
 // target returns the NATS URL of the chime to drive: url itself, or an
 // in-process replica (with its HTTP gateway) on an embedded server when url
 // is empty, stopped by the returned func.
-func target(ctx context.Context, url string, log *slog.Logger) (string, func(), error) {
+func target(ctx context.Context, url string, auth bool, log *slog.Logger) (string, []nats.Option, func(), error) {
 	if url != "" {
-		return url, func() {}, nil
+		if auth {
+			return "", nil, nil, errors.New("bench: --auth runs its own chime: unset CHIME_NATS_URL")
+		}
+		return url, nil, func() {}, nil
 	}
 	dir, err := os.MkdirTemp("", "chime-bench-")
 	if err != nil {
-		return "", nil, fmt.Errorf("bench: %w", err)
+		return "", nil, nil, fmt.Errorf("bench: %w", err)
 	}
 	cfg := &config.Config{
 		DataDir: dir, NATSListen: "127.0.0.1:-1", HTTPAddr: "127.0.0.1:0", JSReplicas: 1, ReplicaID: "bench", Shards: 32,
 		LeaseTTL: 2 * time.Second, InboxMaxAge: time.Hour, EventMaxAge: time.Hour, LogLevel: "warn", LogFormat: "text",
 	}
+	var opts []nats.Option
+	if auth {
+		// A token for this run only: its hash is all the file holds.
+		token := secret.NewToken("bench_op_")
+		cfg.NATSAuth, cfg.OperatorTokensFile = true, filepath.Join(dir, "operators")
+		if err := os.WriteFile(cfg.OperatorTokensFile, []byte(secret.Hash(token)+"\n"), 0o600); err != nil {
+			_ = os.RemoveAll(dir)
+			return "", nil, nil, fmt.Errorf("bench: %w", err)
+		}
+		opts = append(opts, nats.Token(token))
+	}
 	r, err := replica.Start(ctx, cfg, log, "0.0.0-bench")
 	if err != nil {
 		_ = os.RemoveAll(dir)
-		return "", nil, err
+		return "", nil, nil, err
 	}
-	return r.NATSURL(), func() { r.Stop(context.Background()); _ = os.RemoveAll(dir) }, nil
+	return r.NATSURL(), opts, func() { r.Stop(context.Background()); _ = os.RemoveAll(dir) }, nil
 }
 
 // summarize sorts d and returns its quantiles in milliseconds.

@@ -16,9 +16,9 @@ import (
 	"github.com/chime-nats/chime/bench"
 )
 
-const benchUsage = `chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--peer] [--fire-cpuprofile F] [--json]
+const benchUsage = `chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--peer] [--auth] [--fire-cpuprofile F] [--json]
        chime bench waits [-n N] [--agents N] [-c C] [--lead D] [--spread D] [--timers N] [--json]
-       chime bench callbacks [-n N] [-c CONNS] [--wakes N] [--json]
+       chime bench callbacks [-n N] [-c CONNS] [--wakes N] [--auth] [--json]
        chime bench chaos [--servers 1|3] [--replicas N] [--duration D] [--rate R] [--every D]
                          [--kill replica,server,leader] [--down D] [--json] (see chime bench chaos --help)`
 
@@ -41,6 +41,7 @@ func (a *App) bench(ctx context.Context, args []string) error {
 
 func (a *App) benchTimers(ctx context.Context, args []string) error {
 	o := bench.TimersOptions{NATSURL: os.Getenv("CHIME_NATS_URL"), Log: a.benchLog()}
+	var compare bool
 	return a.runBench(ctx, "timers", args, func(fs *flag.FlagSet) {
 		fs.IntVar(&o.N, "n", 10000, "timers to create")
 		fs.IntVar(&o.Clients, "c", 16, "concurrent clients")
@@ -49,7 +50,13 @@ func (a *App) benchTimers(ctx context.Context, args []string) error {
 		fs.BoolVar(&o.Hold, "hold", false, "create far-future timers and report memory per active timer")
 		fs.BoolVar(&o.Peer, "peer", false, "then schedule as many messages, due alike, with JetStream's own message schedules (@at) on the same server and report both")
 		fs.StringVar(&o.FireProfile, "fire-cpuprofile", "", "write a CPU profile of the fire window alone (first due time to last fire) to this file")
-	}, func(ctx context.Context) (result, error) { return bench.Timers(ctx, o) })
+		fs.BoolVar(&compare, "auth", false, authUsage)
+	}, func(ctx context.Context) (result, error) {
+		return authRuns(ctx, compare, func(ctx context.Context, auth bool) (result, error) {
+			o.Auth = auth
+			return bench.Timers(ctx, o)
+		})
+	})
 }
 
 func (a *App) benchWaits(ctx context.Context, args []string) error {
@@ -66,11 +73,18 @@ func (a *App) benchWaits(ctx context.Context, args []string) error {
 
 func (a *App) benchCallbacks(ctx context.Context, args []string) error {
 	o := bench.CallbacksOptions{NATSURL: os.Getenv("CHIME_NATS_URL"), Log: a.benchLog()}
+	var compare bool
 	return a.runBench(ctx, "callbacks", args, func(fs *flag.FlagSet) {
 		fs.IntVar(&o.N, "n", 20000, "enqueue callbacks to send")
 		fs.IntVar(&o.Conns, "c", 64, "concurrent HTTP connections")
 		fs.IntVar(&o.Wakes, "wakes", 1000, "wakes sent one at a time for wake-to-inbox latency")
-	}, func(ctx context.Context) (result, error) { return bench.Callbacks(ctx, o) })
+		fs.BoolVar(&compare, "auth", false, authUsage)
+	}, func(ctx context.Context) (result, error) {
+		return authRuns(ctx, compare, func(ctx context.Context, auth bool) (result, error) {
+			o.Auth = auth
+			return bench.Callbacks(ctx, o)
+		})
+	})
 }
 
 // benchChaos runs its own nats-servers and replicas of this binary, so it
@@ -102,6 +116,38 @@ func (a *App) benchChaos(ctx context.Context, args []string) error {
 		}
 		return bench.Chaos(ctx, o)
 	})
+}
+
+const authUsage = "run twice in this process, with NATS authorization off and then on (the bench connects as an operator through chime's auth callout), and report both"
+
+// authRuns runs one benchmark, or with compare the pair of runs without
+// and with NATS authorization.
+func authRuns(ctx context.Context, compare bool, run func(context.Context, bool) (result, error)) (result, error) {
+	if !compare {
+		return run(ctx, false)
+	}
+	off, err := run(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	on, err := run(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	return authPair{Off: off, On: on}, nil
+}
+
+// authPair is a benchmark run without and with NATS authorization.
+type authPair struct {
+	Off result `json:"auth_off"`
+	On  result `json:"auth_on"`
+}
+
+func (p authPair) WriteText(w io.Writer) {
+	fmt.Fprintln(w, "NATS authorization off:")
+	p.Off.WriteText(w)
+	fmt.Fprintln(w, "NATS authorization on (operator token, auth callout):")
+	p.On.WriteText(w)
 }
 
 // result is a benchmark's printable outcome.
