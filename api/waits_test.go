@@ -22,6 +22,12 @@ func TestDurationWaitCompletes(t *testing.T) {
 	defer cancel()
 	var progress []subjects.WaitProgress
 	var reply subjects.WaitReply
+	all := make(chan *nats.Msg, 64)
+	sub, err := nc.ChanSubscribe(subjects.Agent("waiter", subjects.ActionWaitProgress), all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
 	start := time.Now()
 	res, err := c.Wait(ctx, client.WaitRequest{
 		Seconds: 2,
@@ -51,6 +57,19 @@ func TestDurationWaitCompletes(t *testing.T) {
 	if p.WaitID != reply.WaitID || p.Heading != "icon://timer Wait: "+p.Remaining || p.Remaining != subjects.RemainingText(p.RemainingSeconds) ||
 		p.RemainingSeconds <= 0 || p.RemainingSeconds > 2 {
 		t.Errorf("progress %+v", p)
+	}
+	// The progress ends with Agent Zero's final heading, after the end.
+	for done := false; !done; {
+		select {
+		case m := <-all:
+			var p subjects.WaitProgress
+			if err := json.Unmarshal(m.Data, &p); err != nil {
+				t.Fatal(err)
+			}
+			done = p.Done && p.WaitID == reply.WaitID && p.Heading == "icon://timer Wait: Done icon://done_all" && p.RemainingSeconds == 0
+		case <-ctx.Done():
+			t.Fatal("no final progress")
+		}
 	}
 	t.Logf("completed after %v with %d progress messages", took.Round(time.Millisecond), len(progress))
 }

@@ -341,6 +341,16 @@ type WaitProgress struct {
 	RemainingSeconds float64 `json:"remaining_seconds"`
 	Remaining        string  `json:"remaining"`
 	Heading          string  `json:"heading"`
+	// Done marks the last progress of a wait that completed.
+	Done bool `json:"done,omitempty"`
+}
+
+// WaitDoneHeading is the heading Agent Zero ends a wait's progress with.
+const WaitDoneHeading = "icon://timer Wait: Done icon://done_all"
+
+// DoneWaitProgress is the last progress message of a completed wait.
+func DoneWaitProgress(waitID string) WaitProgress {
+	return WaitProgress{WaitID: waitID, Remaining: RemainingText(0), Heading: WaitDoneHeading, Done: true}
 }
 
 // NewWaitProgress builds the progress message of a wait at now.

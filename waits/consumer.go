@@ -187,6 +187,11 @@ func (w *Consumer) fire(ctx context.Context, data []byte) error {
 		return err
 	}
 	w.lateness.Observe(time.Since(ev.Target).Seconds())
+	// The progress stream ends as Agent Zero's does; core NATS, like
+	// every progress message: a lost one is not worth a retry.
+	if data, err := json.Marshal(subjects.DoneWaitProgress(rec.ID)); err == nil {
+		_ = w.cfg.JS.Conn().Publish(subjects.Agent(rec.AgentID, subjects.ActionWaitProgress), data)
+	}
 	return nil
 }
 
