@@ -31,6 +31,9 @@ var ErrUsage = errors.New("usage")
 type App struct {
 	Stdout, Stderr io.Writer
 	Version        string
+	// token is the NATS connect token of the commands that speak NATS
+	// (--token, default CHIME_NATS_TOKEN).
+	token string
 }
 
 const usage = `chime: timers, waits and callbacks for AI agents over NATS
@@ -142,12 +145,12 @@ func natsURL() string {
 	return "nats://127.0.0.1:4222"
 }
 
-func connect(opts ...nats.Option) (*nats.Conn, error) {
+func (a *App) connect(opts ...nats.Option) (*nats.Conn, error) {
 	if c := os.Getenv("CHIME_NATS_CREDS"); c != "" {
 		opts = append(opts, nats.UserCredentials(c))
 	}
-	if t := os.Getenv("CHIME_NATS_TOKEN"); t != "" {
-		opts = append(opts, nats.Token(t))
+	if a.token != "" {
+		opts = append(opts, nats.Token(a.token))
 	}
 	nc, err := nats.Connect(natsURL(), append(opts, nats.Name("chime cli"), nats.Timeout(5*time.Second))...)
 	if err != nil {
@@ -159,7 +162,15 @@ func connect(opts ...nats.Option) (*nats.Conn, error) {
 // request runs one request of agentID's client, bounded by requestTimeout,
 // and prints its result as JSON.
 func (a *App) request(ctx context.Context, agentID string, fn func(context.Context, *client.Client) (any, error)) error {
-	c, closeConn, err := agentClient(agentID)
+	ctx, refuse := context.WithCancelCause(ctx)
+	defer refuse(nil)
+	// A request its token does not allow is refused by the server with a
+	// permissions violation, and never answered: say so at once.
+	c, closeConn, err := a.agentClient(agentID, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			refuse(err)
+		}
+	}))
 	if err != nil {
 		return err
 	}
@@ -167,6 +178,9 @@ func (a *App) request(ctx context.Context, agentID string, fn func(context.Conte
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	res, err := fn(ctx, c)
+	if cause := context.Cause(ctx); err != nil && errors.Is(cause, nats.ErrPermissionViolation) {
+		return fmt.Errorf("refused: %w", cause)
+	}
 	if err != nil {
 		return err
 	}
@@ -178,12 +192,12 @@ const requestTimeout = 10 * time.Second
 
 // agentClient connects and returns a client for agentID; close ends the
 // connection.
-func agentClient(agentID string) (c *client.Client, close func(), err error) {
+func (a *App) agentClient(agentID string, opts ...nats.Option) (c *client.Client, close func(), err error) {
 	if err := subjects.ValidateID("agent_id", agentID); err != nil {
 		return nil, nil, err
 	}
-	// The token, if any, is CHIME_NATS_TOKEN's (connect adds it).
-	nc, err := connect(client.ConnectOptions(agentID, "")...)
+	// connect adds the token, if any.
+	nc, err := a.connect(append(client.ConnectOptions(agentID, ""), opts...)...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -248,9 +262,12 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// newFlagSet is the flag set of a command that speaks NATS: it takes the
+// connect token as the nats CLI does.
 func newFlagSet(a *App, name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(a.Stderr)
+	fs.StringVar(&a.token, "token", os.Getenv("CHIME_NATS_TOKEN"), "NATS connect token: an agent's or an operator's (default CHIME_NATS_TOKEN)")
 	return fs
 }
 

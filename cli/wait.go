@@ -33,7 +33,7 @@ func (a *App) wait(ctx context.Context, args []string) error {
 	if *seconds == 0 && *minutes == 0 && *until == "" {
 		return fmt.Errorf("%w: wait needs --seconds N, --minutes N or --until T", ErrUsage)
 	}
-	c, closeConn, err := agentClient(*agent)
+	c, closeConn, err := a.agentClient(*agent)
 	if err != nil {
 		return err
 	}

@@ -315,3 +315,33 @@ func streamMsgs(t *testing.T, ctx context.Context, nc *nats.Conn, stream string)
 	}
 	return s.CachedInfo().State.Msgs
 }
+
+// TestCLIWithTokens: an operator issues a token with the CLI, the agent
+// uses it with --token; a command its token does not allow is refused at
+// once, naming the violation.
+func TestCLIWithTokens(t *testing.T) {
+	url, op, _ := authedChime(t)
+	addr := strings.TrimPrefix(url, "nats://")
+	out, errOut, code := chimeCLI(t, addr, "agent", "token", "--agent", "carol", "--token", op)
+	if code != 0 {
+		t.Fatalf("agent token: exit %d: %s", code, errOut)
+	}
+	var tok access.IssuedToken
+	if err := json.Unmarshal([]byte(out), &tok); err != nil || tok.AgentID != "carol" || !strings.HasPrefix(tok.Token, access.AgentTokenPrefix) {
+		t.Fatalf("agent token printed %q: %v", out, err)
+	}
+	tm := cliTimer(t, addr, "timer", "create", "--after-ms", "60000", "--agent", "carol", "--token", tok.Token)
+	if tm.AgentID != "carol" {
+		t.Fatalf("created %+v", tm)
+	}
+	start := time.Now()
+	_, errOut, code = chimeCLI(t, addr, "timer", "list", "--agent", "dave", "--token", tok.Token)
+	// Refused at its first step: the reply subscription under dave's prefix.
+	if code == 0 || !strings.Contains(errOut, "refused: nats: permissions violation") || !strings.Contains(errOut, "agent.dave.") {
+		t.Fatalf("list of dave's timers with carol's token: exit %d: %s", code, errOut)
+	}
+	t.Logf("refused after %v", time.Since(start).Round(time.Millisecond))
+	if _, errOut, code = chimeCLI(t, addr, "timer", "list", "--agent", "carol"); code == 0 || !strings.Contains(strings.ToLower(errOut), "authorization violation") {
+		t.Fatalf("no token: exit %d: %s", code, errOut)
+	}
+}
