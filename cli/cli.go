@@ -57,6 +57,8 @@ Usage:
   chime bench callbacks [-n N] [-c CONNS] [--wakes N] [--json]
   chime bench chaos [--servers N] [--replicas N] [--duration D] [--every D] [--kill replica,server,leader] [--json]
   chime version
+
+Commands that speak NATS take --token T (default CHIME_NATS_TOKEN): an agent's or an operator's.
 `
 
 // Run executes one command line (without the program name).
