@@ -10,6 +10,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/chime-nats/chime/callbacks"
+	"github.com/chime-nats/chime/quotas"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
 	"github.com/chime-nats/chime/waits"
@@ -35,7 +37,9 @@ type Config struct {
 	Log       *slog.Logger
 	// TimeZone is where naive wait times are read when a request has no
 	// tz (CHIME_TIMEZONE); empty is UTC.
-	TimeZone   string
+	TimeZone string
+	// Quotas admits timer creates and wait requests; nil admits all.
+	Quotas     *quotas.Quotas
 	Now        func() time.Time
 	Registerer prometheus.Registerer
 }
@@ -47,6 +51,7 @@ type Operations struct {
 	waitOps   *waits.Requests
 	triggers  *callbacks.Store
 	callbacks *callbacks.Service
+	quotas    *quotas.Quotas
 	tz        string
 	now       func() time.Time
 	log       *slog.Logger
@@ -61,9 +66,12 @@ func NewOperations(c Config) *Operations {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
+	if c.Quotas == nil {
+		c.Quotas = quotas.New(quotas.Config{})
+	}
 	reg := c.Registerer
 	o := &Operations{
-		store: c.Timers, waits: c.Waits, waitOps: c.WaitRequests, triggers: c.Triggers, callbacks: c.Callbacks, tz: c.TimeZone, now: c.Now,
+		store: c.Timers, waits: c.Waits, waitOps: c.WaitRequests, triggers: c.Triggers, callbacks: c.Callbacks, quotas: c.Quotas, tz: c.TimeZone, now: c.Now,
 		log: c.Log.With("component", "api"),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chime_requests_total", Help: "Requests by endpoint and outcome (ok or the error code).",
@@ -100,8 +108,14 @@ func (o *Operations) do(ctx context.Context, surface, action, agentID string, bo
 		if err := subjects.DecodeStrict(body, &req); err != nil {
 			return nil, err
 		}
-		spec, err := req.Validate()
+		spec, err := req.Validate(o.quotas.TimerLimits())
+		if errors.Is(err, subjects.ErrIntervalTooShort) {
+			o.quotas.RefusedInterval()
+		}
 		if err != nil {
+			return nil, err
+		}
+		if err := o.quotas.Timer(agentID); err != nil {
 			return nil, err
 		}
 		return o.store.Create(ctx, agentID, spec)
@@ -134,6 +148,9 @@ func (o *Operations) do(ctx context.Context, surface, action, agentID string, bo
 	case subjects.ActionWaitRequest:
 		spec, err := subjects.DecodeWaitRequest(body, o.now(), o.tz)
 		if err != nil {
+			return nil, err
+		}
+		if err := o.quotas.Wait(agentID); err != nil {
 			return nil, err
 		}
 		w, err := o.waits.Create(ctx, agentID, spec)
