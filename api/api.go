@@ -10,6 +10,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/callbacks"
+	"github.com/chime-nats/chime/quotas"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
 	"github.com/chime-nats/chime/waits"
@@ -38,7 +40,9 @@ type Config struct {
 	Log    *slog.Logger
 	// TimeZone is where naive wait times are read when a request has no
 	// tz (CHIME_TIMEZONE); empty is UTC.
-	TimeZone   string
+	TimeZone string
+	// Quotas admits timer creates and wait requests; nil admits all.
+	Quotas     *quotas.Quotas
 	Now        func() time.Time
 	Registerer prometheus.Registerer
 }
@@ -51,6 +55,7 @@ type Operations struct {
 	triggers  *callbacks.Store
 	callbacks *callbacks.Service
 	tokens    *access.Tokens
+	quotas    *quotas.Quotas
 	tz        string
 	now       func() time.Time
 	log       *slog.Logger
@@ -65,9 +70,12 @@ func NewOperations(c Config) *Operations {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
+	if c.Quotas == nil {
+		c.Quotas = quotas.New(quotas.Config{})
+	}
 	reg := c.Registerer
 	o := &Operations{
-		store: c.Timers, waits: c.Waits, waitOps: c.WaitRequests, triggers: c.Triggers, callbacks: c.Callbacks, tokens: c.Tokens, tz: c.TimeZone, now: c.Now,
+		store: c.Timers, waits: c.Waits, waitOps: c.WaitRequests, triggers: c.Triggers, callbacks: c.Callbacks, tokens: c.Tokens, quotas: c.Quotas, tz: c.TimeZone, now: c.Now,
 		log: c.Log.With("component", "api"),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chime_requests_total", Help: "Requests by endpoint and outcome (ok or the error code).",
@@ -104,8 +112,14 @@ func (o *Operations) do(ctx context.Context, surface, action, agentID string, bo
 		if err := subjects.DecodeStrict(body, &req); err != nil {
 			return nil, err
 		}
-		spec, err := req.Validate()
+		spec, err := req.Validate(o.quotas.TimerLimits())
+		if errors.Is(err, subjects.ErrIntervalTooShort) {
+			o.quotas.RefusedInterval()
+		}
 		if err != nil {
+			return nil, err
+		}
+		if err := o.quotas.Timer(agentID); err != nil {
 			return nil, err
 		}
 		return o.store.Create(ctx, agentID, spec)
@@ -138,6 +152,9 @@ func (o *Operations) do(ctx context.Context, surface, action, agentID string, bo
 	case subjects.ActionWaitRequest:
 		spec, err := subjects.DecodeWaitRequest(body, o.now(), o.tz)
 		if err != nil {
+			return nil, err
+		}
+		if err := o.quotas.Wait(agentID); err != nil {
 			return nil, err
 		}
 		w, err := o.waits.Create(ctx, agentID, spec)

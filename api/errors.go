@@ -22,16 +22,24 @@ const unavailableMessage = "chime storage is unavailable (a NATS leader election
 // leaving or by this replica stopping.
 const canceledMessage = "request cancelled (the caller left or this replica is stopping); retry"
 
-// unavailableError is the answer to a request whose storage work was still
-// failing transiently, or still waiting, when its deadline ended: the wire
-// error plus a retry hint for the surfaces to pass on.
-type unavailableError struct {
+// retryError is a wire error with a hint of when to try again, for the
+// surfaces to pass on as Retry-After: a request whose storage work was
+// still failing transiently, or still waiting, when its deadline ended;
+// or a create over the agent's rate.
+type retryError struct {
 	wire  *subjects.Error
 	after time.Duration
 }
 
-func (e *unavailableError) Error() string { return e.wire.Error() }
-func (e *unavailableError) Unwrap() error { return e.wire }
+func (e *retryError) Error() string { return e.wire.Error() }
+func (e *retryError) Unwrap() error { return e.wire }
+
+// retryHinted is an operation's error that says when to retry
+// (quotas.RateLimited).
+type retryHinted interface {
+	error
+	RetryAfter() time.Duration
+}
 
 // answerError maps an operation's error to what the caller is told: the
 // *subjects.Error the operation chose; unavailable, with a retry hint,
@@ -39,28 +47,32 @@ func (e *unavailableError) Unwrap() error { return e.wire }
 // a server restart: a wait, not a bug); internal for anything else.
 func answerError(err error) error {
 	if e, ok := errors.AsType[*subjects.Error](err); ok {
+		if h, ok := errors.AsType[retryHinted](err); ok {
+			return &retryError{wire: e, after: h.RetryAfter()}
+		}
 		return e
 	}
 	// A missing bucket or stream is being re-created by the healer.
 	if kvrec.Transient(err) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
-		return &unavailableError{wire: &subjects.Error{Code: subjects.CodeUnavailable, Message: unavailableMessage}, after: retryAfter}
+		return &retryError{wire: &subjects.Error{Code: subjects.CodeUnavailable, Message: unavailableMessage}, after: retryAfter}
 	}
 	if errors.Is(err, context.Canceled) {
 		// The caller left, or this replica is stopping: not a bug, and
 		// another replica can take the retry.
-		return &unavailableError{wire: &subjects.Error{Code: subjects.CodeUnavailable, Message: canceledMessage}, after: retryAfter}
+		return &retryError{wire: &subjects.Error{Code: subjects.CodeUnavailable, Message: canceledMessage}, after: retryAfter}
 	}
 	return &subjects.Error{Code: subjects.CodeInternal, Message: "internal error"}
 }
 
-// retryAfterSeconds is the Retry-After value for an answer, if it has one.
+// retryAfterSeconds is the Retry-After value for an answer, if it has one:
+// whole seconds, rounded up, at least 1.
 func retryAfterSeconds(err error) (string, bool) {
-	e, ok := errors.AsType[*unavailableError](err)
+	e, ok := errors.AsType[*retryError](err)
 	if !ok {
 		return "", false
 	}
-	return strconv.Itoa(max(1, int(e.after/time.Second))), true
+	return strconv.Itoa(max(1, int((e.after+time.Second-1)/time.Second))), true
 }
 
 // finish maps, logs and counts the outcome of one request on endpoint;
@@ -71,7 +83,7 @@ func (o *Operations) finish(endpoint, what string, err error, attrs ...any) erro
 	if err != nil {
 		answer := answerError(err)
 		outcome = subjects.AsError(answer).Code
-		if _, outage := errors.AsType[*unavailableError](answer); outage {
+		if _, hinted := errors.AsType[*retryError](answer); hinted && outcome == subjects.CodeUnavailable {
 			if errors.Is(err, context.Canceled) {
 				o.log.Debug(what+" cancelled", append(attrs, "err", err)...)
 			} else {

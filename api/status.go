@@ -20,6 +20,12 @@ func httpStatus(code string) int {
 		return http.StatusForbidden
 	case subjects.CodeUnauthorized:
 		return http.StatusUnauthorized
+	case subjects.CodeQuotaExceeded, subjects.CodeRateLimited:
+		// Both say "too much of this agent", 429's meaning. 403 would say
+		// the caller lacks a right (chime's 403 is a refused callback
+		// token). rate_limited comes with Retry-After; quota_exceeded
+		// without, as waiting alone does not help.
+		return http.StatusTooManyRequests
 	case subjects.CodePayloadTooLarge:
 		return http.StatusRequestEntityTooLarge
 	case subjects.CodeUnavailable:

@@ -22,6 +22,7 @@ import (
 	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/quotas"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
 )
@@ -68,6 +69,7 @@ func TestAnswerError(t *testing.T) {
 		{"bucket missing (being healed)", fmt.Errorf("timers: get: %w", jetstream.ErrBucketNotFound), wantUnavailable, true},
 		{"caller left or replica stopping", fmt.Errorf("timers: get: %w", context.Canceled), wantUnavailable, true},
 		{"contended", kvrec.ErrContended, wantInternal, false},
+		{"rate limited", fmt.Errorf("api: %w", &quotas.RateLimited{Wire: &subjects.Error{Code: subjects.CodeRateLimited, Message: "slow down"}, After: 20 * time.Millisecond}), subjects.ErrRateLimited, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := answerError(tc.err)

@@ -274,7 +274,14 @@ func (r *chaosRun) startReplicas(ctx context.Context) error {
 			fmt.Sprintf("CHIME_JS_REPLICAS=%d", r.jsReplicas()),
 			"CHIME_HTTP_ADDR="+p.httpAddr,
 			"CHIME_REPLICA_ID="+p.id,
+			// The run paces its own creates and counts what fails: a
+			// per-agent rate limit would only add refusals to its count.
+			"CHIME_CREATE_RATE=0",
 		)
+		if r.o.Repeating > 0 && r.o.Interval < time.Second {
+			// Shorter than the default minimum: the run asked for it.
+			p.env = append(p.env, "CHIME_MIN_INTERVAL="+r.o.Interval.Truncate(time.Millisecond).String())
+		}
 		r.tb.Cleanup(func() { _ = p.kill() })
 		r.replicas = append(r.replicas, p)
 		if err := p.start(); err != nil {

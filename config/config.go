@@ -6,10 +6,12 @@ package config
 import (
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -44,7 +46,60 @@ type Config struct {
 	OperatorTokensFile string `envconfig:"OPERATOR_TOKENS_FILE" desc:"file of hex SHA-256 hashes of operator bearer tokens; unset: control routes open, loopback only"`
 	LogLevel           string `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	LogFormat          string `envconfig:"LOG_FORMAT" default:"text" desc:"text or json"`
+
+	// Quotas and limits. Zero turns each off (a Config built in code
+	// without them has none); the defaults protect a 2-core node.
+	MaxTimersPerAgent int           `envconfig:"MAX_TIMERS_PER_AGENT" default:"10000" desc:"active timers one agent may have; 0: no limit"`
+	MaxWaitsPerAgent  int           `envconfig:"MAX_WAITS_PER_AGENT" default:"1000" desc:"waiting waits one agent may have; 0: no limit"`
+	MinInterval       time.Duration `envconfig:"MIN_INTERVAL" default:"1s" desc:"shortest interval of a repeating timer; 0: any"`
+	CreateRate        float64       `envconfig:"CREATE_RATE" default:"50" desc:"timer creates and wait requests per second per agent, on each replica; 0: no limit"`
+	CreateBurst       int           `envconfig:"CREATE_BURST" default:"100" desc:"creates an agent may make at once before CREATE_RATE paces it"`
+	InboxMaxBytes     ByteSize      `envconfig:"INBOX_MAX_BYTES" default:"1GiB" desc:"size of the inbox stream; the oldest deliveries go beyond it; 0: no limit"`
+	InboxMaxPerAgent  int64         `envconfig:"INBOX_MAX_PER_AGENT" default:"10000" desc:"deliveries kept per agent inbox; its oldest go beyond it; 0: no limit"`
+	EventMaxBytes     ByteSize      `envconfig:"EVENT_MAX_BYTES" default:"256MiB" desc:"size of the internal events stream; the oldest events go beyond it; 0: no limit"`
 }
+
+// ByteSize is a size in bytes, written as a plain number or with a binary
+// suffix: 1073741824, 1GiB, 512MiB, 64KiB.
+type ByteSize int64
+
+var byteUnits = []struct {
+	suffix string
+	n      int64
+}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}}
+
+// Decode parses a size for envconfig.
+func (b *ByteSize) Decode(v string) error {
+	v = strings.TrimSpace(v)
+	unit := int64(1)
+	for _, u := range byteUnits {
+		if num, ok := strings.CutSuffix(v, u.suffix); ok {
+			v, unit = strings.TrimSpace(num), u.n
+			break
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64/unit {
+		return fmt.Errorf("%q is not a size: a whole number of bytes, or with KiB, MiB, GiB or TiB", v)
+	}
+	*b = ByteSize(n * unit)
+	return nil
+}
+
+// String writes the size in the largest unit that divides it.
+func (b ByteSize) String() string {
+	for _, u := range byteUnits {
+		if b != 0 && int64(b)%u.n == 0 {
+			return strconv.FormatInt(int64(b)/u.n, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(int64(b), 10)
+}
+
+// minStreamBytes is the smallest stream size limit accepted: below it one
+// large delivery (the server's max payload, 1 MiB by default) could not be
+// stored at all.
+const minStreamBytes = 8 << 20
 
 // Load reads the environment and validates the result.
 func Load() (*Config, error) {
@@ -107,6 +162,9 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("config: CHIME_PUBLIC_URL %q must be an http or https URL", c.PublicURL)
 		}
 	}
+	if err := c.validateLimits(); err != nil {
+		return err
+	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
@@ -116,6 +174,38 @@ func (c *Config) Validate() error {
 	case "text", "json":
 	default:
 		return fmt.Errorf("config: CHIME_LOG_FORMAT must be text or json, not %q", c.LogFormat)
+	}
+	return nil
+}
+
+// validateLimits checks the quotas and stream limits.
+func (c *Config) validateLimits() error {
+	if c.MaxTimersPerAgent < 0 {
+		return fmt.Errorf("config: CHIME_MAX_TIMERS_PER_AGENT must be 0 (no limit) or positive, not %d", c.MaxTimersPerAgent)
+	}
+	if c.MaxWaitsPerAgent < 0 {
+		return fmt.Errorf("config: CHIME_MAX_WAITS_PER_AGENT must be 0 (no limit) or positive, not %d", c.MaxWaitsPerAgent)
+	}
+	// Whole milliseconds: the refusal names the minimum in interval_ms.
+	if c.MinInterval < 0 || c.MinInterval%time.Millisecond != 0 || c.MinInterval > 24*time.Hour {
+		return fmt.Errorf("config: CHIME_MIN_INTERVAL must be whole milliseconds from 0 to 24h, not %v", c.MinInterval)
+	}
+	if c.CreateRate < 0 || math.IsNaN(c.CreateRate) || math.IsInf(c.CreateRate, 0) {
+		return fmt.Errorf("config: CHIME_CREATE_RATE must be 0 (no limit) or a positive number per second, not %v", c.CreateRate)
+	}
+	if c.CreateRate > 0 && c.CreateBurst < 1 {
+		return fmt.Errorf("config: CHIME_CREATE_BURST must be at least 1 when CHIME_CREATE_RATE is set, not %d", c.CreateBurst)
+	}
+	for _, l := range []struct {
+		name string
+		v    ByteSize
+	}{{"CHIME_INBOX_MAX_BYTES", c.InboxMaxBytes}, {"CHIME_EVENT_MAX_BYTES", c.EventMaxBytes}} {
+		if l.v != 0 && l.v < minStreamBytes {
+			return fmt.Errorf("config: %s must be 0 (no limit) or at least %v, not %v", l.name, ByteSize(minStreamBytes), l.v)
+		}
+	}
+	if c.InboxMaxPerAgent < 0 {
+		return fmt.Errorf("config: CHIME_INBOX_MAX_PER_AGENT must be 0 (no limit) or positive, not %d", c.InboxMaxPerAgent)
 	}
 	return nil
 }

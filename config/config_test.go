@@ -1,6 +1,7 @@
 package config
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -85,6 +86,63 @@ func TestNATSAuthRequiredBeyondLoopback(t *testing.T) {
 		err := c.Validate()
 		if (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
 			t.Errorf("%+v: %v, want %q", tc, err, tc.err)
+		}
+	}
+}
+
+// TestLimitDefaults: the environment's defaults are the documented ones.
+func TestLimitDefaults(t *testing.T) {
+	for _, v := range []string{"MAX_TIMERS_PER_AGENT", "MAX_WAITS_PER_AGENT", "MIN_INTERVAL", "CREATE_RATE", "CREATE_BURST",
+		"INBOX_MAX_BYTES", "INBOX_MAX_PER_AGENT", "EVENT_MAX_BYTES"} {
+		t.Setenv("CHIME_"+v, "") // unset counts as default only when absent
+		os.Unsetenv("CHIME_" + v)
+	}
+	c, err := Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxTimersPerAgent != 10000 || c.MaxWaitsPerAgent != 1000 || c.MinInterval != time.Second || c.CreateRate != 50 ||
+		c.CreateBurst != 100 || c.InboxMaxBytes != 1<<30 || c.InboxMaxPerAgent != 10000 || c.EventMaxBytes != 256<<20 {
+		t.Fatalf("defaults: %+v", c)
+	}
+	t.Setenv("CHIME_INBOX_MAX_BYTES", "512MiB")
+	t.Setenv("CHIME_EVENT_MAX_BYTES", "16777216")
+	if c, err = Load(); err != nil || c.InboxMaxBytes != 512<<20 || c.EventMaxBytes != 16<<20 {
+		t.Fatalf("sizes: %v %+v", err, c)
+	}
+	t.Setenv("CHIME_INBOX_MAX_BYTES", "1GB")
+	if _, err := Load(); err == nil || !strings.Contains(err.Error(), "INBOX_MAX_BYTES") {
+		t.Fatalf("1GB: %v", err)
+	}
+}
+
+// TestLimitValidation: each limit's error names its variable; zero turns
+// a limit off.
+func TestLimitValidation(t *testing.T) {
+	for _, tc := range []struct {
+		set  func(*Config)
+		want string // "" valid
+	}{
+		{func(c *Config) {}, ""},
+		{func(c *Config) { c.MaxTimersPerAgent = -1 }, "CHIME_MAX_TIMERS_PER_AGENT"},
+		{func(c *Config) { c.MaxWaitsPerAgent = -1 }, "CHIME_MAX_WAITS_PER_AGENT"},
+		{func(c *Config) { c.MinInterval = 1500 * time.Microsecond }, "CHIME_MIN_INTERVAL"},
+		{func(c *Config) { c.MinInterval = -time.Second }, "CHIME_MIN_INTERVAL"},
+		{func(c *Config) { c.MinInterval = 25 * time.Hour }, "CHIME_MIN_INTERVAL"},
+		{func(c *Config) { c.MinInterval = 250 * time.Millisecond }, ""},
+		{func(c *Config) { c.CreateRate = -1 }, "CHIME_CREATE_RATE"},
+		{func(c *Config) { c.CreateRate = 5 }, "CHIME_CREATE_BURST"},
+		{func(c *Config) { c.CreateRate, c.CreateBurst = 0.5, 1 }, ""},
+		{func(c *Config) { c.InboxMaxBytes = 1 << 20 }, "CHIME_INBOX_MAX_BYTES must be 0 (no limit) or at least 8MiB, not 1MiB"},
+		{func(c *Config) { c.EventMaxBytes = -1 }, "CHIME_EVENT_MAX_BYTES"},
+		{func(c *Config) { c.InboxMaxBytes, c.EventMaxBytes = 8<<20, 1<<40 }, ""},
+		{func(c *Config) { c.InboxMaxPerAgent = -1 }, "CHIME_INBOX_MAX_PER_AGENT"},
+	} {
+		c := valid()
+		tc.set(c)
+		err := c.Validate()
+		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%+v: %v, want %q", c, err, tc.want)
 		}
 	}
 }

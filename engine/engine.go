@@ -113,6 +113,18 @@ type Topology struct {
 	// DedupWindow is how long a Nats-Msg-Id is remembered. It must cover the
 	// longest time a fire can sit between publish and record update.
 	DedupWindow time.Duration
+	// InboxMaxBytes and EventMaxBytes bound the streams' size, and
+	// InboxMaxPerAgent each agent's inbox (messages); zero is no limit.
+	InboxMaxBytes, EventMaxBytes int64
+	InboxMaxPerAgent             int64
+}
+
+// noLimit maps chime's "0: no limit" to JetStream's -1.
+func noLimit(n int64) int64 {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }
 
 // IdempotencyTTL is how long a callback's Idempotency-Key is remembered:
@@ -162,8 +174,13 @@ func streams(t Topology) []jetstream.StreamConfig {
 			Subjects:    []string{subjects.TimerFire, subjects.WaitFire, subjects.InterventionApplyAll, subjects.CallbackEventWake, subjects.CallbackEventEnqueue},
 			Retention:   jetstream.LimitsPolicy,
 			MaxAge:      t.EventMaxAge,
-			Duplicates:  t.DedupWindow,
-			Replicas:    t.Replicas,
+			MaxBytes:    noLimit(t.EventMaxBytes),
+			// Full, the oldest events go: acked long ago but for an outage
+			// as long as the stream. DiscardNew would refuse every wait
+			// fire, intervention and callback until MaxAge freed room.
+			Discard:    jetstream.DiscardOld,
+			Duplicates: t.DedupWindow,
+			Replicas:   t.Replicas,
 		},
 		{
 			Name:        InboxStream,
@@ -171,8 +188,15 @@ func streams(t Topology) []jetstream.StreamConfig {
 			Subjects:    []string{subjects.InboxWildcard},
 			Retention:   jetstream.LimitsPolicy,
 			MaxAge:      t.InboxMaxAge,
-			Duplicates:  t.DedupWindow,
-			Replicas:    t.Replicas,
+			MaxBytes:    noLimit(t.InboxMaxBytes),
+			// An agent's inbox, or the stream, full drops the oldest
+			// deliveries. DiscardNew would fail the fires into a full inbox
+			// forever, and failing fires make a replica give its shards
+			// away: one flooded agent would stop everyone's timers.
+			MaxMsgsPerSubject: noLimit(t.InboxMaxPerAgent),
+			Discard:           jetstream.DiscardOld,
+			Duplicates:        t.DedupWindow,
+			Replicas:          t.Replicas,
 		},
 	}
 }
@@ -190,7 +214,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Resour
 	}
 	for _, c := range streams(t) {
 		if _, err := js.CreateOrUpdateStream(ctx, c); err != nil {
-			return nil, fmt.Errorf("engine: stream %s: %w", c.Name, err)
+			return nil, fmt.Errorf("engine: %w", streamError(c, err))
 		}
 	}
 	return &Resources{
@@ -198,6 +222,21 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Resour
 		Leases: kvs[LeasesBucket], Triggers: kvs[TriggersBucket], Idempotency: kvs[IdempotencyBucket],
 		Tokens: kvs[TokensBucket],
 	}, nil
+}
+
+// storageExceeded is JetStream's "insufficient storage resources
+// available": a stream's max bytes are reserved in the server's store
+// (75 % of the free disk by default) when the stream is made or grown.
+const storageExceeded jetstream.ErrorCode = 10047
+
+// streamError says which stream could not be made, and what to change when
+// its size limit does not fit the store.
+func streamError(c jetstream.StreamConfig, err error) error {
+	if apiErr, ok := errors.AsType[*jetstream.APIError](err); ok && apiErr.ErrorCode == storageExceeded {
+		return fmt.Errorf("stream %s: %w: its max bytes (%d) are reserved in the JetStream store, which has less room: "+
+			"lower CHIME_INBOX_MAX_BYTES or CHIME_EVENT_MAX_BYTES, or give the store more", c.Name, err, c.MaxBytes)
+	}
+	return fmt.Errorf("stream %s: %w", c.Name, err)
 }
 
 // createBucket creates or updates a bucket. The leases bucket of older
@@ -243,7 +282,7 @@ func Heal(ctx context.Context, js jetstream.JetStream, t Topology) ([]string, er
 			}
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("stream %s: %w", c.Name, err))
+			errs = append(errs, streamError(c, err))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/subjects"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -76,5 +78,99 @@ func TestHealRecreatesWhatIsMissing(t *testing.T) {
 	}
 	if _, err := js.KeyValue(ctx, engine.TimersBucket); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestProvisionUpdatesStreamLimits: streams made by a version without
+// limits get them in place at the next start, and a full inbox drops an
+// agent's oldest deliveries, never refuses a new one or touches another
+// agent's.
+func TestProvisionUpdatesStreamLimits(t *testing.T) {
+	js := connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := engine.Provision(ctx, js, topo); err != nil { // as before: no limits
+		t.Fatal(err)
+	}
+	for _, name := range []string{engine.InboxStream, engine.EventsStream} {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := s.CachedInfo().Config; c.MaxBytes != -1 || c.MaxMsgsPerSubject != -1 {
+			t.Fatalf("%s without limits: max bytes %d, per subject %d", name, c.MaxBytes, c.MaxMsgsPerSubject)
+		}
+	}
+	for i := range 5 {
+		if _, err := js.Publish(ctx, subjects.Inbox("a"), []byte{byte('0' + i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	limited := topo
+	limited.InboxMaxBytes, limited.EventMaxBytes, limited.InboxMaxPerAgent = 64<<20, 32<<20, 3
+	if _, err := engine.Provision(ctx, js, limited); err != nil {
+		t.Fatal(err)
+	}
+	inbox, err := js.Stream(ctx, engine.InboxStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := inbox.CachedInfo().Config; c.MaxBytes != 64<<20 || c.MaxMsgsPerSubject != 3 || c.Discard != jetstream.DiscardOld {
+		t.Fatalf("inbox after the update: %+v", c)
+	}
+	events, err := js.Stream(ctx, engine.EventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := events.CachedInfo().Config; c.MaxBytes != 32<<20 || c.Discard != jetstream.DiscardOld || c.MaxMsgsPerSubject != -1 {
+		t.Fatalf("events after the update: %+v", c)
+	}
+	// The update applied the new limit to what was stored: a keeps its newest 3.
+	for i := 5; i < 7; i++ {
+		if _, err := js.Publish(ctx, subjects.Inbox("a"), []byte{byte('0' + i)}); err != nil {
+			t.Fatalf("publish into a full inbox: %v", err)
+		}
+	}
+	if _, err := js.Publish(ctx, subjects.Inbox("b"), []byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, subj := range []string{subjects.Inbox("a"), subjects.Inbox("b")} {
+		c, err := js.OrderedConsumer(ctx, engine.InboxStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range info.NumPending {
+			m, err := c.Next(jetstream.FetchMaxWait(2 * time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, string(m.Data()))
+		}
+	}
+	if !slices.Equal(got, []string{"4", "5", "6", "b"}) {
+		t.Fatalf("inbox holds %v, want a's newest three and b's one", got)
+	}
+	// Heal leaves present streams alone; Provision at start is what updates.
+	if healed, err := engine.Heal(ctx, js, limited); err != nil || len(healed) != 0 {
+		t.Fatalf("healed %v (%v)", healed, err)
+	}
+}
+
+// TestStreamLimitBeyondTheStore: a size limit larger than the JetStream
+// store can reserve refuses to start, saying which variable to lower.
+func TestStreamLimitBeyondTheStore(t *testing.T) {
+	js := connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	huge := topo
+	huge.InboxMaxBytes = 1 << 60
+	_, err := engine.Provision(ctx, js, huge)
+	if err == nil || !strings.Contains(err.Error(), "lower CHIME_INBOX_MAX_BYTES") {
+		t.Fatalf("provision with 1 EiB: %v", err)
 	}
 }

@@ -118,7 +118,10 @@ var toolPrompts = []struct {
 		func(b []byte) error { _, err := subjects.DecodeWaitFor(b); return err }}}},
 	// authority_class is the operator's field (HTTP), not the agent's.
 	{"timers.md", without(jsonFields(subjects.CreateTimerRequest{}, subjects.ListTimersRequest{}, subjects.TimerRef{}), "authority_class"), []action{
-		{"create", `{"duration_ms":100,"interval_ms":100,"summary":"s"}`, strict(func(r *subjects.CreateTimerRequest) error { _, err := r.Validate(); return err })},
+		{"create", `{"duration_ms":100,"interval_ms":60000,"summary":"s"}`, strict(func(r *subjects.CreateTimerRequest) error {
+			_, err := r.Validate(subjects.TimerLimits{MinInterval: time.Second})
+			return err
+		})},
 		{"list", `{"limit":5}`, strict(func(r *subjects.ListTimersRequest) error { _, err := subjects.ParseLimit(r.Limit); return err })},
 		{"get", `{"timer_id":"t1"}`, strict((*subjects.TimerRef).Validate)},
 		{"cancel", `{"timer_id":"t1"}`, strict((*subjects.TimerRef).Validate)},

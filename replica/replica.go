@@ -28,6 +28,7 @@ import (
 	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/secret"
+	"github.com/chime-nats/chime/quotas"
 	"github.com/chime-nats/chime/scheduler"
 	"github.com/chime-nats/chime/timers"
 	"github.com/chime-nats/chime/waits"
@@ -107,6 +108,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	topo := engine.Topology{
 		Replicas: cfg.JSReplicas, LeaseTTL: cfg.LeaseTTL,
 		InboxMaxAge: cfg.InboxMaxAge, EventMaxAge: cfg.EventMaxAge, DedupWindow: dedup,
+		InboxMaxBytes: int64(cfg.InboxMaxBytes), EventMaxBytes: int64(cfg.EventMaxBytes), InboxMaxPerAgent: cfg.InboxMaxPerAgent,
 	}
 	res, err := engine.Provision(pctx, js, topo)
 	if err != nil {
@@ -179,10 +181,15 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		return nil, err
 	}
 	tokens := access.NewTokens(res.Tokens, time.Now)
+	limits := quotas.New(quotas.Config{
+		MaxTimers: cfg.MaxTimersPerAgent, MaxWaits: cfg.MaxWaitsPerAgent, Counter: r.sched, MinInterval: cfg.MinInterval,
+		Rate: cfg.CreateRate, Burst: cfg.CreateBurst, Registerer: reg,
+	})
 	ops := api.NewOperations(api.Config{
 		Tokens: tokens,
 		Timers: store, Waits: waitStore, WaitRequests: waits.NewRequests(waitStore, inbox, js, time.Now, log),
-		Triggers: triggerStore, Callbacks: callbacks.NewService(triggerStore, inbox, js, engine.InboxStream, time.Now, log), Log: log, TimeZone: cfg.TimeZone, Registerer: reg,
+		Triggers: triggerStore, Callbacks: callbacks.NewService(triggerStore, inbox, js, engine.InboxStream, time.Now, log), Log: log, TimeZone: cfg.TimeZone,
+		Quotas: limits, Registerer: reg,
 	})
 	resolver := access.Resolver{Operators: operators, Tokens: tokens, Callbacks: triggerStore}
 	if issuer != nil {

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"container/heap"
 	"hash/fnv"
+	"sync"
 	"time"
 )
 
@@ -63,10 +64,55 @@ type index struct {
 	entries map[string]*entry // timers by key
 	waits   map[string]*entry // waits by key, kept apart for progress
 	shards  []dueHeap
+	// timerCount and waitCount follow entries and waits by agent.
+	timerCount, waitCount *agentCounts
 }
 
 func newIndex(shards int) *index {
-	return &index{entries: make(map[string]*entry), waits: make(map[string]*entry), shards: make([]dueHeap, shards)}
+	return &index{
+		entries: make(map[string]*entry), waits: make(map[string]*entry), shards: make([]dueHeap, shards),
+		timerCount: newAgentCounts(), waitCount: newAgentCounts(),
+	}
+}
+
+// counts is the per-agent count of timers or of waits.
+func (ix *index) counts(wait bool) *agentCounts {
+	if wait {
+		return ix.waitCount
+	}
+	return ix.timerCount
+}
+
+// insert adds e, not yet known, to its table.
+func (ix *index) insert(e *entry) {
+	ix.table(e.wait)[e.key] = e
+	ix.counts(e.wait).add(e.agentID(), 1)
+}
+
+// agentCounts counts one kind of entry by agent, for the create quotas.
+// It has a lock of its own so that a create's check never waits behind
+// the firing loop, which holds the scheduler's lock for a whole batch.
+type agentCounts struct {
+	mu sync.RWMutex
+	n  map[string]int // agents with none are absent
+}
+
+func newAgentCounts() *agentCounts { return &agentCounts{n: make(map[string]int)} }
+
+func (c *agentCounts) add(agentID string, d int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := c.n[agentID] + d; n > 0 {
+		c.n[agentID] = n
+	} else {
+		delete(c.n, agentID)
+	}
+}
+
+func (c *agentCounts) get(agentID string) int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.n[agentID]
 }
 
 // table is the map of timers or of waits.
@@ -107,6 +153,7 @@ func (ix *index) remove(wait bool, key string) {
 	if e, ok := t[key]; ok {
 		ix.disarm(e)
 		delete(t, key)
+		ix.counts(wait).add(e.agentID(), -1)
 	}
 }
 

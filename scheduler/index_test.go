@@ -3,6 +3,10 @@ package scheduler
 import (
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/chime-nats/chime/internal/kvwatch"
+	"github.com/chime-nats/chime/subjects"
 )
 
 func TestIndexFiresOnlyOwnedShardsInDueOrder(t *testing.T) {
@@ -48,5 +52,37 @@ func TestIndexFiresOnlyOwnedShardsInDueOrder(t *testing.T) {
 	ix.remove(false, limited[0].key)
 	if _, ok := ix.entries[limited[0].key]; ok {
 		t.Fatal("remove kept the entry")
+	}
+}
+
+// TestPerAgentCounts: the quotas' counts follow the index through creates,
+// endings, deletes and reloads, per agent and per kind.
+func TestPerAgentCounts(t *testing.T) {
+	c := newClock()
+	s := newTestScheduler(c)
+	due := c.now().Add(time.Hour)
+	for i := range 3 {
+		putTimer(t, s, subjects.Timer{ID: fmt.Sprintf("t%d", i), AgentID: "a", Status: subjects.TimerActive, NextFireAt: &due})
+	}
+	putTimer(t, s, subjects.Timer{ID: "t0", AgentID: "b", Status: subjects.TimerActive, NextFireAt: &due})
+	putTimer(t, s, subjects.Timer{ID: "t1", AgentID: "a", Status: subjects.TimerActive, NextFireAt: &due}) // an update, not one more
+	putWait(t, s, subjects.Wait{ID: "w0", AgentID: "a", Status: subjects.WaitWaiting, Mode: subjects.WaitDuration, TargetTime: due})
+	paused := c.now()
+	putWait(t, s, subjects.Wait{ID: "w1", AgentID: "a", Status: subjects.WaitWaiting, Mode: subjects.WaitDuration, TargetTime: due, PausedAt: &paused})
+	if a, b, w := s.ActiveTimers("a"), s.ActiveTimers("b"), s.ActiveWaits("a"); a != 3 || b != 1 || w != 2 {
+		t.Fatalf("timers a=%d b=%d, waits a=%d; want 3 1 2", a, b, w)
+	}
+	putTimer(t, s, subjects.Timer{ID: "t0", AgentID: "a", Status: subjects.TimerCancelled})
+	s.applyTimer(kvwatch.Entry{Key: subjects.TimerKey("a", "t1"), Deleted: true})
+	putWait(t, s, subjects.Wait{ID: "w0", AgentID: "a", Status: subjects.WaitCompleted, TargetTime: due})
+	if a, w := s.ActiveTimers("a"), s.ActiveWaits("a"); a != 1 || w != 1 {
+		t.Fatalf("after endings: timers %d, waits %d; want 1 1", a, w)
+	}
+	s.reset(false)
+	if a, b, w := s.ActiveTimers("a"), s.ActiveTimers("b"), s.ActiveWaits("a"); a != 0 || b != 0 || w != 1 {
+		t.Fatalf("after reloading timers: %d %d, waits %d", a, b, w)
+	}
+	if n := len(s.index.timerCount.n); n != 0 {
+		t.Fatalf("%d agents without timers still counted", n)
 	}
 }

@@ -192,6 +192,15 @@ func (s *Scheduler) Healthy() (bool, string) {
 	return s.health.ok()
 }
 
+// ActiveTimers is how many active timers of the agent the index holds:
+// every shard's, as each replica watches the whole bucket, a few
+// milliseconds behind it. It never waits for the firing loop.
+func (s *Scheduler) ActiveTimers(agentID string) int { return s.index.timerCount.get(agentID) }
+
+// ActiveWaits is how many waiting (or paused) waits of the agent the index
+// holds, as ActiveTimers.
+func (s *Scheduler) ActiveWaits(agentID string) int { return s.index.waitCount.get(agentID) }
+
 func (s *Scheduler) activeCount(wait bool) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -223,7 +232,7 @@ func (s *Scheduler) entryFor(wait bool, key string, agentLen int) *entry {
 		if wait {
 			en.phase = int8(shardOf(key, 10*s.cfg.Shards) % 10)
 		}
-		t[key] = en
+		s.index.insert(en)
 	}
 	return en
 }

@@ -14,6 +14,12 @@ const (
 	CodeTimerCompleted = "timer_completed"
 	CodeUnavailable    = "unavailable"
 	CodeInternal       = "internal"
+	// CodeQuotaExceeded refuses a create beyond the agent's active timers
+	// or waits: retrying helps only once some of them end.
+	CodeQuotaExceeded = "quota_exceeded"
+	// CodeRateLimited refuses a create beyond the agent's create rate:
+	// retrying after the hint it carries helps.
+	CodeRateLimited = "rate_limited"
 )
 
 // Error is the one error shape of chime's replies:
@@ -39,6 +45,8 @@ var (
 	ErrInvalidID      = &Error{Code: CodeInvalidID}
 	ErrTimerNotFound  = &Error{Code: CodeTimerNotFound}
 	ErrTimerCompleted = &Error{Code: CodeTimerCompleted}
+	ErrQuotaExceeded  = &Error{Code: CodeQuotaExceeded}
+	ErrRateLimited    = &Error{Code: CodeRateLimited}
 )
 
 // ErrorReply is the JSON body that wraps an Error.

@@ -2,6 +2,7 @@ package subjects
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -94,8 +95,21 @@ type TimerSpec struct {
 	AuthorityClass string
 }
 
-// Validate checks the request and returns its spec.
-func (r *CreateTimerRequest) Validate() (TimerSpec, error) {
+// TimerLimits are the operator's bounds on a create request, passed in
+// so that decoding needs no state of its own.
+type TimerLimits struct {
+	// MinInterval is the shortest repeat interval (CHIME_MIN_INTERVAL);
+	// zero allows any positive one.
+	MinInterval time.Duration
+}
+
+// ErrIntervalTooShort marks the invalid_request of an interval below
+// TimerLimits.MinInterval (errors.Is), so that it can be counted as a
+// quota refusal apart from the other invalid requests.
+var ErrIntervalTooShort = errors.New("subjects: interval below the minimum")
+
+// Validate checks the request against l and returns its spec.
+func (r *CreateTimerRequest) Validate(l TimerLimits) (TimerSpec, error) {
 	d, err := positiveInt("duration_ms", r.DurationMs, MaxTimerMs)
 	if err != nil {
 		return TimerSpec{}, err
@@ -107,6 +121,10 @@ func (r *CreateTimerRequest) Validate() (TimerSpec, error) {
 			return TimerSpec{}, err
 		}
 		spec.Interval = time.Duration(i) * time.Millisecond
+		if spec.Interval < l.MinInterval {
+			wire := &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("interval_ms must be at least %d", l.MinInterval.Milliseconds())}
+			return TimerSpec{}, fmt.Errorf("%w (%w)", wire, ErrIntervalTooShort)
+		}
 	}
 	if n := utf8.RuneCountInString(r.Summary); n > MaxSummaryLen {
 		return TimerSpec{}, &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("summary must be at most %d characters", MaxSummaryLen)}

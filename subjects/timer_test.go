@@ -40,7 +40,7 @@ func TestCreateTimerRequestValidation(t *testing.T) {
 		var req subjects.CreateTimerRequest
 		err := subjects.DecodeStrict([]byte(c.body), &req)
 		if err == nil {
-			_, err = req.Validate()
+			_, err = req.Validate(subjects.TimerLimits{})
 		}
 		if c.want == nil {
 			if err != nil {
@@ -55,6 +55,44 @@ func TestCreateTimerRequestValidation(t *testing.T) {
 		if c.msg != "" && subjects.AsError(err).Message != c.msg {
 			t.Errorf("%.60s: message %q, want %q", c.body, subjects.AsError(err).Message, c.msg)
 		}
+	}
+}
+
+// TestMinInterval: an interval below the operator's minimum is an
+// invalid_request that says the minimum and is marked for the quota
+// metric; the minimum itself, and one-shots of any duration, pass.
+func TestMinInterval(t *testing.T) {
+	limits := subjects.TimerLimits{MinInterval: time.Second}
+	for _, tc := range []struct {
+		body string
+		ok   bool
+	}{
+		{`{"duration_ms":1,"interval_ms":1}`, false},
+		{`{"duration_ms":1000,"interval_ms":999}`, false},
+		{`{"duration_ms":1000,"interval_ms":1000}`, true},
+		{`{"duration_ms":1}`, true},
+		{`{"duration_ms":1,"interval_ms":null}`, true},
+	} {
+		var req subjects.CreateTimerRequest
+		if err := subjects.DecodeStrict([]byte(tc.body), &req); err != nil {
+			t.Fatal(err)
+		}
+		_, err := req.Validate(limits)
+		if tc.ok {
+			if err != nil {
+				t.Errorf("%s: %v", tc.body, err)
+			}
+			continue
+		}
+		if !errors.Is(err, subjects.ErrInvalidRequest) || !errors.Is(err, subjects.ErrIntervalTooShort) ||
+			subjects.AsError(err).Message != "interval_ms must be at least 1000" {
+			t.Errorf("%s: %v", tc.body, err)
+		}
+	}
+	// Without a minimum any positive interval passes.
+	req := subjects.CreateTimerRequest{DurationMs: []byte("1"), IntervalMs: []byte("1")}
+	if _, err := req.Validate(subjects.TimerLimits{}); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -91,7 +129,7 @@ func TestParseAgent(t *testing.T) {
 // its first repeat, lie after now (an overflowed due time fired at once).
 func TestLongestTimerStaysRepresentable(t *testing.T) {
 	req := subjects.CreateTimerRequest{DurationMs: []byte("3153600000000"), IntervalMs: []byte("3153600000000")}
-	spec, err := req.Validate()
+	spec, err := req.Validate(subjects.TimerLimits{MinInterval: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

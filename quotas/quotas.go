@@ -1,0 +1,148 @@
+// Package quotas owns the per-agent admission limits of creates: how many
+// active timers and waiting waits an agent may have, and how fast it may
+// ask for more. The API checks them before a store's Create, so a refused
+// create stores nothing and costs no storage round trip.
+package quotas
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/chime-nats/chime/subjects"
+)
+
+// Counter tells how many active timers and waiting waits an agent has,
+// cheaply: a create asks on every call and must not list the agent's
+// records. Today the scheduler answers from the index every replica keeps
+// of all records (fed by KV watches, so a few milliseconds behind the
+// bucket). Once replicas hold only their own shards (a later issue) the
+// counts must come from elsewhere, which is why this is an interface.
+type Counter interface {
+	ActiveTimers(agentID string) int
+	ActiveWaits(agentID string) int
+}
+
+// Refusal kinds, the quota label of chime_quota_refusals_total.
+const (
+	Timers   = "timers"
+	Waits    = "waits"
+	Interval = "interval"
+	Rate     = "rate"
+)
+
+// Config sets the limits; a zero limit is off.
+type Config struct {
+	// MaxTimers and MaxWaits bound an agent's active timers and waiting
+	// waits (CHIME_MAX_TIMERS_PER_AGENT, CHIME_MAX_WAITS_PER_AGENT).
+	MaxTimers, MaxWaits int
+	// Counter answers the counts; needed when MaxTimers or MaxWaits is set.
+	Counter Counter
+	// MinInterval is the shortest repeat interval (CHIME_MIN_INTERVAL).
+	MinInterval time.Duration
+	// Rate is the creates per second an agent may make on this replica
+	// (CHIME_CREATE_RATE), with Burst at once (CHIME_CREATE_BURST).
+	Rate  float64
+	Burst int
+	// MaxAgents bounds the agents whose rate is remembered (default 65536).
+	MaxAgents  int
+	Now        func() time.Time
+	Registerer prometheus.Registerer
+}
+
+// Quotas checks creates against the limits. It is safe for concurrent use.
+type Quotas struct {
+	cfg      Config
+	rate     *limiter // nil: no rate limit
+	refusals *prometheus.CounterVec
+}
+
+// New returns the checks of c.
+func New(c Config) *Quotas {
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.MaxAgents <= 0 {
+		c.MaxAgents = 1 << 16
+	}
+	q := &Quotas{
+		cfg: c,
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chime_quota_refusals_total", Help: "Creates refused by a per-agent quota or limit, by quota.",
+		}, []string{"quota"}),
+	}
+	for _, k := range []string{Timers, Waits, Interval, Rate} {
+		q.refusals.WithLabelValues(k) // every series from the start, at 0
+	}
+	if c.Rate > 0 {
+		q.rate = newLimiter(c.Rate, max(c.Burst, 1), c.MaxAgents)
+	}
+	if c.Registerer != nil {
+		c.Registerer.MustRegister(q.refusals)
+	}
+	return q
+}
+
+// TimerLimits are the bounds a timer create request is decoded against.
+func (q *Quotas) TimerLimits() subjects.TimerLimits {
+	return subjects.TimerLimits{MinInterval: q.cfg.MinInterval}
+}
+
+// Timer admits one more timer for the agent, or says why not: the rate
+// first (it is the cheaper check and paces an agent hammering at its
+// quota), then the count.
+func (q *Quotas) Timer(agentID string) error {
+	return q.admit(agentID, Timers, q.cfg.MaxTimers, "active timers", "CHIME_MAX_TIMERS_PER_AGENT")
+}
+
+// Wait admits one more wait for the agent, as Timer does.
+func (q *Quotas) Wait(agentID string) error {
+	return q.admit(agentID, Waits, q.cfg.MaxWaits, "waiting waits", "CHIME_MAX_WAITS_PER_AGENT")
+}
+
+// RefusedInterval counts a create the decoder refused for its interval.
+func (q *Quotas) RefusedInterval() { q.refusals.WithLabelValues(Interval).Inc() }
+
+func (q *Quotas) admit(agentID, kind string, most int, what, variable string) error {
+	if q.rate != nil {
+		if wait, ok := q.rate.take(agentID, q.cfg.Now()); !ok {
+			q.refusals.WithLabelValues(Rate).Inc()
+			return &RateLimited{
+				Wire: &subjects.Error{Code: subjects.CodeRateLimited, Message: fmt.Sprintf(
+					"agent %s is creating timers and waits faster than %g a second (CHIME_CREATE_RATE); retry in %v",
+					agentID, q.cfg.Rate, wait.Round(time.Millisecond))},
+				After: wait,
+			}
+		}
+	}
+	if most <= 0 || q.cfg.Counter == nil {
+		return nil
+	}
+	n := q.cfg.Counter.ActiveTimers(agentID)
+	if kind == Waits {
+		n = q.cfg.Counter.ActiveWaits(agentID)
+	}
+	// The count lags creates still on their way through the watch (on
+	// this replica or another): concurrent creates may overshoot by
+	// what is in flight.
+	if n < most {
+		return nil
+	}
+	q.refusals.WithLabelValues(kind).Inc()
+	return &subjects.Error{Code: subjects.CodeQuotaExceeded, Message: fmt.Sprintf(
+		"agent %s has %d %s; at most %d are allowed (%s)", agentID, n, what, most, variable)}
+}
+
+// RateLimited is the rate_limited refusal with how long until the agent's
+// next create would be taken; the surfaces send it as Retry-After.
+type RateLimited struct {
+	Wire  *subjects.Error
+	After time.Duration
+}
+
+func (e *RateLimited) Error() string { return e.Wire.Error() }
+func (e *RateLimited) Unwrap() error { return e.Wire }
+
+// RetryAfter is how long to wait before the next create.
+func (e *RateLimited) RetryAfter() time.Duration { return e.After }
