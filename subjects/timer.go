@@ -94,6 +94,15 @@ type TimerSpec struct {
 	AuthorityClass string
 }
 
+// DecodeCreateTimer decodes and validates a timer.create body.
+func DecodeCreateTimer(data []byte) (TimerSpec, error) {
+	var r CreateTimerRequest
+	if err := DecodeStrict(data, &r); err != nil {
+		return TimerSpec{}, err
+	}
+	return r.Validate()
+}
+
 // Validate checks the request and returns its spec.
 func (r *CreateTimerRequest) Validate() (TimerSpec, error) {
 	d, err := positiveInt("duration_ms", r.DurationMs, MaxTimerMs)
@@ -126,6 +135,15 @@ type ListTimersRequest struct {
 	Limit json.RawMessage `json:"limit"`
 }
 
+// DecodeListTimers decodes a timer.list body and returns its limit.
+func DecodeListTimers(data []byte) (int, error) {
+	var r ListTimersRequest
+	if err := DecodeStrict(data, &r); err != nil {
+		return 0, err
+	}
+	return ParseLimit(r.Limit)
+}
+
 // ParseLimit validates a listing limit; absent means DefaultListLimit.
 func ParseLimit(raw json.RawMessage) (int, error) {
 	if isNull(raw) {
@@ -147,6 +165,16 @@ type TimerRef struct {
 
 // Validate checks the timer ID.
 func (r *TimerRef) Validate() error { return ValidateID("timer_id", r.TimerID) }
+
+// DecodeTimerRef decodes a timer.get or timer.cancel body and returns the
+// timer ID.
+func DecodeTimerRef(data []byte) (string, error) {
+	var r TimerRef
+	if err := DecodeStrict(data, &r); err != nil {
+		return "", err
+	}
+	return r.TimerID, r.Validate()
+}
 
 // ErrNotFound is the timer_not_found error for a timer ID.
 func ErrNotFound(timerID string) *Error {
