@@ -3,6 +3,7 @@ module github.com/chime-nats/chime
 go 1.26.0
 
 require (
+	github.com/go-json-experiment/json v1.27.2
 	github.com/kelseyhightower/envconfig v1.4.0
 	github.com/nats-io/jwt/v2 v2.8.3
 	github.com/nats-io/nats-server/v2 v2.15.3

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -106,13 +107,12 @@ func (o *Operations) do(ctx context.Context, surface, action, agentID string, bo
 	if err := subjects.ValidateID("agent_id", agentID); err != nil {
 		return nil, err
 	}
+	if err := checkBody(action, len(body)); err != nil {
+		return nil, err
+	}
 	switch action {
 	case subjects.ActionTimerCreate:
-		var req subjects.CreateTimerRequest
-		if err := subjects.DecodeStrict(body, &req); err != nil {
-			return nil, err
-		}
-		spec, err := req.Validate(o.quotas.TimerLimits())
+		spec, err := subjects.DecodeCreateTimer(body, o.quotas.TimerLimits())
 		if errors.Is(err, subjects.ErrIntervalTooShort) {
 			o.quotas.RefusedInterval()
 		}
@@ -124,11 +124,7 @@ func (o *Operations) do(ctx context.Context, surface, action, agentID string, bo
 		}
 		return o.store.Create(ctx, agentID, spec)
 	case subjects.ActionTimerList:
-		var req subjects.ListTimersRequest
-		if err := subjects.DecodeStrict(body, &req); err != nil {
-			return nil, err
-		}
-		limit, err := subjects.ParseLimit(req.Limit)
+		limit, err := subjects.DecodeListTimers(body)
 		if err != nil {
 			return nil, err
 		}
@@ -138,17 +134,14 @@ func (o *Operations) do(ctx context.Context, surface, action, agentID string, bo
 		}
 		return subjects.ListTimersReply{Timers: list}, nil
 	case subjects.ActionTimerGet, subjects.ActionTimerCancel:
-		var req subjects.TimerRef
-		if err := subjects.DecodeStrict(body, &req); err != nil {
-			return nil, err
-		}
-		if err := req.Validate(); err != nil {
+		timerID, err := subjects.DecodeTimerRef(body)
+		if err != nil {
 			return nil, err
 		}
 		if action == subjects.ActionTimerGet {
-			return o.store.Get(ctx, agentID, req.TimerID)
+			return o.store.Get(ctx, agentID, timerID)
 		}
-		return o.store.Cancel(ctx, agentID, req.TimerID)
+		return o.store.Cancel(ctx, agentID, timerID)
 	case subjects.ActionWaitRequest:
 		spec, err := subjects.DecodeWaitRequest(body, o.now(), o.tz)
 		if err != nil {
@@ -163,14 +156,11 @@ func (o *Operations) do(ctx context.Context, surface, action, agentID string, bo
 		}
 		return subjects.WaitReply{WaitID: w.ID, TargetTime: subjects.FormatISO(w.Target()), Mode: w.Mode}, nil
 	case subjects.ActionWaitCancel:
-		var req subjects.WaitRef
-		if err := subjects.DecodeStrict(body, &req); err != nil {
+		waitID, err := subjects.DecodeWaitRef(body)
+		if err != nil {
 			return nil, err
 		}
-		if err := req.Validate(); err != nil {
-			return nil, err
-		}
-		return o.waitOps.Cancel(ctx, agentID, req.WaitID)
+		return o.waitOps.Cancel(ctx, agentID, waitID)
 	case subjects.ActionIntervention:
 		req, err := subjects.DecodeIntervention(body)
 		if err != nil {
@@ -184,7 +174,7 @@ func (o *Operations) do(ctx context.Context, surface, action, agentID string, bo
 		if o.tokens == nil {
 			return nil, &subjects.Error{Code: subjects.CodeUnavailable, Message: "agent tokens are not configured"}
 		}
-		if err := subjects.DecodeStrict(body, &struct{}{}); err != nil {
+		if err := subjects.DecodeNoFields(body); err != nil {
 			return nil, err
 		}
 		if action == subjects.ActionTokenIssue {
@@ -193,6 +183,41 @@ func (o *Operations) do(ctx context.Context, surface, action, agentID string, bo
 		return o.tokens.Revoke(ctx, agentID)
 	}
 	return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: fmt.Sprintf("unknown action %q", action)}
+}
+
+// callbackAction names callbacks in the body policy.
+const callbackAction = "callback"
+
+// bodyLimit is the one body policy, by action, over HTTP and NATS alike:
+// a body beyond its limit is refused with payload_too_large (HTTP 413)
+// before it is decoded. Callbacks take 256 KiB (the contract). An
+// intervention has no limit of its own: its text may be as long as its
+// deliveries can carry, which Intervene checks against the inbox. Every
+// other request takes 64 KiB.
+func bodyLimit(action string) int64 {
+	switch action {
+	case callbackAction:
+		return subjects.MaxCallbackBody
+	case subjects.ActionIntervention:
+		return math.MaxInt64
+	default:
+		return subjects.MaxRequestBody
+	}
+}
+
+// checkBody refuses a body of n bytes beyond its action's limit.
+func checkBody(action string, n int) error {
+	if limit := bodyLimit(action); int64(n) > limit {
+		return tooLarge(action, limit)
+	}
+	return nil
+}
+
+func tooLarge(action string, limit int64) error {
+	if action == callbackAction {
+		return subjects.BodyTooLarge("callback", limit)
+	}
+	return subjects.BodyTooLarge("request", limit)
 }
 
 // Actions are the agent actions served.

@@ -273,7 +273,7 @@ func TestHTTPRoutes(t *testing.T) {
 			t.Fatalf("cancel: %d %s", status, body)
 		}
 	}
-	if status, body = do("POST", "/api/control/agents/web/timers", `{"duration_ms":1,"summary":"`+strings.Repeat("x", 70<<10)+`"}`); status != 400 {
+	if status, body = do("POST", "/api/control/agents/web/timers", `{"duration_ms":1,"summary":"`+strings.Repeat("x", 70<<10)+`"}`); status != 413 {
 		t.Errorf("oversized body: %d %s", status, body)
 	}
 	if status, _ = do("GET", "/healthz", ""); status != 200 {

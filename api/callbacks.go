@@ -18,7 +18,7 @@ func (o *Operations) lifecycle(ctx context.Context, surface, action, agentID str
 	}
 	switch action {
 	case subjects.ActionLifecycleStart, subjects.ActionLifecycleStop:
-		if err := subjects.DecodeStrict(body, &struct{}{}); err != nil {
+		if err := subjects.DecodeNoFields(body); err != nil {
 			return nil, err
 		}
 		if action == subjects.ActionLifecycleStop {
@@ -42,25 +42,17 @@ func (o *Operations) lifecycle(ctx context.Context, surface, action, agentID str
 		}
 		return reply, nil
 	case subjects.ActionTriggerCreate:
-		var req subjects.CreateTriggerRequest
-		if err := subjects.DecodeStrict(body, &req); err != nil {
-			return nil, err
-		}
-		mode, err := req.Validate()
+		mode, label, err := subjects.DecodeCreateTrigger(body)
 		if err != nil {
 			return nil, err
 		}
-		iss, err := o.triggers.Create(ctx, agentID, mode, req.Label)
+		iss, err := o.triggers.Create(ctx, agentID, mode, label)
 		if err != nil {
 			return nil, err
 		}
 		return iss.View(o.triggers.PublicURL()), nil
 	case subjects.ActionTriggerReset:
-		var req subjects.ResetTriggerRequest
-		if err := subjects.DecodeStrict(body, &req); err != nil {
-			return nil, err
-		}
-		mode, err := subjects.ParseMode(req.Mode, subjects.ModeWakeHint)
+		mode, err := subjects.DecodeResetTrigger(body)
 		if err != nil {
 			return nil, err
 		}
@@ -71,20 +63,17 @@ func (o *Operations) lifecycle(ctx context.Context, surface, action, agentID str
 		v := iss.View(o.triggers.PublicURL())
 		return subjects.ResetReply{OK: true, AgentID: agentID, TriggerID: v.ID, TriggerURL: v.TriggerURL, Mode: v.Mode, Status: v.Status}, nil
 	case subjects.ActionTriggerCancel:
-		var req subjects.TriggerRef
-		if err := subjects.DecodeStrict(body, &req); err != nil {
+		triggerID, err := subjects.DecodeTriggerRef(body)
+		if err != nil {
 			return nil, err
 		}
-		if err := req.Validate(); err != nil {
-			return nil, err
-		}
-		t, err := o.triggers.Revoke(ctx, agentID, req.ID)
+		t, err := o.triggers.Revoke(ctx, agentID, triggerID)
 		if err != nil {
 			return nil, err
 		}
 		return t.View(), nil
 	case subjects.ActionTriggerList:
-		if err := subjects.DecodeStrict(body, &struct{}{}); err != nil {
+		if err := subjects.DecodeNoFields(body); err != nil {
 			return nil, err
 		}
 		list, err := o.triggers.List(ctx, agentID)
@@ -105,14 +94,19 @@ func views(list []subjects.Trigger) []subjects.TriggerView {
 }
 
 // Callback accepts a callback (see callbacks.Service.Accept), bounded by
-// the request timeout and counted. The token goes no further than the
+// the request timeout and counted; a body over the callback limit is
+// refused first, on NATS as on HTTP. The token goes no further than the
 // lookup: not into a log line, a subject or a label.
 func (o *Operations) Callback(ctx context.Context, surface string, req callbacks.Request) (*subjects.CallbackReply, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	var reply *subjects.CallbackReply
-	var err error = subjects.ErrCallbackRejected
-	if o.callbacks != nil {
+	err := checkBody(callbackAction, len(req.Body))
+	switch {
+	case err != nil:
+	case o.callbacks == nil:
+		err = subjects.ErrCallbackRejected
+	default:
 		reply, err = o.callbacks.Accept(ctx, req)
 	}
 	err = o.finish(surface+":callback."+req.Mode.Route(), "callback", err, "surface", surface, "mode", string(req.Mode))

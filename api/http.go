@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -19,9 +18,6 @@ import (
 	"github.com/chime-nats/chime/subjects"
 )
 
-// maxBody bounds request bodies of the timer routes.
-const maxBody = 64 << 10
-
 // Gateway is the HTTP side of chime.
 type Gateway struct {
 	srv  *http.Server
@@ -34,12 +30,15 @@ type Gateway struct {
 // resolver, when it has operator tokens, guards the operator and agent routes.
 func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (bool, string), resolver access.Resolver) http.Handler {
 	mux := http.NewServeMux()
-	route := func(pattern, action string, body func(*http.Request) ([]byte, error), status int) {
+	// route serves an action. Every route reads its body under the action's
+	// limit, whether it uses the body or not; body makes the request the
+	// action decodes from the request and the body read.
+	route := func(pattern, action string, body func(r *http.Request, read []byte) []byte, status int) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-			b, err := body(r)
+			read, err := readBody(w, r, action)
 			var res any
 			if err == nil {
-				res, err = ops.Do(r.Context(), "http", action, r.PathValue("id"), b)
+				res, err = ops.Do(r.Context(), "http", action, r.PathValue("id"), body(r, read))
 			}
 			if err != nil {
 				writeError(w, err)
@@ -48,37 +47,31 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (boo
 			writeJSON(w, status, encode(res))
 		})
 	}
-	readBody := func(r *http.Request) ([]byte, error) {
-		b, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxBody))
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: fmt.Sprintf("request body larger than %d bytes", maxBody)}
-		}
-		return b, err
+	asSent := func(_ *http.Request, read []byte) []byte { return read }
+	none := func(*http.Request, []byte) []byte { return nil }
+	timerRef := func(r *http.Request, _ []byte) []byte {
+		return encode(subjects.TimerRef{TimerID: r.PathValue("timer_id")})
 	}
-	timerRef := func(r *http.Request) ([]byte, error) {
-		return encode(subjects.TimerRef{TimerID: r.PathValue("timer_id")}), nil
-	}
-	route("POST /api/control/agents/{id}/timers", subjects.ActionTimerCreate, readBody, http.StatusCreated)
-	route("GET /api/agents/{id}/timers", subjects.ActionTimerList, func(r *http.Request) ([]byte, error) {
+	route("POST /api/control/agents/{id}/timers", subjects.ActionTimerCreate, asSent, http.StatusCreated)
+	route("GET /api/agents/{id}/timers", subjects.ActionTimerList, func(r *http.Request, _ []byte) []byte {
 		if l := r.URL.Query().Get("limit"); l != "" {
-			return encode(map[string]any{"limit": rawOrString(l)}), nil
+			return encode(map[string]any{"limit": rawOrString(l)})
 		}
-		return nil, nil
+		return nil
 	}, http.StatusOK)
 	route("GET /api/agents/{id}/timers/{timer_id}", subjects.ActionTimerGet, timerRef, http.StatusOK)
 	route("POST /api/control/agents/{id}/timers/{timer_id}/cancel", subjects.ActionTimerCancel, timerRef, http.StatusOK)
 
-	route("POST /api/control/agents/{id}/start", subjects.ActionLifecycleStart, readBody, http.StatusOK)
-	route("POST /api/control/agents/{id}/stop", subjects.ActionLifecycleStop, readBody, http.StatusOK)
-	route("POST /api/control/agents/{id}/reset-callback", subjects.ActionTriggerReset, readBody, http.StatusOK)
-	route("POST /api/control/agents/{id}/triggers", subjects.ActionTriggerCreate, readBody, http.StatusCreated)
-	route("POST /api/control/agents/{id}/triggers/{trigger_id}/cancel", subjects.ActionTriggerCancel, func(r *http.Request) ([]byte, error) {
-		return encode(subjects.TriggerRef{ID: r.PathValue("trigger_id")}), nil
+	route("POST /api/control/agents/{id}/start", subjects.ActionLifecycleStart, asSent, http.StatusOK)
+	route("POST /api/control/agents/{id}/stop", subjects.ActionLifecycleStop, asSent, http.StatusOK)
+	route("POST /api/control/agents/{id}/reset-callback", subjects.ActionTriggerReset, asSent, http.StatusOK)
+	route("POST /api/control/agents/{id}/triggers", subjects.ActionTriggerCreate, asSent, http.StatusCreated)
+	route("POST /api/control/agents/{id}/triggers/{trigger_id}/cancel", subjects.ActionTriggerCancel, func(r *http.Request, _ []byte) []byte {
+		return encode(subjects.TriggerRef{ID: r.PathValue("trigger_id")})
 	}, http.StatusOK)
-	route("GET /api/agents/{id}/triggers", subjects.ActionTriggerList, func(*http.Request) ([]byte, error) { return nil, nil }, http.StatusOK)
-	route("POST /api/control/agents/{id}/token", subjects.ActionTokenIssue, readBody, http.StatusCreated)
-	route("DELETE /api/control/agents/{id}/token", subjects.ActionTokenRevoke, readBody, http.StatusOK)
+	route("GET /api/agents/{id}/triggers", subjects.ActionTriggerList, none, http.StatusOK)
+	route("POST /api/control/agents/{id}/token", subjects.ActionTokenIssue, asSent, http.StatusCreated)
+	route("DELETE /api/control/agents/{id}/token", subjects.ActionTokenRevoke, asSent, http.StatusOK)
 	for _, mode := range subjects.DeliveryModes() {
 		mux.HandleFunc("POST /api/callbacks/"+mode.Route()+"/{token}", func(w http.ResponseWriter, r *http.Request) {
 			res, err := callback(ops, mode, w, r)
@@ -111,21 +104,32 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (boo
 	return guard{resolver}.wrap(mux)
 }
 
-// callback reads a callback request: at most 256 KiB of body (413 beyond,
-// nothing stored), the token from the path.
+// callback reads a callback request: the body under the callback limit
+// (413 beyond, nothing stored), the token from the path.
 func callback(ops *Operations, mode subjects.DeliveryMode, w http.ResponseWriter, r *http.Request) (*subjects.CallbackReply, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, subjects.MaxCallbackBody))
-	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
-		return nil, &subjects.Error{Code: subjects.CodePayloadTooLarge, Message: "callback body larger than 256 KiB"}
-	}
+	body, err := readBody(w, r, callbackAction)
 	if err != nil {
-		return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "could not read the body"}
+		return nil, err
 	}
 	return ops.Callback(r.Context(), "http", callbacks.Request{
 		Mode: mode, Token: r.PathValue("token"), ContentType: r.Header.Get("Content-Type"),
 		IdempotencyKey: r.Header.Get(subjects.HeaderIdempotencyKey), Body: body,
 	})
+}
+
+// readBody is the one way a route reads its body: at most the action's
+// limit (bodyLimit), and payload_too_large (413) beyond it. Reading stops
+// at the limit, and http.MaxBytesReader has the server close the
+// connection after the reply rather than drain the rest.
+func readBody(w http.ResponseWriter, r *http.Request, action string) ([]byte, error) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, bodyLimit(action)))
+	if tooBig, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		return nil, tooLarge(action, tooBig.Limit)
+	}
+	if err != nil {
+		return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "could not read the body"}
+	}
+	return b, nil
 }
 
 // rawOrString passes a numeric query value as a JSON number and anything
@@ -159,10 +163,56 @@ func writeJSON(w http.ResponseWriter, status int, body []byte) {
 	_, _ = w.Write(body)
 }
 
-// StartGateway serves h on ln until Stop.
-func StartGateway(ln net.Listener, h http.Handler, log *slog.Logger) *Gateway {
+// Timeouts bound the phases of an HTTP connection, so that a client that
+// sends slowly (slowloris), never finishes its body or never reads its
+// reply cannot hold a connection and its goroutine for ever. A zero field
+// takes its default (DefaultTimeouts).
+type Timeouts struct {
+	ReadHeader time.Duration // the request line and headers
+	Read       time.Duration // the whole request, body included
+	Write      time.Duration // from the end of the headers to the end of the reply
+	Idle       time.Duration // a keep-alive connection between requests
+}
+
+// DefaultTimeouts are the gateway's timeouts:
+//   - ReadHeader 5 s: headers are a few hundred bytes.
+//   - Read 30 s: time for a 256 KiB callback body over a slow link.
+//   - Write 60 s: it runs from the end of the headers, so it covers a slow
+//     body (up to Read) plus the 10 s a request may spend on storage, and an
+//     `unavailable` answer still goes out. No response streams today; a
+//     long-lived one (Server-Sent Events, planned) must lift its own write
+//     deadline with http.ResponseController.SetWriteDeadline rather than
+//     have this one raised for every route.
+//   - Idle 120 s: a keep-alive connection waits that long for its next
+//     request.
+func DefaultTimeouts() Timeouts {
+	return Timeouts{ReadHeader: 5 * time.Second, Read: 30 * time.Second, Write: 60 * time.Second, Idle: 120 * time.Second}
+}
+
+func (t Timeouts) orDefaults() Timeouts {
+	d := DefaultTimeouts()
+	if t.ReadHeader <= 0 {
+		t.ReadHeader = d.ReadHeader
+	}
+	if t.Read <= 0 {
+		t.Read = d.Read
+	}
+	if t.Write <= 0 {
+		t.Write = d.Write
+	}
+	if t.Idle <= 0 {
+		t.Idle = d.Idle
+	}
+	return t
+}
+
+// StartGateway serves h on ln until Stop, within timeouts t.
+func StartGateway(ln net.Listener, h http.Handler, log *slog.Logger, t Timeouts) *Gateway {
+	t = t.orDefaults()
 	g := &Gateway{
-		srv:  &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second},
+		srv: &http.Server{
+			Handler: h, ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.Read, WriteTimeout: t.Write, IdleTimeout: t.Idle,
+		},
 		ln:   ln,
 		log:  log.With("component", "http"),
 		done: make(chan error, 1),

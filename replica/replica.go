@@ -205,7 +205,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		return nil, err
 	}
 	if ln != nil {
-		r.gw = api.StartGateway(ln, api.NewHandler(ops, reg, r.Readiness, resolver), log)
+		r.gw = api.StartGateway(ln, api.NewHandler(ops, reg, r.Readiness, resolver), log, api.DefaultTimeouts())
 	}
 	r.ready.Store(true)
 	log.Info("chime ready", "replica", cfg.ReplicaID, "version", version, "nats", r.nc.ConnectedUrlRedacted())

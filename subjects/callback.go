@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	jsonv2 "github.com/go-json-experiment/json"
 )
 
 // Agent lifecycle and trigger actions (agent.<id>.<action>).
@@ -183,9 +185,29 @@ func (r *CreateTriggerRequest) Validate() (DeliveryMode, error) {
 	return ParseMode(r.Mode, ModeWakeHint)
 }
 
+// DecodeCreateTrigger decodes and validates a trigger.create body.
+func DecodeCreateTrigger(data []byte) (DeliveryMode, string, error) {
+	var r CreateTriggerRequest
+	if err := DecodeStrict(data, &r); err != nil {
+		return "", "", err
+	}
+	mode, err := r.Validate()
+	return mode, r.Label, err
+}
+
 // ResetTriggerRequest is the body of a reset: which default to replace.
 type ResetTriggerRequest struct {
 	Mode string `json:"delivery_mode,omitempty"`
+}
+
+// DecodeResetTrigger decodes a trigger.reset body and returns the mode
+// whose default is replaced (wake_hint when absent).
+func DecodeResetTrigger(data []byte) (DeliveryMode, error) {
+	var r ResetTriggerRequest
+	if err := DecodeStrict(data, &r); err != nil {
+		return "", err
+	}
+	return ParseMode(r.Mode, ModeWakeHint)
 }
 
 // TriggerRef names a trigger.
@@ -195,6 +217,19 @@ type TriggerRef struct {
 
 // Validate checks the trigger ID.
 func (r *TriggerRef) Validate() error { return ValidateID("external_trigger_id", r.ID) }
+
+// DecodeTriggerRef decodes a trigger.cancel body and returns the trigger ID.
+func DecodeTriggerRef(data []byte) (string, error) {
+	var r TriggerRef
+	if err := DecodeStrict(data, &r); err != nil {
+		return "", err
+	}
+	return r.ID, r.Validate()
+}
+
+// DecodeNoFields decodes the body of a request that takes none
+// (lifecycle.start, lifecycle.stop, trigger.list): empty or {}.
+func DecodeNoFields(data []byte) error { return DecodeStrict(data, &struct{}{}) }
 
 // TriggerNotFound is the error for an unknown trigger.
 func TriggerNotFound(id string) *Error {
@@ -263,13 +298,14 @@ type Payload struct {
 func (p *Payload) Empty() bool { return p.Text == "" && p.JSON == nil && p.BodyBase64 == "" }
 
 // DecodeCallbackBody reads a callback body by its content type: empty is
-// allowed; application/json and */*+json must be valid JSON; text/* is
-// text (invalid UTF-8 is kept as bytes); anything else is kept as
+// allowed; application/json and */*+json must be JSON under the rules of
+// DecodeStrict (valid UTF-8, no duplicate keys; any kind of value); text/*
+// is text (invalid UTF-8 is kept as bytes); anything else is kept as
 // {content_type, body_base64}. A body without a type is JSON when it
-// parses as JSON, else bytes.
+// reads as such JSON, else bytes.
 func DecodeCallbackBody(contentType string, body []byte) (*Payload, error) {
 	if len(body) > MaxCallbackBody {
-		return nil, &Error{Code: CodePayloadTooLarge, Message: "callback body larger than 256 KiB"}
+		return nil, BodyTooLarge("callback", MaxCallbackBody)
 	}
 	p := &Payload{}
 	if len(bytes.TrimSpace(body)) == 0 {
@@ -280,20 +316,24 @@ func DecodeCallbackBody(contentType string, body []byte) (*Payload, error) {
 		media = ""
 	}
 	switch {
-	case media == "application/json" || strings.HasSuffix(media, "+json") || (media == "" && json.Valid(body)):
-		var buf bytes.Buffer
-		if err := json.Compact(&buf, body); err != nil {
-			return nil, &Error{Code: CodeInvalidJSON, Message: "malformed JSON body"}
+	case media == "application/json" || strings.HasSuffix(media, "+json"):
+		compact, err := compactStrict(body)
+		if err != nil {
+			return nil, &Error{Code: CodeInvalidJSON, Message: "malformed JSON body: " + strings.TrimPrefix(AsError(err).Message, "malformed JSON: ")}
 		}
-		p.JSON = buf.Bytes()
+		p.JSON = compact
+		return p, nil
+	case media == "":
+		if compact, err := compactStrict(body); err == nil {
+			p.JSON = compact
+			return p, nil
+		}
+		media = "application/octet-stream"
 	case strings.HasPrefix(media, "text/") && utf8.Valid(body):
 		p.Text = string(body)
-	default:
-		if media == "" {
-			media = "application/octet-stream"
-		}
-		p.ContentType, p.BodyBase64 = media, base64.StdEncoding.EncodeToString(body)
+		return p, nil
 	}
+	p.ContentType, p.BodyBase64 = media, base64.StdEncoding.EncodeToString(body)
 	return p, nil
 }
 
@@ -326,7 +366,9 @@ func (p *Payload) MessageText() string {
 		var v struct {
 			Text *string `json:"text"`
 		}
-		if json.Unmarshal(p.JSON, &v) == nil && v.Text != nil {
+		// JSON v2: the key "text" exactly, as DecodeCallbackBody read it;
+		// encoding/json would take "TEXT" too.
+		if jsonv2.Unmarshal(p.JSON, &v) == nil && v.Text != nil {
 			return *v.Text
 		}
 		return string(p.JSON)

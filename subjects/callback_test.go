@@ -2,10 +2,12 @@ package subjects
 
 import (
 	"bytes"
+	"encoding/base64"
 	"errors"
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestDecodeCallbackBody(t *testing.T) {
@@ -104,16 +106,15 @@ func TestTriggerRefs(t *testing.T) {
 }
 
 func FuzzDecodeCallbackBody(f *testing.F) {
-	for _, s := range [][2]string{{"application/json", `{"text":"a"}`}, {"text/plain", "x"}, {"", "{"}, {"image/png", "\x00"}, {"application/x+json", "[]"}, {";;", ""}} {
+	for _, s := range [][2]string{{"application/json", `{"text":"a"}`}, {"text/plain", "x"}, {"", "{"}, {"image/png", "\x00"},
+		{"application/x+json", "[]"}, {";;", ""}, {"application/json", `{"text":"a","text":"b"}`}, {"", "{\"a\":\"\xff\"}"},
+		{"application/json", `"\udc00"`}, {"text/plain", "\xff"}, {"", `{"TEXT":"x"} `}} {
 		f.Add(s[0], []byte(s[1]))
 	}
 	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
 		p, err := DecodeCallbackBody(contentType, body)
 		if err != nil {
-			var e *Error
-			if !errors.As(err, &e) || (e.Code != CodeInvalidJSON && e.Code != CodePayloadTooLarge) {
-				t.Fatalf("error %v", err)
-			}
+			rejected(t, body, err, CodeInvalidJSON, CodePayloadTooLarge)
 			return
 		}
 		forms := 0
@@ -124,6 +125,22 @@ func FuzzDecodeCallbackBody(f *testing.F) {
 		}
 		if forms > 1 || (forms == 0 && len(bytes.TrimSpace(body)) != 0) {
 			t.Fatalf("%q %q decoded as %+v", contentType, body, p)
+		}
+		switch {
+		case p.JSON != nil:
+			// Strict JSON, compact: it reads back as itself.
+			again, err := DecodeCallbackBody("application/json", p.JSON)
+			if !utf8.Valid(p.JSON) || err != nil || !bytes.Equal(again.JSON, p.JSON) {
+				t.Fatalf("%q: JSON %q reads back as %+v (%v)", body, p.JSON, again, err)
+			}
+		case p.Text != "":
+			if !utf8.ValidString(p.Text) || p.Text != string(body) {
+				t.Fatalf("%q: text %q", body, p.Text)
+			}
+		case p.BodyBase64 != "":
+			if raw, err := base64.StdEncoding.DecodeString(p.BodyBase64); err != nil || !bytes.Equal(raw, body) || p.ContentType == "" {
+				t.Fatalf("%q: bytes %+v", body, p)
+			}
 		}
 		if r := []rune(p.WakeReason()); len(r) == 0 || (p.Text == "" && len(r) > 163) {
 			t.Fatalf("reason of %d characters", len(r))

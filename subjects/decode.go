@@ -6,56 +6,202 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strconv"
 	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
-// DecodeStrict decodes one JSON object into v, rejecting unknown fields and
-// trailing data. An empty body decodes as {} so that requests whose fields
-// are all optional may be sent without one.
+// This file is the one place request bodies are read. JSON v2 (the
+// go-json-experiment module) does the strict part: keys match exactly,
+// duplicate keys and invalid UTF-8 (lone surrogate escapes included) are
+// syntax errors, and unknown fields are refused. encoding/json would match
+// "Duration_MS" to duration_ms, let the last of two duplicates win and
+// store U+FFFD for bad bytes: each a way to smuggle a value past a reader
+// that sees the body differently.
+
+// jsonSpace is the whitespace JSON allows around a value; bytes.TrimSpace
+// would also take Unicode spaces (U+00A0...) that no JSON parser accepts.
+const jsonSpace = " \t\r\n"
+
+// DecodeStrict decodes one JSON object into v, which must point to a
+// struct: exact, case-sensitive keys, no duplicate keys, valid UTF-8, no
+// unknown fields, no data after the object. An empty body decodes as {}
+// so that requests whose fields are all optional may be sent without one.
 func DecodeStrict(data []byte, v any) error {
-	data = bytes.TrimSpace(data)
-	if len(data) == 0 {
+	if len(bytes.Trim(data, jsonSpace)) == 0 {
 		data = []byte("{}")
 	}
-	if data[0] != '{' {
+	if err := checkUTF8(data); err != nil {
+		return err
+	}
+	if bytes.Trim(data, jsonSpace)[0] != '{' {
 		return &Error{Code: CodeInvalidJSON, Message: "request body must be a JSON object"}
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return decodeError(err)
+	if err := checkSyntax(data); err != nil {
+		return err
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return &Error{Code: CodeInvalidJSON, Message: "malformed JSON: unexpected data after the object"}
+	if err := jsonv2.Unmarshal(data, v, jsonv2.RejectUnknownMembers(true)); err != nil {
+		return semanticError(err)
 	}
 	return nil
 }
 
-func decodeError(err error) error {
-	var typeErr *json.UnmarshalTypeError
+// compactStrict checks that data is one JSON value of any kind under the
+// rules of DecodeStrict and returns it compacted, escapes as sent.
+func compactStrict(data []byte) ([]byte, error) {
+	if err := checkUTF8(data); err != nil {
+		return nil, err
+	}
+	if err := checkSyntax(data); err != nil {
+		return nil, err
+	}
+	out := jsontext.Value(bytes.Clone(data))
+	if err := out.Compact(); err != nil {
+		return nil, fmt.Errorf("compact a valid JSON value: %w", err) // not expected: data was just read as valid
+	}
+	return out, nil
+}
+
+// checkUTF8 refuses a body that is not UTF-8 anywhere, keys included.
+func checkUTF8(data []byte) error {
+	if utf8.Valid(data) {
+		return nil
+	}
+	for i := 0; i < len(data); {
+		r, n := utf8.DecodeRune(data[i:])
+		if r == utf8.RuneError && n == 1 {
+			return &Error{Code: CodeInvalidJSON, Message: fmt.Sprintf("invalid UTF-8: byte 0x%02x at offset %d", data[i], i)}
+		}
+		i += n
+	}
+	return nil // not reached: utf8.Valid said there is a bad byte
+}
+
+// checkSyntax checks that data holds exactly one JSON value, syntax only.
+func checkSyntax(data []byte) error {
+	dec := jsontext.NewDecoder(bytes.NewReader(data))
+	val, err := dec.ReadValue()
+	if err != nil {
+		return syntaxError(data, err)
+	}
+	if len(bytes.Trim(data[dec.InputOffset():], jsonSpace)) != 0 {
+		what := "value"
+		if val.Kind() == '{' {
+			what = "object"
+		}
+		return &Error{Code: CodeInvalidJSON, Message: "malformed JSON: unexpected data after the " + what}
+	}
+	return nil
+}
+
+// syntaxError words a jsontext error; offsets count bytes of data.
+func syntaxError(data []byte, err error) error {
+	var se *jsontext.SyntacticError
 	switch {
-	case errors.As(err, &typeErr):
-		return &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("%s must be a JSON %s, not %s", typeErr.Field, typeName(typeErr.Type.Kind().String()), typeErr.Value)}
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return &Error{Code: CodeInvalidRequest, Message: strings.TrimPrefix(err.Error(), "json: ")}
-	default:
+	case !errors.As(err, &se) || errors.Is(se.Err, io.ErrUnexpectedEOF): // io.EOF: no value at all
+		return &Error{Code: CodeInvalidJSON, Message: "malformed JSON: unexpected EOF"}
+	case errors.Is(se.Err, jsontext.ErrDuplicateName):
+		msg := fmt.Sprintf("duplicate key %q", se.JSONPointer.LastToken())
+		if parent := se.JSONPointer.Parent(); parent != "" {
+			msg += " in " + fieldName(parent)
+		}
+		return &Error{Code: CodeInvalidJSON, Message: msg}
+	}
+	// A lone surrogate decodes to no character; jsontext's own text for it
+	// quotes the rest of the body.
+	if esc, ok := surrogateAt(data, se.ByteOffset); ok {
+		return &Error{Code: CodeInvalidJSON, Message: fmt.Sprintf("invalid UTF-8: lone surrogate %s at offset %d", esc, se.ByteOffset)}
+	}
+	return &Error{Code: CodeInvalidJSON, Message: fmt.Sprintf("malformed JSON: %v (offset %d)", se.Err, se.ByteOffset)}
+}
+
+// surrogateAt returns the \uXXXX escape at off when it names a UTF-16
+// surrogate.
+func surrogateAt(data []byte, off int64) (string, bool) {
+	if off < 0 || off > int64(len(data))-6 {
+		return "", false
+	}
+	esc := data[off : off+6]
+	if esc[0] != '\\' || esc[1] != 'u' {
+		return "", false
+	}
+	n, err := strconv.ParseUint(string(esc[2:]), 16, 16)
+	if err != nil || !utf16.IsSurrogate(rune(n)) {
+		return "", false
+	}
+	return string(esc), true
+}
+
+// semanticError words a JSON v2 unmarshal error in encoding/json's terms
+// ("unknown field", "<field> must be a JSON string, not number"), which
+// callers and tests already rely on.
+func semanticError(err error) error {
+	var se *jsonv2.SemanticError
+	if !errors.As(err, &se) {
 		return &Error{Code: CodeInvalidJSON, Message: "malformed JSON: " + strings.TrimPrefix(err.Error(), "json: ")}
+	}
+	field := fieldName(se.JSONPointer)
+	switch {
+	case errors.Is(se.Err, jsonv2.ErrUnknownName):
+		msg := fmt.Sprintf("unknown field %q", se.JSONPointer.LastToken())
+		if parent := se.JSONPointer.Parent(); parent != "" {
+			msg += " in " + fieldName(parent)
+		}
+		return &Error{Code: CodeInvalidRequest, Message: msg}
+	case se.Err == nil && se.GoType != nil && se.JSONKind != 0:
+		return &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("%s must be a JSON %s, not %s", field, goTypeName(se.GoType), kindName(se.JSONKind))}
+	default:
+		msg := strings.TrimPrefix(se.Error(), "json: ")
+		if field != "" {
+			msg = field + ": " + msg
+		}
+		return &Error{Code: CodeInvalidRequest, Message: msg}
 	}
 }
 
-func typeName(kind string) string {
-	switch kind {
-	case "string":
+// fieldName writes a JSON pointer as encoding/json named fields: a.b.0.
+func fieldName(p jsontext.Pointer) string {
+	var parts []string
+	for tok := range p.Tokens() {
+		parts = append(parts, tok)
+	}
+	return strings.Join(parts, ".")
+}
+
+func goTypeName(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
 		return "string"
-	case "bool":
+	case reflect.Bool:
 		return "boolean"
-	case "slice":
+	case reflect.Slice, reflect.Array:
 		return "array"
-	case "struct", "map":
+	case reflect.Struct, reflect.Map:
 		return "object"
 	default:
 		return "number"
+	}
+}
+
+func kindName(k jsontext.Kind) string {
+	switch k {
+	case '"':
+		return "string"
+	case '0':
+		return "number"
+	case 't', 'f':
+		return "boolean"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	default:
+		return k.String() // null
 	}
 }
 

@@ -3,6 +3,7 @@ package subjects
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 )
 
 // Error codes on the wire. Callers branch on these, so they are stable.
@@ -48,6 +49,18 @@ var (
 	ErrQuotaExceeded  = &Error{Code: CodeQuotaExceeded}
 	ErrRateLimited    = &Error{Code: CodeRateLimited}
 )
+
+// MaxRequestBody is the largest body of a request other than a callback
+// (64 KiB): far above any valid one (a 4096-character summary, escaped,
+// is under 50 KiB).
+const MaxRequestBody = 64 << 10
+
+// BodyTooLarge is the payload_too_large error of a body over limit bytes,
+// over HTTP (413) and NATS alike; what names the body: "request",
+// "callback".
+func BodyTooLarge(what string, limit int64) *Error {
+	return &Error{Code: CodePayloadTooLarge, Message: fmt.Sprintf("%s body larger than %d KiB", what, limit>>10)}
+}
 
 // ErrorReply is the JSON body that wraps an Error.
 type ErrorReply struct {

@@ -66,20 +66,18 @@ func TestDecodeNotifyErrors(t *testing.T) {
 }
 
 func FuzzDecodeNotify(f *testing.F) {
-	for _, s := range []string{`{"message":"m"}`, `{"type":"x"}`, `{"priority":"20"}`, `{"message":"m","timeout":1e400}`, `{`, `[]`} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, body []byte) {
-		n, err := DecodeNotify(body, FromAgent)
-		if err != nil {
-			var e *Error
-			if !errors.As(err, &e) || e.Code == "" || e.Message == "" {
-				t.Fatalf("error without code or text: %v", err)
-			}
-			return
-		}
+	addSeeds(f, `{"message":"m"}`, `{"type":"x"}`, `{"priority":"20"}`, `{"message":"m","timeout":1e400}`,
+		`{"message":"m","title":"t","detail":"<b>d</b>","type":"warning","priority":10,"timeout":12.5,"id":"n-1","group":"g"}`)
+	decode := func(body []byte) (*Notification, error) { return DecodeNotify(body, FromAgent) }
+	keys := []string{"message", "title", "detail", "type", "priority", "timeout", "display_time", "id", "group"}
+	fuzzRequest(f, decode, keys, []string{CodeInvalidJSON, CodeInvalidRequest, CodeInvalidID}, func(t *testing.T, body []byte, n *Notification) {
 		if n.Message == "" || n.DisplayTime <= 0 || !slices.Contains(NotificationTypes(), n.Type) || !slices.Contains(NotificationPriorities(), n.Priority) {
 			t.Fatalf("accepted %s as %+v", body, n)
+		}
+		req := map[string]any{"message": n.Message, "title": n.Title, "detail": n.Detail, "type": n.Type,
+			"priority": n.Priority, "timeout": n.DisplayTime, "id": n.ID, "group": n.Group}
+		if back, err := decode(encodeBody(t, req)); err != nil || *back != *n {
+			t.Fatalf("%s accepted as %+v, which reads back as %+v (%v)", body, n, back, err)
 		}
 	})
 }

@@ -108,6 +108,16 @@ type TimerLimits struct {
 // quota refusal apart from the other invalid requests.
 var ErrIntervalTooShort = errors.New("subjects: interval below the minimum")
 
+// DecodeCreateTimer decodes a timer.create body and validates it
+// against l.
+func DecodeCreateTimer(data []byte, l TimerLimits) (TimerSpec, error) {
+	var r CreateTimerRequest
+	if err := DecodeStrict(data, &r); err != nil {
+		return TimerSpec{}, err
+	}
+	return r.Validate(l)
+}
+
 // Validate checks the request against l and returns its spec.
 func (r *CreateTimerRequest) Validate(l TimerLimits) (TimerSpec, error) {
 	d, err := positiveInt("duration_ms", r.DurationMs, MaxTimerMs)
@@ -144,6 +154,15 @@ type ListTimersRequest struct {
 	Limit json.RawMessage `json:"limit"`
 }
 
+// DecodeListTimers decodes a timer.list body and returns its limit.
+func DecodeListTimers(data []byte) (int, error) {
+	var r ListTimersRequest
+	if err := DecodeStrict(data, &r); err != nil {
+		return 0, err
+	}
+	return ParseLimit(r.Limit)
+}
+
 // ParseLimit validates a listing limit; absent means DefaultListLimit.
 func ParseLimit(raw json.RawMessage) (int, error) {
 	if isNull(raw) {
@@ -165,6 +184,16 @@ type TimerRef struct {
 
 // Validate checks the timer ID.
 func (r *TimerRef) Validate() error { return ValidateID("timer_id", r.TimerID) }
+
+// DecodeTimerRef decodes a timer.get or timer.cancel body and returns the
+// timer ID.
+func DecodeTimerRef(data []byte) (string, error) {
+	var r TimerRef
+	if err := DecodeStrict(data, &r); err != nil {
+		return "", err
+	}
+	return r.TimerID, r.Validate()
+}
 
 // ErrNotFound is the timer_not_found error for a timer ID.
 func ErrNotFound(timerID string) *Error {

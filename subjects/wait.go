@@ -335,6 +335,15 @@ type WaitRef struct {
 // Validate checks the reference.
 func (r *WaitRef) Validate() error { return ValidateID("wait_id", r.WaitID) }
 
+// DecodeWaitRef decodes a wait.cancel body and returns the wait ID.
+func DecodeWaitRef(data []byte) (string, error) {
+	var r WaitRef
+	if err := DecodeStrict(data, &r); err != nil {
+		return "", err
+	}
+	return r.WaitID, r.Validate()
+}
+
 // WaitProgress is published on agent.<id>.wait.progress about once a second.
 type WaitProgress struct {
 	WaitID           string  `json:"wait_id"`

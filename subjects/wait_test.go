@@ -164,21 +164,27 @@ func FuzzParseUntil(f *testing.F) {
 }
 
 func FuzzDecodeWaitRequest(f *testing.F) {
-	for _, s := range []string{`{"seconds":5}`, `{"until":"2026-12-04","tz":"Europe/Berlin"}`, `{"days":"3"}`, `{`, `null`, `{"seconds":1e400}`} {
-		f.Add([]byte(s))
-	}
+	addSeeds(f, `{"seconds":5}`, `{"until":"2026-12-04","tz":"Europe/Berlin"}`, `{"days":"3"}`, `{"seconds":1e400}`,
+		`{"minutes":1,"seconds":-30,"id":"w-1"}`, `{"until":"2026-12-03T09:00:00Z"}`, `{"tz":"Mars/Olympus","seconds":1}`)
 	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	f.Fuzz(func(t *testing.T, body []byte) {
-		spec, err := DecodeWaitRequest(body, now, "")
-		if err != nil {
-			var e *Error
-			if !errors.As(err, &e) || e.Code == "" || e.Message == "" {
-				t.Fatalf("error without code or text: %v", err)
-			}
-			return
-		}
-		if !spec.Target.After(now) || (spec.Mode != WaitDuration && spec.Mode != WaitUntil) {
+	decode := func(body []byte) (*WaitSpec, error) { return DecodeWaitRequest(body, now, "") }
+	keys := []string{"seconds", "minutes", "hours", "days", "until", "tz", "id"}
+	codes := []string{CodeInvalidJSON, CodeInvalidRequest, CodeInvalidID, CodeInvalidDuration, CodeInvalidTimestamp, CodeTargetInPast, CodeInvalidTimezone}
+	fuzzRequest(f, decode, keys, codes, func(t *testing.T, body []byte, spec *WaitSpec) {
+		if !spec.Target.After(now) || (spec.Mode != WaitDuration && spec.Mode != WaitUntil) ||
+			(spec.Mode == WaitDuration && spec.Target.Sub(now) > maxWaitSeconds*time.Second) {
 			t.Fatalf("accepted %s with target %v mode %q", body, spec.Target, spec.Mode)
+		}
+		// The same target, asked for the way the reply shows it.
+		req := map[string]any{"id": spec.ID, "tz": spec.TZ}
+		if spec.Mode == WaitUntil {
+			req["until"] = FormatISO(spec.Target)
+		} else {
+			req["seconds"] = int64(spec.Target.Sub(now) / time.Second)
+		}
+		back, err := decode(encodeBody(t, req))
+		if err != nil || back.Mode != spec.Mode || back.ID != spec.ID || back.TZ != spec.TZ || !back.Target.Equal(spec.Target.Truncate(time.Microsecond)) {
+			t.Fatalf("%s accepted as %+v, which reads back as %+v (%v)", body, spec, back, err)
 		}
 	})
 }

@@ -57,21 +57,20 @@ func TestDecodeWaitForErrors(t *testing.T) {
 }
 
 func FuzzDecodeWaitFor(f *testing.F) {
-	for _, s := range []string{`{"wake":"timer","resource":"t","reason":"r","delivery":"final"}`, `{"wake":"system"}`, `{"recheck_after_ms":-1}`, `{`} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, body []byte) {
-		spec, err := DecodeWaitFor(body)
-		if err != nil {
-			var e *Error
-			if !errors.As(err, &e) || e.Code == "" || e.Message == "" {
-				t.Fatalf("error without code or text: %v", err)
-			}
-			return
-		}
+	addSeeds(f, `{"wake":"timer","resource":"t","reason":"r","delivery":"final"}`, `{"wake":"system"}`, `{"recheck_after_ms":-1}`,
+		`{"wake":"external","resource":"ci","reason":" r ","delivery":"silent","work_item_id":"w","recheck_after_ms":1500}`)
+	keys := []string{"wake", "resource", "reason", "delivery", "work_item_id", "recheck_after_ms"}
+	fuzzRequest(f, DecodeWaitFor, keys, []string{CodeInvalidJSON, CodeInvalidRequest, CodeInvalidID}, func(t *testing.T, body []byte, spec *WaitForSpec) {
 		if spec.Reason == "" || !slices.Contains(WakeKinds(), spec.Wake) || !slices.Contains(Deliveries(), spec.Delivery) ||
 			(spec.Wake.needsResource() && spec.Resource == "") || spec.RecheckAfter < 0 {
 			t.Fatalf("accepted %s as %+v", body, spec)
+		}
+		req := map[string]any{"wake": spec.Wake, "resource": spec.Resource, "reason": spec.Reason, "delivery": spec.Delivery, "work_item_id": spec.WorkItemID}
+		if spec.RecheckAfter > 0 {
+			req["recheck_after_ms"] = spec.RecheckAfter.Milliseconds()
+		}
+		if back, err := DecodeWaitFor(encodeBody(t, req)); err != nil || *back != *spec {
+			t.Fatalf("%s accepted as %+v, which reads back as %+v (%v)", body, spec, back, err)
 		}
 	})
 }
