@@ -40,6 +40,11 @@ type Config struct {
 	OperatorTokensFile string `envconfig:"OPERATOR_TOKENS_FILE" desc:"file of hex SHA-256 hashes of operator bearer tokens; unset: control routes open, loopback only"`
 	LogLevel           string `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	LogFormat          string `envconfig:"LOG_FORMAT" default:"text" desc:"text or json"`
+
+	// RecordRetention is how long finished timers, ended waits and revoked
+	// triggers stay (and so how long a request_id is remembered); 0 keeps
+	// them forever.
+	RecordRetention time.Duration `envconfig:"RECORD_RETENTION" default:"168h" desc:"how long finished timers, ended waits and revoked triggers are kept (whole seconds; 0: forever)"`
 }
 
 // Load reads the environment and validates the result.
@@ -80,6 +85,10 @@ func (c *Config) Validate() error {
 	}
 	if c.DedupWindow < time.Second || c.DedupWindow > c.InboxMaxAge {
 		return fmt.Errorf("config: CHIME_DEDUP_WINDOW must be at least 1s and at most CHIME_INBOX_MAX_AGE, not %v", c.DedupWindow)
+	}
+	// Record TTLs are whole seconds (so at least one).
+	if c.RecordRetention < 0 || c.RecordRetention%time.Second != 0 {
+		return fmt.Errorf("config: CHIME_RECORD_RETENTION must be 0 (keep forever) or a whole number of seconds, not %s", c.RecordRetention)
 	}
 	if c.LeaseTTL < 500*time.Millisecond {
 		return fmt.Errorf("config: CHIME_LEASE_TTL must be at least 500ms, not %s", c.LeaseTTL)
