@@ -27,7 +27,7 @@ func TestAgentTokens(t *testing.T) {
 	_, res := natstest.Provisioned(t, ns)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tokens := access.NewTokens(res.Tokens, nil)
+	tokens := access.NewTokens(res.Tokens, engine.DefaultMarkerTTL, nil)
 
 	a1, err := tokens.Issue(ctx, "alice")
 	if err != nil {
@@ -113,7 +113,7 @@ func calloutServer(t testing.TB) (url string, tokens *access.Tokens, op string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	tokens = access.NewTokens(res.Tokens, nil)
+	tokens = access.NewTokens(res.Tokens, engine.DefaultMarkerTTL, nil)
 	op = "operator-secret"
 	opsFile := filepath.Join(dir, "operators")
 	writeHashes(t, opsFile, op)

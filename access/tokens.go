@@ -103,16 +103,19 @@ type RevokedTokens struct {
 // tok.<sha256> holds the AgentToken, agt.<agent>.<token_id> the hash, so
 // that all of an agent's tokens can be revoked without reading the others'.
 type Tokens struct {
-	kv  jetstream.KeyValue
-	now func() time.Time
+	kv      jetstream.KeyValue
+	markers time.Duration
+	now     func() time.Time
 }
 
-// NewTokens returns the agent token store over the tokens bucket.
-func NewTokens(kv jetstream.KeyValue, now func() time.Time) *Tokens {
+// NewTokens returns the agent token store over the tokens bucket. A
+// revoke's deletion markers expire after markers (the bucket's
+// LimitMarkerTTL; zero keeps them).
+func NewTokens(kv jetstream.KeyValue, markers time.Duration, now func() time.Time) *Tokens {
 	if now == nil {
 		now = time.Now
 	}
-	return &Tokens{kv: kv, now: now}
+	return &Tokens{kv: kv, markers: markers, now: now}
 }
 
 func tokKey(hash string) string             { return "tok." + hash }
@@ -129,10 +132,10 @@ func (t *Tokens) Issue(ctx context.Context, agentID string) (*IssuedToken, error
 	rec := AgentToken{AgentID: agentID, TokenID: hash[:12], CreatedAt: t.now().UTC()}
 	// The agent's index entry first: a token is never valid without the
 	// entry a revoke finds it by.
-	if _, err := kvrec.Create(ctx, t.kv, agtKey(agentID, rec.TokenID), &hash, func(h *string) bool { return *h == hash }); err != nil {
+	if _, _, err := kvrec.Create(ctx, t.kv, agtKey(agentID, rec.TokenID), &hash, func(h *string) bool { return *h == hash }); err != nil {
 		return nil, fmt.Errorf("access: issue token: %w", err)
 	}
-	if _, err := kvrec.Create(ctx, t.kv, tokKey(hash), &rec, func(r *AgentToken) bool { return *r == rec }); err != nil {
+	if _, _, err := kvrec.Create(ctx, t.kv, tokKey(hash), &rec, func(r *AgentToken) bool { return *r == rec }); err != nil {
 		return nil, fmt.Errorf("access: issue token: %w", err)
 	}
 	return &IssuedToken{AgentToken: rec, Token: token}, nil
@@ -174,10 +177,11 @@ func (t *Tokens) Revoke(ctx context.Context, agentID string) (*RevokedTokens, er
 		}
 		// The token first, then the entry: a failure between leaves an
 		// entry whose token is already gone, which the next revoke clears.
-		if err := t.kv.Purge(ctx, tokKey(*hash)); err != nil {
+		purge := kvrec.Retention{Markers: t.markers}.Purge
+		if err := purge(ctx, t.kv, tokKey(*hash)); err != nil {
 			return nil, fmt.Errorf("access: revoke tokens: %w", err)
 		}
-		if err := t.kv.Purge(ctx, key); err != nil {
+		if err := purge(ctx, t.kv, key); err != nil {
 			return nil, fmt.Errorf("access: revoke tokens: %w", err)
 		}
 		out.Revoked++

@@ -119,8 +119,12 @@ func (o *Operations) do(ctx context.Context, surface, action, agentID string, bo
 		if err != nil {
 			return nil, err
 		}
-		if err := o.quotas.Timer(agentID); err != nil {
-			return nil, err
+		// A retry of a create already stored replays it: it creates
+		// nothing, so no quota or rate stands in its way.
+		if !replay(ctx, o.store.Get, agentID, subjects.TimerIDFor, spec.Request) {
+			if err := o.quotas.Timer(agentID); err != nil {
+				return nil, err
+			}
 		}
 		return o.store.Create(ctx, agentID, spec)
 	case subjects.ActionTimerList:
@@ -147,8 +151,10 @@ func (o *Operations) do(ctx context.Context, surface, action, agentID string, bo
 		if err != nil {
 			return nil, err
 		}
-		if err := o.quotas.Wait(agentID); err != nil {
-			return nil, err
+		if !replay(ctx, o.waits.Get, agentID, subjects.WaitIDFor, spec.Request) {
+			if err := o.quotas.Wait(agentID); err != nil {
+				return nil, err
+			}
 		}
 		w, err := o.waits.Create(ctx, agentID, spec)
 		if err != nil {
@@ -218,6 +224,17 @@ func tooLarge(action string, limit int64) error {
 		return subjects.BodyTooLarge("callback", limit)
 	}
 	return subjects.BodyTooLarge("request", limit)
+}
+
+// replay reports whether a create keyed by req is already stored: the
+// store's Create then answers it (the record, or a conflict) without
+// creating anything.
+func replay[T any](ctx context.Context, get func(context.Context, string, string) (*T, error), agentID string, idFor func(string, string) string, req subjects.RequestKey) bool {
+	if req.RequestID == "" {
+		return false
+	}
+	_, err := get(ctx, agentID, idFor(agentID, req.RequestID))
+	return err == nil
 }
 
 // Actions are the agent actions served.

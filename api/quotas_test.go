@@ -208,3 +208,39 @@ func TestCreateRate(t *testing.T) {
 		t.Errorf("rate refusals: %v, want 3", got)
 	}
 }
+
+// TestRetryAtQuotaReplays: a retried create (same request_id) is answered
+// with its record even when the agent is at its quota or over its rate;
+// a new create is still refused.
+func TestRetryAtQuotaReplays(t *testing.T) {
+	r, nc := startChimeWith(t, io.Discard, func(c *config.Config) {
+		c.MaxTimersPerAgent, c.MaxWaitsPerAgent, c.CreateRate, c.CreateBurst = 2, 1, 0.001, 3
+	})
+	c, _ := client.New(nc, "full")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	first, err := c.CreateTimer(ctx, 3_600_000, 0, "", client.WithRequestID("r1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateTimer(ctx, 3_600_000, 0, "", client.WithRequestID("r2")); err != nil {
+		t.Fatal(err)
+	}
+	settled(t, r, `chime_timers_active`, 2)
+	again, err := c.CreateTimer(ctx, 3_600_000, 0, "", client.WithRequestID("r1"))
+	if err != nil || again.ID != first.ID {
+		t.Fatalf("retry at quota: %+v %v", again, err)
+	}
+	if _, err := c.CreateTimer(ctx, 3_600_000, 0, "", client.WithRequestID("r3")); !errors.Is(err, subjects.ErrQuotaExceeded) {
+		t.Fatalf("new create at quota: %v", err)
+	}
+	// The burst is spent: a retry still replays, a new request is paced.
+	for range 3 {
+		if again, err = c.CreateTimer(ctx, 3_600_000, 0, "", client.WithRequestID("r1")); err != nil || again.ID != first.ID {
+			t.Fatalf("retry over the rate: %+v %v", again, err)
+		}
+	}
+	if _, err := c.CreateTimer(ctx, 3_600_000, 0, "", client.WithRequestID("r4")); !errors.Is(err, subjects.ErrRateLimited) {
+		t.Fatalf("new create over the rate: %v", err)
+	}
+}

@@ -14,7 +14,7 @@ func httpStatus(code string) int {
 		return http.StatusBadRequest
 	case subjects.CodeTimerNotFound, subjects.CodeWaitNotFound, subjects.CodeTriggerNotFound:
 		return http.StatusNotFound
-	case subjects.CodeTimerCompleted, subjects.CodeWaitExists, subjects.CodeAgentNotActive:
+	case subjects.CodeTimerCompleted, subjects.CodeWaitExists, subjects.CodeAgentNotActive, subjects.CodeConflict:
 		return http.StatusConflict
 	case subjects.CodeForbidden:
 		return http.StatusForbidden

@@ -116,7 +116,7 @@ func TestOutageAnswersUnavailable(t *testing.T) {
 	var logs syncBuffer
 	reg := prometheus.NewRegistry()
 	ops := NewOperations(Config{
-		Timers: timers.NewStore(kv, nil), Registerer: reg,
+		Timers: timers.NewStore(kv, nil, kvrec.Retention{}), Registerer: reg,
 		Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	h := NewHandler(ops, reg, func() (bool, string) { return true, "" }, access.Resolver{})

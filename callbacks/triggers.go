@@ -41,18 +41,23 @@ type Store struct {
 	publicURL   string
 	now         func() time.Time
 	index       *Index
+	retention   kvrec.Retention
 }
 
 // NewStore returns a Store. Callbacks are resolved in index, and writes
 // wait until index has them; idempotency (a TTL bucket) remembers stored
 // callbacks' Idempotency-Keys; leases (chime_leases, whose keys expire)
 // holds the guard that runs one lifecycle change of an agent at a time;
-// publicURL is the base of trigger URLs (CHIME_PUBLIC_URL).
-func NewStore(triggers jetstream.KeyValue, agents *agents.Store, idempotency, leases jetstream.KeyValue, publicURL string, now func() time.Time, index *Index) *Store {
+// publicURL is the base of trigger URLs (CHIME_PUBLIC_URL); revoked
+// triggers are removed after retention.
+func NewStore(triggers jetstream.KeyValue, agents *agents.Store, idempotency, leases jetstream.KeyValue, publicURL string, now func() time.Time, index *Index, retention kvrec.Retention) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{triggers: triggers, agents: agents, idempotency: idempotency, leases: leases, publicURL: publicURL, now: now, index: index}
+	return &Store{
+		triggers: triggers, agents: agents, idempotency: idempotency, leases: leases, publicURL: publicURL, now: now, index: index,
+		retention: retention,
+	}
 }
 
 // guarded runs fn while holding the agent's lifecycle guard, a key
@@ -194,7 +199,8 @@ func (s *Store) Create(ctx context.Context, agentID string, mode subjects.Delive
 }
 
 // revokeAll revokes every active trigger of the agent, found in the index
-// (revoked records stay in the bucket for listing; they are not re-read).
+// (revoked records stay in the bucket for listing, for the record
+// retention; they are not re-read).
 func (s *Store) revokeAll(ctx context.Context, agentID string) error {
 	for _, t := range s.index.active(agentID) {
 		if _, err := s.Revoke(ctx, agentID, t.ID); err != nil {
@@ -290,22 +296,31 @@ func (s *Store) Revoke(ctx context.Context, agentID, triggerID string) (*subject
 		}
 		t.Status, t.RevokedAt = subjects.TriggerRevoked, &now
 		return true, nil
-	})
+	}, kvrec.ExpireFinished(s.retention, (*subjects.Trigger).Revoked))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, subjects.TriggerNotFound(triggerID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("triggers: revoke: %w", err)
 	}
-	// The record already refuses the token; dropping the reference keeps
-	// the bucket from growing with dead tokens.
-	if err := s.triggers.Purge(ctx, tokKey(t.TokenHash)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+	// The record already refuses the token; dropping the reference (and,
+	// after a while, its marker) keeps the bucket from growing with dead
+	// tokens.
+	if err := s.retention.Purge(ctx, s.triggers, tokKey(t.TokenHash)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, fmt.Errorf("triggers: drop token: %w", err)
 	}
 	return t, s.seen(ctx, s.triggers, rev)
 }
 
-// List returns the agent's triggers, active and revoked.
+// Sweep gives the revoked triggers, and the markers of dropped tokens,
+// stored before records expired their TTL (see kvrec.Sweep) and returns
+// how many.
+func (s *Store) Sweep(ctx context.Context) (int, error) {
+	return kvrec.Sweep(ctx, s.retention, s.triggers, (*subjects.Trigger).Revoked, s.now())
+}
+
+// List returns the agent's triggers, active and revoked (for the record
+// retention).
 func (s *Store) List(ctx context.Context, agentID string) ([]subjects.Trigger, error) {
 	out, err := kvrec.List[subjects.Trigger](ctx, s.triggers, recKey(agentID, "*"))
 	if err != nil {

@@ -40,7 +40,7 @@ const usage = `chime: timers, waits and callbacks for AI agents over NATS
 
 Usage:
   chime serve                      run chime (see chime serve --help)
-  chime timer create --after-ms N [--every-ms N] [--summary TEXT] [--agent ID]
+  chime timer create --after-ms N [--every-ms N] [--summary TEXT] [--request-id ID] [--agent ID]
   chime timer list [--limit N] [--agent ID]
   chime timer get ID [--agent ID]
   chime timer cancel ID [--agent ID]
@@ -220,6 +220,7 @@ func (a *App) timer(ctx context.Context, args []string) error {
 	after := fs.Int64("after-ms", 0, "fire after N milliseconds (create)")
 	every := fs.Int64("every-ms", 0, "then repeat every N milliseconds (create)")
 	summary := fs.String("summary", "", "text of the fire (create)")
+	requestID := fs.String("request-id", "", "repeatable create: a retry with the same ID returns the first timer (create)")
 	limit := fs.Int("limit", 0, "at most N timers (list; default 50)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -231,7 +232,11 @@ func (a *App) timer(ctx context.Context, args []string) error {
 			if *after <= 0 {
 				return nil, fmt.Errorf("%w: timer create needs --after-ms N (a positive number of milliseconds)", ErrUsage)
 			}
-			return c.CreateTimer(ctx, *after, *every, *summary)
+			var opts []client.TimerOption
+			if *requestID != "" {
+				opts = append(opts, client.WithRequestID(*requestID))
+			}
+			return c.CreateTimer(ctx, *after, *every, *summary, opts...)
 		case "list":
 			return c.ListTimers(ctx, *limit)
 		case "get", "cancel":

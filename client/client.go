@@ -46,15 +46,30 @@ func (c *Client) call(ctx context.Context, action string, req, out any) error {
 	return c.Request(ctx, action, body, out)
 }
 
+// TimerOption adds to a timer create.
+type TimerOption func(map[string]any)
+
+// WithRequestID makes the create repeatable: a retry with the same
+// request_id (after a timeout or an `unavailable`, say) returns the timer
+// the first attempt made instead of making another, for as long as that
+// timer is kept; the same request_id with other fields is an error
+// matching subjects.ErrConflict.
+func WithRequestID(id string) TimerOption {
+	return func(req map[string]any) { req["request_id"] = id }
+}
+
 // CreateTimer creates a timer due after durationMs, repeating every
 // intervalMs when that is positive.
-func (c *Client) CreateTimer(ctx context.Context, durationMs, intervalMs int64, summary string) (*subjects.Timer, error) {
+func (c *Client) CreateTimer(ctx context.Context, durationMs, intervalMs int64, summary string, opts ...TimerOption) (*subjects.Timer, error) {
 	req := map[string]any{"duration_ms": durationMs}
 	if intervalMs > 0 {
 		req["interval_ms"] = intervalMs
 	}
 	if summary != "" {
 		req["summary"] = summary
+	}
+	for _, opt := range opts {
+		opt(req)
 	}
 	var t subjects.Timer
 	return &t, c.call(ctx, subjects.ActionTimerCreate, req, &t)

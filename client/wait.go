@@ -44,6 +44,10 @@ type WaitRequest struct {
 	Until                         string // ISO 8601; naive times are read in TZ
 	TZ                            string // IANA zone for a naive Until
 	ID                            string // optional wait ID of the caller's choosing
+	// RequestID, optional (not with ID), makes the request repeatable: a
+	// retry with the same one returns the wait the first attempt made,
+	// for as long as that wait is kept.
+	RequestID string
 	// Progress, when set, receives each progress message (about once a
 	// second) on the goroutine that called Wait.
 	Progress func(subjects.WaitProgress)
@@ -67,6 +71,9 @@ func (r *WaitRequest) body() map[string]any {
 	}
 	if r.ID != "" {
 		b["id"] = r.ID
+	}
+	if r.RequestID != "" {
+		b["request_id"] = r.RequestID
 	}
 	return b
 }

@@ -57,6 +57,10 @@ type Config struct {
 	InboxMaxBytes     ByteSize      `envconfig:"INBOX_MAX_BYTES" default:"1GiB" desc:"size of the inbox stream; the oldest deliveries go beyond it; 0: no limit"`
 	InboxMaxPerAgent  int64         `envconfig:"INBOX_MAX_PER_AGENT" default:"10000" desc:"deliveries kept per agent inbox; its oldest go beyond it; 0: no limit"`
 	EventMaxBytes     ByteSize      `envconfig:"EVENT_MAX_BYTES" default:"256MiB" desc:"size of the internal events stream; the oldest events go beyond it; 0: no limit"`
+	// RecordRetention is how long finished timers, ended waits and revoked
+	// triggers stay (and so how long a request_id is remembered); 0 keeps
+	// them forever.
+	RecordRetention time.Duration `envconfig:"RECORD_RETENTION" default:"168h" desc:"how long finished timers, ended waits and revoked triggers are kept (whole seconds; 0: forever)"`
 }
 
 // ByteSize is a size in bytes, written as a plain number or with a binary
@@ -144,6 +148,10 @@ func (c *Config) Validate() error {
 	}
 	if c.DedupWindow < time.Second || c.DedupWindow > c.InboxMaxAge {
 		return fmt.Errorf("config: CHIME_DEDUP_WINDOW must be at least 1s and at most CHIME_INBOX_MAX_AGE, not %v", c.DedupWindow)
+	}
+	// Record TTLs are whole seconds (so at least one).
+	if c.RecordRetention < 0 || c.RecordRetention%time.Second != 0 {
+		return fmt.Errorf("config: CHIME_RECORD_RETENTION must be 0 (keep forever) or a whole number of seconds, not %s", c.RecordRetention)
 	}
 	if c.LeaseTTL < 500*time.Millisecond {
 		return fmt.Errorf("config: CHIME_LEASE_TTL must be at least 500ms, not %s", c.LeaseTTL)

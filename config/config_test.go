@@ -146,3 +146,22 @@ func TestLimitValidation(t *testing.T) {
 		}
 	}
 }
+
+func TestRecordRetention(t *testing.T) {
+	for _, tc := range []struct {
+		retention time.Duration
+		ok        bool
+	}{{0, true}, {time.Second, true}, {168 * time.Hour, true}, {1500 * time.Millisecond, false}, {500 * time.Millisecond, false}, {-time.Second, false}} {
+		c := valid()
+		c.RecordRetention = tc.retention
+		err := c.Validate()
+		if (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), "CHIME_RECORD_RETENTION must be 0 (keep forever) or a whole number of seconds, not "+tc.retention.String())) {
+			t.Errorf("retention %v: %v", tc.retention, err)
+		}
+	}
+	t.Setenv("CHIME_HTTP_ADDR", "127.0.0.1:8080")
+	c, err := Load()
+	if err != nil || c.RecordRetention != 7*24*time.Hour {
+		t.Fatalf("default retention %v (%v)", c.RecordRetention, err)
+	}
+}

@@ -117,6 +117,25 @@ type Topology struct {
 	// InboxMaxPerAgent each agent's inbox (messages); zero is no limit.
 	InboxMaxBytes, EventMaxBytes int64
 	InboxMaxPerAgent             int64
+	// MarkerTTL is how long the record buckets keep the marker of a key
+	// removed (expired or purged); zero is DefaultMarkerTTL.
+	MarkerTTL time.Duration
+}
+
+// DefaultMarkerTTL is how long a removed record's marker stays: watches
+// that are live see it at once; one that resumes later than this after
+// an outage misses only removals of records that had already finished,
+// which it dropped when they finished. A marker is read by every start,
+// so it should not stay much longer than that.
+const DefaultMarkerTTL = time.Minute
+
+// Markers is the marker TTL of the record buckets: MarkerTTL, or
+// DefaultMarkerTTL.
+func (t Topology) Markers() time.Duration {
+	if t.MarkerTTL > 0 {
+		return t.MarkerTTL
+	}
+	return DefaultMarkerTTL
 }
 
 // noLimit maps chime's "0: no limit" to JetStream's -1.
@@ -144,14 +163,24 @@ type Resources struct {
 	Tokens      jetstream.KeyValue
 }
 
-// buckets are the KV buckets chime keeps, as configured for t.
+// buckets are the KV buckets chime keeps, as configured for t. The record
+// buckets take per-message TTLs (LimitMarkerTTL: finished records expire,
+// see kvrec.Retention); Provision turns that on in buckets made before,
+// in place. The server cannot turn it off again, so an older chime no
+// longer starts against these buckets.
 func buckets(t Topology) []jetstream.KeyValueConfig {
 	return []jetstream.KeyValueConfig{
-		{Bucket: TimersBucket, Description: "chime timer records, key <agent>.<timer>", History: 1, Replicas: t.Replicas},
-		{Bucket: WaitsBucket, Description: "chime managed waits, key <agent>.<wait>", History: 1, Replicas: t.Replicas},
+		{Bucket: TimersBucket, Description: "chime timer records, key <agent>.<timer>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers()},
+		{Bucket: WaitsBucket, Description: "chime managed waits, key <agent>.<wait>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers()},
 		{Bucket: AgentsBucket, Description: "chime per-agent state (lifecycle, pause, pending wake), key <agent>", History: 1, Replicas: t.Replicas},
-		{Bucket: TriggersBucket, Description: "chime external triggers: rec.<agent>.<trigger>, tok.<token sha256>", History: 1, Replicas: t.Replicas},
-		{Bucket: TokensBucket, Description: "chime agent tokens: tok.<token sha256>, agt.<agent>.<token id>", History: 1, Replicas: t.Replicas},
+		{
+			Bucket: TriggersBucket, Description: "chime external triggers: rec.<agent>.<trigger>, tok.<token sha256>",
+			History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(),
+		},
+		{
+			Bucket: TokensBucket, Description: "chime agent tokens: tok.<token sha256>, agt.<agent>.<token id>",
+			History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(),
+		},
 		{
 			Bucket: IdempotencyBucket, Description: "callback Idempotency-Keys already stored, key <trigger>.<key sha256>; kept a day",
 			History: 1, TTL: IdempotencyTTL, Replicas: t.Replicas,

@@ -174,3 +174,46 @@ func TestStreamLimitBeyondTheStore(t *testing.T) {
 		t.Fatalf("provision with 1 EiB: %v", err)
 	}
 }
+
+// TestProvisionEnablesTTLsInPlace: record buckets made before records
+// expired (no per-message TTLs) are changed in place, keeping their
+// records; the healer re-creates them with TTLs too.
+func TestProvisionEnablesTTLsInPlace(t *testing.T) {
+	js := connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, b := range []string{engine.TimersBucket, engine.WaitsBucket, engine.TriggersBucket} {
+		kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b, History: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(ctx, "a.old", []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := engine.Provision(ctx, js, topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range []jetstream.KeyValue{res.Timers, res.Waits, res.Triggers} {
+		s, err := js.Stream(ctx, "KV_"+kv.Bucket())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := s.CachedInfo().Config; !c.AllowMsgTTL || c.SubjectDeleteMarkerTTL != engine.DefaultMarkerTTL {
+			t.Errorf("%s: allow_msg_ttl %v, marker TTL %v", kv.Bucket(), c.AllowMsgTTL, c.SubjectDeleteMarkerTTL)
+		}
+		if _, err := kv.Get(ctx, "a.old"); err != nil {
+			t.Errorf("%s lost its record: %v", kv.Bucket(), err)
+		}
+	}
+	if err := js.DeleteKeyValue(ctx, engine.WaitsBucket); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := engine.Heal(ctx, js, topo); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := js.Stream(ctx, "KV_"+engine.WaitsBucket); err != nil || !s.CachedInfo().Config.AllowMsgTTL {
+		t.Fatalf("healed waits bucket: %v", err)
+	}
+}

@@ -105,20 +105,24 @@ func strict[T any](check func(*T) error) func([]byte) error {
 
 var now = time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
 
+func decodeWait(b []byte) error { _, err := subjects.DecodeWaitRequest(b, now, "UTC"); return err }
+
 var toolPrompts = []struct {
 	file    string
 	fields  []string // the fields the code accepts from an agent
 	actions []action
 }{
-	{"wait.md", jsonFields(subjects.WaitRequest{}), []action{{"", `{"seconds":5,"minutes":1,"hours":1,"days":1,"until":"2030-01-01 09:00","tz":"Asia/Tokyo","id":"w1"}`,
-		func(b []byte) error { _, err := subjects.DecodeWaitRequest(b, now, "UTC"); return err }}}},
+	{"wait.md", jsonFields(subjects.WaitRequest{}), []action{
+		{"", `{"seconds":5,"minutes":1,"hours":1,"days":1,"until":"2030-01-01 09:00","tz":"Asia/Tokyo","id":"w1"}`, decodeWait},
+		{"", `{"seconds":5,"minutes":1,"request_id":"r1"}`, decodeWait}, // request_id goes without id
+	}},
 	{"notify_user.md", jsonFields(subjects.NotifyRequest{}), []action{{"", `{"message":"m","title":"t","detail":"<b>d</b>","type":"info","priority":10,"timeout":5,"display_time":5,"id":"n1","group":"g"}`,
 		func(b []byte) error { _, err := subjects.DecodeNotify(b, subjects.FromAgent); return err }}}},
 	{"wait_for.md", jsonFields(subjects.WaitForRequest{}), []action{{"", `{"wake":"external","resource":"ci","reason":"r","delivery":"final","work_item_id":"w1","recheck_after_ms":500}`,
 		func(b []byte) error { _, err := subjects.DecodeWaitFor(b); return err }}}},
 	// authority_class is the operator's field (HTTP), not the agent's.
 	{"timers.md", without(jsonFields(subjects.CreateTimerRequest{}, subjects.ListTimersRequest{}, subjects.TimerRef{}), "authority_class"), []action{
-		{"create", `{"duration_ms":100,"interval_ms":60000,"summary":"s"}`, strict(func(r *subjects.CreateTimerRequest) error {
+		{"create", `{"duration_ms":100,"interval_ms":60000,"summary":"s","request_id":"r1"}`, strict(func(r *subjects.CreateTimerRequest) error {
 			_, err := r.Validate(subjects.TimerLimits{MinInterval: time.Second})
 			return err
 		})},

@@ -27,6 +27,7 @@ import (
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/secret"
 	"github.com/chime-nats/chime/quotas"
 	"github.com/chime-nats/chime/scheduler"
@@ -54,6 +55,9 @@ type Replica struct {
 	cancel       context.CancelFunc
 	once         sync.Once
 	Version      string
+
+	// sweeps runs the start's sweep of records kept without a TTL.
+	sweeps sync.WaitGroup
 }
 
 // Start brings a replica up. On error everything started is stopped.
@@ -110,6 +114,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		InboxMaxAge: cfg.InboxMaxAge, EventMaxAge: cfg.EventMaxAge, DedupWindow: dedup,
 		InboxMaxBytes: int64(cfg.InboxMaxBytes), EventMaxBytes: int64(cfg.EventMaxBytes), InboxMaxPerAgent: cfg.InboxMaxPerAgent,
 	}
+	retention := kvrec.Retention{JS: js, After: cfg.RecordRetention, Markers: topo.Markers()}
 	res, err := engine.Provision(pctx, js, topo)
 	if err != nil {
 		return nil, err
@@ -118,10 +123,10 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	if err := r.healer.Start(ctx); err != nil {
 		return nil, err
 	}
-	store := timers.NewStore(res.Timers, time.Now)
+	store := timers.NewStore(res.Timers, time.Now, retention)
 
 	agentStore := agents.NewStore(res.Agents)
-	waitStore := waits.NewStore(res.Waits, agentStore, time.Now)
+	waitStore := waits.NewStore(res.Waits, agentStore, time.Now, retention)
 
 	// The HTTP listener comes first: trigger URLs are built on its address
 	// when CHIME_PUBLIC_URL is unset.
@@ -149,7 +154,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	if r.triggerIndex, err = callbacks.StartIndex(pctx, js, engine.TriggersBucket, engine.AgentsBucket, log); err != nil {
 		return nil, err
 	}
-	triggerStore := callbacks.NewStore(res.Triggers, agentStore, res.Idempotency, res.Leases, publicURL, time.Now, r.triggerIndex)
+	triggerStore := callbacks.NewStore(res.Triggers, agentStore, res.Idempotency, res.Leases, publicURL, time.Now, r.triggerIndex, retention)
 	inbox := consumer.NewInbox(js, engine.InboxStream, dedup, time.Now)
 	inbox.Register(reg)
 	r.callbacks = callbacks.NewConsumer(callbacks.ConsumerConfig{JS: js, Stream: engine.EventsStream, Store: triggerStore, Inbox: inbox, Log: log, Registerer: reg})
@@ -180,7 +185,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	if err := r.leases.Start(ctx); err != nil {
 		return nil, err
 	}
-	tokens := access.NewTokens(res.Tokens, time.Now)
+	tokens := access.NewTokens(res.Tokens, topo.Markers(), time.Now)
 	limits := quotas.New(quotas.Config{
 		MaxTimers: cfg.MaxTimersPerAgent, MaxWaits: cfg.MaxWaitsPerAgent, Counter: r.sched, MinInterval: cfg.MinInterval,
 		Rate: cfg.CreateRate, Burst: cfg.CreateBurst, Registerer: reg,
@@ -209,7 +214,30 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	}
 	r.ready.Store(true)
 	log.Info("chime ready", "replica", cfg.ReplicaID, "version", version, "nats", r.nc.ConnectedUrlRedacted())
+	r.sweeps.Go(func() { sweep(ctx, log, store, waitStore, triggerStore) })
 	return r, nil
+}
+
+// sweeper is a store whose finished records kept without a TTL (from
+// before records expired) can be given one.
+type sweeper interface {
+	Sweep(ctx context.Context) (int, error)
+}
+
+// sweep gives what the record buckets kept before records expired their
+// TTL. It runs behind the start, not in it: after the first start of this
+// version there is nothing left to give one, and it costs one read of
+// each bucket.
+func sweep(ctx context.Context, log *slog.Logger, stores ...sweeper) {
+	for _, s := range stores {
+		n, err := s.Sweep(ctx)
+		if n > 0 {
+			log.Info("records kept without a TTL now expire", "records", n)
+		}
+		if err != nil && ctx.Err() == nil {
+			log.Warn("sweep of finished records; the next start tries again", "err", err)
+		}
+	}
 }
 
 // Ready reports whether the replica serves requests and fires timers.
@@ -289,6 +317,7 @@ func (r *Replica) Stop(ctx context.Context) {
 		if r.cancel != nil {
 			r.cancel()
 		}
+		r.sweeps.Wait()
 		if r.triggerIndex != nil {
 			r.triggerIndex.Stop()
 		}

@@ -3,12 +3,17 @@ package replica_test
 import (
 	"context"
 	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/chime-nats/chime/config"
+	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/natstest"
 	"github.com/chime-nats/chime/replica"
 )
@@ -56,3 +61,93 @@ func TestStartWithoutNATS(t *testing.T) {
 		t.Fatal("started without NATS")
 	}
 }
+
+// TestStartSweepsRecordsKeptWithoutTTL: buckets from before records
+// expired, holding finished records without a TTL, get per-message TTLs
+// in place at start, and the start's sweep gives those records one: they
+// go after what is left of their retention, live ones stay.
+func TestStartSweepsRecordsKeptWithoutTTL(t *testing.T) {
+	ns := natstest.Server(t)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	old := map[string]map[string]string{
+		engine.TimersBucket: {
+			"a.tmr_done": `{"id":"tmr_done","agent_id":"a","status":"cancelled"}`,
+			"a.tmr_live": `{"id":"tmr_live","agent_id":"a","status":"active","next_fire_at":"2999-01-01T00:00:00Z"}`,
+		},
+		engine.WaitsBucket: {
+			"a.w_done": `{"wait_id":"w_done","agent_id":"a","status":"completed","target_time":"2020-01-01T00:00:00Z"}`,
+			"a.w_live": `{"wait_id":"w_live","agent_id":"a","status":"waiting","target_time":"2999-01-01T00:00:00Z"}`,
+		},
+		engine.TriggersBucket: {
+			"rec.a.trg_old":  `{"external_trigger_id":"trg_old","agent_id":"a","status":"revoked"}`,
+			"rec.a.trg_live": `{"external_trigger_id":"trg_live","agent_id":"a","status":"active"}`,
+		},
+	}
+	for bucket, recs := range old {
+		kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range recs {
+			if _, err := kv.Put(ctx, k, []byte(v)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	logs := &strings.Builder{}
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return logs.Write(p) }), nil))
+	r, err := replica.Start(ctx, &config.Config{
+		NATSURL: ns.ClientURL(), JSReplicas: 1, ReplicaID: "sweep", Shards: 4, LeaseTTL: 2 * time.Second,
+		InboxMaxAge: time.Hour, EventMaxAge: time.Hour, DedupWindow: time.Minute, RecordRetention: 2 * time.Second,
+	}, log, "0.0.0-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop(context.Background())
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		left := 0
+		for bucket, recs := range old {
+			kv, err := js.KeyValue(ctx, bucket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k := range recs {
+				if _, err := kv.Get(ctx, k); err == nil {
+					left++
+				}
+			}
+		}
+		if left == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the 6 records left, want the 3 live ones", left)
+		}
+	}
+	for bucket, recs := range old {
+		kv, _ := js.KeyValue(ctx, bucket)
+		for k := range recs {
+			_, err := kv.Get(ctx, k)
+			if live := strings.Contains(k, "live"); live != (err == nil) {
+				t.Errorf("%s %s: live %v, get %v", bucket, k, live, err)
+			}
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logs.String(), "records kept without a TTL now expire") {
+		t.Errorf("no sweep logged:\n%s", logs.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/natstest"
 	"github.com/chime-nats/chime/scheduler"
 	"github.com/chime-nats/chime/subjects"
@@ -27,7 +28,7 @@ func TestTimersFireIntoInbox(t *testing.T) {
 	defer cancel()
 
 	const shards = 4
-	store := timers.NewStore(res.Timers, nil)
+	store := timers.NewStore(res.Timers, nil, kvrec.Retention{})
 	var sched *scheduler.Scheduler
 	leases := scheduler.NewLeases(scheduler.LeasesConfig{
 		KV: res.Leases, ReplicaID: "r1", Shards: shards, TTL: 2 * time.Second, Renew: 500 * time.Millisecond,

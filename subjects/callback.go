@@ -143,6 +143,10 @@ type Trigger struct {
 	RevokedAt *time.Time    `json:"revoked_at,omitempty"`
 }
 
+// Revoked reports whether the trigger is revoked. Revoked records are
+// removed after the record retention.
+func (t *Trigger) Revoked() bool { return t.Status == TriggerRevoked }
+
 // TriggerView is a trigger as shown to callers: no hash, and the URL only
 // where the token is at hand (when it is issued).
 type TriggerView struct {

@@ -59,7 +59,13 @@ type Timer struct {
 	LastFiredAt    *time.Time  `json:"last_fired_at"`
 	FireCount      int64       `json:"fire_count"`
 	AuthorityClass string      `json:"authority_class,omitempty"`
+	// RequestKey is set when the create had a request_id.
+	RequestKey
 }
+
+// Finished reports whether the timer will never fire again: completed or
+// cancelled. Finished records are removed after the record retention.
+func (t *Timer) Finished() bool { return t.Status == TimerCompleted || t.Status == TimerCancelled }
 
 // Interval is the repeat interval, zero for a one-shot timer.
 func (t *Timer) Interval() time.Duration {
@@ -85,6 +91,9 @@ type CreateTimerRequest struct {
 	IntervalMs     json.RawMessage `json:"interval_ms"`
 	Summary        string          `json:"summary"`
 	AuthorityClass string          `json:"authority_class"`
+	// RequestID, when set, makes a retry of this create return the timer
+	// the first one made.
+	RequestID *string `json:"request_id"`
 }
 
 // TimerSpec is a validated create request.
@@ -93,6 +102,17 @@ type TimerSpec struct {
 	Interval       time.Duration // zero: one-shot
 	Summary        string
 	AuthorityClass string
+	// Request is set when the create had a request_id.
+	Request RequestKey
+}
+
+// timerRequest is a create request in its normalized form, the one its
+// request_id is bound to.
+type timerRequest struct {
+	DurationMs     int64  `json:"duration_ms"`
+	IntervalMs     int64  `json:"interval_ms"`
+	Summary        string `json:"summary"`
+	AuthorityClass string `json:"authority_class"`
 }
 
 // TimerLimits are the operator's bounds on a create request, passed in
@@ -141,6 +161,17 @@ func (r *CreateTimerRequest) Validate(l TimerLimits) (TimerSpec, error) {
 	}
 	if len(r.AuthorityClass) > MaxIDLen {
 		return TimerSpec{}, &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("authority_class must be at most %d characters", MaxIDLen)}
+	}
+	if r.RequestID != nil {
+		if err := ValidateRequestID(*r.RequestID); err != nil {
+			return TimerSpec{}, err
+		}
+	}
+	spec.Request, err = newRequestKey(r.RequestID, ActionTimerCreate, timerRequest{
+		DurationMs: spec.Duration.Milliseconds(), IntervalMs: spec.Interval.Milliseconds(), Summary: spec.Summary, AuthorityClass: spec.AuthorityClass,
+	})
+	if err != nil {
+		return TimerSpec{}, err
 	}
 	return spec, nil
 }

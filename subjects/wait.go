@@ -74,6 +74,9 @@ type WaitRequest struct {
 	Until   string          `json:"until,omitempty"`
 	TZ      string          `json:"tz,omitempty"`
 	ID      string          `json:"id,omitempty"`
+	// RequestID, when set, makes a retry of this request return the wait
+	// the first one made.
+	RequestID *string `json:"request_id,omitempty"`
 }
 
 // WaitSpec is a validated wait request.
@@ -82,6 +85,18 @@ type WaitSpec struct {
 	Mode   WaitMode
 	Target time.Time // in the agent's zone
 	TZ     string    // the zone naive times were read in
+	// Request is set when the request had a request_id.
+	Request RequestKey
+}
+
+// waitRequest is a wait request in its normalized form, the one its
+// request_id is bound to: what it means, not when it was sent, so a retry
+// of {"seconds":30} a moment later is the same request.
+type waitRequest struct {
+	Mode    WaitMode `json:"mode"`
+	Seconds int64    `json:"seconds,omitempty"` // the duration's total
+	Until   string   `json:"until,omitempty"`   // the target instant, UTC
+	TZ      string   `json:"tz"`
 }
 
 // maxWaitSeconds keeps target arithmetic far from time.Duration overflow
@@ -106,6 +121,34 @@ func (r *WaitRequest) Resolve(now time.Time, defaultTZ string) (*WaitSpec, error
 			return nil, err
 		}
 	}
+	if r.RequestID != nil {
+		if r.ID != "" {
+			// A request_id names the wait itself (its ID is derived from
+			// it): with an id too, one retry could name two waits.
+			return nil, &Error{Code: CodeInvalidRequest, Message: "use either id or request_id, not both"}
+		}
+		if err := ValidateRequestID(*r.RequestID); err != nil {
+			return nil, err
+		}
+	}
+	spec, err := r.resolve(now, defaultTZ)
+	if err != nil {
+		return nil, err
+	}
+	norm := waitRequest{Mode: spec.Mode, TZ: spec.TZ}
+	if spec.Mode == WaitUntil {
+		norm.Until = spec.Target.UTC().Format(time.RFC3339Nano)
+	} else {
+		norm.Seconds = int64(spec.Target.Sub(now) / time.Second) // the total, exactly: the target is now plus it
+	}
+	if spec.Request, err = newRequestKey(r.RequestID, ActionWaitRequest, norm); err != nil {
+		return nil, err
+	}
+	return spec, nil
+}
+
+// resolve is Resolve past the checks of id and request_id.
+func (r *WaitRequest) resolve(now time.Time, defaultTZ string) (*WaitSpec, error) {
 	tzName := r.TZ
 	if tzName == "" {
 		tzName = defaultTZ
@@ -291,7 +334,13 @@ type Wait struct {
 	EndedAt     *time.Time `json:"ended_at,omitempty"`
 	CancelText  string     `json:"cancel_text,omitempty"`
 	CancelledBy string     `json:"cancelled_by,omitempty"` // intervention ID, or "request"
+	// RequestKey is set when the request had a request_id.
+	RequestKey
 }
+
+// Ended reports whether the wait completed or was cancelled. Ended
+// records are removed after the record retention.
+func (w *Wait) Ended() bool { return w.Status == WaitCompleted || w.Status == WaitCancelled }
 
 // Key is the wait's KV key.
 func (w *Wait) Key() string { return WaitKey(w.AgentID, w.ID) }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/natstest"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
@@ -19,7 +20,7 @@ func TestStore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	s := timers.NewStore(res.Timers, func() time.Time { return now })
+	s := timers.NewStore(res.Timers, func() time.Time { return now }, kvrec.Retention{})
 
 	once, err := s.Create(ctx, "st", subjects.TimerSpec{Duration: time.Second, Summary: "once"})
 	if err != nil {

@@ -19,20 +19,24 @@ import (
 
 // Store reads and writes timer records.
 type Store struct {
-	kv  jetstream.KeyValue
-	now func() time.Time
+	kv        jetstream.KeyValue
+	now       func() time.Time
+	retention kvrec.Retention
 }
 
 // NewStore returns a Store over the timers bucket. now is the clock that
-// stamps records.
-func NewStore(kv jetstream.KeyValue, now func() time.Time) *Store {
+// stamps records; finished timers are removed after retention.
+func NewStore(kv jetstream.KeyValue, now func() time.Time, retention kvrec.Retention) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{kv: kv, now: now}
+	return &Store{kv: kv, now: now, retention: retention}
 }
 
-// Create stores a new active timer and returns its record.
+// Create stores a new active timer and returns its record. A create with
+// a request_id makes the timer whose ID derives from it: a retry of that
+// request, on any replica, finds and returns that timer as it is now, and
+// the same request_id with another request is a conflict.
 func (s *Store) Create(ctx context.Context, agentID string, spec subjects.TimerSpec) (*subjects.Timer, error) {
 	now := s.now().UTC()
 	next := now.Add(spec.Duration)
@@ -45,6 +49,10 @@ func (s *Store) Create(ctx context.Context, agentID string, spec subjects.TimerS
 		Summary:        spec.Summary,
 		NextFireAt:     &next,
 		AuthorityClass: spec.AuthorityClass,
+		RequestKey:     spec.Request,
+	}
+	if spec.Request.RequestID != "" {
+		t.ID = subjects.TimerIDFor(agentID, spec.Request.RequestID)
 	}
 	if spec.Interval > 0 {
 		ms := spec.Interval.Milliseconds()
@@ -54,14 +62,24 @@ func (s *Store) Create(ctx context.Context, agentID string, spec subjects.TimerS
 	// The ID is fixed before the first attempt, so a retry (kvrec.Create
 	// retries through leader elections) that finds this very timer stored
 	// by an attempt whose answer was lost succeeds instead of storing a
-	// second one.
+	// second one; so does the caller's retry of the same request.
 	mine := func(stored *subjects.Timer) bool {
-		return stored.ID == t.ID && stored.CreatedAt.Equal(t.CreatedAt)
+		return stored.ID == t.ID && (stored.CreatedAt.Equal(t.CreatedAt) || t.Replays(stored.RequestKey))
 	}
-	if _, err := kvrec.Create(ctx, s.kv, subjects.TimerKey(agentID, t.ID), t, mine); err != nil {
+	stored, _, err := kvrec.Create(ctx, s.kv, subjects.TimerKey(agentID, t.ID), t, mine)
+	if errors.Is(err, jetstream.ErrKeyExists) && t.RequestID != "" {
+		return nil, t.Conflict()
+	}
+	if err != nil {
 		return nil, fmt.Errorf("timers: create %s: %w", t.ID, err)
 	}
-	return t, nil
+	return stored, nil
+}
+
+// Sweep gives the finished timers stored before records expired their TTL
+// (see kvrec.Sweep) and returns how many.
+func (s *Store) Sweep(ctx context.Context) (int, error) {
+	return kvrec.Sweep(ctx, s.retention, s.kv, (*subjects.Timer).Finished, s.now())
 }
 
 // Get returns one of the agent's timers.
@@ -79,7 +97,8 @@ func (s *Store) Get(ctx context.Context, agentID, timerID string) (*subjects.Tim
 // update changes one timer by CAS (see kvrec.Update), riding out leader
 // elections within ctx.
 func (s *Store) update(ctx context.Context, agentID, timerID string, change func(*subjects.Timer) (bool, error)) (*subjects.Timer, bool, error) {
-	t, changed, err := kvrec.Update(ctx, s.kv, subjects.TimerKey(agentID, timerID), false, change)
+	t, changed, err := kvrec.Update(ctx, s.kv, subjects.TimerKey(agentID, timerID), false, change,
+		kvrec.ExpireFinished(s.retention, (*subjects.Timer).Finished))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, false, subjects.ErrNotFound(timerID)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/metrictest"
 	"github.com/chime-nats/chime/internal/natstest"
 	"github.com/chime-nats/chime/subjects"
@@ -38,7 +39,7 @@ func newRig(t *testing.T) *rig {
 	ns := natstest.Server(t)
 	nc, res := natstest.Provisioned(t, ns)
 	r := &rig{nc: nc, res: res, agents: agents.NewStore(res.Agents), reg: prometheus.NewRegistry()}
-	r.store = waits.NewStore(res.Waits, r.agents, nil)
+	r.store = waits.NewStore(res.Waits, r.agents, nil, kvrec.Retention{})
 	r.reqs = waits.NewRequests(r.store, consumer.NewInbox(res.JS, engine.InboxStream, 2*time.Minute, nil), res.JS, nil, nil)
 	return r
 }

@@ -27,29 +27,36 @@ const PauseThreshold = 1500 * time.Millisecond
 
 // Store reads and writes waits and agent state.
 type Store struct {
-	waits  jetstream.KeyValue
-	agents *agents.Store
-	now    func() time.Time
+	waits     jetstream.KeyValue
+	agents    *agents.Store
+	now       func() time.Time
+	retention kvrec.Retention
 }
 
 // NewStore returns a Store over the waits bucket; the agents' pause state
-// is read and kept in agents.
-func NewStore(waits jetstream.KeyValue, agents *agents.Store, now func() time.Time) *Store {
+// is read and kept in agents. Ended waits are removed after retention.
+func NewStore(waits jetstream.KeyValue, agents *agents.Store, now func() time.Time, retention kvrec.Retention) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{waits: waits, agents: agents, now: now}
+	return &Store{waits: waits, agents: agents, now: now, retention: retention}
 }
 
 // Create stores a new waiting wait. A duration wait created while its agent
-// is paused starts paused: its clock runs from the resume.
+// is paused starts paused: its clock runs from the resume. A request with
+// a request_id makes the wait whose ID derives from it: a retry of that
+// request, on any replica, finds and returns that wait as it is now, and
+// the same request_id with another request is a conflict.
 func (s *Store) Create(ctx context.Context, agentID string, spec *subjects.WaitSpec) (*subjects.Wait, error) {
 	now := s.now().UTC()
 	w := &subjects.Wait{
 		ID: spec.ID, AgentID: agentID, Mode: spec.Mode, Status: subjects.WaitWaiting,
-		CreatedAt: now, TargetTime: spec.Target.UTC(), TZ: spec.TZ,
+		CreatedAt: now, TargetTime: spec.Target.UTC(), TZ: spec.TZ, RequestKey: spec.Request,
 	}
-	if w.ID == "" {
+	switch {
+	case spec.Request.RequestID != "":
+		w.ID = subjects.WaitIDFor(agentID, spec.Request.RequestID)
+	case w.ID == "":
 		w.ID = "wait_" + nuid.Next()
 	}
 	if w.Mode == subjects.WaitDuration {
@@ -61,20 +68,27 @@ func (s *Store) Create(ctx context.Context, agentID string, spec *subjects.WaitS
 			w.PausedAt = &now
 		}
 	}
-	_, created, err := kvrec.Update(ctx, s.waits, w.Key(), true, func(cur *subjects.Wait) (bool, error) {
-		if cur.ID != "" {
-			return false, &subjects.Error{Code: subjects.CodeWaitExists, Message: fmt.Sprintf("wait %s already exists", w.ID)}
-		}
-		*cur = *w
-		return true, nil
-	})
-	if err != nil {
+	// As for timers: a retry that finds this very wait, or the caller's
+	// retry of the same request, succeeds with the stored wait.
+	mine := func(stored *subjects.Wait) bool {
+		return stored.ID == w.ID && (stored.CreatedAt.Equal(w.CreatedAt) || w.Replays(stored.RequestKey))
+	}
+	stored, _, err := kvrec.Create(ctx, s.waits, w.Key(), w, mine)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyExists) && w.RequestID != "":
+		return nil, w.Conflict()
+	case errors.Is(err, jetstream.ErrKeyExists):
+		return nil, &subjects.Error{Code: subjects.CodeWaitExists, Message: fmt.Sprintf("wait %s already exists", w.ID)}
+	case err != nil:
 		return nil, fmt.Errorf("waits: create: %w", err)
 	}
-	if !created {
-		return nil, fmt.Errorf("waits: create %s: not written", w.ID)
-	}
-	return w, nil
+	return stored, nil
+}
+
+// Sweep gives the ended waits stored before records expired their TTL
+// (see kvrec.Sweep) and returns how many.
+func (s *Store) Sweep(ctx context.Context) (int, error) {
+	return kvrec.Sweep(ctx, s.retention, s.waits, (*subjects.Wait).Ended, s.now())
 }
 
 // Get returns one of the agent's waits.
@@ -95,7 +109,8 @@ func notFound(waitID string) error {
 
 // Update changes one wait by CAS; see kvrec.Update.
 func (s *Store) Update(ctx context.Context, agentID, waitID string, change func(*subjects.Wait) (bool, error)) (*subjects.Wait, bool, error) {
-	w, changed, err := kvrec.Update(ctx, s.waits, subjects.WaitKey(agentID, waitID), false, change)
+	w, changed, err := kvrec.Update(ctx, s.waits, subjects.WaitKey(agentID, waitID), false, change,
+		kvrec.ExpireFinished(s.retention, (*subjects.Wait).Ended))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, false, notFound(waitID)
 	}

@@ -140,8 +140,9 @@ func listOnce[T any](ctx context.Context, kv jetstream.KeyValue, filter string) 
 // write: change is not asked again) or a record changed further by someone
 // else, which change is asked about as usual. So change must decide from
 // the record it is given (a state transition), as every CAS change must.
-func Update[T any](ctx context.Context, kv jetstream.KeyValue, key string, create bool, change func(*T) (bool, error)) (*T, bool, error) {
-	v, _, changed, err := UpdateRev(ctx, kv, key, create, change)
+// opts can make the writes of finished records expire (ExpireFinished).
+func Update[T any](ctx context.Context, kv jetstream.KeyValue, key string, create bool, change func(*T) (bool, error), opts ...Option[T]) (*T, bool, error) {
+	v, _, changed, err := UpdateRev(ctx, kv, key, create, change, opts...)
 	return v, changed, err
 }
 
@@ -163,7 +164,8 @@ func landed(writes []unsure, e jetstream.KeyValueEntry) bool {
 
 // UpdateRev is Update that also returns the record's revision: the one
 // written, or the one read when nothing changed.
-func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, create bool, change func(*T) (bool, error)) (*T, uint64, bool, error) {
+func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, create bool, change func(*T) (bool, error), opts ...Option[T]) (*T, uint64, bool, error) {
+	o := newOptions(opts)
 	p := &pacer{}
 	var writes []unsure
 	for conflicts := 0; conflicts < casAttempts; {
@@ -195,12 +197,7 @@ func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, cr
 		if err != nil {
 			return nil, 0, false, fmt.Errorf("encode %s: %w", key, err)
 		}
-		written, err := attempt(ctx, func(ctx context.Context) (uint64, error) {
-			if rev == 0 {
-				return kv.Create(ctx, key, data)
-			}
-			return kv.Update(ctx, key, data, rev)
-		})
+		written, err := attempt(ctx, func(ctx context.Context) (uint64, error) { return o.write(ctx, kv, key, data, rev, v) })
 		switch {
 		case err == nil:
 			return v, written, true, nil
@@ -228,24 +225,38 @@ func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, cr
 
 // Create writes v at key, which must not hold a record yet, retrying
 // transient errors: one round trip when all is well. A retry can find the
-// key taken by this call's own earlier write, whose answer was lost; mine
-// says whether a stored record is that one (the same identity), and then
-// Create succeeds with its revision. A key taken by another record is
+// key taken by this call's own earlier write, whose answer was lost, or a
+// caller's retry can find the record its first attempt made; mine says
+// whether a stored record is such a one (the same identity, the same
+// request), and then Create succeeds with that record and its revision.
+// Otherwise it returns v as written. A key taken by another record is
 // jetstream.ErrKeyExists.
-func Create[T any](ctx context.Context, kv jetstream.KeyValue, key string, v *T, mine func(stored *T) bool) (uint64, error) {
+func Create[T any](ctx context.Context, kv jetstream.KeyValue, key string, v *T, mine func(stored *T) bool) (*T, uint64, error) {
+	rev, stored, err := create(ctx, kv, key, v, mine)
+	switch {
+	case err != nil:
+		return nil, 0, err
+	case stored == nil:
+		return v, rev, nil
+	}
+	return stored, rev, nil
+}
+
+// create is Create; stored is nil when the record at key is v itself.
+func create[T any](ctx context.Context, kv jetstream.KeyValue, key string, v *T, mine func(stored *T) bool) (uint64, *T, error) {
 	data, err := json.Marshal(v)
 	if err != nil {
-		return 0, fmt.Errorf("encode %s: %w", key, err)
+		return 0, nil, fmt.Errorf("encode %s: %w", key, err)
 	}
 	p := &pacer{}
 	for freed := 0; freed < casAttempts; { // transient failures are bounded by ctx
 		rev, err := attempt(ctx, func(ctx context.Context) (uint64, error) { return kv.Create(ctx, key, data) })
 		if err == nil {
-			return rev, nil
+			return rev, nil, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			if again, err := p.retry(ctx, err); !again {
-				return 0, fmt.Errorf("create %s: %w", key, err)
+				return 0, nil, fmt.Errorf("create %s: %w", key, err)
 			}
 			continue
 		}
@@ -255,19 +266,19 @@ func Create[T any](ctx context.Context, kv jetstream.KeyValue, key string, v *T,
 			continue
 		}
 		if err != nil {
-			return 0, fmt.Errorf("create %s: %w", key, err)
+			return 0, nil, fmt.Errorf("create %s: %w", key, err)
 		}
 		if bytes.Equal(e.Value(), data) {
-			return e.Revision(), nil
+			return e.Revision(), nil, nil
 		}
 		stored, err := decode[T](key, e.Value())
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		if !mine(stored) {
-			return 0, fmt.Errorf("create %s: %w", key, jetstream.ErrKeyExists)
+			return 0, nil, fmt.Errorf("create %s: %w", key, jetstream.ErrKeyExists)
 		}
-		return e.Revision(), nil
+		return e.Revision(), stored, nil
 	}
-	return 0, fmt.Errorf("create %s: %w", key, ErrContended)
+	return 0, nil, fmt.Errorf("create %s: %w", key, ErrContended)
 }

@@ -79,6 +79,20 @@ func (e *engine) restartAfter(d time.Duration) <-chan error {
 // quickly, as chime's does.
 func (e *engine) connect(t *testing.T) (*nats.Conn, jetstream.KeyValue) {
 	t.Helper()
+	js := e.jetstream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "recs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js.Conn(), kv
+}
+
+// jetstream returns JetStream on a connection that keeps reconnecting
+// quickly, as chime's does.
+func (e *engine) jetstream(t *testing.T) jetstream.JetStream {
+	t.Helper()
 	nc, err := nats.Connect(e.ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -88,13 +102,7 @@ func (e *engine) connect(t *testing.T) (*nats.Conn, jetstream.KeyValue) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "recs"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return nc, kv
+	return js
 }
 
 type rec struct {
@@ -164,7 +172,7 @@ func TestRetriedAcrossRestart(t *testing.T) {
 		}},
 		{"create", func(ctx context.Context, kv jetstream.KeyValue) error {
 			r := &rec{ID: "new"}
-			_, err := kvrec.Create(ctx, kv, "a.new", r, func(s *rec) bool { return s.ID == r.ID })
+			_, _, err := kvrec.Create(ctx, kv, "a.new", r, func(s *rec) bool { return s.ID == r.ID })
 			return err
 		}},
 	} {
@@ -271,7 +279,7 @@ func TestLostAnswerAppliesOnce(t *testing.T) {
 	// Create: the retry meets ErrKeyExists from its own write.
 	kv.lose = 1
 	r := &rec{ID: "three"}
-	if _, err := kvrec.Create(ctx, kv, "a.3", r, func(s *rec) bool { return s.ID == r.ID }); err != nil {
+	if _, _, err := kvrec.Create(ctx, kv, "a.3", r, func(s *rec) bool { return s.ID == r.ID }); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 	// Changed by someone else before the retry read it (a timer fired at
@@ -284,7 +292,7 @@ func TestLostAnswerAppliesOnce(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if _, err := kvrec.Create(ctx, kv, "a.4", four, func(s *rec) bool { return s.ID == four.ID }); err != nil {
+	if _, _, err := kvrec.Create(ctx, kv, "a.4", four, func(s *rec) bool { return s.ID == four.ID }); err != nil {
 		t.Fatalf("create changed meanwhile: %v", err)
 	}
 	kv.then = nil
@@ -293,7 +301,7 @@ func TestLostAnswerAppliesOnce(t *testing.T) {
 	}
 	// Someone else's record under the key is still a conflict.
 	other := &rec{ID: "other"}
-	if _, err := kvrec.Create(ctx, kv, "a.3", other, func(s *rec) bool { return s.ID == other.ID }); !errors.Is(err, jetstream.ErrKeyExists) {
+	if _, _, err := kvrec.Create(ctx, kv, "a.3", other, func(s *rec) bool { return s.ID == other.ID }); !errors.Is(err, jetstream.ErrKeyExists) {
 		t.Fatalf("create over another record: %v, want ErrKeyExists", err)
 	}
 }
@@ -318,7 +326,7 @@ func TestUnavailableUntilDeadline(t *testing.T) {
 			return err
 		},
 		"create": func(ctx context.Context) error {
-			_, err := kvrec.Create(ctx, kv, "a.9", &rec{ID: "nine"}, func(*rec) bool { return false })
+			_, _, err := kvrec.Create(ctx, kv, "a.9", &rec{ID: "nine"}, func(*rec) bool { return false })
 			return err
 		},
 	} {

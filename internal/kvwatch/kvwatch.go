@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/chime-nats/chime/internal/backoff"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -344,12 +345,11 @@ func (w *Watch) consume(ctx context.Context, next uint64) (uint64, error) {
 			return next, fmt.Errorf("consumer sequence %d after %d", md.Sequence.Consumer, delivered)
 		}
 		delivered = md.Sequence.Consumer
-		op := m.Headers().Get("KV-Operation")
 		e := Entry{
 			Key:      strings.TrimPrefix(m.Subject(), w.prefix),
 			Value:    m.Data(),
 			Revision: md.Sequence.Stream,
-			Deleted:  op == "DEL" || op == "PURGE",
+			Deleted:  deleted(m.Headers()),
 		}
 		w.cfg.Apply(e)
 		next = e.Revision + 1
@@ -361,6 +361,15 @@ func (w *Watch) consume(ctx context.Context, next uint64) (uint64, error) {
 			w.markLoaded()
 		}
 	}
+}
+
+// deleted reports whether a bucket message removes its key: a client's
+// delete or purge, or the marker the server leaves when a revision's TTL
+// (or the bucket's max age) ran out, which carries no KV-Operation and no
+// value.
+func deleted(h nats.Header) bool {
+	op := h.Get("KV-Operation")
+	return op == "DEL" || op == "PURGE" || h.Get(jetstream.MarkerReasonHeader) != ""
 }
 
 func (w *Watch) markLoaded() {

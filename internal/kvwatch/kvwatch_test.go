@@ -2,6 +2,7 @@ package kvwatch_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strconv"
 	"sync"
@@ -277,5 +278,53 @@ func TestReloadsRecreatedBucket(t *testing.T) {
 	})
 	if v.resets < 1 {
 		t.Fatal("no reset")
+	}
+}
+
+// TestExpiredKeyIsDeleted: a key whose TTL runs out leaves the server's
+// deletion marker (no KV-Operation header, no value); a watch following
+// the bucket, and one loading it while the marker is there, both see a
+// deletion, never an empty value.
+func TestExpiredKeyIsDeleted(t *testing.T) {
+	srv := startServer(t)
+	js := connect(t, srv.ns.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "ttl", History: 1, LimitMarkerTTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "stays", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, "goes", []byte("1"), jetstream.KeyTTL(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	watch := func() (*view, *kvwatch.Watch) {
+		v := &view{vals: map[string]string{}}
+		w := kvwatch.New(kvwatch.Config{JS: js, Bucket: "ttl", Apply: func(e kvwatch.Entry) {
+			if !e.Deleted && len(e.Value) == 0 {
+				t.Errorf("%s at %d applied as an empty value", e.Key, e.Revision)
+			}
+			v.apply(e)
+		}})
+		if err := w.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Stop)
+		waitLoaded(t, w)
+		return v, w
+	}
+	following, _ := watch()
+	if _, ok := following.get("goes"); !ok {
+		t.Fatal("the key with a TTL was not loaded")
+	}
+	eventually(t, "expired key deleted", func() bool { _, ok := following.get("goes"); return !ok })
+	loading, _ := watch() // the marker is the key's last message now
+	if _, ok := loading.get("goes"); ok || loading.len() != 1 || following.len() != 1 {
+		t.Fatalf("after expiry: following %d keys, loading %d keys", following.len(), loading.len())
+	}
+	if _, err := kv.Get(ctx, "goes"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("get of an expired key: %v", err)
 	}
 }

@@ -31,6 +31,14 @@ func Server(t testing.TB) *server.Server {
 // Provisioned connects to ns and provisions chime's streams and buckets.
 func Provisioned(t testing.TB, ns *server.Server) (*nats.Conn, *engine.Resources) {
 	t.Helper()
+	return ProvisionedAs(t, ns, engine.Topology{
+		Replicas: 1, LeaseTTL: 2 * time.Second, InboxMaxAge: time.Hour, EventMaxAge: time.Hour, DedupWindow: 2 * time.Minute,
+	})
+}
+
+// ProvisionedAs is Provisioned with the topology topo.
+func ProvisionedAs(t testing.TB, ns *server.Server, topo engine.Topology) (*nats.Conn, *engine.Resources) {
+	t.Helper()
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
 		t.Fatal(err)
@@ -42,9 +50,7 @@ func Provisioned(t testing.TB, ns *server.Server) (*nats.Conn, *engine.Resources
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res, err := engine.Provision(ctx, js, engine.Topology{
-		Replicas: 1, LeaseTTL: 2 * time.Second, InboxMaxAge: time.Hour, EventMaxAge: time.Hour, DedupWindow: 2 * time.Minute,
-	})
+	res, err := engine.Provision(ctx, js, topo)
 	if err != nil {
 		t.Fatal(err)
 	}
