@@ -23,6 +23,7 @@ import (
 	"github.com/chime-nats/chime/quotas"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
+	"github.com/chime-nats/chime/waitfor"
 	"github.com/chime-nats/chime/waits"
 )
 
@@ -46,6 +47,9 @@ type Config struct {
 	Quotas     *quotas.Quotas
 	Now        func() time.Time
 	Registerer prometheus.Registerer
+	// WaitFor serves wait.for, wait.report and system.wake; nil answers
+	// them unavailable.
+	WaitFor *waitfor.Service
 }
 
 // Operations are the agent actions, by the action part of their subject.
@@ -61,6 +65,7 @@ type Operations struct {
 	now       func() time.Time
 	log       *slog.Logger
 	requests  *prometheus.CounterVec
+	waitFor   *waitfor.Service
 }
 
 // NewOperations returns the operations.
@@ -77,7 +82,8 @@ func NewOperations(c Config) *Operations {
 	reg := c.Registerer
 	o := &Operations{
 		store: c.Timers, waits: c.Waits, waitOps: c.WaitRequests, triggers: c.Triggers, callbacks: c.Callbacks, tokens: c.Tokens, quotas: c.Quotas, tz: c.TimeZone, now: c.Now,
-		log: c.Log.With("component", "api"),
+		waitFor: c.WaitFor,
+		log:     c.Log.With("component", "api"),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chime_requests_total", Help: "Requests by endpoint and outcome (ok or the error code).",
 		}, []string{"endpoint", "outcome"}),
@@ -173,6 +179,8 @@ func (o *Operations) do(ctx context.Context, surface, action, agentID string, bo
 			return nil, err
 		}
 		return o.waitOps.Intervene(ctx, agentID, req)
+	case subjects.ActionWaitFor, subjects.ActionWaitReport, subjects.ActionSystemWake:
+		return o.doWaitFor(ctx, action, agentID, body)
 	case subjects.ActionLifecycleStart, subjects.ActionLifecycleStop, subjects.ActionTriggerCreate,
 		subjects.ActionTriggerCancel, subjects.ActionTriggerList, subjects.ActionTriggerReset:
 		return o.lifecycle(ctx, surface, action, agentID, body)
@@ -245,7 +253,34 @@ func Actions() []string {
 		subjects.ActionLifecycleStart, subjects.ActionLifecycleStop, subjects.ActionTriggerCreate,
 		subjects.ActionTriggerCancel, subjects.ActionTriggerList, subjects.ActionTriggerReset,
 		subjects.ActionTokenIssue, subjects.ActionTokenRevoke,
+		subjects.ActionWaitFor, subjects.ActionWaitReport, subjects.ActionSystemWake,
 	}
+}
+
+// doWaitFor serves the WaitFor actions.
+func (o *Operations) doWaitFor(ctx context.Context, action, agentID string, body []byte) (any, error) {
+	if o.waitFor == nil {
+		return nil, &subjects.Error{Code: subjects.CodeUnavailable, Message: "WaitFor is not configured"}
+	}
+	switch action {
+	case subjects.ActionWaitFor:
+		spec, err := subjects.DecodeWaitFor(body)
+		if err != nil {
+			return nil, err
+		}
+		return o.waitFor.WaitFor(ctx, agentID, spec)
+	case subjects.ActionWaitReport:
+		req, err := subjects.DecodeWaitReport(body)
+		if err != nil {
+			return nil, err
+		}
+		return o.waitFor.Report(ctx, agentID, req)
+	}
+	req, err := subjects.DecodeSystemWake(body)
+	if err != nil {
+		return nil, err
+	}
+	return o.waitFor.SystemWake(ctx, agentID, req)
 }
 
 func encode(v any) []byte {

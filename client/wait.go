@@ -160,3 +160,24 @@ func (c *Client) Intervene(ctx context.Context, action, text string) error {
 	}
 	return c.call(ctx, subjects.ActionIntervention, req, &struct{}{})
 }
+
+// WaitFor asks chime to yield until the wake spec names (Holon's
+// WaitFor); the reply's continuation says what to do next. A
+// delivery=final WaitFor answers awaiting_final_report: commit it with
+// Report.
+func (c *Client) WaitFor(ctx context.Context, req subjects.WaitForRequest) (*subjects.WaitForReply, error) {
+	var out subjects.WaitForReply
+	if err := c.call(ctx, subjects.ActionWaitFor, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Report commits a prepared delivery=final WaitFor with the final report text.
+func (c *Client) Report(ctx context.Context, waitID, text string) (*subjects.WaitForReply, error) {
+	var out subjects.WaitForReply
+	if err := c.call(ctx, subjects.ActionWaitReport, subjects.WaitReportRequest{WaitID: waitID, Text: text}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

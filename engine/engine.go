@@ -33,6 +33,12 @@ const (
 	TokensBucket = "chime_tokens"
 	EventsStream = "CHIME_EVENTS"
 	InboxStream  = "CHIME_INBOX"
+	// WaitForBucket holds WaitFor registrations: rec.<agent>.<wait>, idx.<agent>.
+	WaitForBucket = "chime_waitfor"
+	// WaitForStream holds WaitFor rechecks: JetStream message schedules
+	// (waitfor.schedule.<agent>.<wait>) and what they deliver when due
+	// (waitfor.recheck.<agent>.<wait>).
+	WaitForStream = "CHIME_WAITFOR"
 )
 
 // EmbeddedOptions configures the embedded nats-server.
@@ -161,6 +167,7 @@ type Resources struct {
 	// Idempotency holds callback Idempotency-Keys already stored.
 	Idempotency jetstream.KeyValue
 	Tokens      jetstream.KeyValue
+	WaitFor     jetstream.KeyValue
 }
 
 // buckets are the KV buckets chime keeps, as configured for t. The record
@@ -179,6 +186,10 @@ func buckets(t Topology) []jetstream.KeyValueConfig {
 		},
 		{
 			Bucket: TokensBucket, Description: "chime agent tokens: tok.<token sha256>, agt.<agent>.<token id>",
+			History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(),
+		},
+		{
+			Bucket: WaitForBucket, Description: "chime WaitFor registrations: rec.<agent>.<wait>, idx.<agent> (the live one per scope)",
 			History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(),
 		},
 		{
@@ -227,6 +238,22 @@ func streams(t Topology) []jetstream.StreamConfig {
 			Duplicates:        t.DedupWindow,
 			Replicas:          t.Replicas,
 		},
+		{
+			// The engine delivers each recheck when due: a schedule is the
+			// last message on its subject, so a new one replaces it.
+			Name:        WaitForStream,
+			Description: "chime WaitFor rechecks: message schedules and their deliveries",
+			Subjects:    []string{subjects.WaitForScheduleAll, subjects.WaitForRecheckAll},
+			Retention:   jetstream.LimitsPolicy,
+			// No MaxAge: a schedule may be due in 30 days. A schedule is
+			// removed once it fires, and what it delivers carries a TTL.
+			AllowMsgTTL:       true,
+			Discard:           jetstream.DiscardOld,
+			Duplicates:        t.DedupWindow,
+			Replicas:          t.Replicas,
+			AllowMsgSchedules: true,
+			AllowRollup:       true,
+		},
 	}
 }
 
@@ -249,7 +276,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Resour
 	return &Resources{
 		JS: js, Timers: kvs[TimersBucket], Waits: kvs[WaitsBucket], Agents: kvs[AgentsBucket],
 		Leases: kvs[LeasesBucket], Triggers: kvs[TriggersBucket], Idempotency: kvs[IdempotencyBucket],
-		Tokens: kvs[TokensBucket],
+		Tokens: kvs[TokensBucket], WaitFor: kvs[WaitForBucket],
 	}, nil
 }
 

@@ -32,6 +32,7 @@ import (
 	"github.com/chime-nats/chime/quotas"
 	"github.com/chime-nats/chime/scheduler"
 	"github.com/chime-nats/chime/timers"
+	"github.com/chime-nats/chime/waitfor"
 	"github.com/chime-nats/chime/waits"
 )
 
@@ -43,6 +44,7 @@ type Replica struct {
 	nc        *nats.Conn
 	healer    *engine.Healer
 	waits     *waits.Consumer
+	waitFor   *waitfor.Consumer
 	callbacks *callbacks.Consumer
 	// triggerIndex resolves callback tokens in memory.
 	triggerIndex *callbacks.Index
@@ -166,6 +168,19 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	if err := r.waits.Start(ctx); err != nil {
 		return nil, err
 	}
+	// WaitFor's task check is wired where tasks are (waitfor.TaskLookup).
+	waitForStore := waitfor.NewStore(res.WaitFor, time.Now, retention)
+	waitForSvc := waitfor.NewService(waitfor.Config{
+		Store: waitForStore, Timers: store, TimersKV: res.Timers, Inbox: inbox, JS: js,
+		InboxStream: engine.InboxStream, EventsStream: engine.EventsStream, Log: log,
+	})
+	r.waitFor = waitfor.NewConsumer(waitfor.ConsumerConfig{
+		JS: js, Service: waitForSvc, Store: waitForStore,
+		InboxStream: engine.InboxStream, WaitForStream: engine.WaitForStream, Log: log, Registerer: reg,
+	})
+	if err := r.waitFor.Start(ctx); err != nil {
+		return nil, err
+	}
 	r.leases = scheduler.NewLeases(scheduler.LeasesConfig{
 		KV: res.Leases, ReplicaID: cfg.ReplicaID, Shards: cfg.Shards, TTL: cfg.LeaseTTL, Renew: cfg.LeaseTTL / 4,
 		Log: log, OnChange: func() { r.sched.Wake() }, Healthy: func() (bool, string) { return r.sched.Healthy() },
@@ -194,7 +209,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		Tokens: tokens,
 		Timers: store, Waits: waitStore, WaitRequests: waits.NewRequests(waitStore, inbox, js, time.Now, log),
 		Triggers: triggerStore, Callbacks: callbacks.NewService(triggerStore, inbox, js, engine.InboxStream, time.Now, log), Log: log, TimeZone: cfg.TimeZone,
-		Quotas: limits, Registerer: reg,
+		Quotas: limits, Registerer: reg, WaitFor: waitForSvc,
 	})
 	resolver := access.Resolver{Operators: operators, Tokens: tokens, Callbacks: triggerStore}
 	if issuer != nil {
@@ -312,6 +327,9 @@ func (r *Replica) Stop(ctx context.Context) {
 		}
 		if r.callbacks != nil {
 			drains.Go(r.callbacks.Stop)
+		}
+		if r.waitFor != nil {
+			drains.Go(r.waitFor.Stop)
 		}
 		drains.Wait()
 		if r.cancel != nil {

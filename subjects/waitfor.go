@@ -2,9 +2,11 @@ package subjects
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // ActionWaitFor is the agent's request to yield until a named wake.
@@ -76,32 +78,43 @@ type WaitForSpec struct {
 	RecheckAfter time.Duration // zero: no recheck
 }
 
-// DecodeWaitFor validates a WaitFor request.
+// MaxExternalResourceLen bounds an external wake's free-form resource.
+const MaxExternalResourceLen = 256
+
+// DecodeWaitFor validates a WaitFor request with Holon's rules: a blank
+// resource counts as absent, and task_result and timer need one; an
+// external resource is free-form (github:holon-run/holon#2258).
 func DecodeWaitFor(data []byte) (*WaitForSpec, error) {
 	var req WaitForRequest
 	if err := DecodeStrict(data, &req); err != nil {
 		return nil, err
 	}
-	spec := &WaitForSpec{Wake: WakeKind(req.Wake), Resource: req.Resource, Reason: strings.TrimSpace(req.Reason),
+	spec := &WaitForSpec{Wake: WakeKind(req.Wake), Resource: strings.TrimSpace(req.Resource), Reason: strings.TrimSpace(req.Reason),
 		Delivery: Delivery(req.Delivery), WorkItemID: req.WorkItemID}
 	switch {
 	case req.Wake == "":
 		return nil, invalid("wake is required")
 	case !slices.Contains(WakeKinds(), spec.Wake):
 		return nil, invalid("wake must be one of " + joinValues(WakeKinds()) + ", not " + req.Wake)
-	case spec.Wake.needsResource() && req.Resource == "":
-		return nil, invalid("resource is required for wake " + req.Wake)
 	case spec.Reason == "":
 		return nil, invalid("reason is required")
 	case req.Delivery == "":
 		return nil, invalid("delivery is required")
 	case !slices.Contains(Deliveries(), spec.Delivery):
 		return nil, invalid("delivery must be one of " + joinValues(Deliveries()) + ", not " + req.Delivery)
+	case spec.Wake.needsResource() && spec.Resource == "":
+		return nil, invalid("WaitFor wake `" + req.Wake + "` requires non-empty `resource`")
 	}
-	if req.Resource != "" {
-		if err := ValidateID("resource", req.Resource); err != nil {
+	switch {
+	case spec.Wake.needsResource():
+		// A task or timer ID: it names a record key.
+		if err := ValidateID("resource", spec.Resource); err != nil {
 			return nil, err
 		}
+	case len(spec.Resource) > MaxExternalResourceLen:
+		return nil, invalid(fmt.Sprintf("resource must be at most %d bytes", MaxExternalResourceLen))
+	case strings.ContainsFunc(spec.Resource, unicode.IsControl):
+		return nil, invalid("resource must not contain control characters")
 	}
 	if req.WorkItemID != "" {
 		if err := ValidateID("work_item_id", req.WorkItemID); err != nil {
@@ -126,4 +139,251 @@ func joinValues[T ~string](vs []T) string {
 		s[i] = string(v)
 	}
 	return strings.Join(s, ", ")
+}
+
+// Further WaitFor actions: the final report that commits a delivery=final
+// WaitFor, and the operators' system wake.
+const (
+	ActionWaitReport = "wait.report"
+	ActionSystemWake = "system.wake"
+)
+
+// Envelope kinds of WaitFor.
+const (
+	KindWaitWoken  = "wait_woken"
+	KindRecheck    = "recheck"
+	KindSystemWake = "system_wake"
+)
+
+// Dispositions of a WaitFor reply (Holon's).
+const (
+	DispositionAwaitingFinalReport       = "awaiting_final_report"
+	DispositionRegistered                = "registered"
+	DispositionTaskResultQueued          = "task_result_queued"
+	DispositionTaskResultAlreadyConsumed = "task_result_already_consumed"
+)
+
+// WaitFor error codes; the texts of the resource checks are Holon's.
+const (
+	CodeWaitForNotFound    = "wait_for_not_found"
+	CodeWaitForTimer       = "wait_for_timer"
+	CodeWaitForTask        = "wait_for_task"
+	CodeWaitForInvalidated = "wait_for_invalidated"
+)
+
+// Sentinels of the WaitFor errors, for errors.Is.
+var (
+	ErrWaitForNotFound    = &Error{Code: CodeWaitForNotFound}
+	ErrWaitForTimer       = &Error{Code: CodeWaitForTimer}
+	ErrWaitForTask        = &Error{Code: CodeWaitForTask}
+	ErrWaitForInvalidated = &Error{Code: CodeWaitForInvalidated}
+)
+
+// WaitForStatus is where a WaitFor registration is in its life.
+type WaitForStatus string
+
+// Statuses. prepared (delivery=final, no report yet) and active are live;
+// the rest are final.
+const (
+	WaitForPrepared  WaitForStatus = "prepared"
+	WaitForActive    WaitForStatus = "active"
+	WaitForWoken     WaitForStatus = "woken"
+	WaitForCancelled WaitForStatus = "cancelled"
+	// WaitForInvalidated is a prepared WaitFor whose report can no longer
+	// commit: an operator message came first.
+	WaitForInvalidated WaitForStatus = "invalidated"
+)
+
+// End reasons.
+const (
+	EndWaitForReplaced = "wait_for_replaced" // Holon's reason: a newer WaitFor in the same scope
+	EndAgentStopped    = "agent_stopped"     // an intervention stop
+	EndOperatorMessage = "operator_message"  // an operator message before the report
+)
+
+// Scopes of a WaitFor (Holon's): a work item, or the agent.
+const (
+	ScopeAgent    = "agent"
+	ScopeWorkItem = "work_item"
+)
+
+// WakeCause is what woke a WaitFor.
+type WakeCause struct {
+	Kind       string `json:"kind"`        // the envelope kind
+	EnvelopeID string `json:"envelope_id"` // the envelope that woke it
+	Source     Source `json:"source"`
+}
+
+// WaitFor is a WaitFor registration, in the chime_waitfor bucket under
+// rec.<agent>.<wait_id>.
+type WaitFor struct {
+	ID             string        `json:"wait_id"`
+	AgentID        string        `json:"agent_id"`
+	Wake           WakeKind      `json:"wake"`
+	Resource       string        `json:"resource,omitempty"`
+	Reason         string        `json:"reason"`
+	Delivery       Delivery      `json:"delivery"`
+	WorkItemID     string        `json:"work_item_id,omitempty"`
+	Scope          string        `json:"scope"`
+	RecheckAfterMs int64         `json:"recheck_after_ms,omitempty"`
+	RecheckAt      *time.Time    `json:"recheck_at,omitempty"`
+	RecheckSent    bool          `json:"recheck_sent,omitempty"`
+	Status         WaitForStatus `json:"status"`
+	CreatedAt      time.Time     `json:"created_at"`
+	UpdatedAt      time.Time     `json:"updated_at"`
+	EndedAt        *time.Time    `json:"ended_at,omitempty"`
+	EndReason      string        `json:"end_reason,omitempty"`
+	ReplacedBy     string        `json:"replaced_by,omitempty"`
+	WokenBy        *WakeCause    `json:"woken_by,omitempty"`
+	Report         string        `json:"report,omitempty"`
+	// SinceSeq is the inbox stream's last sequence when it was made: only
+	// envelopes stored after it wake it.
+	SinceSeq uint64 `json:"since_seq"`
+	// AfterFire is the awaited timer's fire count when it was made: only a
+	// later fire wakes it.
+	AfterFire int64 `json:"after_fire,omitempty"`
+	// InterventionSeq is the events-stream sequence of the agent's last
+	// intervention when it was prepared: a later operator message
+	// invalidates the report.
+	InterventionSeq uint64 `json:"intervention_seq,omitempty"`
+}
+
+// Live reports whether the registration may still end in a wake.
+func (w *WaitFor) Live() bool { return w.Status == WaitForPrepared || w.Status == WaitForActive }
+
+// Ended reports whether the registration is final (it may expire).
+func (w *WaitFor) Ended() bool { return !w.Live() }
+
+// WaitForReply is the reply of agent.<id>.wait.for and .wait.report.
+type WaitForReply struct {
+	WaitID       string       `json:"wait_id,omitempty"`
+	Continuation Continuation `json:"continuation"`
+	Disposition  string       `json:"disposition"`
+	// WaitRegistered is false while a delivery=final WaitFor awaits its report.
+	WaitRegistered bool   `json:"wait_registered"`
+	ExpectedOutput string `json:"expected_output,omitempty"`
+	Scope          string `json:"scope,omitempty"`
+	Wake           string `json:"wake,omitempty"`
+	Resource       string `json:"resource,omitempty"`
+	WorkItemID     string `json:"work_item_id,omitempty"`
+	Reason         string `json:"reason,omitempty"`
+	RecheckAfterMs int64  `json:"recheck_after_ms,omitempty"`
+	RecheckAt      string `json:"recheck_at,omitempty"`
+	// CancelledWaitConditionIDs are the older WaitFors of the same scope this one replaced.
+	CancelledWaitConditionIDs []string `json:"cancelled_wait_condition_ids,omitempty"`
+	TaskID                    string   `json:"task_id,omitempty"`
+	ResultMessageID           string   `json:"result_message_id,omitempty"`
+	Status                    string   `json:"status,omitempty"`
+}
+
+// WaitReportRequest is the body of agent.<id>.wait.report.
+type WaitReportRequest struct {
+	WaitID string `json:"wait_id"`
+	Text   string `json:"text"`
+}
+
+// DecodeWaitReport validates a final report.
+func DecodeWaitReport(data []byte) (*WaitReportRequest, error) {
+	var req WaitReportRequest
+	if err := DecodeStrict(data, &req); err != nil {
+		return nil, err
+	}
+	if err := ValidateID("wait_id", req.WaitID); err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(req.Text) == "" {
+		return nil, invalid("text must not be empty")
+	}
+	return &req, nil
+}
+
+// SystemWakeRequest is the body of agent.<id>.system.wake.
+type SystemWakeRequest struct {
+	Text string `json:"text,omitempty"`
+}
+
+// DecodeSystemWake validates a system wake.
+func DecodeSystemWake(data []byte) (*SystemWakeRequest, error) {
+	var req SystemWakeRequest
+	if len(data) == 0 {
+		return &req, nil
+	}
+	if err := DecodeStrict(data, &req); err != nil {
+		return nil, err
+	}
+	return &req, nil
+}
+
+// WaitWokenData is the data of a wait_woken delivery.
+type WaitWokenData struct {
+	WaitID     string    `json:"wait_id"`
+	Wake       WakeKind  `json:"wake"`
+	Resource   string    `json:"resource,omitempty"`
+	WorkItemID string    `json:"work_item_id,omitempty"`
+	WokenBy    WakeCause `json:"woken_by"`
+}
+
+// WaitWokenEnvelope is the one delivery of a woken WaitFor; its ID derives
+// from the registration, so replicas racing to deliver it store it once.
+func WaitWokenEnvelope(w *WaitFor) Envelope {
+	var cause WakeCause
+	if w.WokenBy != nil {
+		cause = *w.WokenBy
+	}
+	data, _ := json.Marshal(WaitWokenData{WaitID: w.ID, Wake: w.Wake, Resource: w.Resource, WorkItemID: w.WorkItemID, WokenBy: cause})
+	at := w.UpdatedAt
+	if w.EndedAt != nil {
+		at = *w.EndedAt
+	}
+	return Envelope{
+		ID: "wait_woken_" + w.ID, AgentID: w.AgentID, Kind: KindWaitWoken, At: at.UTC(),
+		Source: Source{Type: "wait_for", ID: w.ID}, Trust: TrustSystem,
+		Text: fmt.Sprintf("WaitFor %s woken by %s: %s", w.ID, cause.Kind, w.Reason), Data: data,
+	}
+}
+
+// RecheckEnvelope is the one recheck delivery of a WaitFor.
+func RecheckEnvelope(w *WaitFor, at time.Time) Envelope {
+	data, _ := json.Marshal(map[string]any{"wait_id": w.ID, "wake": w.Wake, "resource": w.Resource, "recheck_after_ms": w.RecheckAfterMs})
+	return Envelope{
+		ID: "recheck_" + w.ID, AgentID: w.AgentID, Kind: KindRecheck, At: at.UTC(),
+		Source: Source{Type: "wait_for", ID: w.ID}, Trust: TrustSystem,
+		Text: fmt.Sprintf("Recheck of WaitFor %s: %s", w.ID, w.Reason), Data: data,
+	}
+}
+
+// SystemWakeEnvelope is an operator's system wake.
+func SystemWakeEnvelope(id, agentID, text string, at time.Time) Envelope {
+	return Envelope{
+		ID: id, AgentID: agentID, Kind: KindSystemWake, At: at.UTC(),
+		Source: Source{Type: "system", ID: id}, Trust: TrustOperator, Text: text,
+	}
+}
+
+// Internal subjects of WaitFor rechecks, in the WaitFor stream.
+const (
+	WaitForScheduleAll = "waitfor.schedule.>"
+	WaitForRecheckAll  = "waitfor.recheck.>"
+)
+
+// WaitForSchedule is the schedule subject of a WaitFor's recheck.
+func WaitForSchedule(agentID, waitID string) string {
+	return "waitfor.schedule." + agentID + "." + waitID
+}
+
+// WaitForRecheck is where the engine delivers a WaitFor's due recheck.
+func WaitForRecheck(agentID, waitID string) string {
+	return "waitfor.recheck." + agentID + "." + waitID
+}
+
+// ParseWaitForRecheck splits a recheck subject.
+func ParseWaitForRecheck(subject string) (agentID, waitID string, err error) {
+	rest, ok := strings.CutPrefix(subject, "waitfor.recheck.")
+	if ok {
+		agentID, waitID, ok = ParseRecordKey(rest)
+	}
+	if !ok {
+		return "", "", invalid("not a recheck subject: " + subject)
+	}
+	return agentID, waitID, nil
 }

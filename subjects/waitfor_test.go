@@ -19,6 +19,10 @@ func TestDecodeWaitFor(t *testing.T) {
 			WaitForSpec{Wake: WakeTimer, Resource: "t1", Reason: "r", Delivery: DeliverySilent, WorkItemID: "w-2", RecheckAfter: 1500 * time.Millisecond}},
 		{`{"wake":"external","resource":"ci","reason":" spaced ","delivery":"final"}`,
 			WaitForSpec{Wake: WakeExternal, Resource: "ci", Reason: "spaced", Delivery: DeliveryFinal}},
+		{`{"wake":"external","resource":" github:holon-run/holon#2258 ","reason":"r","delivery":"silent"}`,
+			WaitForSpec{Wake: WakeExternal, Resource: "github:holon-run/holon#2258", Reason: "r", Delivery: DeliverySilent}},
+		{`{"wake":"operator_input","resource":"  ","reason":"r","delivery":"silent"}`,
+			WaitForSpec{Wake: WakeOperatorInput, Reason: "r", Delivery: DeliverySilent}},
 	} {
 		got, err := DecodeWaitFor([]byte(tc.body))
 		if err != nil {
@@ -35,8 +39,12 @@ func TestDecodeWaitForErrors(t *testing.T) {
 	for _, tc := range []struct{ body, code, msg string }{
 		{`{"reason":"r","delivery":"final"}`, CodeInvalidRequest, "wake is required"},
 		{`{"wake":"Timer","reason":"r","delivery":"final"}`, CodeInvalidRequest, "wake must be one of operator_input, task_result, external, timer, system, not Timer"},
-		{`{"wake":"timer","reason":"r","delivery":"final"}`, CodeInvalidRequest, "resource is required for wake timer"},
-		{`{"wake":"task_result","reason":"r","delivery":"final"}`, CodeInvalidRequest, "resource is required for wake task_result"},
+		{`{"wake":"timer","reason":"r","delivery":"final"}`, CodeInvalidRequest, "WaitFor wake `timer` requires non-empty `resource`"},
+		{`{"wake":"timer","resource":"  ","reason":"r","delivery":"final"}`, CodeInvalidRequest, "WaitFor wake `timer` requires non-empty `resource`"},
+		{`{"wake":"task_result","reason":"r","delivery":"final"}`, CodeInvalidRequest, "WaitFor wake `task_result` requires non-empty `resource`"},
+		{`{"wake":"task_result","resource":"","reason":"r","delivery":"silent"}`, CodeInvalidRequest, "WaitFor wake `task_result` requires non-empty `resource`"},
+		{`{"wake":"external","resource":"a\u0001","reason":"r","delivery":"final"}`, CodeInvalidRequest, "resource must not contain control characters"},
+		{`{"wake":"timer","reason":"","delivery":"final"}`, CodeInvalidRequest, "reason is required"},
 		{`{"wake":"system","reason":"  ","delivery":"final"}`, CodeInvalidRequest, "reason is required"},
 		{`{"wake":"system","reason":"r"}`, CodeInvalidRequest, "delivery is required"},
 		{`{"wake":"system","reason":"r","delivery":"loud"}`, CodeInvalidRequest, "delivery must be one of final, silent, not loud"},
@@ -73,4 +81,21 @@ func FuzzDecodeWaitFor(f *testing.F) {
 			t.Fatalf("%s accepted as %+v, which reads back as %+v (%v)", body, spec, back, err)
 		}
 	})
+}
+
+func TestDecodeWaitReport(t *testing.T) {
+	for _, tc := range []struct{ body, code, msg string }{
+		{`{"wait_id":"wf_1","text":"  "}`, CodeInvalidRequest, "text must not be empty"},
+		{`{"text":"done"}`, CodeInvalidID, "wait_id must not be empty"},
+		{`{"wait_id":"wf_1","text":"done","x":1}`, CodeInvalidRequest, `unknown field "x"`},
+	} {
+		_, err := DecodeWaitReport([]byte(tc.body))
+		var e *Error
+		if !errors.As(err, &e) || e.Code != tc.code || e.Message != tc.msg {
+			t.Errorf("%s: got %v, want %s: %s", tc.body, err, tc.code, tc.msg)
+		}
+	}
+	if r, err := DecodeWaitReport([]byte(`{"wait_id":"wf_1","text":"done"}`)); err != nil || r.Text != "done" {
+		t.Fatalf("%+v %v", r, err)
+	}
 }

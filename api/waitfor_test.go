@@ -1,0 +1,268 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/chime-nats/chime/client"
+	"github.com/chime-nats/chime/config"
+	"github.com/chime-nats/chime/subjects"
+)
+
+// wfInbox collects an agent's inbox envelopes.
+func wfInbox(t *testing.T, nc *nats.Conn, agentID string) chan subjects.Envelope {
+	t.Helper()
+	ch := make(chan subjects.Envelope, 64)
+	sub, err := nc.Subscribe(subjects.Inbox(agentID), func(m *nats.Msg) {
+		var env subjects.Envelope
+		if json.Unmarshal(m.Data, &env) == nil {
+			ch <- env
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return ch
+}
+
+// woken waits for the wait_woken of waitID and checks that it names the
+// registration and what woke it; then, that no second one follows within
+// quiet (a check of absence, not of speed).
+func woken(t *testing.T, inbox chan subjects.Envelope, waitID, byKind string, quiet time.Duration) subjects.WaitWokenData {
+	t.Helper()
+	var got *subjects.WaitWokenData
+	deadline := time.After(15 * time.Second)
+	for got == nil {
+		select {
+		case env := <-inbox:
+			if env.Kind != subjects.KindWaitWoken {
+				continue
+			}
+			var d subjects.WaitWokenData
+			if err := json.Unmarshal(env.Data, &d); err != nil || d.WaitID != waitID || env.ID != "wait_woken_"+waitID {
+				t.Fatalf("wait_woken %+v (%v), want %s", env, err, waitID)
+			}
+			if d.WokenBy.Kind != byKind {
+				t.Fatalf("woken by %+v, want %s", d.WokenBy, byKind)
+			}
+			got = &d
+		case <-deadline:
+			t.Fatalf("no wait_woken for %s", waitID)
+		}
+	}
+	end := time.After(quiet)
+	for {
+		select {
+		case env := <-inbox:
+			if env.Kind == subjects.KindWaitWoken {
+				t.Fatalf("a second wait_woken: %+v", env)
+			}
+		case <-end:
+			return *got
+		}
+	}
+}
+
+func registerWaitFor(t *testing.T, c *client.Client, wake, resource, delivery string) *subjects.WaitForReply {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := c.WaitFor(ctx, subjects.WaitForRequest{Wake: wake, Resource: resource, Reason: "waiting on " + wake, Delivery: delivery})
+	if err != nil {
+		t.Fatalf("WaitFor %s: %v", wake, err)
+	}
+	return r
+}
+
+func wantCode(t *testing.T, err error, code, msg string) {
+	t.Helper()
+	var e *subjects.Error
+	if !errors.As(err, &e) || e.Code != code || e.Message != msg {
+		t.Fatalf("got %v, want %s: %s", err, code, msg)
+	}
+}
+
+func TestWaitForWakes(t *testing.T) {
+	_, nc := startChime(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, _ := client.New(nc, "wf")
+	inbox := wfInbox(t, nc, "wf")
+
+	t.Run("timer", func(t *testing.T) {
+		tm, err := c.CreateTimer(ctx, 500, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := registerWaitFor(t, c, "timer", tm.ID, "silent")
+		if r.Continuation != subjects.YieldAndWait || r.Disposition != "registered" || !r.WaitRegistered || r.Scope != "agent" {
+			t.Fatalf("reply %+v", r)
+		}
+		d := woken(t, inbox, r.WaitID, subjects.KindTimerFired, time.Second)
+		if d.Resource != tm.ID || d.WokenBy.Source.ID != tm.ID {
+			t.Fatalf("woken %+v", d)
+		}
+		// Now completed: Holon's texts for a bad timer resource.
+		_, err = c.WaitFor(ctx, subjects.WaitForRequest{Wake: "timer", Resource: tm.ID, Reason: "r", Delivery: "silent"})
+		wantCode(t, err, "timer_not_active", "wait_for timer is not active: "+tm.ID)
+		_, err = c.WaitFor(ctx, subjects.WaitForRequest{Wake: "timer", Resource: "nope", Reason: "r", Delivery: "silent"})
+		wantCode(t, err, subjects.CodeTimerNotFound, "wait_for timer does not exist: nope")
+		other, _ := client.New(nc, "wf-other")
+		_, err = other.WaitFor(ctx, subjects.WaitForRequest{Wake: "timer", Resource: tm.ID, Reason: "r", Delivery: "silent"})
+		wantCode(t, err, "timer_agent_mismatch", "wait_for timer agent mismatch: "+tm.ID)
+	})
+	t.Run("system", func(t *testing.T) {
+		r := registerWaitFor(t, c, "system", "", "silent")
+		if err := request(t, nc, subjects.Agent("wf", subjects.ActionSystemWake), `{"text":"go"}`).Header.Get("Nats-Service-Error"); err != "" {
+			t.Fatal(err)
+		}
+		woken(t, inbox, r.WaitID, subjects.KindSystemWake, time.Second)
+	})
+	t.Run("operator_input", func(t *testing.T) {
+		r := registerWaitFor(t, c, "operator_input", "", "silent")
+		if err := c.Intervene(ctx, subjects.ActionMessage, "here you go"); err != nil {
+			t.Fatal(err)
+		}
+		woken(t, inbox, r.WaitID, subjects.KindIntervention, time.Second)
+	})
+	t.Run("external replaces", func(t *testing.T) {
+		first := registerWaitFor(t, c, "external", "github:holon-run/holon#2258", "silent")
+		second := registerWaitFor(t, c, "external", "github:holon-run/holon#2258", "silent")
+		if len(second.CancelledWaitConditionIDs) != 1 || second.CancelledWaitConditionIDs[0] != first.WaitID {
+			t.Fatalf("replacement %+v", second)
+		}
+		trig, err := c.Start(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = trig
+		if err := request(t, nc, subjects.Agent("wf", subjects.ActionSystemWake), `{}`).Header.Get("Nats-Service-Error"); err != "" {
+			t.Fatal(err)
+		}
+		// A system wake is no external event; a wake hint is. Only the
+		// newer registration wakes, once.
+		publishEnvelope(t, nc, subjects.Envelope{ID: "hint-1", AgentID: "wf", Kind: subjects.KindWakeHint, At: time.Now(), Trust: subjects.TrustExternal})
+		publishEnvelope(t, nc, subjects.Envelope{ID: "hint-2", AgentID: "wf", Kind: subjects.KindWakeHint, At: time.Now(), Trust: subjects.TrustExternal})
+		woken(t, inbox, second.WaitID, subjects.KindWakeHint, time.Second)
+	})
+}
+
+// publishEnvelope stores an envelope as consumer.Inbox does.
+func publishEnvelope(t *testing.T, nc *nats.Conn, env subjects.Envelope) {
+	t.Helper()
+	m, err := env.Msg()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Reply = nats.NewInbox()
+	if _, err := nc.RequestMsg(m, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWaitForFinalReport(t *testing.T) {
+	_, nc := startChime(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, _ := client.New(nc, "fin")
+	inbox := wfInbox(t, nc, "fin")
+
+	// An operator message between the WaitFor and its report: the report
+	// does not commit.
+	r := registerWaitFor(t, c, "operator_input", "", "final")
+	if r.Disposition != "awaiting_final_report" || r.WaitRegistered || r.ExpectedOutput != "final_text_only" {
+		t.Fatalf("reply %+v", r)
+	}
+	if err := c.Intervene(ctx, subjects.ActionMessage, "wait, one more thing"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Report(ctx, r.WaitID, "I am done for now")
+	wantCode(t, err, subjects.CodeWaitForInvalidated, "WaitFor "+r.WaitID+" was invalidated by a concurrent operator message; its report did not commit")
+
+	// A newer WaitFor replaces a prepared one: its report does not commit.
+	older := registerWaitFor(t, c, "system", "", "final")
+	newer := registerWaitFor(t, c, "system", "", "final")
+	_, err = c.Report(ctx, older.WaitID, "x")
+	wantCode(t, err, subjects.CodeWaitForInvalidated, "WaitFor "+older.WaitID+" was replaced by a newer WaitFor "+newer.WaitID+"; its report did not commit")
+
+	// Report first, then the message: committed, and the message wakes it.
+	r = registerWaitFor(t, c, "operator_input", "", "final")
+	got, err := c.Report(ctx, r.WaitID, "report")
+	if err != nil || got.Continuation != subjects.YieldAndWait || !got.WaitRegistered {
+		t.Fatalf("report: %+v, %v", got, err)
+	}
+	if again, err := c.Report(ctx, r.WaitID, "report"); err != nil || again.WaitID != r.WaitID {
+		t.Fatalf("repeated report: %+v, %v", again, err)
+	}
+	_, err = c.Report(ctx, r.WaitID, "another")
+	wantCode(t, err, subjects.CodeWaitForInvalidated, "WaitFor "+r.WaitID+" is already committed with another report")
+	if err := c.Intervene(ctx, subjects.ActionMessage, "now"); err != nil {
+		t.Fatal(err)
+	}
+	woken(t, inbox, r.WaitID, subjects.KindIntervention, time.Second)
+}
+
+func TestWaitForRecheckOnce(t *testing.T) {
+	_, nc := startChime(t)
+	c, _ := client.New(nc, "re")
+	inbox := wfInbox(t, nc, "re")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := c.WaitFor(ctx, subjects.WaitForRequest{Wake: "system", Reason: "r", Delivery: "silent", RecheckAfterMs: json.RawMessage("500")})
+	if err != nil || r.RecheckAt == "" {
+		t.Fatalf("%+v %v", r, err)
+	}
+	n := 0
+	deadline := time.After(15 * time.Second)
+	for n == 0 {
+		select {
+		case env := <-inbox:
+			if env.Kind == subjects.KindRecheck {
+				if env.ID != "recheck_"+r.WaitID {
+					t.Fatalf("recheck %+v", env)
+				}
+				n++
+			}
+		case <-deadline:
+			t.Fatal("no recheck")
+		}
+	}
+	quiet := time.After(2 * time.Second)
+	for {
+		select {
+		case env := <-inbox:
+			if env.Kind == subjects.KindRecheck {
+				t.Fatalf("a second recheck %+v", env)
+			}
+		case <-quiet:
+			return
+		}
+	}
+}
+
+func TestWaitForSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	keep := func(c *config.Config) { c.DataDir = dir }
+	r1, nc1 := startChimeWith(t, io.Discard, keep)
+	c1, _ := client.New(nc1, "rs")
+	reg := registerWaitFor(t, c1, "system", "", "silent")
+	nc1.Close()
+	r1.Stop(context.Background())
+
+	_, nc := startChimeWith(t, io.Discard, keep)
+	inbox := wfInbox(t, nc, "rs")
+	if err := request(t, nc, subjects.Agent("rs", subjects.ActionSystemWake), `{}`).Header.Get("Nats-Service-Error"); err != "" {
+		t.Fatal(err)
+	}
+	woken(t, inbox, reg.WaitID, subjects.KindSystemWake, time.Second)
+}

@@ -1,0 +1,136 @@
+package waitfor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/chime-nats/chime/consumer"
+	"github.com/chime-nats/chime/subjects"
+)
+
+// Durable consumer names.
+const (
+	WakesDurable    = "chime-waitfor-wakes"
+	RechecksDurable = "chime-waitfor-rechecks"
+)
+
+// ConsumerConfig configures Consumer.
+type ConsumerConfig struct {
+	JS      jetstream.JetStream
+	Service *Service
+	Store   *Store
+	// InboxStream is read for wakes, WaitForStream for due rechecks.
+	InboxStream, WaitForStream string
+	Log                        *slog.Logger
+	Registerer                 prometheus.Registerer
+	Workers                    int
+	AckWait                    time.Duration
+}
+
+// Consumer is the one path by which registrations wake: every envelope
+// stored in an inbox is matched against its agent's live registrations.
+// The durable consumers are shared by all replicas.
+type Consumer struct {
+	cfg      ConsumerConfig
+	log      *slog.Logger
+	wakes    *consumer.Pool
+	rechecks *consumer.Pool
+	fails    prometheus.Counter
+}
+
+// NewConsumer returns the WaitFor consumers; Start begins.
+func NewConsumer(c ConsumerConfig) *Consumer {
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Workers <= 0 {
+		c.Workers = 16
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = consumer.DefaultAckWait
+	}
+	w := &Consumer{cfg: c, log: c.Log.With("component", "waitfor"), fails: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "chime_waitfor_event_failures_total", Help: "WaitFor events that failed and were left for redelivery.",
+	})}
+	if c.Registerer != nil {
+		c.Registerer.MustRegister(w.fails)
+	}
+	return w
+}
+
+// Start creates (or joins) the durable consumers.
+func (c *Consumer) Start(ctx context.Context) error {
+	metrics := consumer.NewMetrics(c.cfg.Registerer)
+	var err error
+	if c.wakes, err = consumer.StartPool(ctx, consumer.PoolConfig{
+		Name: WakesDurable, Workers: c.cfg.Workers, Timeout: 20 * time.Second, NakDelay: 500 * time.Millisecond,
+		Fails: c.fails, Metrics: metrics,
+		Create: func(ctx context.Context) (jetstream.Consumer, error) {
+			return c.cfg.JS.CreateOrUpdateConsumer(ctx, c.cfg.InboxStream, consumer.Redelivery(jetstream.ConsumerConfig{
+				Durable: WakesDurable, Description: "inbox envelopes -> WaitFor wakes",
+				FilterSubject: subjects.InboxWildcard, AckWait: c.cfg.AckWait, MaxAckPending: 4096,
+			}))
+		},
+	}, c.log, c.wake); err != nil {
+		return fmt.Errorf("waitfor: consumer: %w", err)
+	}
+	if c.rechecks, err = consumer.StartPool(ctx, consumer.PoolConfig{
+		Name: RechecksDurable, Workers: 4, Timeout: 20 * time.Second, NakDelay: 500 * time.Millisecond,
+		Fails: c.fails, Metrics: metrics,
+		Create: func(ctx context.Context) (jetstream.Consumer, error) {
+			return c.cfg.JS.CreateOrUpdateConsumer(ctx, c.cfg.WaitForStream, consumer.Redelivery(jetstream.ConsumerConfig{
+				Durable: RechecksDurable, Description: "due WaitFor rechecks -> recheck envelopes",
+				FilterSubject: subjects.WaitForRecheckAll, AckWait: c.cfg.AckWait, MaxAckPending: 1024,
+			}))
+		},
+	}, c.log, c.recheck); err != nil {
+		c.wakes.Stop()
+		return fmt.Errorf("waitfor: consumer: %w", err)
+	}
+	return nil
+}
+
+// Stop drains both consumers. Idempotent.
+func (c *Consumer) Stop() {
+	var wg sync.WaitGroup
+	wg.Go(c.rechecks.Stop)
+	c.wakes.Stop()
+	wg.Wait()
+}
+
+// wake matches one inbox envelope against its agent's live registrations.
+func (c *Consumer) wake(ctx context.Context, d *consumer.Delivery) error {
+	var env subjects.Envelope
+	if err := json.Unmarshal(d.Data, &env); err != nil || subjects.ValidateID("agent_id", env.AgentID) != nil {
+		return fmt.Errorf("%w: inbox envelope: %v", consumer.ErrPoison, err)
+	}
+	switch env.Kind {
+	case subjects.KindWaitWoken, subjects.KindRecheck:
+		return nil // its own deliveries wake nothing
+	}
+	live, err := c.cfg.Store.Live(ctx, env.AgentID)
+	if err != nil {
+		return err
+	}
+	for _, w := range live {
+		if err := c.cfg.Service.Apply(ctx, w, &env, d.StreamSeq); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Consumer) recheck(ctx context.Context, d *consumer.Delivery) error {
+	agentID, waitID, err := subjects.ParseWaitForRecheck(d.Subject)
+	if err != nil {
+		return fmt.Errorf("%w: %v", consumer.ErrPoison, err)
+	}
+	return c.cfg.Service.Recheck(ctx, agentID, waitID)
+}

@@ -1,0 +1,149 @@
+package waitfor
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/chime-nats/chime/subjects"
+)
+
+// The registration state machine: pure transitions of one registration,
+// each reporting whether it changed it. The store applies them by CAS, so
+// whichever replica reads a newer revision decides again from that.
+//
+//	prepared --report--> active --wake--> woken
+//	prepared --operator message--> invalidated
+//	prepared|active --newer WaitFor in the scope, stop--> cancelled
+//
+// Only active wakes, and nothing leaves woken, cancelled or invalidated.
+
+// wake resumes an active registration by cause.
+func wake(w *subjects.WaitFor, cause subjects.WakeCause, now time.Time) bool {
+	if w.Status != subjects.WaitForActive {
+		return false
+	}
+	w.Status, w.WokenBy = subjects.WaitForWoken, &cause
+	stamp(w, now, true)
+	return true
+}
+
+// end finishes a live registration as status for reason.
+func end(w *subjects.WaitFor, status subjects.WaitForStatus, reason, replacedBy string, now time.Time) bool {
+	if !w.Live() {
+		return false
+	}
+	w.Status, w.EndReason, w.ReplacedBy = status, reason, replacedBy
+	stamp(w, now, true)
+	return true
+}
+
+// invalidate ends a prepared registration whose report an operator
+// message overtook; a committed one is left to be woken by that message.
+func invalidate(w *subjects.WaitFor, now time.Time) bool {
+	if w.Status != subjects.WaitForPrepared {
+		return false
+	}
+	return end(w, subjects.WaitForInvalidated, subjects.EndOperatorMessage, "", now)
+}
+
+// commit makes a prepared registration active with its final report. A
+// repeat of the committed report changes nothing and is no error.
+func commit(w *subjects.WaitFor, text string, now time.Time) (bool, error) {
+	switch {
+	case w.Status == subjects.WaitForPrepared:
+		w.Status, w.Report = subjects.WaitForActive, text
+		stamp(w, now, false)
+		return true, nil
+	case w.Delivery == subjects.DeliveryFinal && w.Report == text && (w.Status == subjects.WaitForActive || w.Status == subjects.WaitForWoken):
+		return false, nil
+	}
+	return false, reportRefused(w)
+}
+
+// markRecheck records that an active registration's recheck is delivered.
+func markRecheck(w *subjects.WaitFor, now time.Time) bool {
+	if w.Status != subjects.WaitForActive || w.RecheckSent || w.RecheckAfterMs == 0 {
+		return false
+	}
+	w.RecheckSent = true
+	stamp(w, now, false)
+	return true
+}
+
+func stamp(w *subjects.WaitFor, now time.Time, ended bool) {
+	now = now.UTC()
+	w.UpdatedAt = now
+	if ended {
+		w.EndedAt = &now
+	}
+}
+
+// reportRefused says why a registration's report cannot commit.
+func reportRefused(w *subjects.WaitFor) error {
+	inv := func(msg string) error { return &subjects.Error{Code: subjects.CodeWaitForInvalidated, Message: msg} }
+	switch {
+	case w.Delivery != subjects.DeliveryFinal:
+		return &subjects.Error{Code: subjects.CodeInvalidRequest, Message: fmt.Sprintf("WaitFor %s has delivery silent: it takes no report", w.ID)}
+	case w.Status == subjects.WaitForInvalidated:
+		return inv(fmt.Sprintf("WaitFor %s was invalidated by a concurrent operator message; its report did not commit", w.ID))
+	case w.EndReason == subjects.EndWaitForReplaced:
+		return inv(fmt.Sprintf("WaitFor %s was replaced by a newer WaitFor %s; its report did not commit", w.ID, w.ReplacedBy))
+	case w.Status == subjects.WaitForCancelled:
+		return inv(fmt.Sprintf("WaitFor %s was cancelled (%s); its report did not commit", w.ID, w.EndReason))
+	}
+	return inv(fmt.Sprintf("WaitFor %s is already committed with another report", w.ID))
+}
+
+// interventionAction is the action of an intervention envelope.
+func interventionAction(env *subjects.Envelope) string {
+	var d struct {
+		Action string `json:"action"`
+	}
+	_ = json.Unmarshal(env.Data, &d)
+	return d.Action
+}
+
+// Envelope kinds others add in parallel (tasks, questions); named here so
+// this package does not wait on their constants.
+const (
+	kindTaskResult = "task_result"
+	kindAnswer     = "answer"
+)
+
+// operatorMessage reports whether env is operator input: an intervention
+// message or an operator's answer.
+func operatorMessage(env *subjects.Envelope) bool {
+	return (env.Kind == subjects.KindIntervention && interventionAction(env) == subjects.ActionMessage) || env.Kind == kindAnswer
+}
+
+// Matches reports whether the inbox envelope env, stored at stream
+// sequence seq, is the wake w waits for. Only envelopes stored after the
+// registration was made count, except a timer's, which counts by fire.
+func Matches(w *subjects.WaitFor, env *subjects.Envelope, seq uint64) bool {
+	if env.AgentID != w.AgentID || (w.Wake != subjects.WakeTimer && seq <= w.SinceSeq) {
+		return false
+	}
+	switch w.Wake {
+	case subjects.WakeOperatorInput:
+		return operatorMessage(env)
+	case subjects.WakeTaskResult:
+		return env.Kind == kindTaskResult && env.Source.ID == w.Resource
+	case subjects.WakeExternal:
+		return env.Kind == subjects.KindWakeHint || env.Kind == subjects.KindMessage
+	case subjects.WakeTimer:
+		if env.Kind != subjects.KindTimerFired || env.Source.ID != w.Resource {
+			return false
+		}
+		var d subjects.TimerFiredData
+		return json.Unmarshal(env.Data, &d) == nil && d.Occurrence > w.AfterFire
+	case subjects.WakeSystem:
+		return env.Kind == subjects.KindSystemWake
+	}
+	return false
+}
+
+// causeOf is the wake cause env gives.
+func causeOf(env *subjects.Envelope) subjects.WakeCause {
+	return subjects.WakeCause{Kind: env.Kind, EnvelopeID: env.ID, Source: env.Source}
+}

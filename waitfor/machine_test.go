@@ -1,0 +1,149 @@
+package waitfor
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/chime-nats/chime/subjects"
+)
+
+// TestStateMachine drives registrations of one agent through random
+// WaitFors (silent or final), reports, wakes (repeated too), operator
+// messages, stops and restarts (each record decoded afresh, as after a
+// chime restart), as the store applies them, and checks that a
+// registration is woken at most once, only from active, and that nothing
+// changes an ended one.
+func TestStateMachine(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		var recs []*subjects.WaitFor
+		live := map[string]int{} // scope -> index in recs: the agent's index
+		woken := map[string]int{}
+		frozen := map[int]subjects.WaitFor{}
+		type event struct {
+			env subjects.Envelope
+			seq uint64
+		}
+		var events []event // every wake event so far, to repeat
+		wakes := []subjects.WakeKind{subjects.WakeOperatorInput, subjects.WakeExternal, subjects.WakeSystem}
+
+		// apply is what the store does: a change under CAS, then checks.
+		apply := func(i int, change func(*subjects.WaitFor) bool) {
+			before := *recs[i]
+			changed := change(recs[i])
+			if !changed && !reflect.DeepEqual(before, *recs[i]) {
+				t.Fatalf("%s: unchanged, yet different", before.ID)
+			}
+			if f, ok := frozen[i]; ok && !reflect.DeepEqual(f, *recs[i]) {
+				t.Fatalf("%s changed after it ended (%s): %+v", f.ID, f.Status, *recs[i])
+			}
+			if changed && recs[i].Status == subjects.WaitForWoken {
+				if before.Status != subjects.WaitForActive {
+					t.Fatalf("%s woken from %s", before.ID, before.Status)
+				}
+				woken[before.ID]++
+				if woken[before.ID] > 1 {
+					t.Fatalf("%s woken twice", before.ID)
+				}
+			}
+			if recs[i].Ended() {
+				frozen[i] = *recs[i]
+			}
+		}
+		deliver := func(env subjects.Envelope, seq uint64) {
+			for _, i := range live {
+				w := recs[i]
+				switch {
+				case env.Kind == subjects.KindIntervention && interventionAction(&env) == subjects.ActionStop:
+					apply(i, func(w *subjects.WaitFor) bool {
+						return end(w, subjects.WaitForCancelled, subjects.EndAgentStopped, "", now)
+					})
+				case operatorMessage(&env) && w.Status == subjects.WaitForPrepared:
+					apply(i, func(w *subjects.WaitFor) bool { return invalidate(w, now) })
+				case Matches(w, &env, seq):
+					cause := causeOf(&env)
+					apply(i, func(w *subjects.WaitFor) bool { return wake(w, cause, now) })
+				}
+			}
+		}
+		seq := uint64(0)
+		steps := rapid.IntRange(1, 60).Draw(t, "steps")
+		for n := range steps {
+			now = now.Add(time.Second)
+			switch rapid.IntRange(0, 6).Draw(t, "op") {
+			case 0: // a new WaitFor replaces its scope's
+				scope := rapid.SampledFrom([]string{"", "w1"}).Draw(t, "scope")
+				delivery := rapid.SampledFrom(subjects.Deliveries()).Draw(t, "delivery")
+				w := &subjects.WaitFor{ID: fmt.Sprintf("wf_%d", n), AgentID: "a", Wake: rapid.SampledFrom(wakes).Draw(t, "wake"),
+					Delivery: delivery, WorkItemID: scope, Status: subjects.WaitForActive, SinceSeq: seq}
+				if delivery == subjects.DeliveryFinal {
+					w.Status = subjects.WaitForPrepared
+				}
+				recs = append(recs, w)
+				if old, ok := live[scope]; ok {
+					apply(old, func(o *subjects.WaitFor) bool {
+						return end(o, subjects.WaitForCancelled, subjects.EndWaitForReplaced, w.ID, now)
+					})
+				}
+				live[scope] = len(recs) - 1
+			case 1: // a report for any registration so far
+				if len(recs) == 0 {
+					continue
+				}
+				i := rapid.IntRange(0, len(recs)-1).Draw(t, "report")
+				text := rapid.SampledFrom([]string{"done", "other"}).Draw(t, "text")
+				apply(i, func(w *subjects.WaitFor) bool {
+					changed, err := commit(w, text, now)
+					if err == nil && w.Status == subjects.WaitForActive && w.Report != text {
+						t.Fatalf("%s committed %q, reported %q", w.ID, w.Report, text)
+					}
+					return changed
+				})
+			case 2: // a wake event
+				kind := rapid.SampledFrom([]string{kindAnswer, subjects.KindWakeHint, subjects.KindSystemWake, subjects.KindWaitWoken}).Draw(t, "kind")
+				seq++
+				env := subjects.Envelope{ID: fmt.Sprintf("env_%d", seq), AgentID: "a", Kind: kind}
+				events = append(events, event{env, seq})
+				deliver(env, seq)
+			case 3: // a repeat of an earlier event (a redelivery)
+				if len(events) == 0 {
+					continue
+				}
+				ev := events[rapid.IntRange(0, len(events)-1).Draw(t, "repeat")]
+				deliver(ev.env, ev.seq)
+			case 4: // stop
+				seq++
+				data, _ := json.Marshal(map[string]string{"action": subjects.ActionStop})
+				deliver(subjects.Envelope{ID: fmt.Sprintf("iv_%d", seq), AgentID: "a", Kind: subjects.KindIntervention, Data: data}, seq)
+			case 5: // restart: every record read back from its stored bytes
+				for i, w := range recs {
+					b, err := json.Marshal(w)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var back subjects.WaitFor
+					if err := json.Unmarshal(b, &back); err != nil {
+						t.Fatal(err)
+					}
+					recs[i] = &back
+				}
+			case 6: // a recheck
+				if len(recs) == 0 {
+					continue
+				}
+				i := rapid.IntRange(0, len(recs)-1).Draw(t, "recheck")
+				recs[i].RecheckAfterMs = 1 // as registered with one (a field only the registration sets)
+				if f, ok := frozen[i]; ok {
+					f.RecheckAfterMs = 1
+					frozen[i] = f
+				}
+				apply(i, func(w *subjects.WaitFor) bool { return markRecheck(w, now) })
+			}
+		}
+	})
+}

@@ -1,0 +1,457 @@
+package waitfor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/chime-nats/chime/consumer"
+	"github.com/chime-nats/chime/internal/kvrec"
+	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
+)
+
+// TaskState is what WaitFor needs to know of a task.
+type TaskState struct {
+	AgentID  string // its owner
+	Terminal bool   // its result is reported
+	// ResultEnvelopeID is the ID of its task_result envelope, once terminal.
+	ResultEnvelopeID string
+	// ResultConsumed says the agent has taken that result already.
+	ResultConsumed bool
+}
+
+// TaskLookup finds tasks. Tasks are another package's; this is the one
+// question WaitFor asks of them.
+type TaskLookup interface {
+	// LookupTask returns the task taskID, looked up for agentID; nil when
+	// no agent has it. It must report Terminal no later than the task's
+	// task_result envelope is stored.
+	LookupTask(ctx context.Context, agentID, taskID string) (*TaskState, error)
+}
+
+// Config configures a Service.
+type Config struct {
+	Store *Store
+	// Timers and TimersKV check a timer resource; TimersKV finds another
+	// agent's timer of the same ID.
+	Timers   *timers.Store
+	TimersKV jetstream.KeyValue
+	// Tasks checks a task resource; nil skips the check.
+	Tasks TaskLookup
+	Inbox *consumer.Inbox
+	JS    jetstream.JetStream
+	// InboxStream, EventsStream: where envelopes and interventions are.
+	InboxStream, EventsStream string
+	Now                       func() time.Time
+	Log                       *slog.Logger
+}
+
+// Service serves WaitFor, its report and system wakes, and resumes
+// registrations for the consumer.
+type Service struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// NewService returns the WaitFor service.
+func NewService(c Config) *Service {
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Service{cfg: c, log: c.Log.With("component", "waitfor")}
+}
+
+// scheduleTTL is how long a delivered recheck event stays in its stream.
+const scheduleTTL = "1h"
+
+// catchUpLimit bounds the envelopes one catch-up reads: a turn's worth.
+const catchUpLimit = 1000
+
+// WaitFor registers a WaitFor (or, for delivery=final, prepares it for its
+// report) and says how the agent goes on.
+func (s *Service) WaitFor(ctx context.Context, agentID string, spec *subjects.WaitForSpec) (*subjects.WaitForReply, error) {
+	now := s.cfg.Now().UTC()
+	w := &subjects.WaitFor{
+		ID: "wf_" + nuid.Next(), AgentID: agentID, Wake: spec.Wake, Resource: spec.Resource, Reason: spec.Reason,
+		Delivery: spec.Delivery, WorkItemID: spec.WorkItemID, Scope: subjects.ScopeAgent,
+		RecheckAfterMs: spec.RecheckAfter.Milliseconds(), Status: subjects.WaitForActive, CreatedAt: now, UpdatedAt: now,
+	}
+	if w.WorkItemID != "" {
+		w.Scope = subjects.ScopeWorkItem
+	}
+	// Read before the resource is: an envelope stored later is caught up on.
+	since, err := s.lastSeq(ctx, s.cfg.InboxStream, "")
+	if err != nil {
+		return nil, err
+	}
+	w.SinceSeq = since
+	var task *TaskState
+	switch w.Wake {
+	case subjects.WakeTimer:
+		if w.AfterFire, err = s.checkTimer(ctx, agentID, w.Resource); err != nil {
+			return nil, err
+		}
+	case subjects.WakeTaskResult:
+		if task, err = s.checkTask(ctx, agentID, w.Resource); err != nil {
+			return nil, err
+		}
+	}
+	if task != nil && task.Terminal && task.ResultConsumed {
+		// Holon: nothing left to wait for; the agent goes on.
+		return &subjects.WaitForReply{Continuation: subjects.ContinueTurn, Disposition: subjects.DispositionTaskResultAlreadyConsumed,
+			TaskID: w.Resource, ResultMessageID: task.ResultEnvelopeID}, nil
+	}
+	if w.Delivery == subjects.DeliveryFinal {
+		w.Status = subjects.WaitForPrepared
+		if w.InterventionSeq, err = s.lastSeq(ctx, s.cfg.EventsStream, subjects.InterventionApply(agentID)); err != nil {
+			return nil, err
+		}
+	}
+	queued := task != nil && task.Terminal
+	if queued && w.Delivery == subjects.DeliverySilent {
+		// Holon's task_result_queued: the exact result is in the inbox
+		// already; the registration is triggered by it at once.
+		w.Status, w.WokenBy, w.EndedAt = subjects.WaitForWoken, &subjects.WakeCause{
+			Kind: kindTaskResult, EnvelopeID: task.ResultEnvelopeID, Source: subjects.Source{Type: "task", ID: w.Resource},
+		}, &now
+	}
+	if err := s.cfg.Store.create(ctx, w); err != nil {
+		return nil, err
+	}
+	replaced, err := s.replaceOlder(ctx, w)
+	if err != nil {
+		return nil, err
+	}
+	reply := replyFor(w)
+	reply.CancelledWaitConditionIDs = replaced
+	switch {
+	case w.Status == subjects.WaitForPrepared:
+		reply.Continuation, reply.Disposition, reply.ExpectedOutput = subjects.ContinueTurn, subjects.DispositionAwaitingFinalReport, "final_text_only"
+	case queued:
+		if err := s.deliverWoken(ctx, w); err != nil {
+			return nil, err
+		}
+		reply.Continuation, reply.Disposition, reply.TaskID, reply.ResultMessageID = subjects.YieldAndReenter,
+			subjects.DispositionTaskResultQueued, w.Resource, task.ResultEnvelopeID
+	default:
+		if w, err = s.activated(ctx, w); err != nil {
+			return nil, err
+		}
+		reply = replyFor(w)
+		reply.CancelledWaitConditionIDs = replaced
+	}
+	return reply, nil
+}
+
+// replyFor is the reply of a registration made or committed.
+func replyFor(w *subjects.WaitFor) *subjects.WaitForReply {
+	r := &subjects.WaitForReply{
+		WaitID: w.ID, Continuation: subjects.YieldAndWait, Disposition: subjects.DispositionRegistered,
+		WaitRegistered: w.Status != subjects.WaitForPrepared, Scope: w.Scope, Wake: string(w.Wake), Resource: w.Resource,
+		WorkItemID: w.WorkItemID, Reason: w.Reason, RecheckAfterMs: w.RecheckAfterMs, Status: string(w.Status),
+	}
+	if w.RecheckAt != nil {
+		r.RecheckAt = subjects.FormatISO(*w.RecheckAt)
+	}
+	return r
+}
+
+// replaceOlder makes w its scope's live registration and ends the one it
+// replaces (Holon's wait_for_replaced).
+func (s *Service) replaceOlder(ctx context.Context, w *subjects.WaitFor) ([]string, error) {
+	old, err := s.cfg.Store.swap(ctx, w)
+	if err != nil || old == "" {
+		return nil, err
+	}
+	ended, changed, err := s.cfg.Store.update(ctx, w.AgentID, old, func(o *subjects.WaitFor) (bool, error) {
+		return end(o, subjects.WaitForCancelled, subjects.EndWaitForReplaced, w.ID, s.cfg.Now()), nil
+	})
+	if errors.Is(err, subjects.ErrWaitForNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if changed || (ended.EndReason == subjects.EndWaitForReplaced && ended.ReplacedBy == w.ID) {
+		return []string{old}, nil
+	}
+	return nil, nil
+}
+
+// Report commits a prepared delivery=final WaitFor with its final report:
+// only if it is still prepared (no newer WaitFor replaced it) and no
+// operator message was stored for the agent since it was prepared.
+func (s *Service) Report(ctx context.Context, agentID string, req *subjects.WaitReportRequest) (*subjects.WaitForReply, error) {
+	w, err := s.cfg.Store.Get(ctx, agentID, req.WaitID)
+	if err != nil {
+		return nil, err
+	}
+	if w.Status == subjects.WaitForPrepared {
+		interjected, err := s.interjected(ctx, w)
+		if err != nil {
+			return nil, err
+		}
+		if interjected {
+			if w, _, err = s.cfg.Store.update(ctx, agentID, w.ID, func(w *subjects.WaitFor) (bool, error) {
+				return invalidate(w, s.cfg.Now()), nil
+			}); err != nil {
+				return nil, err
+			}
+			if err := s.cfg.Store.unindex(ctx, w); err != nil {
+				return nil, err
+			}
+			return nil, reportRefused(w)
+		}
+	}
+	w, _, err = s.cfg.Store.update(ctx, agentID, w.ID, func(w *subjects.WaitFor) (bool, error) {
+		return commit(w, req.Text, s.cfg.Now())
+	})
+	if err != nil {
+		return nil, err
+	}
+	if w.Status == subjects.WaitForActive {
+		if w, err = s.activated(ctx, w); err != nil {
+			return nil, err
+		}
+	}
+	return replyFor(w), nil
+}
+
+// interjected reports whether an operator message (or stop) for the agent
+// was stored after w was prepared.
+func (s *Service) interjected(ctx context.Context, w *subjects.WaitFor) (bool, error) {
+	found := false
+	err := s.scan(ctx, s.cfg.EventsStream, subjects.InterventionApply(w.AgentID), w.InterventionSeq+1, func(m *jetstream.RawStreamMsg) bool {
+		var iv subjects.Intervention
+		if json.Unmarshal(m.Data, &iv) == nil && (iv.Action == subjects.ActionMessage || iv.Action == subjects.ActionStop) {
+			found = true
+		}
+		return found
+	})
+	return found, err
+}
+
+// activated finishes a registration that became active: its recheck is
+// scheduled, and the envelopes stored since it was made are matched, as
+// the consumer may have passed them before it was live.
+func (s *Service) activated(ctx context.Context, w *subjects.WaitFor) (*subjects.WaitFor, error) {
+	if w.RecheckAfterMs > 0 && w.RecheckAt == nil {
+		var err error
+		if w, _, err = s.cfg.Store.update(ctx, w.AgentID, w.ID, func(w *subjects.WaitFor) (bool, error) {
+			if w.RecheckAt != nil || w.Status != subjects.WaitForActive {
+				return false, nil
+			}
+			at := s.cfg.Now().UTC().Add(time.Duration(w.RecheckAfterMs) * time.Millisecond)
+			w.RecheckAt = &at
+			return true, nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	if w.RecheckAt != nil && w.Status == subjects.WaitForActive {
+		if err := s.schedule(ctx, w); err != nil {
+			return nil, err
+		}
+	}
+	return w, s.scan(ctx, s.cfg.InboxStream, subjects.Inbox(w.AgentID), w.SinceSeq+1, func(m *jetstream.RawStreamMsg) bool {
+		var env subjects.Envelope
+		if json.Unmarshal(m.Data, &env) != nil || !Matches(w, &env, m.Sequence) {
+			return false
+		}
+		if err := s.Apply(ctx, w, &env, m.Sequence); err != nil {
+			s.log.Warn("catch-up wake; the consumer retries", "wait_id", w.ID, "err", err)
+		}
+		return true
+	})
+}
+
+// schedule stores w's recheck as a message schedule: the engine publishes
+// it to the recheck subject when due.
+func (s *Service) schedule(ctx context.Context, w *subjects.WaitFor) error {
+	m := &nats.Msg{Subject: subjects.WaitForSchedule(w.AgentID, w.ID), Header: nats.Header{}}
+	m.Header.Set("Nats-Schedule", "@at "+w.RecheckAt.UTC().Format(time.RFC3339Nano))
+	m.Header.Set("Nats-Schedule-Target", subjects.WaitForRecheck(w.AgentID, w.ID))
+	m.Header.Set("Nats-Schedule-TTL", scheduleTTL)
+	m.Header.Set(jetstream.MsgIDHeader, "schedule_"+w.ID)
+	m.Data = []byte(w.ID)
+	if _, err := s.cfg.JS.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("waitfor: schedule recheck of %s: %w", w.ID, err)
+	}
+	return nil
+}
+
+// Apply applies the inbox envelope env (stored at seq) to the live
+// registration w: a stop cancels it, an operator message invalidates it
+// while it awaits its report, and its wake resumes it once and delivers
+// its wait_woken. Repeats are absorbed.
+func (s *Service) Apply(ctx context.Context, w *subjects.WaitFor, env *subjects.Envelope, seq uint64) error {
+	now := s.cfg.Now
+	var change func(*subjects.WaitFor) (bool, error)
+	switch {
+	case env.Kind == subjects.KindIntervention && interventionAction(env) == subjects.ActionStop && seq > w.SinceSeq:
+		change = func(w *subjects.WaitFor) (bool, error) {
+			return end(w, subjects.WaitForCancelled, subjects.EndAgentStopped, "", now()), nil
+		}
+	case operatorMessage(env) && w.Status == subjects.WaitForPrepared && seq > w.SinceSeq:
+		change = func(w *subjects.WaitFor) (bool, error) { return invalidate(w, now()), nil }
+	case Matches(w, env, seq):
+		cause := causeOf(env)
+		change = func(w *subjects.WaitFor) (bool, error) { return wake(w, cause, now()), nil }
+	default:
+		return nil
+	}
+	got, _, err := s.cfg.Store.update(ctx, w.AgentID, w.ID, change)
+	if errors.Is(err, subjects.ErrWaitForNotFound) {
+		return nil // expired
+	}
+	if err != nil {
+		return err
+	}
+	// A redelivery after a crash between the CAS and the delivery finds
+	// it woken by this very envelope and delivers again: the envelope ID
+	// keeps it single.
+	if got.Status == subjects.WaitForWoken && got.WokenBy != nil && got.WokenBy.EnvelopeID == env.ID {
+		if err := s.deliverWoken(ctx, got); err != nil {
+			return err
+		}
+	}
+	if got.Ended() {
+		return s.cfg.Store.unindex(ctx, got)
+	}
+	return nil
+}
+
+// deliverWoken delivers a woken registration's one wait_woken envelope.
+func (s *Service) deliverWoken(ctx context.Context, w *subjects.WaitFor) error {
+	env := subjects.WaitWokenEnvelope(w)
+	if _, err := s.cfg.Inbox.DeliverOnce(ctx, &env, env.At); err != nil {
+		return fmt.Errorf("waitfor: deliver wait_woken of %s: %w", w.ID, err)
+	}
+	return nil
+}
+
+// Recheck delivers the due recheck of a registration once, unless it
+// ended first.
+func (s *Service) Recheck(ctx context.Context, agentID, waitID string) error {
+	w, _, err := s.cfg.Store.update(ctx, agentID, waitID, func(w *subjects.WaitFor) (bool, error) {
+		return markRecheck(w, s.cfg.Now()), nil
+	})
+	if errors.Is(err, subjects.ErrWaitForNotFound) {
+		return nil
+	}
+	if err != nil || !w.RecheckSent || w.RecheckAt == nil {
+		return err
+	}
+	env := subjects.RecheckEnvelope(w, *w.RecheckAt)
+	if _, err := s.cfg.Inbox.DeliverOnce(ctx, &env, *w.RecheckAt); err != nil {
+		return fmt.Errorf("waitfor: deliver recheck of %s: %w", w.ID, err)
+	}
+	return nil
+}
+
+// SystemWake delivers an operator's system_wake envelope; the consumer
+// wakes the agent's system WaitFor from it.
+func (s *Service) SystemWake(ctx context.Context, agentID string, req *subjects.SystemWakeRequest) (any, error) {
+	env := subjects.SystemWakeEnvelope("system_wake_"+nuid.Next(), agentID, req.Text, s.cfg.Now())
+	if _, err := s.cfg.Inbox.Deliver(ctx, &env); err != nil {
+		return nil, fmt.Errorf("waitfor: system wake: %w", err)
+	}
+	return map[string]any{"ok": true, "id": env.ID}, nil
+}
+
+// checkTimer checks a timer resource with Holon's texts and returns its
+// fire count: only a later fire wakes the registration.
+func (s *Service) checkTimer(ctx context.Context, agentID, timerID string) (int64, error) {
+	t, err := s.cfg.Timers.Get(ctx, agentID, timerID)
+	if errors.Is(err, subjects.ErrTimerNotFound) {
+		// Timers are keyed by agent; another agent's shows under its own.
+		others, lerr := kvrec.List[subjects.Timer](ctx, s.cfg.TimersKV, "*."+timerID)
+		if lerr != nil {
+			return 0, lerr
+		}
+		if len(others) > 0 {
+			return 0, &subjects.Error{Code: "timer_agent_mismatch", Message: "wait_for timer agent mismatch: " + timerID}
+		}
+		return 0, &subjects.Error{Code: subjects.CodeTimerNotFound, Message: "wait_for timer does not exist: " + timerID}
+	}
+	if err != nil {
+		return 0, err
+	}
+	if t.Status != subjects.TimerActive {
+		return 0, &subjects.Error{Code: "timer_not_active", Message: "wait_for timer is not active: " + timerID}
+	}
+	return t.FireCount, nil
+}
+
+// checkTask checks a task resource through Tasks, when wired.
+func (s *Service) checkTask(ctx context.Context, agentID, taskID string) (*TaskState, error) {
+	if s.cfg.Tasks == nil {
+		return nil, nil
+	}
+	t, err := s.cfg.Tasks.LookupTask(ctx, agentID, taskID)
+	if err != nil {
+		return nil, fmt.Errorf("waitfor: task %s: %w", taskID, err)
+	}
+	if t != nil && t.AgentID != agentID {
+		return nil, &subjects.Error{Code: "task_agent_mismatch", Message: "wait_for task belongs to another agent: " + taskID}
+	}
+	return t, nil
+}
+
+// lastSeq is a stream's last sequence, or with subject the last of that
+// subject (0: none).
+func (s *Service) lastSeq(ctx context.Context, stream, subject string) (uint64, error) {
+	st, err := s.cfg.JS.Stream(ctx, stream)
+	if err != nil {
+		return 0, fmt.Errorf("waitfor: stream %s: %w", stream, err)
+	}
+	if subject == "" {
+		info, err := st.Info(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("waitfor: stream %s: %w", stream, err)
+		}
+		return info.State.LastSeq, nil
+	}
+	m, err := st.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("waitfor: last of %s: %w", subject, err)
+	}
+	return m.Sequence, nil
+}
+
+// scan calls fn on subject's messages in stream from sequence from on,
+// until fn says stop or catchUpLimit messages are read.
+func (s *Service) scan(ctx context.Context, stream, subject string, from uint64, fn func(*jetstream.RawStreamMsg) bool) error {
+	st, err := s.cfg.JS.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("waitfor: stream %s: %w", stream, err)
+	}
+	for range catchUpLimit {
+		m, err := st.GetMsg(ctx, from, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("waitfor: read %s: %w", subject, err)
+		}
+		if fn(m) {
+			return nil
+		}
+		from = m.Sequence + 1
+	}
+	return nil
+}
