@@ -73,10 +73,11 @@ func (c *Consumer) Start(ctx context.Context) error {
 		Name: WakesDurable, Workers: c.cfg.Workers, Timeout: 20 * time.Second, NakDelay: 500 * time.Millisecond,
 		Fails: c.fails, Metrics: metrics,
 		Create: func(ctx context.Context) (jetstream.Consumer, error) {
-			return c.cfg.JS.CreateOrUpdateConsumer(ctx, c.cfg.InboxStream, consumer.Redelivery(jetstream.ConsumerConfig{
+			cfg := consumer.Redelivery(jetstream.ConsumerConfig{
 				Durable: WakesDurable, Description: "inbox envelopes -> WaitFor wakes",
 				FilterSubject: subjects.InboxWildcard, AckWait: c.cfg.AckWait, MaxAckPending: 4096,
-			}))
+			})
+			return c.createWakes(ctx, cfg)
 		},
 	}, c.log, c.wake); err != nil {
 		return fmt.Errorf("waitfor: consumer: %w", err)
@@ -133,4 +134,24 @@ func (c *Consumer) recheck(ctx context.Context, d *consumer.Delivery) error {
 		return fmt.Errorf("%w: %v", consumer.ErrPoison, err)
 	}
 	return c.cfg.Service.Recheck(ctx, agentID, waitID)
+}
+
+// wakesReplay is how far back a new wakes consumer starts: not the whole
+// inbox (days of envelopes that no registration can want, on the first
+// start of this version), but enough to cover the wakes stored while a
+// lost consumer was being re-created.
+const wakesReplay = 10 * time.Minute
+
+// createWakes creates the wakes consumer starting wakesReplay ago, or
+// updates the existing one keeping where it starts: JetStream does not
+// let a consumer's deliver policy change.
+func (c *Consumer) createWakes(ctx context.Context, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	start := time.Now().Add(-wakesReplay)
+	cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &start
+	if existing, err := c.cfg.JS.Consumer(ctx, c.cfg.InboxStream, WakesDurable); err == nil {
+		if info := existing.CachedInfo(); info != nil {
+			cfg.DeliverPolicy, cfg.OptStartTime = info.Config.DeliverPolicy, info.Config.OptStartTime
+		}
+	}
+	return c.cfg.JS.CreateOrUpdateConsumer(ctx, c.cfg.InboxStream, cfg)
 }
