@@ -33,6 +33,8 @@ const (
 	TokensBucket = "chime_tokens"
 	EventsStream = "CHIME_EVENTS"
 	InboxStream  = "CHIME_INBOX"
+	// QuestionsBucket holds agents' questions to operators, key <agent>.<question>.
+	QuestionsBucket = "chime_questions"
 )
 
 // EmbeddedOptions configures the embedded nats-server.
@@ -161,6 +163,7 @@ type Resources struct {
 	// Idempotency holds callback Idempotency-Keys already stored.
 	Idempotency jetstream.KeyValue
 	Tokens      jetstream.KeyValue
+	Questions   jetstream.KeyValue
 }
 
 // buckets are the KV buckets chime keeps, as configured for t. The record
@@ -172,6 +175,7 @@ func buckets(t Topology) []jetstream.KeyValueConfig {
 	return []jetstream.KeyValueConfig{
 		{Bucket: TimersBucket, Description: "chime timer records, key <agent>.<timer>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers()},
 		{Bucket: WaitsBucket, Description: "chime managed waits, key <agent>.<wait>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers()},
+		{Bucket: QuestionsBucket, Description: "chime questions to operators, key <agent>.<question>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers()},
 		{Bucket: AgentsBucket, Description: "chime per-agent state (lifecycle, pause, pending wake), key <agent>", History: 1, Replicas: t.Replicas},
 		{
 			Bucket: TriggersBucket, Description: "chime external triggers: rec.<agent>.<trigger>, tok.<token sha256>",
@@ -249,7 +253,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Resour
 	return &Resources{
 		JS: js, Timers: kvs[TimersBucket], Waits: kvs[WaitsBucket], Agents: kvs[AgentsBucket],
 		Leases: kvs[LeasesBucket], Triggers: kvs[TriggersBucket], Idempotency: kvs[IdempotencyBucket],
-		Tokens: kvs[TokensBucket],
+		Tokens: kvs[TokensBucket], Questions: kvs[QuestionsBucket],
 	}, nil
 }
 
