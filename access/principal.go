@@ -66,7 +66,7 @@ func InboxConsumer(agentID string) string { return "inbox-" + agentID }
 var agentActions = []string{
 	subjects.ActionTimerCreate, subjects.ActionTimerList, subjects.ActionTimerGet, subjects.ActionTimerCancel,
 	subjects.ActionWaitRequest, subjects.ActionWaitCancel, subjects.ActionWaitFor, "wait.report",
-	subjects.ActionNotify, "task.>", "question.ask",
+	subjects.ActionNotify, "task.>", "question.ask", "question.list",
 }
 
 // operatorActions are what only operators may request.

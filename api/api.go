@@ -20,6 +20,7 @@ import (
 
 	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/callbacks"
+	"github.com/chime-nats/chime/questions"
 	"github.com/chime-nats/chime/quotas"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
@@ -40,6 +41,8 @@ type Config struct {
 	// Tokens, when set, issues and revokes agent tokens.
 	Tokens *access.Tokens
 	Log    *slog.Logger
+	// Questions, when set, serves questions to operators.
+	Questions *questions.Service
 	// TimeZone is where naive wait times are read when a request has no
 	// tz (CHIME_TIMEZONE); empty is UTC.
 	TimeZone string
@@ -60,6 +63,7 @@ type Operations struct {
 	triggers  *callbacks.Store
 	callbacks *callbacks.Service
 	tokens    *access.Tokens
+	questions *questions.Service
 	quotas    *quotas.Quotas
 	tz        string
 	now       func() time.Time
@@ -87,6 +91,7 @@ func NewOperations(c Config) *Operations {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chime_requests_total", Help: "Requests by endpoint and outcome (ok or the error code).",
 		}, []string{"endpoint", "outcome"}),
+		questions: c.Questions,
 	}
 	if reg != nil {
 		reg.MustRegister(o.requests)
@@ -195,6 +200,8 @@ func (o *Operations) do(ctx context.Context, surface, action, agentID string, bo
 			return o.tokens.Issue(ctx, agentID)
 		}
 		return o.tokens.Revoke(ctx, agentID)
+	case subjects.ActionQuestionAsk, subjects.ActionQuestionList, subjects.ActionQuestionAnswer:
+		return o.question(ctx, action, agentID, body)
 	}
 	return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: fmt.Sprintf("unknown action %q", action)}
 }
@@ -254,6 +261,7 @@ func Actions() []string {
 		subjects.ActionTriggerCancel, subjects.ActionTriggerList, subjects.ActionTriggerReset,
 		subjects.ActionTokenIssue, subjects.ActionTokenRevoke,
 		subjects.ActionWaitFor, subjects.ActionWaitReport, subjects.ActionSystemWake,
+		subjects.ActionQuestionAsk, subjects.ActionQuestionList, subjects.ActionQuestionAnswer,
 	}
 }
 

@@ -72,6 +72,15 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (boo
 	route("GET /api/agents/{id}/triggers", subjects.ActionTriggerList, none, http.StatusOK)
 	route("POST /api/control/agents/{id}/token", subjects.ActionTokenIssue, asSent, http.StatusCreated)
 	route("DELETE /api/control/agents/{id}/token", subjects.ActionTokenRevoke, asSent, http.StatusOK)
+	route("GET /api/agents/{id}/questions", subjects.ActionQuestionList, func(r *http.Request, _ []byte) []byte {
+		if all := r.URL.Query().Get("all"); all != "" {
+			return encode(map[string]any{"all": rawBoolOrString(all)})
+		}
+		return nil
+	}, http.StatusOK)
+	route("POST /api/control/agents/{id}/questions/{question_id}/answer", subjects.ActionQuestionAnswer, func(r *http.Request, read []byte) []byte {
+		return subjects.WithQuestionID(read, r.PathValue("question_id"))
+	}, http.StatusOK)
 	for _, mode := range subjects.DeliveryModes() {
 		mux.HandleFunc("POST /api/callbacks/"+mode.Route()+"/{token}", func(w http.ResponseWriter, r *http.Request) {
 			res, err := callback(ops, mode, w, r)
@@ -141,6 +150,15 @@ func rawOrString(v string) any {
 		}
 	}
 	return jsonNumber(v)
+}
+
+// rawBoolOrString passes true and false as JSON booleans and anything
+// else as a string, for the decoder to refuse in its own words.
+func rawBoolOrString(v string) any {
+	if v == "true" || v == "false" {
+		return jsonNumber(v)
+	}
+	return v
 }
 
 type jsonNumber string

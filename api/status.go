@@ -12,7 +12,7 @@ func httpStatus(code string) int {
 	case subjects.CodeInvalidJSON, subjects.CodeInvalidRequest, subjects.CodeInvalidID,
 		subjects.CodeInvalidDuration, subjects.CodeInvalidTimestamp, subjects.CodeTargetInPast, subjects.CodeInvalidTimezone:
 		return http.StatusBadRequest
-	case subjects.CodeTimerNotFound, subjects.CodeWaitNotFound, subjects.CodeTriggerNotFound:
+	case subjects.CodeTimerNotFound, subjects.CodeWaitNotFound, subjects.CodeTriggerNotFound, subjects.CodeQuestionNotFound:
 		return http.StatusNotFound
 	case subjects.CodeTimerCompleted, subjects.CodeWaitExists, subjects.CodeAgentNotActive, subjects.CodeConflict:
 		return http.StatusConflict

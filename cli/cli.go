@@ -52,6 +52,8 @@ Usage:
   chime callback create [--mode M] [--label L] [--agent ID]
   chime callback cancel ID [--agent ID]
   chime callback list [--agent ID]
+  chime question list [--all] [--agent ID]
+  chime question answer QID [--agent ID] ANSWER...   one answer per question title, in order
   chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--peer] [--json]
   chime bench waits [-n N] [--agents N] [-c C] [--lead D] [--spread D] [--timers N] [--json]
   chime bench callbacks [-n N] [-c CONNS] [--wakes N] [--json]
@@ -80,6 +82,8 @@ func (a *App) Run(ctx context.Context, args []string) error {
 		return a.agent(ctx, args[1:])
 	case "callback":
 		return a.callback(ctx, args[1:])
+	case "question":
+		return a.question(ctx, args[1:])
 	case "nats-config":
 		return a.natsConfig(args[1:])
 	case "version":

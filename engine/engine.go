@@ -39,6 +39,8 @@ const (
 	// (waitfor.schedule.<agent>.<wait>) and what they deliver when due
 	// (waitfor.recheck.<agent>.<wait>).
 	WaitForStream = "CHIME_WAITFOR"
+	// QuestionsBucket holds agents' questions to operators, key <agent>.<question>.
+	QuestionsBucket = "chime_questions"
 )
 
 // EmbeddedOptions configures the embedded nats-server.
@@ -168,6 +170,7 @@ type Resources struct {
 	Idempotency jetstream.KeyValue
 	Tokens      jetstream.KeyValue
 	WaitFor     jetstream.KeyValue
+	Questions   jetstream.KeyValue
 }
 
 // buckets are the KV buckets chime keeps, as configured for t. The record
@@ -179,6 +182,7 @@ func buckets(t Topology) []jetstream.KeyValueConfig {
 	return []jetstream.KeyValueConfig{
 		{Bucket: TimersBucket, Description: "chime timer records, key <agent>.<timer>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers()},
 		{Bucket: WaitsBucket, Description: "chime managed waits, key <agent>.<wait>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers()},
+		{Bucket: QuestionsBucket, Description: "chime questions to operators, key <agent>.<question>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers()},
 		{Bucket: AgentsBucket, Description: "chime per-agent state (lifecycle, pause, pending wake), key <agent>", History: 1, Replicas: t.Replicas},
 		{
 			Bucket: TriggersBucket, Description: "chime external triggers: rec.<agent>.<trigger>, tok.<token sha256>",
@@ -276,7 +280,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Resour
 	return &Resources{
 		JS: js, Timers: kvs[TimersBucket], Waits: kvs[WaitsBucket], Agents: kvs[AgentsBucket],
 		Leases: kvs[LeasesBucket], Triggers: kvs[TriggersBucket], Idempotency: kvs[IdempotencyBucket],
-		Tokens: kvs[TokensBucket], WaitFor: kvs[WaitForBucket],
+		Tokens: kvs[TokensBucket], WaitFor: kvs[WaitForBucket], Questions: kvs[QuestionsBucket],
 	}, nil
 }
 

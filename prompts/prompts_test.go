@@ -130,7 +130,18 @@ var toolPrompts = []struct {
 		{"get", `{"timer_id":"t1"}`, strict((*subjects.TimerRef).Validate)},
 		{"cancel", `{"timer_id":"t1"}`, strict((*subjects.TimerRef).Validate)},
 	}},
+	// question.answer is the operator's request, not the agent's.
+	{"questions.md", jsonFields(subjects.AskRequest{}, subjects.ListQuestionsRequest{}), []action{
+		{"ask", `{"questions":[{"title":"Deploy?","options":["yes","no"]},{"title":"Why?"}]}`, decodeAsk},
+		{"list", `{"all":true}`, decodeListQuestions},
+	}},
 }
+
+// decodeAsk and decodeListQuestions are the question decoders in the
+// shape of an action's.
+func decodeAsk(b []byte) error { _, err := subjects.DecodeAsk(b); return err }
+
+func decodeListQuestions(b []byte) error { _, err := subjects.DecodeListQuestions(b); return err }
 
 func without(names []string, drop string) []string {
 	return slices.DeleteFunc(names, func(n string) bool { return n == drop })

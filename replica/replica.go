@@ -29,6 +29,7 @@ import (
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/secret"
+	"github.com/chime-nats/chime/questions"
 	"github.com/chime-nats/chime/quotas"
 	"github.com/chime-nats/chime/scheduler"
 	"github.com/chime-nats/chime/timers"
@@ -205,8 +206,9 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		MaxTimers: cfg.MaxTimersPerAgent, MaxWaits: cfg.MaxWaitsPerAgent, Counter: r.sched, MinInterval: cfg.MinInterval,
 		Rate: cfg.CreateRate, Burst: cfg.CreateBurst, Registerer: reg,
 	})
+	questionService := questions.NewService(questions.NewStore(res.Questions, time.Now, retention), inbox, log)
 	ops := api.NewOperations(api.Config{
-		Tokens: tokens,
+		Tokens: tokens, Questions: questionService,
 		Timers: store, Waits: waitStore, WaitRequests: waits.NewRequests(waitStore, inbox, js, time.Now, log),
 		Triggers: triggerStore, Callbacks: callbacks.NewService(triggerStore, inbox, js, engine.InboxStream, time.Now, log), Log: log, TimeZone: cfg.TimeZone,
 		Quotas: limits, Registerer: reg, WaitFor: waitForSvc,
@@ -229,7 +231,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	}
 	r.ready.Store(true)
 	log.Info("chime ready", "replica", cfg.ReplicaID, "version", version, "nats", r.nc.ConnectedUrlRedacted())
-	r.sweeps.Go(func() { sweep(ctx, log, store, waitStore, triggerStore) })
+	r.sweeps.Go(func() { sweep(ctx, log, store, waitStore, triggerStore, questionService) })
 	return r, nil
 }
 

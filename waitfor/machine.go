@@ -104,17 +104,13 @@ func interventionAction(env *subjects.Envelope) string {
 	return d.Action
 }
 
-// Envelope kinds others add in parallel (tasks, questions); named here so
-// this package does not wait on their constants.
-const (
-	kindTaskResult = "task_result"
-	kindAnswer     = "answer"
-)
+// kindTaskResult is the tasks' envelope kind, named here until tasks land.
+const kindTaskResult = "task_result"
 
 // operatorMessage reports whether env is operator input: an intervention
 // message or an operator's answer.
 func operatorMessage(env *subjects.Envelope) bool {
-	return (env.Kind == subjects.KindIntervention && interventionAction(env) == subjects.ActionMessage) || env.Kind == kindAnswer
+	return (env.Kind == subjects.KindIntervention && interventionAction(env) == subjects.ActionMessage) || env.Kind == subjects.KindAnswer
 }
 
 // Matches reports whether the inbox envelope env, stored at stream

@@ -105,7 +105,7 @@ func TestStateMachine(t *testing.T) {
 					return changed
 				})
 			case 2: // a wake event
-				kind := rapid.SampledFrom([]string{kindAnswer, subjects.KindWakeHint, subjects.KindSystemWake, subjects.KindWaitWoken}).Draw(t, "kind")
+				kind := rapid.SampledFrom([]string{subjects.KindAnswer, subjects.KindWakeHint, subjects.KindSystemWake, subjects.KindWaitWoken}).Draw(t, "kind")
 				seq++
 				env := subjects.Envelope{ID: fmt.Sprintf("env_%d", seq), AgentID: "a", Kind: kind}
 				events = append(events, event{env, seq})

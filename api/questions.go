@@ -1,0 +1,33 @@
+package api
+
+import (
+	"context"
+
+	"github.com/chime-nats/chime/subjects"
+)
+
+// question serves question.ask, question.list and question.answer.
+func (o *Operations) question(ctx context.Context, action, agentID string, body []byte) (any, error) {
+	if o.questions == nil {
+		return nil, &subjects.Error{Code: subjects.CodeUnavailable, Message: "questions are not configured"}
+	}
+	switch action {
+	case subjects.ActionQuestionAsk:
+		items, err := subjects.DecodeAsk(body)
+		if err != nil {
+			return nil, err
+		}
+		return o.questions.Ask(ctx, agentID, items)
+	case subjects.ActionQuestionList:
+		all, err := subjects.DecodeListQuestions(body)
+		if err != nil {
+			return nil, err
+		}
+		return o.questions.List(ctx, agentID, all)
+	}
+	questionID, answers, err := subjects.DecodeAnswer(body)
+	if err != nil {
+		return nil, err
+	}
+	return o.questions.Answer(ctx, agentID, questionID, answers)
+}

@@ -1,0 +1,295 @@
+package subjects
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nuid"
+)
+
+// Question actions: an agent asks, an operator (or the agent) lists, an
+// operator answers.
+const (
+	ActionQuestionAsk    = "question.ask"
+	ActionQuestionList   = "question.list"
+	ActionQuestionAnswer = "question.answer"
+)
+
+// KindAnswer is the inbox delivery of an operator's answer to a question.
+const KindAnswer = "answer"
+
+// CodeQuestionNotFound is a question the agent does not have (never asked,
+// or answered longer ago than the record retention).
+const CodeQuestionNotFound = "question_not_found"
+
+// ErrQuestionNotFound matches (errors.Is) every question_not_found error.
+var ErrQuestionNotFound = &Error{Code: CodeQuestionNotFound}
+
+// NewQuestionID returns a fresh, subject-safe question ID.
+func NewQuestionID() string { return "q_" + nuid.Next() }
+
+// QuestionKey is the KV key of a question record: <agent>.<question>.
+func QuestionKey(agentID, questionID string) string { return agentID + "." + questionID }
+
+// QuestionEnvelopeID is the stable ID of a question's one answer delivery.
+func QuestionEnvelopeID(questionID string) string { return "question_" + questionID + "_answer" }
+
+// QuestionStatus is where a question is in its life.
+type QuestionStatus string
+
+// Question statuses.
+const (
+	QuestionOpen     QuestionStatus = "open"
+	QuestionAnswered QuestionStatus = "answered"
+)
+
+// QuestionItem is one question of an ask: a title and, optionally, the
+// answers the operator may choose from.
+type QuestionItem struct {
+	Title   string   `json:"title"`
+	Options []string `json:"options,omitempty"`
+}
+
+// Question is the record of one ask, key <agent>.<question_id> in the
+// questions bucket. It is answered once: Answers holds one answer per
+// item of Questions, in order. DeliveredAt is set once the answer
+// envelope is stored in the inbox; an answered record without it still
+// owes its delivery.
+type Question struct {
+	ID          string         `json:"id"`
+	AgentID     string         `json:"agent_id"`
+	Status      QuestionStatus `json:"status"`
+	CreatedAt   time.Time      `json:"created_at"`
+	Questions   []QuestionItem `json:"questions"`
+	Answers     []string       `json:"answers,omitempty"`
+	AnsweredAt  *time.Time     `json:"answered_at,omitempty"`
+	DeliveredAt *time.Time     `json:"delivered_at,omitempty"`
+}
+
+// Key is the record's KV key.
+func (q *Question) Key() string { return QuestionKey(q.AgentID, q.ID) }
+
+// Pending reports an answered question whose answer is not yet known to be
+// in the inbox.
+func (q *Question) Pending() bool { return q.Status == QuestionAnswered && q.DeliveredAt == nil }
+
+// Finished reports a question whose answer is delivered: nothing more
+// happens to it, so it may expire.
+func (q *Question) Finished() bool { return q.Status == QuestionAnswered && q.DeliveredAt != nil }
+
+// AskRequest is the body of agent.<id>.question.ask.
+type AskRequest struct {
+	Questions []QuestionItem `json:"questions"`
+}
+
+// AskReply answers an ask at once; the answer comes later, to the inbox.
+type AskReply struct {
+	Accepted   bool   `json:"accepted"`
+	QuestionID string `json:"question_id"`
+}
+
+// DecodeAsk decodes and validates an ask. Titles and options are trimmed;
+// blank options are dropped, but a list of options with none left is
+// refused: the operator would have nothing to choose.
+func DecodeAsk(data []byte) ([]QuestionItem, error) {
+	var r AskRequest
+	if err := DecodeStrict(data, &r); err != nil {
+		return nil, err
+	}
+	if len(r.Questions) == 0 {
+		return nil, invalid("questions must not be empty")
+	}
+	out := make([]QuestionItem, len(r.Questions))
+	for i, q := range r.Questions {
+		out[i].Title = strings.TrimSpace(q.Title)
+		if out[i].Title == "" {
+			return nil, invalid("question titles must not be empty")
+		}
+		if q.Options == nil { // absent or null: free text
+			continue
+		}
+		out[i].Options = []string{}
+		for _, o := range q.Options {
+			if o = strings.TrimSpace(o); o != "" {
+				out[i].Options = append(out[i].Options, o)
+			}
+		}
+		if len(out[i].Options) == 0 {
+			return nil, invalid("options must contain at least one non-empty answer")
+		}
+	}
+	return out, nil
+}
+
+// ListQuestionsRequest is the body of agent.<id>.question.list.
+type ListQuestionsRequest struct {
+	// All includes answered questions (those still kept).
+	All bool `json:"all,omitempty"`
+}
+
+// ListQuestionsReply lists questions, oldest first.
+type ListQuestionsReply struct {
+	Questions []Question `json:"questions"`
+}
+
+// DecodeListQuestions decodes a list request; an empty body lists the open
+// questions.
+func DecodeListQuestions(data []byte) (all bool, err error) {
+	var r ListQuestionsRequest
+	if err := DecodeStrict(data, &r); err != nil {
+		return false, err
+	}
+	return r.All, nil
+}
+
+// AnswerRequest is the body of agent.<id>.question.answer: answers, one
+// per question title in order, or answer alone for a question with one
+// title.
+type AnswerRequest struct {
+	QuestionID string   `json:"question_id"`
+	Answers    []string `json:"answers,omitempty"`
+	Answer     *string  `json:"answer,omitempty"`
+}
+
+// AnswerReply says the answer is stored and delivered.
+type AnswerReply struct {
+	OK       bool      `json:"ok"`
+	Question *Question `json:"question"`
+}
+
+// DecodeAnswer decodes an answer: the question ID and the answers,
+// trimmed. Whether they fit the question is the store's check.
+func DecodeAnswer(data []byte) (questionID string, answers []string, err error) {
+	var r AnswerRequest
+	if err := DecodeStrict(data, &r); err != nil {
+		return "", nil, err
+	}
+	if err := ValidateID("question_id", r.QuestionID); err != nil {
+		return "", nil, err
+	}
+	switch {
+	case r.Answer != nil && r.Answers != nil:
+		return "", nil, invalid("use either answer or answers, not both")
+	case r.Answer != nil:
+		answers = []string{*r.Answer}
+	default:
+		answers = r.Answers
+	}
+	if len(answers) == 0 {
+		return "", nil, invalid("answers must not be empty")
+	}
+	out := make([]string, len(answers))
+	for i, a := range answers {
+		if out[i] = strings.TrimSpace(a); out[i] == "" {
+			return "", nil, invalid("answers must not be empty strings")
+		}
+	}
+	return r.QuestionID, out, nil
+}
+
+// CheckAnswers checks answers against the question: one per title, and one
+// of the options where the question has them.
+func (q *Question) CheckAnswers(answers []string) error {
+	if len(answers) != len(q.Questions) {
+		return invalid(fmt.Sprintf("question %s has %d titles: give %d answers, in order, not %d",
+			q.ID, len(q.Questions), len(q.Questions), len(answers)))
+	}
+	for i, item := range q.Questions {
+		if item.Options != nil && !slices.Contains(item.Options, answers[i]) {
+			quoted := make([]string, len(item.Options))
+			for j, o := range item.Options {
+				quoted[j] = strconv.Quote(o)
+			}
+			return invalid(fmt.Sprintf("answer %d must be one of the options: %s", i+1, strings.Join(quoted, ", ")))
+		}
+	}
+	return nil
+}
+
+// AlreadyAnswered is the error of an answer to an answered question.
+func AlreadyAnswered(questionID string) error {
+	return &Error{Code: CodeConflict, Message: fmt.Sprintf("question %s is already answered", questionID)}
+}
+
+// QuestionNotFound is the error of an answer to an unknown question.
+func QuestionNotFound(questionID string) error {
+	return &Error{Code: CodeQuestionNotFound, Message: fmt.Sprintf("question %s not found", questionID)}
+}
+
+// AnsweredItem is one question with its answer, in an answer delivery.
+type AnsweredItem struct {
+	Title   string   `json:"title"`
+	Options []string `json:"options,omitempty"`
+	Answer  string   `json:"answer"`
+}
+
+// AnswerData is the data of an answer delivery.
+type AnswerData struct {
+	QuestionID string         `json:"question_id"`
+	Answers    []AnsweredItem `json:"answers"`
+	AskedAt    time.Time      `json:"asked_at"`
+}
+
+// AnswerText renders an answered question for the agent:
+//
+//	The operator answered your question q_...:
+//	1. <title>
+//	   Answer: <answer>
+func AnswerText(q *Question) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "The operator answered your question %s:", q.ID)
+	for i, item := range q.Questions {
+		answer := ""
+		if i < len(q.Answers) {
+			answer = q.Answers[i]
+		}
+		fmt.Fprintf(&b, "\n%d. %s\n   Answer: %s", i+1, item.Title, answer)
+	}
+	return b.String()
+}
+
+// AnswerEnvelope builds the one inbox delivery of an answered question.
+// It depends on the record alone (at: when it was answered), so every
+// attempt to deliver it, by any replica, builds the same envelope.
+func AnswerEnvelope(q *Question) Envelope {
+	items := make([]AnsweredItem, len(q.Questions))
+	for i, item := range q.Questions {
+		items[i] = AnsweredItem{Title: item.Title, Options: item.Options}
+		if i < len(q.Answers) {
+			items[i].Answer = q.Answers[i]
+		}
+	}
+	data, _ := EncodeJSON(AnswerData{QuestionID: q.ID, Answers: items, AskedAt: q.CreatedAt})
+	at := q.CreatedAt
+	if q.AnsweredAt != nil {
+		at = *q.AnsweredAt
+	}
+	return Envelope{
+		ID: QuestionEnvelopeID(q.ID), AgentID: q.AgentID, Kind: KindAnswer, At: at.UTC(),
+		Source: Source{Type: "question", ID: q.ID}, Trust: TrustOperator, Text: AnswerText(q), Data: data,
+	}
+}
+
+// WithQuestionID adds question_id to an HTTP answer body, whose question
+// is named by the route's path: a body that is not a JSON object is left
+// as it is for the decoder to refuse, and one naming question_id itself
+// is refused as a duplicate key.
+func WithQuestionID(body []byte, questionID string) []byte {
+	id, _ := json.Marshal(questionID)
+	field := append([]byte(`{"question_id":`), id...)
+	rest := bytes.TrimLeft(body, jsonSpace)
+	switch {
+	case len(rest) == 0:
+		return append(field, '}')
+	case rest[0] != '{':
+		return body
+	case len(bytes.TrimLeft(rest[1:], jsonSpace)) > 0 && bytes.TrimLeft(rest[1:], jsonSpace)[0] == '}':
+		return append(field, rest[1:]...)
+	}
+	return append(append(field, ','), rest[1:]...)
+}

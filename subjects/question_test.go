@@ -1,0 +1,205 @@
+package subjects
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDecodeAsk(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		want []QuestionItem
+	}{
+		{`{"questions":[{"title":"Deploy now?"}]}`, []QuestionItem{{Title: "Deploy now?"}}},
+		{`{"questions":[{"title":" Region? ","options":["eu"," us ",""]},{"title":"Why?","options":null}]}`,
+			[]QuestionItem{{Title: "Region?", Options: []string{"eu", "us"}}, {Title: "Why?"}}},
+	} {
+		got, err := DecodeAsk([]byte(tc.body))
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: got %+v, %v; want %+v", tc.body, got, err, tc.want)
+		}
+	}
+}
+
+func TestDecodeAskErrors(t *testing.T) {
+	for _, tc := range []struct{ body, code, msg string }{
+		{``, CodeInvalidRequest, "questions must not be empty"},
+		{`{"questions":[]}`, CodeInvalidRequest, "questions must not be empty"},
+		{`{"questions":null}`, CodeInvalidRequest, "questions must not be empty"},
+		{`{"questions":[{"title":""}]}`, CodeInvalidRequest, "question titles must not be empty"},
+		{`{"questions":[{"title":"ok"},{"title":" \t"}]}`, CodeInvalidRequest, "question titles must not be empty"},
+		{`{"questions":[{"options":["a"]}]}`, CodeInvalidRequest, "question titles must not be empty"},
+		{`{"questions":[{"title":"t","options":[]}]}`, CodeInvalidRequest, "options must contain at least one non-empty answer"},
+		{`{"questions":[{"title":"t","options":[""," "]}]}`, CodeInvalidRequest, "options must contain at least one non-empty answer"},
+		{`{"questions":[{"title":"t","Options":["a"]}]}`, CodeInvalidRequest, `unknown field "Options" in questions.0`},
+		{`{"questions":[{"title":"t"}],"request_id":"r"}`, CodeInvalidRequest, `unknown field "request_id"`},
+		{`{"questions":[{"title":5}]}`, CodeInvalidRequest, "questions.0.title must be a JSON string, not number"},
+		{`{"questions":[{"title":"a","title":"b"}]}`, CodeInvalidJSON, `duplicate key "title" in questions.0`},
+		{`[]`, CodeInvalidJSON, "request body must be a JSON object"},
+	} {
+		_, err := DecodeAsk([]byte(tc.body))
+		var e *Error
+		if !errors.As(err, &e) || e.Code != tc.code || e.Message != tc.msg {
+			t.Errorf("%s: got %v, want %s: %s", tc.body, err, tc.code, tc.msg)
+		}
+	}
+}
+
+func TestDecodeAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		body    string
+		answers []string
+	}{
+		{`{"question_id":"q_1","answers":["yes"," eu "]}`, []string{"yes", "eu"}},
+		{`{"question_id":"q_1","answer":" yes"}`, []string{"yes"}},
+		{`{"question_id":"q_1","answer":"yes","answers":null}`, []string{"yes"}},
+	} {
+		id, got, err := DecodeAnswer([]byte(tc.body))
+		if err != nil || id != "q_1" || !slices.Equal(got, tc.answers) {
+			t.Errorf("%s: got %q %q, %v", tc.body, id, got, err)
+		}
+	}
+	for _, tc := range []struct{ body, code, msg string }{
+		{`{"answers":["a"]}`, CodeInvalidID, "question_id must not be empty"},
+		{`{"question_id":"q.1","answers":["a"]}`, CodeInvalidID, `question_id "q.1" may only contain letters, digits, '_' and '-'`},
+		{`{"question_id":"q_1"}`, CodeInvalidRequest, "answers must not be empty"},
+		{`{"question_id":"q_1","answers":[]}`, CodeInvalidRequest, "answers must not be empty"},
+		{`{"question_id":"q_1","answer":"a","answers":["a"]}`, CodeInvalidRequest, "use either answer or answers, not both"},
+		{`{"question_id":"q_1","answers":["a"," "]}`, CodeInvalidRequest, "answers must not be empty strings"},
+		{`{"question_id":"q_1","answer":""}`, CodeInvalidRequest, "answers must not be empty strings"},
+		{`{"question_id":"q_1","answers":"a"}`, CodeInvalidRequest, "answers must be a JSON array, not string"},
+		{`{"question_id":"q_1","answers":["a"],"extra":1}`, CodeInvalidRequest, `unknown field "extra"`},
+	} {
+		_, _, err := DecodeAnswer([]byte(tc.body))
+		var e *Error
+		if !errors.As(err, &e) || e.Code != tc.code || e.Message != tc.msg {
+			t.Errorf("%s: got %v, want %s: %s", tc.body, err, tc.code, tc.msg)
+		}
+	}
+}
+
+func TestDecodeListQuestions(t *testing.T) {
+	if all, err := DecodeListQuestions(nil); err != nil || all {
+		t.Errorf("empty body: %v %v", all, err)
+	}
+	if all, err := DecodeListQuestions([]byte(`{"all":true}`)); err != nil || !all {
+		t.Errorf("all: %v %v", all, err)
+	}
+	if _, err := DecodeListQuestions([]byte(`{"all":"yes"}`)); err == nil || err.Error() != "invalid_request: all must be a JSON boolean, not string" {
+		t.Errorf("all as a string: %v", err)
+	}
+}
+
+func TestCheckAnswers(t *testing.T) {
+	q := &Question{ID: "q_1", Questions: []QuestionItem{{Title: "Deploy?", Options: []string{"yes", "no"}}, {Title: "Why?"}}}
+	if err := q.CheckAnswers([]string{"yes", "because"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		answers []string
+		msg     string
+	}{
+		{[]string{"yes"}, "question q_1 has 2 titles: give 2 answers, in order, not 1"},
+		{[]string{"yes", "a", "b"}, "question q_1 has 2 titles: give 2 answers, in order, not 3"},
+		{[]string{"Yes", "because"}, `answer 1 must be one of the options: "yes", "no"`},
+	} {
+		err := q.CheckAnswers(tc.answers)
+		var e *Error
+		if !errors.As(err, &e) || e.Code != CodeInvalidRequest || e.Message != tc.msg {
+			t.Errorf("%q: got %v, want %s", tc.answers, err, tc.msg)
+		}
+	}
+}
+
+func TestAnswerEnvelope(t *testing.T) {
+	asked := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+	answered := asked.Add(time.Minute)
+	q := &Question{ID: "q_1", AgentID: "a1", Status: QuestionAnswered, CreatedAt: asked, AnsweredAt: &answered,
+		Questions: []QuestionItem{{Title: "Deploy?", Options: []string{"yes", "no"}}, {Title: "Why?"}}, Answers: []string{"yes", "green CI"}}
+	env := AnswerEnvelope(q)
+	if env.ID != "question_q_1_answer" || env.Kind != KindAnswer || env.Trust != TrustOperator || !env.At.Equal(answered) ||
+		env.Source != (Source{Type: "question", ID: "q_1"}) || env.AgentID != "a1" {
+		t.Fatalf("envelope: %+v", env)
+	}
+	if want := "The operator answered your question q_1:\n1. Deploy?\n   Answer: yes\n2. Why?\n   Answer: green CI"; env.Text != want {
+		t.Errorf("text %q, want %q", env.Text, want)
+	}
+	var data AnswerData
+	if err := json.Unmarshal(env.Data, &data); err != nil || data.QuestionID != "q_1" || !data.AskedAt.Equal(asked) ||
+		!reflect.DeepEqual(data.Answers, []AnsweredItem{{Title: "Deploy?", Options: []string{"yes", "no"}, Answer: "yes"}, {Title: "Why?", Answer: "green CI"}}) {
+		t.Errorf("data: %s (%v)", env.Data, err)
+	}
+	if again := AnswerEnvelope(q); !reflect.DeepEqual(again, env) {
+		t.Error("the envelope of one record differs between attempts")
+	}
+}
+
+func TestWithQuestionID(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{``, `{"question_id":"q_1"}`},
+		{` {} `, `{"question_id":"q_1"} `},
+		{`{"answer":"a"}`, `{"question_id":"q_1","answer":"a"}`},
+		{"\n{ \"answers\":[\"a\"]}", `{"question_id":"q_1", "answers":["a"]}`},
+		{`["a"]`, `["a"]`},
+	} {
+		if got := string(WithQuestionID([]byte(tc.body), "q_1")); got != tc.want {
+			t.Errorf("%q: got %q, want %q", tc.body, got, tc.want)
+		}
+	}
+	if _, _, err := DecodeAnswer(WithQuestionID([]byte(`{"question_id":"q_2","answer":"a"}`), "q_1")); err == nil ||
+		!strings.Contains(err.Error(), `duplicate key "question_id"`) {
+		t.Errorf("a body naming another question: %v", err)
+	}
+	if _, _, err := DecodeAnswer(WithQuestionID([]byte(`{"answer":"a"}`), `x","answer":"b`)); !errors.Is(err, ErrInvalidID) {
+		t.Errorf("a path ID with quotes: %v", err)
+	}
+}
+
+func FuzzDecodeAsk(f *testing.F) {
+	addSeeds(f, `{"questions":[{"title":"t"}]}`, `{"questions":[{"title":" t ","options":["a",""," "]}]}`,
+		`{"questions":[{"title":"t","options":[]}]}`, `{"questions":[{"title":"t","options":null}]}`)
+	fuzzRequest(f, DecodeAsk, []string{"questions"}, decodeCodes, func(t *testing.T, body []byte, items []QuestionItem) {
+		if len(items) == 0 {
+			t.Fatalf("accepted %s with no questions", body)
+		}
+		for _, q := range items {
+			if q.Title == "" || q.Title != strings.TrimSpace(q.Title) || (q.Options != nil && len(q.Options) == 0) ||
+				slices.ContainsFunc(q.Options, func(o string) bool { return o == "" || o != strings.TrimSpace(o) }) {
+				t.Fatalf("accepted %s as %+v", body, items)
+			}
+		}
+		if back, err := DecodeAsk(encodeBody(t, AskRequest{Questions: items})); err != nil || !reflect.DeepEqual(back, items) {
+			t.Fatalf("%s accepted as %+v, which reads back as %+v (%v)", body, items, back, err)
+		}
+	})
+}
+
+type decodedAnswer struct {
+	id      string
+	answers []string
+}
+
+func FuzzDecodeAnswer(f *testing.F) {
+	addSeeds(f, `{"question_id":"q_1","answers":["a"]}`, `{"question_id":"q_1","answer":" a "}`,
+		`{"question_id":"q_1","answer":"a","answers":[]}`, `{"question_id":"q.1","answers":[""]}`)
+	decode := func(b []byte) (decodedAnswer, error) {
+		id, answers, err := DecodeAnswer(b)
+		return decodedAnswer{id, answers}, err
+	}
+	keys := []string{"question_id", "answers", "answer"}
+	fuzzRequest(f, decode, keys, []string{CodeInvalidJSON, CodeInvalidRequest, CodeInvalidID}, func(t *testing.T, body []byte, v decodedAnswer) {
+		if ValidateID("question_id", v.id) != nil || len(v.answers) == 0 ||
+			slices.ContainsFunc(v.answers, func(a string) bool { return a == "" || a != strings.TrimSpace(a) }) {
+			t.Fatalf("accepted %s as %+v", body, v)
+		}
+		back, err := decode(encodeBody(t, AnswerRequest{QuestionID: v.id, Answers: v.answers}))
+		if err != nil || back.id != v.id || !slices.Equal(back.answers, v.answers) {
+			t.Fatalf("%s accepted as %+v, which reads back as %+v (%v)", body, v, back, err)
+		}
+	})
+}
