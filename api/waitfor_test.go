@@ -135,6 +135,20 @@ func TestWaitForWakes(t *testing.T) {
 		}
 		woken(t, inbox, r.WaitID, subjects.KindIntervention, time.Second)
 	})
+	t.Run("operator_input by an answer", func(t *testing.T) {
+		asked, err := c.Ask(ctx, subjects.QuestionItem{Title: "ship it?", Options: []string{"yes", "no"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := registerWaitFor(t, c, "operator_input", "", "silent")
+		if _, err := c.Answer(ctx, asked.QuestionID, "yes"); err != nil {
+			t.Fatal(err)
+		}
+		d := woken(t, inbox, r.WaitID, subjects.KindAnswer, time.Second)
+		if d.WokenBy.Source.ID != asked.QuestionID {
+			t.Fatalf("woken %+v", d)
+		}
+	})
 	t.Run("external replaces", func(t *testing.T) {
 		first := registerWaitFor(t, c, "external", "github:holon-run/holon#2258", "silent")
 		second := registerWaitFor(t, c, "external", "github:holon-run/holon#2258", "silent")
