@@ -22,6 +22,7 @@ import (
 	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/quotas"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/tasks"
 	"github.com/chime-nats/chime/timers"
 	"github.com/chime-nats/chime/waits"
 )
@@ -46,6 +47,8 @@ type Config struct {
 	Quotas     *quotas.Quotas
 	Now        func() time.Time
 	Registerer prometheus.Registerer
+	// Tasks, when set, serves agent.<id>.task.*.
+	Tasks *tasks.Store
 }
 
 // Operations are the agent actions, by the action part of their subject.
@@ -61,6 +64,7 @@ type Operations struct {
 	now       func() time.Time
 	log       *slog.Logger
 	requests  *prometheus.CounterVec
+	tasks     *tasks.Store
 }
 
 // NewOperations returns the operations.
@@ -76,7 +80,7 @@ func NewOperations(c Config) *Operations {
 	}
 	reg := c.Registerer
 	o := &Operations{
-		store: c.Timers, waits: c.Waits, waitOps: c.WaitRequests, triggers: c.Triggers, callbacks: c.Callbacks, tokens: c.Tokens, quotas: c.Quotas, tz: c.TimeZone, now: c.Now,
+		store: c.Timers, waits: c.Waits, waitOps: c.WaitRequests, triggers: c.Triggers, callbacks: c.Callbacks, tokens: c.Tokens, quotas: c.Quotas, tz: c.TimeZone, now: c.Now, tasks: c.Tasks,
 		log: c.Log.With("component", "api"),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chime_requests_total", Help: "Requests by endpoint and outcome (ok or the error code).",
@@ -176,6 +180,9 @@ func (o *Operations) do(ctx context.Context, surface, action, agentID string, bo
 	case subjects.ActionLifecycleStart, subjects.ActionLifecycleStop, subjects.ActionTriggerCreate,
 		subjects.ActionTriggerCancel, subjects.ActionTriggerList, subjects.ActionTriggerReset:
 		return o.lifecycle(ctx, surface, action, agentID, body)
+	case subjects.ActionTaskStart, subjects.ActionTaskResult, subjects.ActionTaskGet, subjects.ActionTaskList,
+		subjects.ActionTaskCancel, subjects.ActionTaskOutput, subjects.ActionTaskOutputAppend:
+		return o.task(ctx, action, agentID, body)
 	case subjects.ActionTokenIssue, subjects.ActionTokenRevoke:
 		if o.tokens == nil {
 			return nil, &subjects.Error{Code: subjects.CodeUnavailable, Message: "agent tokens are not configured"}
@@ -206,6 +213,8 @@ func bodyLimit(action string) int64 {
 		return subjects.MaxCallbackBody
 	case subjects.ActionIntervention:
 		return math.MaxInt64
+	case subjects.ActionTaskOutputAppend:
+		return subjects.MaxAppendBody
 	default:
 		return subjects.MaxRequestBody
 	}
@@ -245,6 +254,8 @@ func Actions() []string {
 		subjects.ActionLifecycleStart, subjects.ActionLifecycleStop, subjects.ActionTriggerCreate,
 		subjects.ActionTriggerCancel, subjects.ActionTriggerList, subjects.ActionTriggerReset,
 		subjects.ActionTokenIssue, subjects.ActionTokenRevoke,
+		subjects.ActionTaskStart, subjects.ActionTaskResult, subjects.ActionTaskGet, subjects.ActionTaskList,
+		subjects.ActionTaskCancel, subjects.ActionTaskOutput, subjects.ActionTaskOutputAppend,
 	}
 }
 

@@ -31,6 +31,7 @@ import (
 	"github.com/chime-nats/chime/internal/secret"
 	"github.com/chime-nats/chime/quotas"
 	"github.com/chime-nats/chime/scheduler"
+	"github.com/chime-nats/chime/tasks"
 	"github.com/chime-nats/chime/timers"
 	"github.com/chime-nats/chime/waits"
 )
@@ -113,6 +114,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		Replicas: cfg.JSReplicas, LeaseTTL: cfg.LeaseTTL,
 		InboxMaxAge: cfg.InboxMaxAge, EventMaxAge: cfg.EventMaxAge, DedupWindow: dedup,
 		InboxMaxBytes: int64(cfg.InboxMaxBytes), EventMaxBytes: int64(cfg.EventMaxBytes), InboxMaxPerAgent: cfg.InboxMaxPerAgent,
+		TaskOutputMaxAge: cfg.RecordRetention,
 	}
 	retention := kvrec.Retention{JS: js, After: cfg.RecordRetention, Markers: topo.Markers()}
 	res, err := engine.Provision(pctx, js, topo)
@@ -195,6 +197,9 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		Timers: store, Waits: waitStore, WaitRequests: waits.NewRequests(waitStore, inbox, js, time.Now, log),
 		Triggers: triggerStore, Callbacks: callbacks.NewService(triggerStore, inbox, js, engine.InboxStream, time.Now, log), Log: log, TimeZone: cfg.TimeZone,
 		Quotas: limits, Registerer: reg,
+		Tasks: tasks.NewStore(tasks.Config{
+			KV: res.Tasks, Outputs: res.TaskOutputs, Inbox: inbox, JS: js, Now: time.Now, Retention: retention, Log: log,
+		}),
 	})
 	resolver := access.Resolver{Operators: operators, Tokens: tokens, Callbacks: triggerStore}
 	if issuer != nil {
