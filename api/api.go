@@ -23,6 +23,7 @@ import (
 	"github.com/chime-nats/chime/questions"
 	"github.com/chime-nats/chime/quotas"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/tasks"
 	"github.com/chime-nats/chime/timers"
 	"github.com/chime-nats/chime/waitfor"
 	"github.com/chime-nats/chime/waits"
@@ -53,6 +54,8 @@ type Config struct {
 	// WaitFor serves wait.for, wait.report and system.wake; nil answers
 	// them unavailable.
 	WaitFor *waitfor.Service
+	// Tasks, when set, serves agent.<id>.task.*.
+	Tasks *tasks.Store
 }
 
 // Operations are the agent actions, by the action part of their subject.
@@ -70,6 +73,7 @@ type Operations struct {
 	log       *slog.Logger
 	requests  *prometheus.CounterVec
 	waitFor   *waitfor.Service
+	tasks     *tasks.Store
 }
 
 // NewOperations returns the operations.
@@ -86,8 +90,8 @@ func NewOperations(c Config) *Operations {
 	reg := c.Registerer
 	o := &Operations{
 		store: c.Timers, waits: c.Waits, waitOps: c.WaitRequests, triggers: c.Triggers, callbacks: c.Callbacks, tokens: c.Tokens, quotas: c.Quotas, tz: c.TimeZone, now: c.Now,
-		waitFor: c.WaitFor,
-		log:     c.Log.With("component", "api"),
+		waitFor: c.WaitFor, tasks: c.Tasks,
+		log: c.Log.With("component", "api"),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chime_requests_total", Help: "Requests by endpoint and outcome (ok or the error code).",
 		}, []string{"endpoint", "outcome"}),
@@ -189,6 +193,9 @@ func (o *Operations) do(ctx context.Context, surface, action, agentID string, bo
 	case subjects.ActionLifecycleStart, subjects.ActionLifecycleStop, subjects.ActionTriggerCreate,
 		subjects.ActionTriggerCancel, subjects.ActionTriggerList, subjects.ActionTriggerReset:
 		return o.lifecycle(ctx, surface, action, agentID, body)
+	case subjects.ActionTaskStart, subjects.ActionTaskResult, subjects.ActionTaskGet, subjects.ActionTaskList,
+		subjects.ActionTaskCancel, subjects.ActionTaskOutput, subjects.ActionTaskOutputAppend:
+		return o.task(ctx, action, agentID, body)
 	case subjects.ActionTokenIssue, subjects.ActionTokenRevoke:
 		if o.tokens == nil {
 			return nil, &subjects.Error{Code: subjects.CodeUnavailable, Message: "agent tokens are not configured"}
@@ -221,6 +228,8 @@ func bodyLimit(action string) int64 {
 		return subjects.MaxCallbackBody
 	case subjects.ActionIntervention:
 		return math.MaxInt64
+	case subjects.ActionTaskOutputAppend:
+		return subjects.MaxAppendBody
 	default:
 		return subjects.MaxRequestBody
 	}
@@ -262,6 +271,8 @@ func Actions() []string {
 		subjects.ActionTokenIssue, subjects.ActionTokenRevoke,
 		subjects.ActionWaitFor, subjects.ActionWaitReport, subjects.ActionSystemWake,
 		subjects.ActionQuestionAsk, subjects.ActionQuestionList, subjects.ActionQuestionAnswer,
+		subjects.ActionTaskStart, subjects.ActionTaskResult, subjects.ActionTaskGet, subjects.ActionTaskList,
+		subjects.ActionTaskCancel, subjects.ActionTaskOutput, subjects.ActionTaskOutputAppend,
 	}
 }
 

@@ -12,11 +12,12 @@ func httpStatus(code string) int {
 	case subjects.CodeInvalidJSON, subjects.CodeInvalidRequest, subjects.CodeInvalidID,
 		subjects.CodeInvalidDuration, subjects.CodeInvalidTimestamp, subjects.CodeTargetInPast, subjects.CodeInvalidTimezone:
 		return http.StatusBadRequest
-	case subjects.CodeTimerNotFound, subjects.CodeWaitNotFound, subjects.CodeTriggerNotFound, subjects.CodeQuestionNotFound:
+	case subjects.CodeTimerNotFound, subjects.CodeWaitNotFound, subjects.CodeTriggerNotFound, subjects.CodeQuestionNotFound, subjects.CodeTaskNotFound:
 		return http.StatusNotFound
-	case subjects.CodeTimerCompleted, subjects.CodeWaitExists, subjects.CodeAgentNotActive, subjects.CodeConflict:
+	case subjects.CodeTimerCompleted, subjects.CodeWaitExists, subjects.CodeAgentNotActive, subjects.CodeConflict,
+		subjects.CodeTaskHasResult, subjects.CodeTaskOutputOrder:
 		return http.StatusConflict
-	case subjects.CodeForbidden:
+	case subjects.CodeForbidden, subjects.CodeTaskOwned:
 		return http.StatusForbidden
 	case subjects.CodeUnauthorized:
 		return http.StatusUnauthorized

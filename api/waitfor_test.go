@@ -149,6 +149,33 @@ func TestWaitForWakes(t *testing.T) {
 			t.Fatalf("woken %+v", d)
 		}
 	})
+	t.Run("task_result", func(t *testing.T) {
+		task, err := c.StartTask(ctx, "wf-build", "make test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := registerWaitFor(t, c, "task_result", task.ID, "silent")
+		if r.Continuation != subjects.YieldAndWait {
+			t.Fatalf("running task: %+v", r)
+		}
+		out := "ok"
+		if _, err := c.ReportResult(ctx, subjects.TaskResultRequest{TaskID: task.ID, Status: subjects.TaskCompleted, Output: &out}); err != nil {
+			t.Fatal(err)
+		}
+		d := woken(t, inbox, r.WaitID, subjects.KindTaskResult, time.Second)
+		if d.Resource != task.ID || d.WokenBy.EnvelopeID != subjects.TaskEnvelopeID(task.ID) {
+			t.Fatalf("woken %+v", d)
+		}
+		// Its result is in the inbox now: a new WaitFor re-enters at once.
+		again := registerWaitFor(t, c, "task_result", task.ID, "silent")
+		if again.Continuation != subjects.YieldAndReenter {
+			t.Fatalf("finished task: %+v", again)
+		}
+		woken(t, inbox, again.WaitID, subjects.KindTaskResult, 0)
+		other, _ := client.New(nc, "wf-other")
+		_, err = other.WaitFor(ctx, subjects.WaitForRequest{Wake: "task_result", Resource: task.ID, Reason: "r", Delivery: "silent"})
+		wantCode(t, err, "task_agent_mismatch", "wait_for task belongs to another agent: "+task.ID)
+	})
 	t.Run("external replaces", func(t *testing.T) {
 		first := registerWaitFor(t, c, "external", "github:holon-run/holon#2258", "silent")
 		second := registerWaitFor(t, c, "external", "github:holon-run/holon#2258", "silent")
@@ -202,6 +229,16 @@ func TestWaitForFinalReport(t *testing.T) {
 	}
 	_, err := c.Report(ctx, r.WaitID, "I am done for now")
 	wantCode(t, err, subjects.CodeWaitForInvalidated, "WaitFor "+r.WaitID+" was invalidated by a concurrent operator message; its report did not commit")
+	// The message reaches the inbox after Intervene returns, and would
+	// invalidate a WaitFor prepared before it lands: let it land.
+	for landed := false; !landed; {
+		select {
+		case env := <-inbox:
+			landed = env.Kind == subjects.KindIntervention
+		case <-ctx.Done():
+			t.Fatal("the intervention never reached the inbox")
+		}
+	}
 
 	// A newer WaitFor replaces a prepared one: its report does not commit.
 	older := registerWaitFor(t, c, "system", "", "final")

@@ -46,6 +46,10 @@ Usage:
   chime timer cancel ID [--agent ID]
   chime wait --seconds N | --minutes N | --until T [--tz ZONE] [--agent ID]
   chime agent start|stop [--agent ID]
+  chime task run [--agent ID] [--id TASK] [--title T] -- CMD ARGS...
+                                   run CMD as a task: prints {"task_id"} at once, streams its output to
+                                   the task, reports completed|failed (exit_code)|interrupted, prints the
+                                   record; stays in the foreground until CMD ends (background it with &)
   chime agent token [--revoke] [--agent ID]   issue (print once) or revoke the agent's tokens
   chime nats-config --dir DIR      write chime's NATS keys to DIR, print the servers' authorization
   chime callback reset [--mode wake_hint|enqueue_message] [--agent ID]
@@ -84,6 +88,8 @@ func (a *App) Run(ctx context.Context, args []string) error {
 		return a.callback(ctx, args[1:])
 	case "question":
 		return a.question(ctx, args[1:])
+	case "task":
+		return a.task(ctx, args[1:])
 	case "nats-config":
 		return a.natsConfig(args[1:])
 	case "version":

@@ -41,6 +41,11 @@ const (
 	WaitForStream = "CHIME_WAITFOR"
 	// QuestionsBucket holds agents' questions to operators, key <agent>.<question>.
 	QuestionsBucket = "chime_questions"
+	// TasksBucket holds task records, key <agent>.<task>; owner=<task>
+	// (which agent holds the ID); <agent>.<task>.<seq> (appended output).
+	TasksBucket = "chime_tasks"
+	// TaskOutputsBucket is the object store of task outputs over 16 KiB.
+	TaskOutputsBucket = "chime_task_outputs"
 )
 
 // EmbeddedOptions configures the embedded nats-server.
@@ -125,6 +130,9 @@ type Topology struct {
 	// InboxMaxPerAgent each agent's inbox (messages); zero is no limit.
 	InboxMaxBytes, EventMaxBytes int64
 	InboxMaxPerAgent             int64
+	// TaskOutputMaxAge is how long a stored task output is kept (the
+	// record retention); zero keeps them.
+	TaskOutputMaxAge time.Duration
 	// MarkerTTL is how long the record buckets keep the marker of a key
 	// removed (expired or purged); zero is DefaultMarkerTTL.
 	MarkerTTL time.Duration
@@ -171,6 +179,8 @@ type Resources struct {
 	Tokens      jetstream.KeyValue
 	WaitFor     jetstream.KeyValue
 	Questions   jetstream.KeyValue
+	Tasks       jetstream.KeyValue
+	TaskOutputs jetstream.ObjectStore
 }
 
 // buckets are the KV buckets chime keeps, as configured for t. The record
@@ -183,6 +193,7 @@ func buckets(t Topology) []jetstream.KeyValueConfig {
 		{Bucket: TimersBucket, Description: "chime timer records, key <agent>.<timer>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers()},
 		{Bucket: WaitsBucket, Description: "chime managed waits, key <agent>.<wait>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers()},
 		{Bucket: QuestionsBucket, Description: "chime questions to operators, key <agent>.<question>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers()},
+		{Bucket: TasksBucket, Description: "chime task records, key <agent>.<task>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers()},
 		{Bucket: AgentsBucket, Description: "chime per-agent state (lifecycle, pause, pending wake), key <agent>", History: 1, Replicas: t.Replicas},
 		{
 			Bucket: TriggersBucket, Description: "chime external triggers: rec.<agent>.<trigger>, tok.<token sha256>",
@@ -207,6 +218,14 @@ func buckets(t Topology) []jetstream.KeyValueConfig {
 			History: 1, TTL: t.LeaseTTL, Replicas: t.Replicas,
 		},
 	}
+}
+
+// objectStores are the object stores chime keeps, as configured for t.
+func objectStores(t Topology) []jetstream.ObjectStoreConfig {
+	return []jetstream.ObjectStoreConfig{{
+		Bucket: TaskOutputsBucket, Description: "chime task outputs over 16 KiB, name <agent>/<task>/<result hash>",
+		TTL: t.TaskOutputMaxAge, Replicas: t.Replicas,
+	}}
 }
 
 // streams are the streams chime keeps, as configured for t.
@@ -277,7 +296,16 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Resour
 			return nil, fmt.Errorf("engine: %w", streamError(c, err))
 		}
 	}
+	obs := map[string]jetstream.ObjectStore{}
+	for _, c := range objectStores(t) {
+		o, err := js.CreateOrUpdateObjectStore(ctx, c)
+		if err != nil {
+			return nil, fmt.Errorf("engine: object store %s: %w", c.Bucket, err)
+		}
+		obs[c.Bucket] = o
+	}
 	return &Resources{
+		Tasks: kvs[TasksBucket], TaskOutputs: obs[TaskOutputsBucket],
 		JS: js, Timers: kvs[TimersBucket], Waits: kvs[WaitsBucket], Agents: kvs[AgentsBucket],
 		Leases: kvs[LeasesBucket], Triggers: kvs[TriggersBucket], Idempotency: kvs[IdempotencyBucket],
 		Tokens: kvs[TokensBucket], WaitFor: kvs[WaitForBucket], Questions: kvs[QuestionsBucket],
@@ -343,6 +371,17 @@ func Heal(ctx context.Context, js jetstream.JetStream, t Topology) ([]string, er
 		}
 		if err != nil {
 			errs = append(errs, streamError(c, err))
+		}
+	}
+	for _, c := range objectStores(t) {
+		_, err := js.ObjectStore(ctx, c.Bucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			if _, err = js.CreateOrUpdateObjectStore(ctx, c); err == nil {
+				healed = append(healed, c.Bucket)
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("object store %s: %w", c.Bucket, err))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

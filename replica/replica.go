@@ -32,6 +32,7 @@ import (
 	"github.com/chime-nats/chime/questions"
 	"github.com/chime-nats/chime/quotas"
 	"github.com/chime-nats/chime/scheduler"
+	"github.com/chime-nats/chime/tasks"
 	"github.com/chime-nats/chime/timers"
 	"github.com/chime-nats/chime/waitfor"
 	"github.com/chime-nats/chime/waits"
@@ -116,6 +117,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		Replicas: cfg.JSReplicas, LeaseTTL: cfg.LeaseTTL,
 		InboxMaxAge: cfg.InboxMaxAge, EventMaxAge: cfg.EventMaxAge, DedupWindow: dedup,
 		InboxMaxBytes: int64(cfg.InboxMaxBytes), EventMaxBytes: int64(cfg.EventMaxBytes), InboxMaxPerAgent: cfg.InboxMaxPerAgent,
+		TaskOutputMaxAge: cfg.RecordRetention,
 	}
 	retention := kvrec.Retention{JS: js, After: cfg.RecordRetention, Markers: topo.Markers()}
 	res, err := engine.Provision(pctx, js, topo)
@@ -171,8 +173,11 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	}
 	// WaitFor's task check is wired where tasks are (waitfor.TaskLookup).
 	waitForStore := waitfor.NewStore(res.WaitFor, time.Now, retention)
+	taskStore := tasks.NewStore(tasks.Config{
+		KV: res.Tasks, Outputs: res.TaskOutputs, Inbox: inbox, JS: js, Now: time.Now, Retention: retention, Log: log,
+	})
 	waitForSvc := waitfor.NewService(waitfor.Config{
-		Store: waitForStore, Timers: store, TimersKV: res.Timers, Inbox: inbox, JS: js,
+		Store: waitForStore, Timers: store, TimersKV: res.Timers, Tasks: waitfor.Tasks{Store: taskStore}, Inbox: inbox, JS: js,
 		InboxStream: engine.InboxStream, EventsStream: engine.EventsStream, Log: log,
 	})
 	r.waitFor = waitfor.NewConsumer(waitfor.ConsumerConfig{
@@ -212,6 +217,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		Timers: store, Waits: waitStore, WaitRequests: waits.NewRequests(waitStore, inbox, js, time.Now, log),
 		Triggers: triggerStore, Callbacks: callbacks.NewService(triggerStore, inbox, js, engine.InboxStream, time.Now, log), Log: log, TimeZone: cfg.TimeZone,
 		Quotas: limits, Registerer: reg, WaitFor: waitForSvc,
+		Tasks: taskStore,
 	})
 	resolver := access.Resolver{Operators: operators, Tokens: tokens, Callbacks: triggerStore}
 	if issuer != nil {

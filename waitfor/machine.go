@@ -104,8 +104,6 @@ func interventionAction(env *subjects.Envelope) string {
 	return d.Action
 }
 
-// kindTaskResult is the tasks' envelope kind, named here until tasks land.
-const kindTaskResult = "task_result"
 
 // operatorMessage reports whether env is operator input: an intervention
 // message or an operator's answer.
@@ -124,7 +122,7 @@ func Matches(w *subjects.WaitFor, env *subjects.Envelope, seq uint64) bool {
 	case subjects.WakeOperatorInput:
 		return operatorMessage(env)
 	case subjects.WakeTaskResult:
-		return env.Kind == kindTaskResult && env.Source.ID == w.Resource
+		return env.Kind == subjects.KindTaskResult && env.Source.ID == w.Resource
 	case subjects.WakeExternal:
 		return env.Kind == subjects.KindWakeHint || env.Kind == subjects.KindMessage
 	case subjects.WakeTimer:

@@ -123,7 +123,7 @@ func (s *Service) WaitFor(ctx context.Context, agentID string, spec *subjects.Wa
 		// Holon's task_result_queued: the exact result is in the inbox
 		// already; the registration is triggered by it at once.
 		w.Status, w.WokenBy, w.EndedAt = subjects.WaitForWoken, &subjects.WakeCause{
-			Kind: kindTaskResult, EnvelopeID: task.ResultEnvelopeID, Source: subjects.Source{Type: "task", ID: w.Resource},
+			Kind: subjects.KindTaskResult, EnvelopeID: task.ResultEnvelopeID, Source: subjects.Source{Type: "task", ID: w.Resource},
 		}, &now
 	}
 	if err := s.cfg.Store.create(ctx, w); err != nil {

@@ -1,0 +1,246 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/chime-nats/chime/client"
+	"github.com/chime-nats/chime/subjects"
+)
+
+// task runs `chime task run`: the built-in executor.
+func (a *App) task(ctx context.Context, args []string) error {
+	if len(args) == 0 || args[0] != "run" {
+		return fmt.Errorf("%w: chime task run [--agent ID] [--id TASK] [--title T] -- CMD [ARGS]", ErrUsage)
+	}
+	fs := newFlagSet(a, "task run")
+	agent := fs.String("agent", envOr("CHIME_AGENT_ID", "demo"), "agent ID")
+	id := fs.String("id", "", "task ID (default: chime picks task_...)")
+	title := fs.String("title", "", "task title")
+	if err := fs.Parse(args[1:]); err != nil {
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	argv := fs.Args()
+	if len(argv) == 0 {
+		return fmt.Errorf("%w: task run needs a command after --", ErrUsage)
+	}
+	c, closeConn, err := a.agentClient(*agent)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	// Signals are ours from here on: forwarded to the command, never
+	// ending this process before the result is reported.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	sctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	t, err := c.StartTask(sctx, *id, *title)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("task start: %w", err)
+	}
+	if err := a.printLine(map[string]string{"task_id": t.ID}); err != nil {
+		return err
+	}
+	up := newUploader(ctx, c, t.ID)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = up, up
+	res := subjects.TaskResultRequest{TaskID: t.ID, OutputAppended: true}
+	interrupted := false
+	if err := cmd.Start(); err != nil {
+		code := 127 // as a shell reports a command it cannot run
+		res.Status, res.ExitCode, res.Error = subjects.TaskFailed, &code, err.Error()
+	} else {
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		var werr error
+	wait:
+		for {
+			select {
+			case sig := <-sigs:
+				interrupted = true
+				_ = cmd.Process.Signal(sig)
+			case werr = <-done:
+				break wait
+			}
+		}
+		res.Status, res.ExitCode, res.Error = outcome(cmd, werr, interrupted)
+	}
+	if err := up.close(); err != nil {
+		// The output could not be stored: report the result without it
+		// rather than none at all.
+		res.OutputAppended, res.Error = false, joinText(res.Error, "output not stored: "+err.Error())
+	}
+	final, err := reportResult(ctx, c, res)
+	if err != nil {
+		return fmt.Errorf("task result: %w", err)
+	}
+	return a.printLine(final)
+}
+
+// printLine prints v as one line of JSON: a caller reads the task ID as
+// soon as the first line comes, the record from the last.
+func (a *App) printLine(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode: %w", err)
+	}
+	_, err = fmt.Fprintf(a.Stdout, "%s\n", b)
+	return err
+}
+
+// outcome maps how the command ended to the task's status.
+func outcome(cmd *exec.Cmd, err error, interrupted bool) (subjects.TaskStatus, *int, string) {
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	switch {
+	case interrupted || ws.Signaled():
+		msg := "interrupted"
+		if ws.Signaled() {
+			msg = "killed by signal " + ws.Signal().String()
+		}
+		return subjects.TaskInterrupted, nil, msg
+	case err == nil:
+		code := 0
+		return subjects.TaskCompleted, &code, ""
+	}
+	code := cmd.ProcessState.ExitCode()
+	return subjects.TaskFailed, &code, fmt.Sprintf("exit code %d", code)
+}
+
+func joinText(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+// reportResult reports res, retrying while chime is unavailable: an
+// identical retry is answered with the stored result.
+func reportResult(ctx context.Context, c *client.Client, res subjects.TaskResultRequest) (*subjects.Task, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, requestTimeout)
+		t, err := c.ReportResult(rctx, res)
+		rcancel()
+		var wire *subjects.Error
+		if err == nil || (errors.As(err, &wire) && wire.Code != subjects.CodeUnavailable) {
+			return t, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// uploader streams a command's output to task.output.append in chunks
+// of up to subjects.MaxAppendChunk, from a goroutine, so a slow chime
+// never blocks the command: output waits in memory meanwhile.
+type uploader struct {
+	ctx    context.Context
+	c      *client.Client
+	taskID string
+	mu     sync.Mutex
+	buf    []byte
+	closed bool
+	kick   chan struct{}
+	done   chan error
+}
+
+// flushEvery is how long output may wait before it is sent.
+const flushEvery = 500 * time.Millisecond
+
+func newUploader(ctx context.Context, c *client.Client, taskID string) *uploader {
+	u := &uploader{ctx: ctx, c: c, taskID: taskID, kick: make(chan struct{}, 1), done: make(chan error, 1)}
+	go func() { u.done <- u.run() }()
+	return u
+}
+
+func (u *uploader) Write(p []byte) (int, error) {
+	u.mu.Lock()
+	u.buf = append(u.buf, p...)
+	full := len(u.buf) >= subjects.MaxAppendChunk
+	u.mu.Unlock()
+	if full {
+		select {
+		case u.kick <- struct{}{}:
+		default:
+		}
+	}
+	return len(p), nil
+}
+
+// close sends what is left and returns the first error.
+func (u *uploader) close() error {
+	u.mu.Lock()
+	u.closed = true
+	u.mu.Unlock()
+	select {
+	case u.kick <- struct{}{}:
+	default:
+	}
+	return <-u.done
+}
+
+func (u *uploader) run() error {
+	tick := time.NewTicker(flushEvery)
+	defer tick.Stop()
+	var seq int64
+	for {
+		select {
+		case <-tick.C:
+		case <-u.kick:
+		}
+		for {
+			u.mu.Lock()
+			n := min(len(u.buf), subjects.MaxAppendChunk)
+			chunk, closed := u.buf[:n:n], u.closed
+			u.mu.Unlock()
+			if n == 0 {
+				if closed {
+					return nil
+				}
+				break
+			}
+			if err := u.send(seq, chunk); err != nil {
+				return err
+			}
+			seq++
+			u.mu.Lock()
+			u.buf = u.buf[n:]
+			u.mu.Unlock()
+			if n < subjects.MaxAppendChunk && !closed {
+				break // a partial chunk: wait for more
+			}
+		}
+	}
+}
+
+// send appends one chunk, retrying while chime is unavailable; the seq
+// makes a retry of a stored chunk harmless.
+func (u *uploader) send(seq int64, chunk []byte) error {
+	var err error
+	for range 10 {
+		ctx, cancel := context.WithTimeout(u.ctx, requestTimeout)
+		_, err = u.c.AppendOutput(ctx, u.taskID, seq, chunk)
+		cancel()
+		var wire *subjects.Error
+		if err == nil || (errors.As(err, &wire) && wire.Code != subjects.CodeUnavailable) {
+			return err
+		}
+		time.Sleep(time.Second)
+	}
+	return err
+}

@@ -1,0 +1,75 @@
+package client
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/chime-nats/chime/subjects"
+)
+
+// StartTask registers a running task; an empty taskID lets chime choose
+// one (task_...).
+func (c *Client) StartTask(ctx context.Context, taskID, title string) (*subjects.Task, error) {
+	var t subjects.Task
+	return &t, c.call(ctx, subjects.ActionTaskStart, subjects.StartTaskRequest{TaskID: taskID, Title: title}, &t)
+}
+
+// ReportResult reports a task's result; chime delivers it to the agent
+// once, as task_result. Retrying the identical result is safe.
+func (c *Client) ReportResult(ctx context.Context, r subjects.TaskResultRequest) (*subjects.Task, error) {
+	var t subjects.Task
+	return &t, c.call(ctx, subjects.ActionTaskResult, r, &t)
+}
+
+// AppendOutput stores chunk seq (0, 1, ...) of a running task's output,
+// at most subjects.MaxAppendChunk bytes; a retry of the same chunk is
+// safe. Report the result with OutputAppended to use it.
+func (c *Client) AppendOutput(ctx context.Context, taskID string, seq int64, data []byte) (*subjects.AppendOutputReply, error) {
+	var r subjects.AppendOutputReply
+	return &r, c.call(ctx, subjects.ActionTaskOutputAppend, subjects.AppendOutputRequest{TaskID: taskID, Seq: &seq, Data: data}, &r)
+}
+
+// GetTask reads one task.
+func (c *Client) GetTask(ctx context.Context, taskID string) (*subjects.Task, error) {
+	var t subjects.Task
+	return &t, c.call(ctx, subjects.ActionTaskGet, subjects.TaskRef{TaskID: taskID}, &t)
+}
+
+// ListTasks lists the agent's tasks, newest first; limit 0 uses the default.
+func (c *Client) ListTasks(ctx context.Context, limit int) ([]subjects.Task, error) {
+	req := map[string]any{}
+	if limit > 0 {
+		req["limit"] = limit
+	}
+	var r subjects.ListTasksReply
+	return r.Tasks, c.call(ctx, subjects.ActionTaskList, req, &r)
+}
+
+// CancelTask cancels a running task; its executor learns it when it next
+// reports (task_has_result) or reads the task.
+func (c *Client) CancelTask(ctx context.Context, taskID string) (*subjects.Task, error) {
+	var t subjects.Task
+	return &t, c.call(ctx, subjects.ActionTaskCancel, subjects.TaskRef{TaskID: taskID}, &t)
+}
+
+// ReadOutput reads a task's whole output, chunk by chunk.
+func (c *Client) ReadOutput(ctx context.Context, taskID string) ([]byte, error) {
+	var out []byte
+	for {
+		var r subjects.TaskOutputReply
+		req := map[string]any{"task_id": taskID}
+		if len(out) > 0 {
+			req["offset"] = len(out)
+		}
+		if err := c.call(ctx, subjects.ActionTaskOutput, req, &r); err != nil {
+			return nil, err
+		}
+		out = append(out, r.Data...)
+		if r.EOF {
+			return out, nil
+		}
+		if len(r.Data) == 0 {
+			return nil, fmt.Errorf("client: output of %s ended at %d of %d bytes", taskID, len(out), r.Size)
+		}
+	}
+}

@@ -1,0 +1,460 @@
+// Package tasks owns tasks (async tool calls): task records in the tasks
+// KV bucket (start, result, cancel, every change a CAS), which agent holds
+// a task ID, the output chunks executors append and the whole outputs kept
+// in the task output object store, and each finished task's one
+// task_result delivery.
+//
+// Crash safety: a result is first stored in the record (finished, with
+// the hash of the result), then delivered under the stable envelope ID
+// task_<id>_result, then marked delivered_at. A crash between the two
+// leaves a finished record without delivered_at, which the executor's
+// retry of the same result, a cancel or any get completes on any replica;
+// the envelope ID keeps the delivery single.
+package tasks
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/chime-nats/chime/consumer"
+	"github.com/chime-nats/chime/internal/kvrec"
+	"github.com/chime-nats/chime/subjects"
+)
+
+// Store reads and writes tasks.
+type Store struct {
+	kv        jetstream.KeyValue
+	outputs   jetstream.ObjectStore
+	inbox     *consumer.Inbox
+	js        jetstream.JetStream
+	now       func() time.Time
+	retention kvrec.Retention
+	log       *slog.Logger
+}
+
+// Config says what a Store works on.
+type Config struct {
+	KV jetstream.KeyValue // the tasks bucket
+	// Outputs keeps outputs over subjects.MaxInlineOutput.
+	Outputs   jetstream.ObjectStore
+	Inbox     *consumer.Inbox
+	JS        jetstream.JetStream
+	Now       func() time.Time
+	Retention kvrec.Retention
+	Log       *slog.Logger
+}
+
+// NewStore returns a Store.
+func NewStore(c Config) *Store {
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Store{kv: c.KV, outputs: c.Outputs, inbox: c.Inbox, js: c.JS, now: c.Now, retention: c.Retention, log: c.Log.With("component", "tasks")}
+}
+
+// owner records which agent holds a task ID. Its key, owner=<task_id>, is
+// one token, so it never meets an <agent>.<task_id> key or listing.
+type owner struct {
+	AgentID  string `json:"agent_id"`
+	Finished bool   `json:"finished,omitempty"`
+}
+
+func ownerKey(taskID string) string { return "owner=" + taskID }
+
+// chunkKey is an appended chunk: three tokens, out of every listing.
+func chunkKey(agentID, taskID string, seq int64) string {
+	return agentID + "." + taskID + "." + strconv.FormatInt(seq, 10)
+}
+
+// claim registers taskID to agentID, atomically across agents and
+// replicas: the first to create the owner key holds the ID.
+func (s *Store) claim(ctx context.Context, agentID, taskID string) error {
+	_, _, err := kvrec.Create(ctx, s.kv, ownerKey(taskID), &owner{AgentID: agentID}, func(o *owner) bool { return o.AgentID == agentID })
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return subjects.TaskOwned(taskID)
+	}
+	if err != nil {
+		return fmt.Errorf("tasks: claim %s: %w", taskID, err)
+	}
+	return nil
+}
+
+// checkOwner refuses a task ID held by another agent; an unknown ID is
+// the agent's task_not_found.
+func (s *Store) checkOwner(ctx context.Context, agentID, taskID string) error {
+	o, _, err := kvrec.Get[owner](ctx, s.kv, ownerKey(taskID))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return subjects.TaskNotFound(taskID)
+	case err != nil:
+		return fmt.Errorf("tasks: owner of %s: %w", taskID, err)
+	case o.AgentID != agentID:
+		return subjects.TaskOwned(taskID)
+	}
+	return nil
+}
+
+// Start registers a running task. A start of an ID the agent holds
+// already answers its record as it is (a retry).
+func (s *Store) Start(ctx context.Context, agentID string, req *subjects.StartTaskRequest) (*subjects.Task, error) {
+	id := req.TaskID
+	if id == "" {
+		id = "task_" + nuid.Next()
+	}
+	if err := s.claim(ctx, agentID, id); err != nil {
+		return nil, err
+	}
+	t := &subjects.Task{ID: id, AgentID: agentID, Title: req.Title, Status: subjects.TaskRunning, CreatedAt: s.now().UTC()}
+	stored, _, err := kvrec.Create(ctx, s.kv, subjects.TaskKey(agentID, id), t, func(*subjects.Task) bool { return true })
+	if err != nil {
+		return nil, fmt.Errorf("tasks: start %s: %w", id, err)
+	}
+	return stored, nil
+}
+
+// Get returns one of the agent's tasks, completing its delivery if a
+// crash interrupted it.
+func (s *Store) Get(ctx context.Context, agentID, taskID string) (*subjects.Task, error) {
+	t, err := s.get(ctx, agentID, taskID)
+	if err != nil {
+		return nil, err
+	}
+	return s.settle(ctx, t)
+}
+
+func (s *Store) get(ctx context.Context, agentID, taskID string) (*subjects.Task, error) {
+	t, _, err := kvrec.Get[subjects.Task](ctx, s.kv, subjects.TaskKey(agentID, taskID))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		if oerr := s.checkOwner(ctx, agentID, taskID); errors.Is(oerr, subjects.ErrTaskOwned) {
+			return nil, oerr
+		}
+		return nil, subjects.TaskNotFound(taskID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tasks: get %s: %w", taskID, err)
+	}
+	return t, nil
+}
+
+// List returns up to limit of the agent's tasks, newest first.
+func (s *Store) List(ctx context.Context, agentID string, limit int) ([]subjects.Task, error) {
+	out, err := kvrec.List[subjects.Task](ctx, s.kv, agentID+".*")
+	if err != nil {
+		return nil, fmt.Errorf("tasks: list: %w", err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.After(out[j].CreatedAt) })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// update changes a task by CAS; finished tasks expire after retention.
+func (s *Store) update(ctx context.Context, agentID, taskID string, create bool, change func(*subjects.Task) (bool, error)) (*subjects.Task, bool, error) {
+	t, changed, err := kvrec.Update(ctx, s.kv, subjects.TaskKey(agentID, taskID), create, change,
+		kvrec.ExpireFinished(s.retention, (*subjects.Task).Finished))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, false, subjects.TaskNotFound(taskID)
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("tasks: update %s: %w", taskID, err)
+	}
+	return t, changed, nil
+}
+
+// resultHash identifies a result, so its identical retry is told apart
+// from a different second result.
+func resultHash(req *subjects.TaskResultRequest, appendedParts, appendedBytes int64) string {
+	b, _ := json.Marshal(struct {
+		*subjects.TaskResultRequest
+		Parts, Bytes int64
+	}{req, appendedParts, appendedBytes})
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:16])
+}
+
+// Result stores a task's result and delivers it once. A task not started
+// is registered by its first result; an identical retry answers the
+// stored record (and completes its delivery); any other second result is
+// refused.
+func (s *Store) Result(ctx context.Context, agentID string, req *subjects.TaskResultRequest) (*subjects.Task, error) {
+	if err := s.claim(ctx, agentID, req.TaskID); err != nil {
+		return nil, err
+	}
+	cur, _, err := kvrec.Get[subjects.Task](ctx, s.kv, subjects.TaskKey(agentID, req.TaskID))
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("tasks: result %s: %w", req.TaskID, err)
+	}
+	var parts, size int64
+	if cur != nil && req.OutputAppended {
+		parts, size = cur.AppendedParts, cur.AppendedBytes
+	}
+	hash := resultHash(req, parts, size)
+	if cur != nil && cur.Finished() {
+		if cur.ResultHash != hash {
+			return nil, subjects.TaskHasResult(req.TaskID)
+		}
+		return s.settle(ctx, cur)
+	}
+	var output []byte
+	switch {
+	case req.Output != nil:
+		output = []byte(*req.Output)
+	case req.OutputAppended:
+		if output, err = s.assemble(ctx, agentID, req.TaskID, parts); err != nil {
+			return nil, err
+		}
+	}
+	preview, ref := string(output), ""
+	if len(output) > subjects.MaxInlineOutput || !utf8.Valid(output) {
+		ref = agentID + "/" + req.TaskID + "/" + hash
+		if err := s.putOutput(ctx, ref, output); err != nil {
+			return nil, err
+		}
+		preview = subjects.Preview(output)
+	}
+	at := s.now().UTC()
+	t, _, err := s.update(ctx, agentID, req.TaskID, true, func(t *subjects.Task) (bool, error) {
+		if t.Finished() {
+			if t.ResultHash == hash {
+				return false, nil
+			}
+			return false, subjects.TaskHasResult(req.TaskID)
+		}
+		if t.ID == "" { // registered by this result
+			t.ID, t.AgentID, t.CreatedAt = req.TaskID, agentID, at
+		}
+		t.Status, t.EndedAt, t.ExitCode, t.Error = req.Status, &at, req.ExitCode, req.Error
+		t.Output, t.OutputSize, t.OutputRef, t.ResultHash = preview, int64(len(output)), ref, hash
+		return true, nil
+	})
+	if err != nil {
+		if ref != "" && errors.Is(err, subjects.ErrTaskHasResult) {
+			s.dropOutput(ctx, ref) // a concurrent, different result won
+		}
+		return nil, err
+	}
+	if req.OutputAppended {
+		s.dropChunks(ctx, agentID, req.TaskID, parts)
+	}
+	return s.settle(ctx, t)
+}
+
+// Cancel marks a running task cancelled and delivers that as its result.
+// Cancelling a finished task answers it unchanged.
+func (s *Store) Cancel(ctx context.Context, agentID, taskID string) (*subjects.Task, error) {
+	if _, err := s.get(ctx, agentID, taskID); err != nil {
+		return nil, err
+	}
+	t, _, err := s.update(ctx, agentID, taskID, false, func(t *subjects.Task) (bool, error) {
+		if t.Finished() {
+			return false, nil
+		}
+		at := s.now().UTC()
+		t.Status, t.EndedAt, t.ResultHash = subjects.TaskCancelled, &at, cancelHash
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.settle(ctx, t)
+}
+
+// cancelHash marks a result chime made on a cancel: no executor's result
+// matches it.
+const cancelHash = "cancel"
+
+// settle completes a finished task's delivery: the owner key is given
+// the record's retention, the envelope stored, delivered_at written.
+// Every step is idempotent, so any caller on any replica may repeat it.
+func (s *Store) settle(ctx context.Context, t *subjects.Task) (*subjects.Task, error) {
+	if !t.Finished() || t.DeliveredAt != nil {
+		return t, nil
+	}
+	if _, _, err := kvrec.Update(ctx, s.kv, ownerKey(t.ID), false, func(o *owner) (bool, error) {
+		if o.Finished || o.AgentID != t.AgentID {
+			return false, nil
+		}
+		o.Finished = true
+		return true, nil
+	}, kvrec.ExpireFinished(s.retention, func(o *owner) bool { return o.Finished })); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("tasks: finish owner of %s: %w", t.ID, err)
+	}
+	env := subjects.TaskResultEnvelope(t, t.ResultHash == cancelHash)
+	if _, err := s.inbox.DeliverOnce(ctx, &env, *t.EndedAt); err != nil {
+		// Stored but not delivered: the caller's retry delivers.
+		return nil, fmt.Errorf("tasks: deliver the result of %s: %w", t.ID, err)
+	}
+	at := s.now().UTC()
+	out, _, err := s.update(ctx, t.AgentID, t.ID, false, func(t *subjects.Task) (bool, error) {
+		if t.DeliveredAt != nil {
+			return false, nil
+		}
+		t.DeliveredAt = &at
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Append stores chunk seq of a running task's output. Chunks go in
+// order: seq must be the next one, or an earlier one sent again with the
+// same data (a retry, answered as accepted).
+func (s *Store) Append(ctx context.Context, agentID string, req *subjects.AppendOutputRequest) (*subjects.AppendOutputReply, error) {
+	t, err := s.get(ctx, agentID, req.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	seq := *req.Seq
+	reply := func(t *subjects.Task) *subjects.AppendOutputReply {
+		return &subjects.AppendOutputReply{TaskID: t.ID, NextSeq: t.AppendedParts, Bytes: t.AppendedBytes}
+	}
+	switch {
+	case t.Finished():
+		return nil, subjects.TaskHasResult(req.TaskID)
+	case seq < t.AppendedParts:
+		e, err := s.kv.Get(ctx, chunkKey(agentID, req.TaskID, seq))
+		if err == nil && bytes.Equal(e.Value(), req.Data) {
+			return reply(t), nil
+		}
+		return nil, &subjects.Error{Code: subjects.CodeConflict, Message: fmt.Sprintf("output chunk %d of task %s was stored with other data", seq, req.TaskID)}
+	case seq > t.AppendedParts:
+		return nil, &subjects.Error{Code: subjects.CodeTaskOutputOrder, Message: fmt.Sprintf("output chunk %d of task %s is out of order: the next is %d", seq, req.TaskID, t.AppendedParts)}
+	case t.AppendedBytes+int64(len(req.Data)) > subjects.MaxTaskOutput:
+		return nil, &subjects.Error{Code: subjects.CodePayloadTooLarge, Message: fmt.Sprintf("task output larger than %d MiB", subjects.MaxTaskOutput>>20)}
+	}
+	// The record does not count this chunk yet, so writing it over a
+	// lost earlier attempt is safe; it expires with the retention if the
+	// task never finishes.
+	if err := s.putChunk(ctx, chunkKey(agentID, req.TaskID, seq), req.Data); err != nil {
+		return nil, err
+	}
+	t, _, err = s.update(ctx, agentID, req.TaskID, false, func(t *subjects.Task) (bool, error) {
+		switch {
+		case t.Finished():
+			return false, subjects.TaskHasResult(req.TaskID)
+		case t.AppendedParts != seq:
+			return false, nil // counted by a concurrent retry
+		}
+		t.AppendedParts, t.AppendedBytes = seq+1, t.AppendedBytes+int64(len(req.Data))
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return reply(t), nil
+}
+
+// putChunk writes a chunk, with the records' retention as its TTL.
+func (s *Store) putChunk(ctx context.Context, key string, data []byte) error {
+	m := &nats.Msg{Subject: "$KV." + s.kv.Bucket() + "." + key, Data: data}
+	var opts []jetstream.PublishOpt
+	if s.retention.After > 0 {
+		opts = append(opts, jetstream.WithMsgTTL(s.retention.After))
+	}
+	if _, err := s.js.PublishMsg(ctx, m, opts...); err != nil {
+		return fmt.Errorf("tasks: store output chunk %s: %w", key, err)
+	}
+	return nil
+}
+
+// assemble reads the appended chunks 0..parts-1 in order.
+func (s *Store) assemble(ctx context.Context, agentID, taskID string, parts int64) ([]byte, error) {
+	var out []byte
+	for seq := range parts {
+		e, err := s.kv.Get(ctx, chunkKey(agentID, taskID, seq))
+		if err != nil {
+			return nil, fmt.Errorf("tasks: read output chunk %d of %s: %w", seq, taskID, err)
+		}
+		out = append(out, e.Value()...)
+	}
+	return out, nil
+}
+
+// dropChunks removes the chunks of an assembled output; best effort, as
+// they expire anyway.
+func (s *Store) dropChunks(ctx context.Context, agentID, taskID string, parts int64) {
+	for seq := range parts {
+		if err := s.retention.Purge(ctx, s.kv, chunkKey(agentID, taskID, seq)); err != nil {
+			s.log.Debug("output chunk not removed", "task_id", taskID, "seq", seq, "err", err)
+			return
+		}
+	}
+}
+
+// putOutput stores a whole output under ref, unless an earlier attempt of
+// the same result did (ref holds the result's hash).
+func (s *Store) putOutput(ctx context.Context, ref string, output []byte) error {
+	if info, err := s.outputs.GetInfo(ctx, ref); err == nil && info.Size == uint64(len(output)) {
+		return nil
+	}
+	if _, err := s.outputs.Put(ctx, jetstream.ObjectMeta{Name: ref}, bytes.NewReader(output)); err != nil {
+		return fmt.Errorf("tasks: store output %s: %w", ref, err)
+	}
+	return nil
+}
+
+func (s *Store) dropOutput(ctx context.Context, ref string) {
+	if err := s.outputs.Delete(ctx, ref); err != nil {
+		s.log.Debug("unused output not removed", "output_ref", ref, "err", err)
+	}
+}
+
+// Output reads limit bytes of a task's output from offset.
+func (s *Store) Output(ctx context.Context, agentID string, r *subjects.OutputRange) (*subjects.TaskOutputReply, error) {
+	t, err := s.get(ctx, agentID, r.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	reply := &subjects.TaskOutputReply{TaskID: t.ID, Offset: r.Offset, Size: t.OutputSize, Data: []byte{}}
+	if t.OutputRef == "" {
+		out := []byte(t.Output)
+		if r.Offset < int64(len(out)) {
+			reply.Data = out[r.Offset:min(int64(len(out)), r.Offset+r.Limit)]
+		}
+	} else {
+		if reply.Data, err = s.readObject(ctx, t.OutputRef, r.Offset, r.Limit); err != nil {
+			return nil, err
+		}
+	}
+	reply.EOF = r.Offset+int64(len(reply.Data)) >= t.OutputSize
+	return reply, nil
+}
+
+// readObject reads a range of a stored output. The object store reads
+// from the start, so the bytes before offset are skipped.
+func (s *Store) readObject(ctx context.Context, ref string, offset, limit int64) ([]byte, error) {
+	obj, err := s.outputs.Get(ctx, ref)
+	if err != nil {
+		return nil, fmt.Errorf("tasks: read output %s: %w", ref, err)
+	}
+	defer func() { _ = obj.Close() }()
+	if _, err := io.CopyN(io.Discard, obj, offset); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("tasks: read output %s: %w", ref, err)
+	}
+	data, err := io.ReadAll(io.LimitReader(obj, limit))
+	if err != nil {
+		return nil, fmt.Errorf("tasks: read output %s: %w", ref, err)
+	}
+	return data, nil
+}

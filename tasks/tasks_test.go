@@ -1,0 +1,278 @@
+package tasks_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chime-nats/chime/consumer"
+	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/internal/kvrec"
+	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/tasks"
+)
+
+type env struct {
+	store *tasks.Store
+	res   *engine.Resources
+}
+
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	_, res := natstest.Provisioned(t, natstest.Server(t))
+	inbox := consumer.NewInbox(res.JS, engine.InboxStream, 2*time.Minute, nil)
+	return &env{res: res, store: tasks.NewStore(tasks.Config{
+		KV: res.Tasks, Outputs: res.TaskOutputs, Inbox: inbox, JS: res.JS,
+		Retention: kvrec.Retention{JS: res.JS, After: time.Hour, Markers: time.Minute},
+	})}
+}
+
+// results reads the agent's task_result envelopes from the inbox stream.
+func (e *env) results(t testing.TB, agentID string) []subjects.Envelope {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := e.res.JS.OrderedConsumer(ctx, engine.InboxStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subjects.Inbox(agentID)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []subjects.Envelope
+	for left := c.CachedInfo().NumPending; left > 0; left-- {
+		m, err := c.Next(jetstream.FetchMaxWait(2 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var env subjects.Envelope
+		if err := json.Unmarshal(m.Data(), &env); err != nil {
+			t.Fatal(err)
+		}
+		if env.Kind == subjects.KindTaskResult {
+			out = append(out, env)
+		}
+	}
+	return out
+}
+
+func text(s string) *string { return &s }
+
+func code(err error) string {
+	var e *subjects.Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return fmt.Sprintf("not a wire error: %v", err)
+}
+
+func TestResultDeliveredOnceAndRetriesIdempotent(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	started, err := e.store.Start(ctx, "a1", &subjects.StartTaskRequest{TaskID: "build", Title: "make"})
+	if err != nil || started.Status != subjects.TaskRunning {
+		t.Fatalf("start: %+v %v", started, err)
+	}
+	exit := 3
+	req := &subjects.TaskResultRequest{TaskID: "build", Status: subjects.TaskFailed, Output: text("hi\n"), ExitCode: &exit}
+	first, err := e.store.Result(ctx, "a1", req)
+	if err != nil || first.Status != subjects.TaskFailed || first.DeliveredAt == nil || first.Output != "hi\n" {
+		t.Fatalf("result: %+v %v", first, err)
+	}
+	again, err := e.store.Result(ctx, "a1", req)
+	if err != nil || again.ResultHash != first.ResultHash {
+		t.Fatalf("identical retry: %+v %v", again, err)
+	}
+	other := *req
+	other.Status = subjects.TaskCompleted
+	if _, err := e.store.Result(ctx, "a1", &other); code(err) != subjects.CodeTaskHasResult || !strings.Contains(err.Error(), "task build already has a result") {
+		t.Fatalf("second result: %v", err)
+	}
+	got := e.results(t, "a1")
+	if len(got) != 1 || got[0].ID != "task_build_result" || got[0].Trust != subjects.TrustExternal {
+		t.Fatalf("deliveries: %+v", got)
+	}
+	var data subjects.TaskResultData
+	if err := json.Unmarshal(got[0].Data, &data); err != nil || data.Status != subjects.TaskFailed || *data.ExitCode != 3 || data.Output != "hi\n" {
+		t.Fatalf("data: %+v %v", data, err)
+	}
+}
+
+func TestConcurrentReportersDeliverOnce(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	req := &subjects.TaskResultRequest{TaskID: "t1", Status: subjects.TaskCompleted, Output: text(strings.Repeat("x", 20<<10))}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Go(func() {
+			_, err := e.store.Result(ctx, "a1", req)
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := e.results(t, "a1"); len(got) != 1 {
+		t.Fatalf("%d deliveries, want 1", len(got))
+	}
+	out, err := e.store.Output(ctx, "a1", &subjects.OutputRange{TaskID: "t1", Limit: subjects.MaxOutputRead})
+	if err != nil || len(out.Data) != 20<<10 || !out.EOF {
+		t.Fatalf("output: %d bytes, eof %v, %v", len(out.Data), out.EOF, err)
+	}
+}
+
+func TestAnotherAgentsTaskRefusedNothingStored(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if _, err := e.store.Start(ctx, "a1", &subjects.StartTaskRequest{TaskID: "mine"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.store.Result(ctx, "a2", &subjects.TaskResultRequest{TaskID: "mine", Status: subjects.TaskCompleted})
+	if code(err) != subjects.CodeTaskOwned || !strings.Contains(err.Error(), "task mine belongs to another agent") {
+		t.Fatalf("result of another's task: %v", err)
+	}
+	if _, err := e.store.Start(ctx, "a2", &subjects.StartTaskRequest{TaskID: "mine"}); code(err) != subjects.CodeTaskOwned {
+		t.Fatalf("start of another's task: %v", err)
+	}
+	for _, f := range []func() error{
+		func() error { _, err := e.store.Get(ctx, "a2", "mine"); return err },
+		func() error { _, err := e.store.Cancel(ctx, "a2", "mine"); return err },
+	} {
+		if err := f(); code(err) != subjects.CodeTaskOwned {
+			t.Fatalf("get/cancel of another's task: %v", err)
+		}
+	}
+	if l, err := e.store.List(ctx, "a2", 10); err != nil || len(l) != 0 {
+		t.Fatalf("a2 has %v %v", l, err)
+	}
+	if got := e.results(t, "a2"); len(got) != 0 {
+		t.Fatalf("a2 deliveries: %+v", got)
+	}
+	mine, err := e.store.Get(ctx, "a1", "mine")
+	if err != nil || mine.Status != subjects.TaskRunning {
+		t.Fatalf("a1's task changed: %+v %v", mine, err)
+	}
+}
+
+func TestCancelDeliversCancelled(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if _, err := e.store.Start(ctx, "a1", &subjects.StartTaskRequest{TaskID: "long"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := e.store.Cancel(ctx, "a1", "long")
+	if err != nil || c.Status != subjects.TaskCancelled {
+		t.Fatalf("cancel: %+v %v", c, err)
+	}
+	if _, err := e.store.Cancel(ctx, "a1", "long"); err != nil {
+		t.Fatalf("second cancel: %v", err)
+	}
+	_, err = e.store.Result(ctx, "a1", &subjects.TaskResultRequest{TaskID: "long", Status: subjects.TaskCompleted})
+	if code(err) != subjects.CodeTaskHasResult {
+		t.Fatalf("result after cancel: %v", err)
+	}
+	got := e.results(t, "a1")
+	if len(got) != 1 || got[0].Trust != subjects.TrustSystem || !strings.Contains(got[0].Text, "cancelled") {
+		t.Fatalf("deliveries: %+v", got)
+	}
+	if _, err := e.store.Cancel(ctx, "a1", "nope"); code(err) != subjects.CodeTaskNotFound {
+		t.Fatalf("cancel unknown: %v", err)
+	}
+}
+
+// TestAppendedOutputRoundTrip: 1 MiB appended in chunks (one sent twice)
+// lands in the object store and reads back whole.
+func TestAppendedOutputRoundTrip(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	want := make([]byte, 1<<20)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	if _, err := e.store.Start(ctx, "a1", &subjects.StartTaskRequest{TaskID: "big"}); err != nil {
+		t.Fatal(err)
+	}
+	appendAll(t, e.store, "a1", "big", want)
+	seq := int64(0)
+	if _, err := e.store.Append(ctx, "a1", &subjects.AppendOutputRequest{TaskID: "big", Seq: &seq, Data: want[:subjects.MaxAppendChunk]}); err != nil {
+		t.Fatalf("retried chunk: %v", err)
+	}
+	if _, err := e.store.Append(ctx, "a1", &subjects.AppendOutputRequest{TaskID: "big", Seq: &seq, Data: []byte("other")}); code(err) != subjects.CodeConflict {
+		t.Fatalf("changed chunk: %v", err)
+	}
+	gap := int64(999)
+	if _, err := e.store.Append(ctx, "a1", &subjects.AppendOutputRequest{TaskID: "big", Seq: &gap, Data: []byte("x")}); code(err) != subjects.CodeTaskOutputOrder {
+		t.Fatalf("gap: %v", err)
+	}
+	task, err := e.store.Result(ctx, "a1", &subjects.TaskResultRequest{TaskID: "big", Status: subjects.TaskCompleted, OutputAppended: true})
+	if err != nil || task.OutputRef == "" || task.OutputSize != 1<<20 || len(task.Output) > subjects.OutputPreview {
+		t.Fatalf("result: ref %q size %d preview %d, %v", task.OutputRef, task.OutputSize, len(task.Output), err)
+	}
+	if got := readAll(t, e.store, "a1", "big"); !bytes.Equal(got, want) {
+		t.Fatalf("read %d bytes, not the %d appended", len(got), len(want))
+	}
+}
+
+func appendAll(t testing.TB, s *tasks.Store, agentID, taskID string, data []byte) {
+	t.Helper()
+	for seq := int64(0); len(data) > 0; seq++ {
+		n := min(len(data), subjects.MaxAppendChunk)
+		if _, err := s.Append(context.Background(), agentID, &subjects.AppendOutputRequest{TaskID: taskID, Seq: &seq, Data: data[:n]}); err != nil {
+			t.Fatalf("append %d: %v", seq, err)
+		}
+		data = data[n:]
+	}
+}
+
+func readAll(t testing.TB, s *tasks.Store, agentID, taskID string) []byte {
+	t.Helper()
+	var out []byte
+	for {
+		r, err := s.Output(context.Background(), agentID, &subjects.OutputRange{TaskID: taskID, Offset: int64(len(out)), Limit: subjects.MaxOutputRead})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r.Data...)
+		if r.EOF {
+			return out
+		}
+	}
+}
+
+// BenchmarkOutput10MiB stores a 10 MiB output (appended, assembled into
+// the object store) and reads it back, reporting each in MB/s.
+func BenchmarkOutput10MiB(b *testing.B) {
+	e := newEnv(b)
+	data := bytes.Repeat([]byte("0123456789abcdef"), 10<<20/16)
+	var store, read time.Duration
+	for i := 0; b.Loop(); i++ {
+		id := fmt.Sprintf("bench%d", i)
+		start := time.Now()
+		if _, err := e.store.Start(context.Background(), "a1", &subjects.StartTaskRequest{TaskID: id}); err != nil {
+			b.Fatal(err)
+		}
+		appendAll(b, e.store, "a1", id, data)
+		if _, err := e.store.Result(context.Background(), "a1", &subjects.TaskResultRequest{TaskID: id, Status: subjects.TaskCompleted, OutputAppended: true}); err != nil {
+			b.Fatal(err)
+		}
+		mid := time.Now()
+		if got := readAll(b, e.store, "a1", id); len(got) != len(data) {
+			b.Fatalf("read %d bytes", len(got))
+		}
+		store, read = store+mid.Sub(start), read+time.Since(mid)
+	}
+	mb := float64(len(data)) * float64(b.N) / 1e6
+	b.ReportMetric(mb/store.Seconds(), "store_MB/s")
+	b.ReportMetric(mb/read.Seconds(), "read_MB/s")
+}

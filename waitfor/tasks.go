@@ -1,0 +1,35 @@
+package waitfor
+
+import (
+	"context"
+	"errors"
+
+	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/tasks"
+)
+
+// Tasks answers WaitFor's task questions from the tasks store.
+type Tasks struct{ Store *tasks.Store }
+
+// LookupTask reports taskID as agentID sees it: nil when no agent holds
+// it (a task may be registered by its first result, so an unknown ID is
+// waited on), another agent's as such, and terminal as soon as its record
+// is: the record is finished before its task_result is stored. chime does
+// not know whether the agent has read a result, so a finished task's
+// result counts as queued, never as consumed.
+func (t Tasks) LookupTask(ctx context.Context, agentID, taskID string) (*TaskState, error) {
+	task, err := t.Store.Get(ctx, agentID, taskID)
+	switch {
+	case errors.Is(err, subjects.ErrTaskOwned):
+		return &TaskState{AgentID: ""}, nil
+	case errors.Is(err, subjects.ErrTaskNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	st := &TaskState{AgentID: task.AgentID, Terminal: task.Finished()}
+	if st.Terminal {
+		st.ResultEnvelopeID = subjects.TaskEnvelopeID(task.ID)
+	}
+	return st, nil
+}
