@@ -104,7 +104,6 @@ func interventionAction(env *subjects.Envelope) string {
 	return d.Action
 }
 
-
 // operatorMessage reports whether env is operator input: an intervention
 // message or an operator's answer.
 func operatorMessage(env *subjects.Envelope) bool {
