@@ -19,6 +19,7 @@ import (
 const benchUsage = `chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--peer] [--auth] [--fire-cpuprofile F] [--json]
        chime bench waits [-n N] [--agents N] [-c C] [--lead D] [--spread D] [--timers N] [--json]
        chime bench callbacks [-n N] [-c CONNS] [--wakes N] [--auth] [--json]
+       chime bench waitfor [-n N] [--agents N] [-c C] [--json]
        chime bench chaos [--servers 1|3] [--replicas N] [--duration D] [--rate R] [--every D]
                          [--kill replica,server,leader] [--down D] [--json] (see chime bench chaos --help)`
 
@@ -33,6 +34,8 @@ func (a *App) bench(ctx context.Context, args []string) error {
 		return a.benchWaits(ctx, args[1:])
 	case "callbacks":
 		return a.benchCallbacks(ctx, args[1:])
+	case "waitfor":
+		return a.benchWaitFor(ctx, args[1:])
 	case "chaos":
 		return a.benchChaos(ctx, args[1:])
 	}
@@ -85,6 +88,15 @@ func (a *App) benchCallbacks(ctx context.Context, args []string) error {
 			return bench.Callbacks(ctx, o)
 		})
 	})
+}
+
+func (a *App) benchWaitFor(ctx context.Context, args []string) error {
+	o := bench.WaitForOptions{NATSURL: os.Getenv("CHIME_NATS_URL"), Log: a.benchLog()}
+	return a.runBench(ctx, "waitfor", args, func(fs *flag.FlagSet) {
+		fs.IntVar(&o.N, "n", 10000, "WaitFor registrations, each on its own task, then each task's result")
+		fs.IntVar(&o.Agents, "agents", 100, "agents they belong to")
+		fs.IntVar(&o.Clients, "c", 16, "concurrent clients")
+	}, func(ctx context.Context) (result, error) { return bench.WaitFor(ctx, o) })
 }
 
 // benchChaos runs its own nats-servers and replicas of this binary, so it

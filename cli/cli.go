@@ -61,6 +61,7 @@ Usage:
   chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--peer] [--json]
   chime bench waits [-n N] [--agents N] [-c C] [--lead D] [--spread D] [--timers N] [--json]
   chime bench callbacks [-n N] [-c CONNS] [--wakes N] [--json]
+  chime bench waitfor [-n N] [--agents N] [-c C] [--json]
   chime bench chaos [--servers N] [--replicas N] [--duration D] [--every D] [--kill replica,server,leader] [--json]
   chime version
 

@@ -116,7 +116,7 @@ func (c *Consumer) wake(ctx context.Context, d *consumer.Delivery) error {
 	case subjects.KindWaitWoken, subjects.KindRecheck:
 		return nil // its own deliveries wake nothing
 	}
-	live, err := c.cfg.Store.Live(ctx, env.AgentID)
+	live, err := c.cfg.Store.Live(ctx, env.AgentID, &env)
 	if err != nil {
 		return err
 	}

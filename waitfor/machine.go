@@ -114,26 +114,39 @@ func operatorMessage(env *subjects.Envelope) bool {
 // sequence seq, is the wake w waits for. Only envelopes stored after the
 // registration was made count, except a timer's, which counts by fire.
 func Matches(w *subjects.WaitFor, env *subjects.Envelope, seq uint64) bool {
-	if env.AgentID != w.AgentID || (w.Wake != subjects.WakeTimer && seq <= w.SinceSeq) {
+	if env.AgentID != w.AgentID || (w.Wake != subjects.WakeTimer && seq <= w.SinceSeq) || !fits(w.Wake, w.Resource, env) {
 		return false
 	}
-	switch w.Wake {
+	if w.Wake != subjects.WakeTimer {
+		return true
+	}
+	var d subjects.TimerFiredData
+	return json.Unmarshal(env.Data, &d) == nil && d.Occurrence > w.AfterFire
+}
+
+// fits reports whether env is of the kind a wait on wake and resource
+// wants, whenever it was stored.
+func fits(wake subjects.WakeKind, resource string, env *subjects.Envelope) bool {
+	switch wake {
 	case subjects.WakeOperatorInput:
 		return operatorMessage(env)
 	case subjects.WakeTaskResult:
-		return env.Kind == subjects.KindTaskResult && env.Source.ID == w.Resource
+		return env.Kind == subjects.KindTaskResult && env.Source.ID == resource
 	case subjects.WakeExternal:
 		return env.Kind == subjects.KindWakeHint || env.Kind == subjects.KindMessage
 	case subjects.WakeTimer:
-		if env.Kind != subjects.KindTimerFired || env.Source.ID != w.Resource {
-			return false
-		}
-		var d subjects.TimerFiredData
-		return json.Unmarshal(env.Data, &d) == nil && d.Occurrence > w.AfterFire
+		return env.Kind == subjects.KindTimerFired && env.Source.ID == resource
 	case subjects.WakeSystem:
 		return env.Kind == subjects.KindSystemWake
 	}
 	return false
+}
+
+// concerns reports whether env can change a registration waiting on wake
+// and resource: its wake, or an intervention or answer, which may stop it
+// or invalidate its report. The consumer reads only those records.
+func concerns(wake subjects.WakeKind, resource string, env *subjects.Envelope) bool {
+	return env.Kind == subjects.KindIntervention || operatorMessage(env) || fits(wake, resource, env)
 }
 
 // causeOf is the wake cause env gives.

@@ -32,9 +32,17 @@ func recKey(agentID, waitID string) string { return "rec." + agentID + "." + wai
 func idxKey(agentID string) string         { return "idx." + agentID }
 
 // index names the live registration of each of an agent's scopes: "" is
-// the agent scope, anything else a work item.
+// the agent scope, anything else a work item. Each entry says what it
+// waits on, so that an envelope reads only the records it can concern.
 type index struct {
-	Scopes map[string]string `json:"scopes"`
+	Scopes map[string]scope `json:"scopes"`
+}
+
+// scope is an index entry.
+type scope struct {
+	WaitID   string            `json:"wait_id"`
+	Wake     subjects.WakeKind `json:"wake"`
+	Resource string            `json:"resource,omitempty"`
 }
 
 func notFound(waitID string) error {
@@ -80,15 +88,15 @@ func (s *Store) update(ctx context.Context, agentID, waitID string, change func(
 func (s *Store) swap(ctx context.Context, w *subjects.WaitFor) (string, error) {
 	var old string
 	_, _, err := kvrec.Update(ctx, s.kv, idxKey(w.AgentID), true, func(ix *index) (bool, error) {
-		old = ix.Scopes[w.WorkItemID]
+		old = ix.Scopes[w.WorkItemID].WaitID
 		if old == w.ID {
 			old = "" // a retry that already swapped
 			return false, nil
 		}
 		if ix.Scopes == nil {
-			ix.Scopes = map[string]string{}
+			ix.Scopes = map[string]scope{}
 		}
-		ix.Scopes[w.WorkItemID] = w.ID
+		ix.Scopes[w.WorkItemID] = scope{WaitID: w.ID, Wake: w.Wake, Resource: w.Resource}
 		return true, nil
 	})
 	if err != nil {
@@ -101,7 +109,7 @@ func (s *Store) swap(ctx context.Context, w *subjects.WaitFor) (string, error) {
 // the index holds live scopes only.
 func (s *Store) unindex(ctx context.Context, w *subjects.WaitFor) error {
 	_, _, err := kvrec.Update(ctx, s.kv, idxKey(w.AgentID), false, func(ix *index) (bool, error) {
-		if ix.Scopes[w.WorkItemID] != w.ID {
+		if ix.Scopes[w.WorkItemID].WaitID != w.ID {
 			return false, nil
 		}
 		delete(ix.Scopes, w.WorkItemID)
@@ -113,10 +121,11 @@ func (s *Store) unindex(ctx context.Context, w *subjects.WaitFor) error {
 	return nil
 }
 
-// Live returns the registrations the agent's index names: one per scope at
-// most. The index, not a listing, decides which is current, so one whose
-// replacement was cut short by a crash is never woken.
-func (s *Store) Live(ctx context.Context, agentID string) ([]*subjects.WaitFor, error) {
+// Live returns the registrations the agent's index names that env may
+// concern (all, for a nil env): one per scope at most. The index, not a
+// listing, decides which is current, so one whose replacement was cut
+// short by a crash is never woken.
+func (s *Store) Live(ctx context.Context, agentID string, env *subjects.Envelope) ([]*subjects.WaitFor, error) {
 	ix, _, err := kvrec.Get[index](ctx, s.kv, idxKey(agentID))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, nil
@@ -125,8 +134,11 @@ func (s *Store) Live(ctx context.Context, agentID string) ([]*subjects.WaitFor, 
 		return nil, fmt.Errorf("waitfor: index: %w", err)
 	}
 	var out []*subjects.WaitFor
-	for _, id := range ix.Scopes {
-		w, err := s.Get(ctx, agentID, id)
+	for _, sc := range ix.Scopes {
+		if env != nil && !concerns(sc.Wake, sc.Resource, env) {
+			continue
+		}
+		w, err := s.Get(ctx, agentID, sc.WaitID)
 		if errors.Is(err, subjects.ErrWaitForNotFound) {
 			continue
 		}
