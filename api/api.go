@@ -51,7 +51,7 @@ type Config struct {
 	Quotas     *quotas.Quotas
 	Now        func() time.Time
 	Registerer prometheus.Registerer
-	// WaitFor serves wait.for, wait.report and system.wake; nil answers
+	// WaitFor serves wait.for, wait.tasks, wait.report and system.wake; nil answers
 	// them unavailable.
 	WaitFor *waitfor.Service
 	// Tasks, when set, serves agent.<id>.task.*.
@@ -188,7 +188,7 @@ func (o *Operations) do(ctx context.Context, surface, action, agentID string, bo
 			return nil, err
 		}
 		return o.waitOps.Intervene(ctx, agentID, req)
-	case subjects.ActionWaitFor, subjects.ActionWaitReport, subjects.ActionSystemWake:
+	case subjects.ActionWaitFor, subjects.ActionWaitTasks, subjects.ActionWaitReport, subjects.ActionSystemWake:
 		return o.doWaitFor(ctx, action, agentID, body)
 	case subjects.ActionLifecycleStart, subjects.ActionLifecycleStop, subjects.ActionTriggerCreate,
 		subjects.ActionTriggerCancel, subjects.ActionTriggerList, subjects.ActionTriggerReset:
@@ -269,7 +269,7 @@ func Actions() []string {
 		subjects.ActionLifecycleStart, subjects.ActionLifecycleStop, subjects.ActionTriggerCreate,
 		subjects.ActionTriggerCancel, subjects.ActionTriggerList, subjects.ActionTriggerReset,
 		subjects.ActionTokenIssue, subjects.ActionTokenRevoke,
-		subjects.ActionWaitFor, subjects.ActionWaitReport, subjects.ActionSystemWake,
+		subjects.ActionWaitFor, subjects.ActionWaitTasks, subjects.ActionWaitReport, subjects.ActionSystemWake,
 		subjects.ActionQuestionAsk, subjects.ActionQuestionList, subjects.ActionQuestionAnswer,
 		subjects.ActionTaskStart, subjects.ActionTaskResult, subjects.ActionTaskGet, subjects.ActionTaskList,
 		subjects.ActionTaskCancel, subjects.ActionTaskOutput, subjects.ActionTaskOutputAppend,
@@ -288,6 +288,12 @@ func (o *Operations) doWaitFor(ctx context.Context, action, agentID string, body
 			return nil, err
 		}
 		return o.waitFor.WaitFor(ctx, agentID, spec)
+	case subjects.ActionWaitTasks:
+		spec, err := subjects.DecodeWaitTasks(body)
+		if err != nil {
+			return nil, err
+		}
+		return o.waitFor.WaitTasks(ctx, agentID, spec)
 	case subjects.ActionWaitReport:
 		req, err := subjects.DecodeWaitReport(body)
 		if err != nil {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"slices"
 	"testing"
 	"time"
 
@@ -316,4 +318,177 @@ func TestWaitForSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	woken(t, inbox, reg.WaitID, subjects.KindSystemWake, time.Second)
+}
+
+// finishTask reports a completed result for taskID.
+func finishTask(t *testing.T, c *client.Client, taskID string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out := "ok"
+	if _, err := c.ReportResult(ctx, subjects.TaskResultRequest{TaskID: taskID, Status: subjects.TaskCompleted, Output: &out}); err != nil {
+		t.Fatalf("result of %s: %v", taskID, err)
+	}
+}
+
+// startTasks starts n tasks and returns their IDs.
+func startTasks(t *testing.T, c *client.Client, prefix string, n int) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var ids []string
+	for i := range n {
+		task, err := c.StartTask(ctx, fmt.Sprintf("%s-%d", prefix, i), "make test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, task.ID)
+	}
+	return ids
+}
+
+// quietInbox reads the inbox for d and returns the task IDs of the
+// task_result envelopes in it, failing on any wait_woken.
+func quietInbox(t *testing.T, inbox chan subjects.Envelope, d time.Duration) []string {
+	t.Helper()
+	var results []string
+	end := time.After(d)
+	for {
+		select {
+		case env := <-inbox:
+			switch env.Kind {
+			case subjects.KindWaitWoken:
+				t.Fatalf("an early wait_woken: %s", env.Data)
+			case subjects.KindTaskResult:
+				results = append(results, env.Source.ID)
+			}
+		case <-end:
+			return results
+		}
+	}
+}
+
+func TestWaitForTasks(t *testing.T) {
+	_, nc := startChime(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, _ := client.New(nc, "wt")
+	inbox := wfInbox(t, nc, "wt")
+
+	t.Run("all", func(t *testing.T) {
+		ids := startTasks(t, c, "all", 3)
+		r, err := c.WaitTasks(ctx, subjects.WaitTasksRequest{TaskIDs: ids, Mode: "all", Reason: "the three builds"})
+		if err != nil || r.Continuation != subjects.YieldAndWait || r.Disposition != "registered" || !r.WaitRegistered ||
+			r.Wake != "task_result" || r.Mode != "all" || len(r.TaskIDs) != 3 || len(r.SeenTaskIDs) != 0 {
+			t.Fatalf("reply %+v, %v", r, err)
+		}
+		finishTask(t, c, ids[0])
+		finishTask(t, c, ids[1])
+		finishTask(t, c, ids[1]) // the same result again: absorbed
+		if got := quietInbox(t, inbox, 2*time.Second); len(got) != 2 {
+			t.Fatalf("task results before the last %v, want 2", got)
+		}
+		finishTask(t, c, ids[2])
+		// The last result comes first, then the one wait_woken.
+		var before []string
+		for len(before) == 0 || before[len(before)-1] != "woken" {
+			select {
+			case env := <-inbox:
+				switch env.Kind {
+				case subjects.KindTaskResult:
+					before = append(before, env.Source.ID)
+				case subjects.KindWaitWoken:
+					before = append(before, "woken")
+					var d subjects.WaitWokenData
+					if err := json.Unmarshal(env.Data, &d); err != nil || d.WaitID != r.WaitID || d.Mode != "all" ||
+						!slices.Equal(d.TaskIDs, ids) || d.WokenBy.Source.ID != ids[2] || d.WokenBy.EnvelopeID != subjects.TaskEnvelopeID(ids[2]) {
+						t.Fatalf("wait_woken %s (%v)", env.Data, err)
+					}
+				}
+			case <-ctx.Done():
+				t.Fatal("no wait_woken")
+			}
+		}
+		if !slices.Equal(before, []string{ids[2], "woken"}) {
+			t.Fatalf("inbox order %v", before)
+		}
+		quietInbox(t, inbox, time.Second)
+	})
+	t.Run("any", func(t *testing.T) {
+		ids := startTasks(t, c, "any", 3)
+		r, err := c.WaitTasks(ctx, subjects.WaitTasksRequest{TaskIDs: ids, Mode: "any", Reason: "the first build"})
+		if err != nil || r.Continuation != subjects.YieldAndWait {
+			t.Fatalf("reply %+v, %v", r, err)
+		}
+		finishTask(t, c, ids[1])
+		d := woken(t, inbox, r.WaitID, subjects.KindTaskResult, 0)
+		if d.Mode != "any" || d.WokenBy.Source.ID != ids[1] {
+			t.Fatalf("woken %+v", d)
+		}
+		finishTask(t, c, ids[0])
+		finishTask(t, c, ids[2])
+		if got := quietInbox(t, inbox, 2*time.Second); len(got) != 2 {
+			t.Fatalf("task results after the wake %v, want 2", got)
+		}
+	})
+	t.Run("any with one finished", func(t *testing.T) {
+		ids := startTasks(t, c, "done", 2)
+		finishTask(t, c, ids[1])
+		quietInbox(t, inbox, 500*time.Millisecond)
+		r, err := c.WaitTasks(ctx, subjects.WaitTasksRequest{TaskIDs: ids, Mode: "any", Reason: "either"})
+		if err != nil || r.Continuation != subjects.YieldAndReenter || r.Disposition != subjects.DispositionTaskResultQueued ||
+			r.TaskID != ids[1] || r.ResultMessageID != subjects.TaskEnvelopeID(ids[1]) || !slices.Equal(r.SeenTaskIDs, ids[1:]) {
+			t.Fatalf("reply %+v, %v", r, err)
+		}
+		d := woken(t, inbox, r.WaitID, subjects.KindTaskResult, time.Second)
+		if d.WokenBy.EnvelopeID != subjects.TaskEnvelopeID(ids[1]) {
+			t.Fatalf("woken %+v", d)
+		}
+		finishTask(t, c, ids[0])
+		quietInbox(t, inbox, time.Second)
+	})
+	t.Run("final", func(t *testing.T) {
+		// Results stored while the report is pending count once it commits.
+		ids := startTasks(t, c, "fin", 2)
+		finishTask(t, c, ids[0])
+		r, err := c.WaitTasks(ctx, subjects.WaitTasksRequest{TaskIDs: ids, Mode: "all", Reason: "both", Delivery: "final"})
+		if err != nil || r.Disposition != subjects.DispositionAwaitingFinalReport || !slices.Equal(r.SeenTaskIDs, ids[:1]) {
+			t.Fatalf("reply %+v, %v", r, err)
+		}
+		finishTask(t, c, ids[1])
+		quietInbox(t, inbox, 500*time.Millisecond)
+		if _, err := c.Report(ctx, r.WaitID, "waiting on both builds"); err != nil {
+			t.Fatal(err)
+		}
+		d := woken(t, inbox, r.WaitID, subjects.KindTaskResult, time.Second)
+		if d.WokenBy.Source.ID != ids[1] {
+			t.Fatalf("woken %+v", d)
+		}
+		// Satisfied at registration: the report's commit wakes it.
+		r, err = c.WaitTasks(ctx, subjects.WaitTasksRequest{TaskIDs: ids, Mode: "all", Reason: "both again", Delivery: "final"})
+		if err != nil || r.Disposition != subjects.DispositionAwaitingFinalReport {
+			t.Fatalf("reply %+v, %v", r, err)
+		}
+		if _, err := c.Report(ctx, r.WaitID, "both are done"); err != nil {
+			t.Fatal(err)
+		}
+		d = woken(t, inbox, r.WaitID, subjects.KindTaskResult, time.Second)
+		if d.WokenBy.EnvelopeID != subjects.TaskEnvelopeID(ids[1]) {
+			t.Fatalf("woken %+v", d)
+		}
+	})
+	t.Run("bad input", func(t *testing.T) {
+		ids := startTasks(t, c, "bad", 1)
+		_, err := c.WaitTasks(ctx, subjects.WaitTasksRequest{Mode: "all", Reason: "r"})
+		wantCode(t, err, subjects.CodeInvalidRequest, "task_ids must not be empty")
+		_, err = c.WaitTasks(ctx, subjects.WaitTasksRequest{TaskIDs: ids, Mode: "most", Reason: "r"})
+		wantCode(t, err, subjects.CodeInvalidRequest, "mode must be all or any")
+		_, err = c.WaitTasks(ctx, subjects.WaitTasksRequest{TaskIDs: []string{ids[0], ids[0]}, Mode: "all", Reason: "r"})
+		wantCode(t, err, subjects.CodeInvalidRequest, "task_ids must not repeat "+ids[0])
+		_, err = c.WaitTasks(ctx, subjects.WaitTasksRequest{TaskIDs: []string{"a.b"}, Mode: "all", Reason: "r"})
+		wantCode(t, err, subjects.CodeInvalidID, `task_id "a.b" may only contain letters, digits, '_' and '-'`)
+		other, _ := client.New(nc, "wt-other")
+		_, err = other.WaitTasks(ctx, subjects.WaitTasksRequest{TaskIDs: ids, Mode: "any", Reason: "r"})
+		wantCode(t, err, "task_agent_mismatch", "wait_for task belongs to another agent: "+ids[0])
+	})
 }

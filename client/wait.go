@@ -173,6 +173,15 @@ func (c *Client) WaitFor(ctx context.Context, req subjects.WaitForRequest) (*sub
 	return &out, nil
 }
 
+// WaitTasks registers a WaitFor over a set of tasks (mode all or any).
+func (c *Client) WaitTasks(ctx context.Context, req subjects.WaitTasksRequest) (*subjects.WaitForReply, error) {
+	var out subjects.WaitForReply
+	if err := c.call(ctx, subjects.ActionWaitTasks, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Report commits a prepared delivery=final WaitFor with the final report text.
 func (c *Client) Report(ctx context.Context, waitID, text string) (*subjects.WaitForReply, error) {
 	var out subjects.WaitForReply

@@ -76,6 +76,10 @@ type WaitForSpec struct {
 	Delivery     Delivery
 	WorkItemID   string
 	RecheckAfter time.Duration // zero: no recheck
+	// Resources and Mode make a task_result wait one over a set of tasks
+	// (wait.tasks); Resource is then empty.
+	Resources []string
+	Mode      string
 }
 
 // MaxExternalResourceLen bounds an external wake's free-form resource.
@@ -127,6 +131,69 @@ func DecodeWaitFor(data []byte) (*WaitForSpec, error) {
 			return nil, err
 		}
 		spec.RecheckAfter = time.Duration(ms) * time.Millisecond
+	}
+	return spec, nil
+}
+
+// ActionWaitTasks is the agent's request to yield until all or any of a
+// set of tasks has its result (the Responses API pattern).
+const ActionWaitTasks = "wait.tasks"
+
+// Modes of a wait over a set of tasks.
+const (
+	WaitModeAll = "all"
+	WaitModeAny = "any"
+)
+
+// MaxWaitTasks bounds the set of one wait.tasks.
+const MaxWaitTasks = 100
+
+// WaitTasksRequest is the body of agent.<id>.wait.tasks.
+type WaitTasksRequest struct {
+	TaskIDs    []string `json:"task_ids"`
+	Mode       string   `json:"mode"`
+	Reason     string   `json:"reason"`
+	Delivery   string   `json:"delivery,omitempty"`
+	WorkItemID string   `json:"work_item_id,omitempty"`
+}
+
+// DecodeWaitTasks validates a wait.tasks request into a task_result
+// WaitFor over the set; delivery defaults to silent.
+func DecodeWaitTasks(data []byte) (*WaitForSpec, error) {
+	var req WaitTasksRequest
+	if err := DecodeStrict(data, &req); err != nil {
+		return nil, err
+	}
+	spec := &WaitForSpec{Wake: WakeTaskResult, Reason: strings.TrimSpace(req.Reason), Delivery: Delivery(req.Delivery),
+		WorkItemID: req.WorkItemID, Mode: req.Mode}
+	if spec.Delivery == "" {
+		spec.Delivery = DeliverySilent
+	}
+	switch {
+	case len(req.TaskIDs) == 0:
+		return nil, invalid("task_ids must not be empty")
+	case len(req.TaskIDs) > MaxWaitTasks:
+		return nil, invalid(fmt.Sprintf("task_ids must be at most %d", MaxWaitTasks))
+	case req.Mode != WaitModeAll && req.Mode != WaitModeAny:
+		return nil, invalid("mode must be all or any")
+	case spec.Reason == "":
+		return nil, invalid("reason is required")
+	case !slices.Contains(Deliveries(), spec.Delivery):
+		return nil, invalid("delivery must be one of " + joinValues(Deliveries()) + ", not " + req.Delivery)
+	}
+	for i, id := range req.TaskIDs {
+		if err := ValidateID("task_id", id); err != nil {
+			return nil, err
+		}
+		if slices.Contains(req.TaskIDs[:i], id) {
+			return nil, invalid("task_ids must not repeat " + id)
+		}
+	}
+	spec.Resources = req.TaskIDs
+	if req.WorkItemID != "" {
+		if err := ValidateID("work_item_id", req.WorkItemID); err != nil {
+			return nil, err
+		}
 	}
 	return spec, nil
 }
@@ -246,6 +313,12 @@ type WaitFor struct {
 	// intervention when it was prepared: a later operator message
 	// invalidates the report.
 	InterventionSeq uint64 `json:"intervention_seq,omitempty"`
+	// Resources is the set of tasks of a wait.tasks (Resource is then
+	// empty), Mode all or any, and Seen the members whose result is in
+	// the inbox: stored after the registration, or terminal at it.
+	Resources []string `json:"resources,omitempty"`
+	Mode      string   `json:"mode,omitempty"`
+	Seen      []string `json:"seen,omitempty"`
 }
 
 // Live reports whether the registration may still end in a wake.
@@ -274,6 +347,10 @@ type WaitForReply struct {
 	TaskID                    string   `json:"task_id,omitempty"`
 	ResultMessageID           string   `json:"result_message_id,omitempty"`
 	Status                    string   `json:"status,omitempty"`
+	// TaskIDs, Mode and SeenTaskIDs answer a wait.tasks.
+	TaskIDs     []string `json:"task_ids,omitempty"`
+	Mode        string   `json:"mode,omitempty"`
+	SeenTaskIDs []string `json:"seen_task_ids,omitempty"`
 }
 
 // WaitReportRequest is the body of agent.<id>.wait.report.
@@ -321,6 +398,9 @@ type WaitWokenData struct {
 	Resource   string    `json:"resource,omitempty"`
 	WorkItemID string    `json:"work_item_id,omitempty"`
 	WokenBy    WakeCause `json:"woken_by"`
+	// TaskIDs and Mode name the set of a wait.tasks.
+	TaskIDs []string `json:"task_ids,omitempty"`
+	Mode    string   `json:"mode,omitempty"`
 }
 
 // WaitWokenEnvelope is the one delivery of a woken WaitFor; its ID derives
@@ -330,7 +410,8 @@ func WaitWokenEnvelope(w *WaitFor) Envelope {
 	if w.WokenBy != nil {
 		cause = *w.WokenBy
 	}
-	data, _ := json.Marshal(WaitWokenData{WaitID: w.ID, Wake: w.Wake, Resource: w.Resource, WorkItemID: w.WorkItemID, WokenBy: cause})
+	data, _ := json.Marshal(WaitWokenData{WaitID: w.ID, Wake: w.Wake, Resource: w.Resource, WorkItemID: w.WorkItemID, WokenBy: cause,
+		TaskIDs: w.Resources, Mode: w.Mode})
 	at := w.UpdatedAt
 	if w.EndedAt != nil {
 		at = *w.EndedAt

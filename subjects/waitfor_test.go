@@ -1,7 +1,9 @@
 package subjects
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"testing"
@@ -77,10 +79,47 @@ func FuzzDecodeWaitFor(f *testing.F) {
 		if spec.RecheckAfter > 0 {
 			req["recheck_after_ms"] = spec.RecheckAfter.Milliseconds()
 		}
-		if back, err := DecodeWaitFor(encodeBody(t, req)); err != nil || *back != *spec {
+		if back, err := DecodeWaitFor(encodeBody(t, req)); err != nil || !reflect.DeepEqual(*back, *spec) {
 			t.Fatalf("%s accepted as %+v, which reads back as %+v (%v)", body, spec, back, err)
 		}
 	})
+}
+
+func TestDecodeWaitTasks(t *testing.T) {
+	got, err := DecodeWaitTasks([]byte(`{"task_ids":["t1","t2"],"mode":"all","reason":" r ","work_item_id":"w1"}`))
+	want := WaitForSpec{Wake: WakeTaskResult, Resources: []string{"t1", "t2"}, Mode: WaitModeAll, Reason: "r", Delivery: DeliverySilent, WorkItemID: "w1"}
+	if err != nil || !reflect.DeepEqual(*got, want) {
+		t.Fatalf("got %+v (%v), want %+v", got, err, want)
+	}
+	if got, err := DecodeWaitTasks([]byte(`{"task_ids":["t1"],"mode":"any","reason":"r","delivery":"final"}`)); err != nil || got.Delivery != DeliveryFinal {
+		t.Fatalf("final: %+v %v", got, err)
+	}
+	many := make([]string, MaxWaitTasks+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("t%d", i)
+	}
+	manyBody, _ := json.Marshal(map[string]any{"task_ids": many, "mode": "all", "reason": "r"})
+	for _, tc := range []struct{ body, code, msg string }{
+		{`{"task_ids":[],"mode":"all","reason":"r"}`, CodeInvalidRequest, "task_ids must not be empty"},
+		{`{"mode":"all","reason":"r"}`, CodeInvalidRequest, "task_ids must not be empty"},
+		{string(manyBody), CodeInvalidRequest, "task_ids must be at most 100"},
+		{`{"task_ids":["t1"],"reason":"r"}`, CodeInvalidRequest, "mode must be all or any"},
+		{`{"task_ids":["t1"],"mode":"some","reason":"r"}`, CodeInvalidRequest, "mode must be all or any"},
+		{`{"task_ids":["t1"],"mode":"any"}`, CodeInvalidRequest, "reason is required"},
+		{`{"task_ids":["t1"],"mode":"any","reason":"r","delivery":"loud"}`, CodeInvalidRequest, "delivery must be one of final, silent, not loud"},
+		{`{"task_ids":["t1","t2","t1"],"mode":"all","reason":"r"}`, CodeInvalidRequest, "task_ids must not repeat t1"},
+		{`{"task_ids":["t.1"],"mode":"all","reason":"r"}`, CodeInvalidID, `task_id "t.1" may only contain letters, digits, '_' and '-'`},
+		{`{"task_ids":[""],"mode":"all","reason":"r"}`, CodeInvalidID, "task_id must not be empty"},
+		{`{"task_ids":["t1"],"mode":"all","reason":"r","work_item_id":"*"}`, CodeInvalidID, `work_item_id "*" may only contain letters, digits, '_' and '-'`},
+		{`{"task_ids":["t1"],"mode":"all","reason":"r","resource":"t1"}`, CodeInvalidRequest, `unknown field "resource"`},
+		{`{"task_ids":"t1","mode":"all","reason":"r"}`, CodeInvalidRequest, ""},
+	} {
+		_, err := DecodeWaitTasks([]byte(tc.body))
+		var e *Error
+		if !errors.As(err, &e) || e.Code != tc.code || (tc.msg != "" && e.Message != tc.msg) {
+			t.Errorf("%s: got %v, want %s: %s", tc.body, err, tc.code, tc.msg)
+		}
+	}
 }
 
 func TestDecodeWaitReport(t *testing.T) {

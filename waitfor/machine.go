@@ -3,6 +3,7 @@ package waitfor
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/chime-nats/chime/subjects"
@@ -25,6 +26,38 @@ func wake(w *subjects.WaitFor, cause subjects.WakeCause, now time.Time) bool {
 	}
 	w.Status, w.WokenBy = subjects.WaitForWoken, &cause
 	stamp(w, now, true)
+	return true
+}
+
+// see records the result of set member taskID on an active wait.tasks
+// and, once that satisfies the set, wakes it by cause in the same change:
+// one CAS, so the result that completes the set wakes it exactly once.
+func see(w *subjects.WaitFor, taskID string, cause subjects.WakeCause, now time.Time) bool {
+	if w.Status != subjects.WaitForActive || !slices.Contains(w.Resources, taskID) || slices.Contains(w.Seen, taskID) {
+		return false
+	}
+	w.Seen = append(slices.Clip(w.Seen), taskID)
+	if satisfied(w) {
+		return wake(w, cause, now)
+	}
+	stamp(w, now, false)
+	return true
+}
+
+// satisfied reports whether a wait.tasks has the results it waits for:
+// any one, or all.
+func satisfied(w *subjects.WaitFor) bool {
+	if len(w.Resources) == 0 {
+		return false
+	}
+	if w.Mode == subjects.WaitModeAny {
+		return len(w.Seen) > 0
+	}
+	for _, id := range w.Resources {
+		if !slices.Contains(w.Seen, id) {
+			return false
+		}
+	}
 	return true
 }
 
@@ -114,7 +147,7 @@ func operatorMessage(env *subjects.Envelope) bool {
 // sequence seq, is the wake w waits for. Only envelopes stored after the
 // registration was made count, except a timer's, which counts by fire.
 func Matches(w *subjects.WaitFor, env *subjects.Envelope, seq uint64) bool {
-	if env.AgentID != w.AgentID || (w.Wake != subjects.WakeTimer && seq <= w.SinceSeq) || !fits(w.Wake, w.Resource, env) {
+	if env.AgentID != w.AgentID || (w.Wake != subjects.WakeTimer && seq <= w.SinceSeq) || !fits(w.Wake, w.Resource, w.Resources, env) {
 		return false
 	}
 	if w.Wake != subjects.WakeTimer {
@@ -124,13 +157,16 @@ func Matches(w *subjects.WaitFor, env *subjects.Envelope, seq uint64) bool {
 	return json.Unmarshal(env.Data, &d) == nil && d.Occurrence > w.AfterFire
 }
 
-// fits reports whether env is of the kind a wait on wake and resource
-// wants, whenever it was stored.
-func fits(wake subjects.WakeKind, resource string, env *subjects.Envelope) bool {
+// fits reports whether env is of the kind a wait on wake and resource (or
+// the set resources) wants, whenever it was stored.
+func fits(wake subjects.WakeKind, resource string, resources []string, env *subjects.Envelope) bool {
 	switch wake {
 	case subjects.WakeOperatorInput:
 		return operatorMessage(env)
 	case subjects.WakeTaskResult:
+		if len(resources) > 0 {
+			return env.Kind == subjects.KindTaskResult && slices.Contains(resources, env.Source.ID)
+		}
 		return env.Kind == subjects.KindTaskResult && env.Source.ID == resource
 	case subjects.WakeExternal:
 		return env.Kind == subjects.KindWakeHint || env.Kind == subjects.KindMessage
@@ -145,8 +181,17 @@ func fits(wake subjects.WakeKind, resource string, env *subjects.Envelope) bool 
 // concerns reports whether env can change a registration waiting on wake
 // and resource: its wake, or an intervention or answer, which may stop it
 // or invalidate its report. The consumer reads only those records.
-func concerns(wake subjects.WakeKind, resource string, env *subjects.Envelope) bool {
-	return env.Kind == subjects.KindIntervention || operatorMessage(env) || fits(wake, resource, env)
+func concerns(wake subjects.WakeKind, resource string, resources []string, env *subjects.Envelope) bool {
+	return env.Kind == subjects.KindIntervention || operatorMessage(env) || fits(wake, resource, resources, env)
+}
+
+// advance is the change a matching envelope makes: a set member's result
+// is seen (waking the set once satisfied); any other match wakes.
+func advance(w *subjects.WaitFor, env *subjects.Envelope, now time.Time) bool {
+	if len(w.Resources) > 0 {
+		return see(w, env.Source.ID, causeOf(env), now)
+	}
+	return wake(w, causeOf(env), now)
 }
 
 // causeOf is the wake cause env gives.

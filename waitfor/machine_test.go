@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -30,7 +31,8 @@ func TestStateMachine(t *testing.T) {
 			seq uint64
 		}
 		var events []event // every wake event so far, to repeat
-		wakes := []subjects.WakeKind{subjects.WakeOperatorInput, subjects.WakeExternal, subjects.WakeSystem}
+		wakes := []subjects.WakeKind{subjects.WakeOperatorInput, subjects.WakeExternal, subjects.WakeSystem, subjects.WakeTaskResult}
+		taskIDs := []string{"t1", "t2", "t3"}
 
 		// apply is what the store does: a change under CAS, then checks.
 		apply := func(i int, change func(*subjects.WaitFor) bool) {
@@ -51,6 +53,21 @@ func TestStateMachine(t *testing.T) {
 					t.Fatalf("%s woken twice", before.ID)
 				}
 			}
+			// A set wakes exactly when its results satisfy it, and sees
+			// each member once.
+			if w := recs[i]; len(w.Resources) > 0 {
+				// Seen holds distinct members (checked below): all is
+				// satisfied when it holds every one.
+				want := len(w.Seen) == len(w.Resources) || (w.Mode == subjects.WaitModeAny && len(w.Seen) > 0)
+				if (w.Status == subjects.WaitForWoken) != want && w.Status != subjects.WaitForCancelled && w.Status != subjects.WaitForInvalidated {
+					t.Fatalf("%s is %s with %v seen of %s %v", w.ID, w.Status, w.Seen, w.Mode, w.Resources)
+				}
+				for k, id := range w.Seen {
+					if !slices.Contains(w.Resources, id) || slices.Contains(w.Seen[:k], id) {
+						t.Fatalf("%s saw %v of %v", w.ID, w.Seen, w.Resources)
+					}
+				}
+			}
 			if recs[i].Ended() {
 				frozen[i] = *recs[i]
 			}
@@ -66,8 +83,7 @@ func TestStateMachine(t *testing.T) {
 				case operatorMessage(&env) && w.Status == subjects.WaitForPrepared:
 					apply(i, func(w *subjects.WaitFor) bool { return invalidate(w, now) })
 				case Matches(w, &env, seq):
-					cause := causeOf(&env)
-					apply(i, func(w *subjects.WaitFor) bool { return wake(w, cause, now) })
+					apply(i, func(w *subjects.WaitFor) bool { return advance(w, &env, now) })
 				}
 			}
 		}
@@ -81,6 +97,11 @@ func TestStateMachine(t *testing.T) {
 				delivery := rapid.SampledFrom(subjects.Deliveries()).Draw(t, "delivery")
 				w := &subjects.WaitFor{ID: fmt.Sprintf("wf_%d", n), AgentID: "a", Wake: rapid.SampledFrom(wakes).Draw(t, "wake"),
 					Delivery: delivery, WorkItemID: scope, Status: subjects.WaitForActive, SinceSeq: seq}
+				if w.Wake == subjects.WakeTaskResult {
+					// wait.tasks over a set of the tasks, none seen yet
+					w.Resources = rapid.SliceOfNDistinct(rapid.SampledFrom(taskIDs), 1, len(taskIDs), rapid.ID[string]).Draw(t, "set")
+					w.Mode = rapid.SampledFrom([]string{subjects.WaitModeAll, subjects.WaitModeAny}).Draw(t, "mode")
+				}
 				if delivery == subjects.DeliveryFinal {
 					w.Status = subjects.WaitForPrepared
 				}
@@ -105,9 +126,13 @@ func TestStateMachine(t *testing.T) {
 					return changed
 				})
 			case 2: // a wake event
-				kind := rapid.SampledFrom([]string{subjects.KindAnswer, subjects.KindWakeHint, subjects.KindSystemWake, subjects.KindWaitWoken}).Draw(t, "kind")
+				kind := rapid.SampledFrom([]string{subjects.KindAnswer, subjects.KindWakeHint, subjects.KindSystemWake, subjects.KindWaitWoken, subjects.KindTaskResult}).Draw(t, "kind")
 				seq++
 				env := subjects.Envelope{ID: fmt.Sprintf("env_%d", seq), AgentID: "a", Kind: kind}
+				if kind == subjects.KindTaskResult {
+					// a task's result, or a second envelope of the same result
+					env.Source = subjects.Source{Type: "task", ID: rapid.SampledFrom(taskIDs).Draw(t, "task")}
+				}
 				events = append(events, event{env, seq})
 				deliver(env, seq)
 			case 3: // a repeat of an earlier event (a redelivery)

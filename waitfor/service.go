@@ -81,11 +81,27 @@ const catchUpLimit = 1000
 // WaitFor registers a WaitFor (or, for delivery=final, prepares it for its
 // report) and says how the agent goes on.
 func (s *Service) WaitFor(ctx context.Context, agentID string, spec *subjects.WaitForSpec) (*subjects.WaitForReply, error) {
+	return s.register(ctx, agentID, spec)
+}
+
+// WaitTasks registers a task_result WaitFor over a set of tasks (mode all
+// or any): each result is delivered under its own task ID as ever, and
+// the registration's one wait_woken once the set is satisfied.
+func (s *Service) WaitTasks(ctx context.Context, agentID string, spec *subjects.WaitForSpec) (*subjects.WaitForReply, error) {
+	if spec.Wake != subjects.WakeTaskResult || len(spec.Resources) == 0 {
+		return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "task_ids must not be empty"}
+	}
+	return s.register(ctx, agentID, spec)
+}
+
+// register makes a registration of either kind.
+func (s *Service) register(ctx context.Context, agentID string, spec *subjects.WaitForSpec) (*subjects.WaitForReply, error) {
 	now := s.cfg.Now().UTC()
 	w := &subjects.WaitFor{
 		ID: "wf_" + nuid.Next(), AgentID: agentID, Wake: spec.Wake, Resource: spec.Resource, Reason: spec.Reason,
 		Delivery: spec.Delivery, WorkItemID: spec.WorkItemID, Scope: subjects.ScopeAgent,
 		RecheckAfterMs: spec.RecheckAfter.Milliseconds(), Status: subjects.WaitForActive, CreatedAt: now, UpdatedAt: now,
+		Resources: spec.Resources, Mode: spec.Mode,
 	}
 	if w.WorkItemID != "" {
 		w.Scope = subjects.ScopeWorkItem
@@ -97,14 +113,24 @@ func (s *Service) WaitFor(ctx context.Context, agentID string, spec *subjects.Wa
 	}
 	w.SinceSeq = since
 	var task *TaskState
-	switch w.Wake {
-	case subjects.WakeTimer:
+	// queuedBy is the result already in the inbox that satisfies the wait.
+	var queuedBy *subjects.WakeCause
+	switch {
+	case w.Wake == subjects.WakeTimer:
 		if w.AfterFire, err = s.checkTimer(ctx, agentID, w.Resource); err != nil {
 			return nil, err
 		}
-	case subjects.WakeTaskResult:
+	case w.Wake == subjects.WakeTaskResult && len(w.Resources) > 0:
+		if queuedBy, err = s.checkTasks(ctx, w); err != nil {
+			return nil, err
+		}
+	case w.Wake == subjects.WakeTaskResult:
 		if task, err = s.checkTask(ctx, agentID, w.Resource); err != nil {
 			return nil, err
+		}
+		if task != nil && task.Terminal {
+			queuedBy = &subjects.WakeCause{Kind: subjects.KindTaskResult, EnvelopeID: task.ResultEnvelopeID,
+				Source: subjects.Source{Type: "task", ID: w.Resource}}
 		}
 	}
 	if task != nil && task.Terminal && task.ResultConsumed {
@@ -118,13 +144,11 @@ func (s *Service) WaitFor(ctx context.Context, agentID string, spec *subjects.Wa
 			return nil, err
 		}
 	}
-	queued := task != nil && task.Terminal
+	queued := queuedBy != nil
 	if queued && w.Delivery == subjects.DeliverySilent {
 		// Holon's task_result_queued: the exact result is in the inbox
 		// already; the registration is triggered by it at once.
-		w.Status, w.WokenBy, w.EndedAt = subjects.WaitForWoken, &subjects.WakeCause{
-			Kind: subjects.KindTaskResult, EnvelopeID: task.ResultEnvelopeID, Source: subjects.Source{Type: "task", ID: w.Resource},
-		}, &now
+		w.Status, w.WokenBy, w.EndedAt = subjects.WaitForWoken, queuedBy, &now
 	}
 	if err := s.cfg.Store.create(ctx, w); err != nil {
 		return nil, err
@@ -143,7 +167,7 @@ func (s *Service) WaitFor(ctx context.Context, agentID string, spec *subjects.Wa
 			return nil, err
 		}
 		reply.Continuation, reply.Disposition, reply.TaskID, reply.ResultMessageID = subjects.YieldAndReenter,
-			subjects.DispositionTaskResultQueued, w.Resource, task.ResultEnvelopeID
+			subjects.DispositionTaskResultQueued, queuedBy.Source.ID, queuedBy.EnvelopeID
 	default:
 		if w, err = s.activated(ctx, w); err != nil {
 			return nil, err
@@ -160,6 +184,7 @@ func replyFor(w *subjects.WaitFor) *subjects.WaitForReply {
 		WaitID: w.ID, Continuation: subjects.YieldAndWait, Disposition: subjects.DispositionRegistered,
 		WaitRegistered: w.Status != subjects.WaitForPrepared, Scope: w.Scope, Wake: string(w.Wake), Resource: w.Resource,
 		WorkItemID: w.WorkItemID, Reason: w.Reason, RecheckAfterMs: w.RecheckAfterMs, Status: string(w.Status),
+		TaskIDs: w.Resources, Mode: w.Mode, SeenTaskIDs: w.Seen,
 	}
 	if w.RecheckAt != nil {
 		r.RecheckAt = subjects.FormatISO(*w.RecheckAt)
@@ -259,6 +284,11 @@ func (s *Service) activated(ctx context.Context, w *subjects.WaitFor) (*subjects
 			return nil, err
 		}
 	}
+	if w.Status == subjects.WaitForActive && satisfied(w) {
+		// A set satisfied at registration whose report came later: no
+		// envelope still to come wakes it, so its last seen result does.
+		return s.wakeSatisfied(ctx, w)
+	}
 	if w.RecheckAt != nil && w.Status == subjects.WaitForActive {
 		if err := s.schedule(ctx, w); err != nil {
 			return nil, err
@@ -269,11 +299,36 @@ func (s *Service) activated(ctx context.Context, w *subjects.WaitFor) (*subjects
 		if json.Unmarshal(m.Data, &env) != nil || !Matches(w, &env, m.Sequence) {
 			return false
 		}
-		if err := s.Apply(ctx, w, &env, m.Sequence); err != nil {
+		got, err := s.apply(ctx, w, &env, m.Sequence)
+		if err != nil {
 			s.log.Warn("catch-up wake; the consumer retries", "wait_id", w.ID, "err", err)
+			return true
 		}
-		return true
+		// A set takes several results: read on until it is woken.
+		return len(w.Resources) == 0 || got == nil || got.Ended()
 	})
+}
+
+// wakeSatisfied wakes an active set registration that was satisfied when
+// it was made, by the result of the last task seen.
+func (s *Service) wakeSatisfied(ctx context.Context, w *subjects.WaitFor) (*subjects.WaitFor, error) {
+	last := w.Seen[len(w.Seen)-1]
+	cause := subjects.WakeCause{Kind: subjects.KindTaskResult, EnvelopeID: subjects.TaskEnvelopeID(last), Source: subjects.Source{Type: "task", ID: last}}
+	got, _, err := s.cfg.Store.update(ctx, w.AgentID, w.ID, func(w *subjects.WaitFor) (bool, error) {
+		return wake(w, cause, s.cfg.Now()), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if got.Status == subjects.WaitForWoken && got.WokenBy != nil && got.WokenBy.EnvelopeID == cause.EnvelopeID {
+		if err := s.deliverWoken(ctx, got); err != nil {
+			return nil, err
+		}
+	}
+	if got.Ended() {
+		return got, s.cfg.Store.unindex(ctx, got)
+	}
+	return got, nil
 }
 
 // schedule stores w's recheck as a message schedule: the engine publishes
@@ -296,6 +351,13 @@ func (s *Service) schedule(ctx context.Context, w *subjects.WaitFor) error {
 // while it awaits its report, and its wake resumes it once and delivers
 // its wait_woken. Repeats are absorbed.
 func (s *Service) Apply(ctx context.Context, w *subjects.WaitFor, env *subjects.Envelope, seq uint64) error {
+	_, err := s.apply(ctx, w, env, seq)
+	return err
+}
+
+// apply is Apply, returning the registration as stored after it (nil when
+// env changes nothing or it expired).
+func (s *Service) apply(ctx context.Context, w *subjects.WaitFor, env *subjects.Envelope, seq uint64) (*subjects.WaitFor, error) {
 	now := s.cfg.Now
 	var change func(*subjects.WaitFor) (bool, error)
 	switch {
@@ -306,30 +368,31 @@ func (s *Service) Apply(ctx context.Context, w *subjects.WaitFor, env *subjects.
 	case operatorMessage(env) && w.Status == subjects.WaitForPrepared && seq > w.SinceSeq:
 		change = func(w *subjects.WaitFor) (bool, error) { return invalidate(w, now()), nil }
 	case Matches(w, env, seq):
-		cause := causeOf(env)
-		change = func(w *subjects.WaitFor) (bool, error) { return wake(w, cause, now()), nil }
+		// A set member's result is seen, and wakes the set that it
+		// satisfies; a duplicate result is seen already and absorbed.
+		change = func(w *subjects.WaitFor) (bool, error) { return advance(w, env, now()), nil }
 	default:
-		return nil
+		return nil, nil
 	}
 	got, _, err := s.cfg.Store.update(ctx, w.AgentID, w.ID, change)
 	if errors.Is(err, subjects.ErrWaitForNotFound) {
-		return nil // expired
+		return nil, nil // expired
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// A redelivery after a crash between the CAS and the delivery finds
 	// it woken by this very envelope and delivers again: the envelope ID
 	// keeps it single.
 	if got.Status == subjects.WaitForWoken && got.WokenBy != nil && got.WokenBy.EnvelopeID == env.ID {
 		if err := s.deliverWoken(ctx, got); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if got.Ended() {
-		return s.cfg.Store.unindex(ctx, got)
+		return got, s.cfg.Store.unindex(ctx, got)
 	}
-	return nil
+	return got, nil
 }
 
 // deliverWoken delivers a woken registration's one wait_woken envelope.
@@ -392,6 +455,27 @@ func (s *Service) checkTimer(ctx context.Context, agentID, timerID string) (int6
 		return 0, &subjects.Error{Code: "timer_not_active", Message: "wait_for timer is not active: " + timerID}
 	}
 	return t.FireCount, nil
+}
+
+// checkTasks checks each task of a set as checkTask does and marks those
+// already terminal seen: their results are in the inbox. It returns the
+// result that satisfies the set at once, if one does.
+func (s *Service) checkTasks(ctx context.Context, w *subjects.WaitFor) (*subjects.WakeCause, error) {
+	var cause *subjects.WakeCause
+	for _, id := range w.Resources {
+		t, err := s.checkTask(ctx, w.AgentID, id)
+		if err != nil {
+			return nil, err
+		}
+		if t == nil || !t.Terminal {
+			continue
+		}
+		w.Seen = append(w.Seen, id)
+		if cause == nil && satisfied(w) {
+			cause = &subjects.WakeCause{Kind: subjects.KindTaskResult, EnvelopeID: t.ResultEnvelopeID, Source: subjects.Source{Type: "task", ID: id}}
+		}
+	}
+	return cause, nil
 }
 
 // checkTask checks a task resource through Tasks, when wired.

@@ -43,6 +43,8 @@ type scope struct {
 	WaitID   string            `json:"wait_id"`
 	Wake     subjects.WakeKind `json:"wake"`
 	Resource string            `json:"resource,omitempty"`
+	// Resources is the set of a wait.tasks.
+	Resources []string `json:"resources,omitempty"`
 }
 
 func notFound(waitID string) error {
@@ -96,7 +98,7 @@ func (s *Store) swap(ctx context.Context, w *subjects.WaitFor) (string, error) {
 		if ix.Scopes == nil {
 			ix.Scopes = map[string]scope{}
 		}
-		ix.Scopes[w.WorkItemID] = scope{WaitID: w.ID, Wake: w.Wake, Resource: w.Resource}
+		ix.Scopes[w.WorkItemID] = scope{WaitID: w.ID, Wake: w.Wake, Resource: w.Resource, Resources: w.Resources}
 		return true, nil
 	})
 	if err != nil {
@@ -135,7 +137,7 @@ func (s *Store) Live(ctx context.Context, agentID string, env *subjects.Envelope
 	}
 	var out []*subjects.WaitFor
 	for _, sc := range ix.Scopes {
-		if env != nil && !concerns(sc.Wake, sc.Resource, env) {
+		if env != nil && !concerns(sc.Wake, sc.Resource, sc.Resources, env) {
 			continue
 		}
 		w, err := s.Get(ctx, agentID, sc.WaitID)
