@@ -21,6 +21,7 @@ import (
 
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/internal/backoff"
 	"github.com/chime-nats/chime/internal/natsproc"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -359,7 +360,7 @@ func (r *chaosRun) load(ctx context.Context) error {
 	r.mu.Unlock()
 	last = last.Add(r.o.Grace)
 	r.progress("waiting %v: until the last due time or restart plus %v grace", time.Until(last).Round(100*time.Millisecond), r.o.Grace)
-	if !sleepCtx(ctx, time.Until(last)) {
+	if !backoff.Sleep(ctx, time.Until(last)) {
 		return ctx.Err()
 	}
 	return nil
@@ -430,7 +431,7 @@ func (r *chaosRun) call(ctx context.Context, fn func(context.Context) error) err
 			r.stats.otherErrors.Add(1)
 			r.otherOnce.Do(func() { r.o.Log.Warn("bench chaos: request failed; retrying", "err", err) })
 		}
-		if !sleepCtx(ctx, 100*time.Millisecond) {
+		if !backoff.Sleep(ctx, 100*time.Millisecond) {
 			return err
 		}
 	}
@@ -515,7 +516,7 @@ func (r *chaosRun) oneShot(ctx context.Context, seq int) {
 	r.noteDue(req.due)
 	r.mu.Unlock()
 
-	if r.o.CancelEvery == 0 || seq%r.o.CancelEvery != r.o.CancelEvery-1 || !sleepCtx(ctx, cancelAfter) {
+	if r.o.CancelEvery == 0 || seq%r.o.CancelEvery != r.o.CancelEvery-1 || !backoff.Sleep(ctx, cancelAfter) {
 		return
 	}
 	err = r.call(ctx, func(ctx context.Context) error { _, err := c.CancelTimer(ctx, t.ID); return err })
@@ -549,20 +550,6 @@ func (r *chaosRun) wait(ctx context.Context, seq int) {
 		r.noteDue(time.Now().Add(waitMaxSeconds * time.Second))
 	default:
 		r.waitFail++
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 
@@ -632,7 +619,7 @@ func (r *chaosRun) reading(ctx context.Context, what string, read func(context.C
 			return nil
 		}
 		r.progress("reading %s (attempt %d): %v", what, attempt, err)
-		if !sleepCtx(ctx, 2*time.Second) {
+		if !backoff.Sleep(ctx, 2*time.Second) {
 			break
 		}
 	}

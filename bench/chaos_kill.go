@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/internal/backoff"
 	"github.com/chime-nats/chime/internal/natsproc"
 )
 
@@ -55,7 +56,7 @@ func (r *chaosRun) killer(loadCtx, ctx context.Context) {
 	}
 	next := r.start.Add(r.o.Every)
 	for i := 0; ; i++ {
-		if !sleepCtx(loadCtx, time.Until(next)) {
+		if !backoff.Sleep(loadCtx, time.Until(next)) {
 			return
 		}
 		k := &killRecord{n: i + 1, kind: r.o.Kill[i%len(r.o.Kill)]}
@@ -87,7 +88,7 @@ func (r *chaosRun) killReplica(ctx context.Context, k *killRecord) {
 	if err := p.kill(); err != nil {
 		k.fail(err)
 	}
-	sleepCtx(ctx, time.Until(k.at.Add(r.o.Down)))
+	backoff.Sleep(ctx, time.Until(k.at.Add(r.o.Down)))
 	k.restarted = time.Now()
 	if err := p.start(); err != nil {
 		k.fail(err)
@@ -131,7 +132,7 @@ func (r *chaosRun) killServer(ctx context.Context, k *killRecord, s *natsproc.Se
 	} else {
 		elected <- election{}
 	}
-	sleepCtx(ctx, time.Until(k.at.Add(r.o.Down)))
+	backoff.Sleep(ctx, time.Until(k.at.Add(r.o.Down)))
 	restarted.Store(true)
 	k.restarted = time.Now()
 	if err := guard(s.Start); err != nil {
@@ -182,7 +183,7 @@ func (r *chaosRun) watchElection(ctx context.Context, stream string, killed *nat
 		default:
 			last = fmt.Errorf("leader is still %s", l.Name())
 		}
-		if !sleepCtx(ctx, 100*time.Millisecond) {
+		if !backoff.Sleep(ctx, 100*time.Millisecond) {
 			return election{err: fmt.Errorf("stream %s: no leader within %v of the kill (last: %v)", stream, electionTimeout, last)}
 		}
 	}

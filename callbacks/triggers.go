@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/chime-nats/chime/agents"
+	"github.com/chime-nats/chime/internal/backoff"
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -66,7 +67,7 @@ func NewStore(triggers jetstream.KeyValue, agents *agents.Store, idempotency, le
 // agent without triggers). A holder that dies frees it with the TTL.
 func (s *Store) guarded(ctx context.Context, agentID string, fn func() error) error {
 	key := "lifecycle." + agentID
-	for backoff := time.Millisecond; ; backoff = min(2*backoff, 50*time.Millisecond) {
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
 		rev, err := s.leases.Create(ctx, key, []byte("held"))
 		if err == nil {
 			defer func() { _ = s.leases.Delete(context.WithoutCancel(ctx), key, jetstream.LastRevision(rev)) }()
@@ -75,10 +76,8 @@ func (s *Store) guarded(ctx context.Context, agentID string, fn func() error) er
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return fmt.Errorf("triggers: lifecycle guard: %w", err)
 		}
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, wait) {
 			return fmt.Errorf("triggers: lifecycle guard of %s: %w", agentID, ctx.Err())
-		case <-time.After(backoff):
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chime-nats/chime/client"
+	"github.com/chime-nats/chime/internal/backoff"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -137,10 +138,8 @@ func reportResult(ctx context.Context, c *client.Client, res subjects.TaskResult
 		if err == nil || (errors.As(err, &wire) && wire.Code != subjects.CodeUnavailable) {
 			return t, err
 		}
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, time.Second) {
 			return nil, err
-		case <-time.After(time.Second):
 		}
 	}
 }

@@ -28,8 +28,15 @@ func (p Policy) Delay(n int) time.Duration {
 }
 
 // Sleep waits Delay(n); it returns false, at once, when ctx ends first.
-func (p Policy) Sleep(ctx context.Context, n int) bool {
-	t := time.NewTimer(p.Delay(n))
+func (p Policy) Sleep(ctx context.Context, n int) bool { return Sleep(ctx, p.Delay(n)) }
+
+// Sleep waits d; it returns false, at once, when ctx ends first (or has
+// ended: a non-positive d only reports ctx).
+func Sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
