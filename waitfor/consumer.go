@@ -112,9 +112,8 @@ func (c *Consumer) wake(ctx context.Context, d *consumer.Delivery) error {
 	if err := json.Unmarshal(d.Data, &env); err != nil || subjects.ValidateID("agent_id", env.AgentID) != nil {
 		return fmt.Errorf("%w: inbox envelope: %v", consumer.ErrPoison, err)
 	}
-	switch env.Kind {
-	case subjects.KindWaitWoken, subjects.KindRecheck:
-		return nil // its own deliveries wake nothing
+	if !concernsAny(&env) {
+		return nil // e.g. its own wait_woken, or a wait's end: no index read
 	}
 	live, err := c.cfg.Store.Live(ctx, env.AgentID, &env)
 	if err != nil {

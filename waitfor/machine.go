@@ -178,6 +178,18 @@ func fits(wake subjects.WakeKind, resource string, resources []string, env *subj
 	return false
 }
 
+// concernsAny reports whether env can change any registration at all:
+// envelopes of other kinds (a wait's end, chime's own wait_woken and
+// recheck) are passed over without reading the agent's index.
+func concernsAny(env *subjects.Envelope) bool {
+	switch env.Kind {
+	case subjects.KindIntervention, subjects.KindTaskResult, subjects.KindTimerFired,
+		subjects.KindWakeHint, subjects.KindMessage, subjects.KindSystemWake:
+		return true
+	}
+	return operatorMessage(env)
+}
+
 // concerns reports whether env can change a registration waiting on wake
 // and resource: its wake, or an intervention or answer, which may stop it
 // or invalidate its report. The consumer reads only those records.
