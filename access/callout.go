@@ -130,7 +130,7 @@ func (c *Callout) answer(m *nats.Msg) {
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, lookupTimeout)
 	defer cancel()
-	p, err := c.Resolve(ctx, req.ConnectOptions.Token)
+	p, err := c.cfg.Resolver.Resolve(ctx, req.ConnectOptions.Token)
 	kind := string(p.Kind)
 	if kind == "" {
 		kind = "none"
@@ -174,12 +174,6 @@ func (c *Callout) user(nkey string, p Principal) (string, error) {
 	uc.Audience = c.cfg.Account
 	uc.Permissions = p.Permissions()
 	return uc.Encode(c.cfg.Issuer)
-}
-
-// Resolve names the principal of a token: an operator token, an agent
-// token, or a live callback token. ErrUnknownToken when none.
-func (c *Callout) Resolve(ctx context.Context, token string) (Principal, error) {
-	return c.cfg.Resolver.Resolve(ctx, token)
 }
 
 // Resolver resolves tokens to principals; the callout and the HTTP guard
