@@ -65,7 +65,7 @@ func InboxConsumer(agentID string) string { return "inbox-" + agentID }
 // operator of any agent's.
 var agentActions = []string{
 	subjects.ActionTimerCreate, subjects.ActionTimerList, subjects.ActionTimerGet, subjects.ActionTimerCancel,
-	subjects.ActionWaitRequest, subjects.ActionWaitCancel, subjects.ActionWaitFor, "wait.tasks", "wait.report",
+	subjects.ActionWaitRequest, subjects.ActionWaitCancel, subjects.ActionWaitList, subjects.ActionWaitFor, "wait.tasks", "wait.report",
 	subjects.ActionNotify, "task.>", "question.ask", "question.list",
 }
 

@@ -105,3 +105,12 @@ func InterventionCursor(st *subjects.AgentState, epoch int64) uint64 {
 	}
 	return st.LastInterventionSeq
 }
+
+// List returns every agent record, in key order.
+func (s *Store) List(ctx context.Context) ([]subjects.AgentState, error) {
+	out, err := kvrec.List[subjects.AgentState](ctx, s.kv, ">")
+	if err != nil {
+		return nil, fmt.Errorf("agents: list: %w", err)
+	}
+	return out, nil
+}

@@ -190,3 +190,14 @@ func (c *Client) Report(ctx context.Context, waitID, text string) (*subjects.Wai
 	}
 	return &out, nil
 }
+
+// ListWaits lists the agent's managed waits and WaitFor registrations,
+// newest first, at most limit of each (0: the default).
+func (c *Client) ListWaits(ctx context.Context, limit int) (*subjects.ListWaitsReply, error) {
+	req := map[string]int{}
+	if limit > 0 {
+		req["limit"] = limit
+	}
+	var out subjects.ListWaitsReply
+	return &out, c.call(ctx, subjects.ActionWaitList, req, &out)
+}

@@ -43,3 +43,17 @@ const (
 	ActionTokenIssue  = "token.issue"
 	ActionTokenRevoke = "token.revoke"
 )
+
+// AgentSummary is one agent in the operators' agent list.
+type AgentSummary struct {
+	AgentID  string      `json:"agent_id"`
+	Status   AgentStatus `json:"status,omitempty"` // empty: never started
+	PausedAt *time.Time  `json:"paused_at,omitempty"`
+	// Deliveries is how many envelopes its inbox stream holds.
+	Deliveries uint64 `json:"deliveries"`
+}
+
+// ListAgentsReply is the agent list, by ID.
+type ListAgentsReply struct {
+	Agents []AgentSummary `json:"agents"`
+}

@@ -268,13 +268,7 @@ type ListTasksRequest struct {
 }
 
 // DecodeListTasks decodes a task.list body and returns its limit.
-func DecodeListTasks(data []byte) (int, error) {
-	var r ListTasksRequest
-	if err := DecodeStrict(data, &r); err != nil {
-		return 0, err
-	}
-	return ParseLimit(r.Limit)
-}
+func DecodeListTasks(data []byte) (int, error) { return DecodeListLimit(data) }
 
 // ListTasksReply is a task listing, newest first.
 type ListTasksReply struct {

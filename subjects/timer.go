@@ -186,7 +186,11 @@ type ListTimersRequest struct {
 }
 
 // DecodeListTimers decodes a timer.list body and returns its limit.
-func DecodeListTimers(data []byte) (int, error) {
+func DecodeListTimers(data []byte) (int, error) { return DecodeListLimit(data) }
+
+// DecodeListLimit decodes a listing's body, {limit?}, and returns its
+// limit: timer.list, task.list and wait.list take the same.
+func DecodeListLimit(data []byte) (int, error) {
 	var r ListTimersRequest
 	if err := DecodeStrict(data, &r); err != nil {
 		return 0, err

@@ -581,3 +581,16 @@ func (iv *Intervention) MaxDeliverySize() (int, error) {
 	}
 	return size, nil
 }
+
+// ActionWaitList lists an agent's managed waits and WaitFor registrations;
+// its body is a listing's, {limit?} (DecodeListLimit), the limit applying
+// to each kind.
+const ActionWaitList = "wait.list"
+
+// ListWaitsReply is an agent's waits, newest first: managed waits
+// (wait.request) and WaitFor registrations (wait.for, wait.tasks), live
+// and those ended within the record retention.
+type ListWaitsReply struct {
+	Waits   []Wait    `json:"waits"`
+	WaitFor []WaitFor `json:"wait_for"`
+}

@@ -539,3 +539,8 @@ func (s *Service) scan(ctx context.Context, stream, subject string, from uint64,
 	}
 	return nil
 }
+
+// List returns the agent's registrations, newest first (Store.List).
+func (s *Service) List(ctx context.Context, agentID string, limit int) ([]subjects.WaitFor, error) {
+	return s.cfg.Store.List(ctx, agentID, limit)
+}

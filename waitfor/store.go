@@ -151,3 +151,13 @@ func (s *Store) Live(ctx context.Context, agentID string, env *subjects.Envelope
 	}
 	return out, nil
 }
+
+// List returns the agent's registrations, live and ended (until their
+// retention removes them), newest first, at most limit.
+func (s *Store) List(ctx context.Context, agentID string, limit int) ([]subjects.WaitFor, error) {
+	out, err := kvrec.List[subjects.WaitFor](ctx, s.kv, recKey(agentID, "*"))
+	if err != nil {
+		return nil, fmt.Errorf("waitfor: list: %w", err)
+	}
+	return kvrec.NewestFirst(out, func(w *subjects.WaitFor) time.Time { return w.CreatedAt }, limit), nil
+}

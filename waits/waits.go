@@ -168,6 +168,15 @@ func (s *Store) List(ctx context.Context, agentID string) ([]subjects.Wait, erro
 	return out, nil
 }
 
+// Newest returns the agent's waits, newest first, at most limit.
+func (s *Store) Newest(ctx context.Context, agentID string, limit int) ([]subjects.Wait, error) {
+	all, err := s.List(ctx, agentID)
+	if err != nil {
+		return nil, err
+	}
+	return kvrec.NewestFirst(all, func(w *subjects.Wait) time.Time { return w.CreatedAt }, limit), nil
+}
+
 // Agent returns the agent's state; an agent never seen has the zero state.
 func (s *Store) Agent(ctx context.Context, agentID string) (*subjects.AgentState, error) {
 	st, _, err := s.agents.Get(ctx, agentID)

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -281,4 +282,14 @@ func create[T any](ctx context.Context, kv jetstream.KeyValue, key string, v *T,
 		return e.Revision(), stored, nil
 	}
 	return 0, nil, fmt.Errorf("create %s: %w", key, ErrContended)
+}
+
+// NewestFirst sorts a listing by created, newest first, and keeps at most
+// limit of it.
+func NewestFirst[T any](list []T, created func(*T) time.Time, limit int) []T {
+	slices.SortStableFunc(list, func(a, b T) int { return created(&b).Compare(created(&a)) })
+	if len(list) > limit {
+		list = list[:limit]
+	}
+	return list
 }
