@@ -1,0 +1,578 @@
+// chime operator console. Plain DOM: every value from the API is written
+// with textContent; the one exception is a notification's detail_html,
+// which the server sanitized (console.SanitizeDetail). Event streams are
+// read with fetch, not EventSource, so the operator token travels in the
+// Authorization header and never in a URL.
+'use strict';
+(() => {
+  const $ = (id) => document.getElementById(id);
+  const TOKEN_KEY = 'chime.operatorToken';
+  const ID_RE = /^[A-Za-z0-9_-]{1,64}$/;
+  const MAX_DELIVERIES = 200;
+
+  const state = {
+    agent: '',
+    ctl: null,            // aborts the current view's requests and streams
+    notifs: new Map(),    // "agent/id" -> notification
+    toasts: new Map(),    // "agent/group" or "agent/id" -> toast element
+    deliveries: [],
+    seenSeq: new Set(),
+    waits: null,
+    refreshTimer: 0,
+  };
+
+  // el builds an element; strings among children become text nodes.
+  function el(tag, props, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(props || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === 'class') e.className = v;
+      else if (k === 'text') e.textContent = v;
+      else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+      else e.setAttribute(k, v === true ? '' : String(v));
+    }
+    for (const c of children) if (c !== undefined && c !== null && c !== false) e.append(c);
+    return e;
+  }
+
+  const enc = encodeURIComponent;
+  const agentPath = (id) => '/api/agents/' + enc(id);
+  const controlPath = (id) => '/api/control/agents/' + enc(id);
+  const fmtTime = (s) => (s ? new Date(s).toLocaleString() : '');
+  const sleep = (ms, signal) => new Promise((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal?.addEventListener('abort', () => { clearTimeout(t); resolve(); }, { once: true });
+  });
+
+  class APIError extends Error {
+    constructor(code, message, status) { super(message); this.code = code; this.status = status; }
+    toString() { return (this.code ? this.code + ': ' : '') + this.message; }
+  }
+
+  // --- the operator token -------------------------------------------------
+  let tokenPrompt = null;
+  function authHeaders(h) {
+    const t = sessionStorage.getItem(TOKEN_KEY);
+    if (t) h.Authorization = 'Bearer ' + t;
+    return h;
+  }
+  // askToken shows the token dialog once for every request that needs it.
+  function askToken() {
+    if (tokenPrompt) return tokenPrompt;
+    const rejected = sessionStorage.getItem(TOKEN_KEY) !== null;
+    sessionStorage.removeItem(TOKEN_KEY);
+    $('sign-out').hidden = true;
+    $('token-error').textContent = rejected ? 'That token was not accepted.' : '';
+    tokenPrompt = new Promise((resolve) => {
+      const form = $('token-form');
+      const submit = (ev) => {
+        ev.preventDefault();
+        const v = $('token-input').value.trim();
+        if (!v) return;
+        sessionStorage.setItem(TOKEN_KEY, v);
+        $('token-input').value = '';
+        $('sign-out').hidden = false;
+        form.removeEventListener('submit', submit);
+        $('token-dialog').close();
+        tokenPrompt = null;
+        resolve();
+      };
+      form.addEventListener('submit', submit);
+      $('token-dialog').showModal();
+      $('token-input').focus();
+    });
+    return tokenPrompt;
+  }
+
+  async function api(method, path, body, signal) {
+    for (;;) {
+      const headers = authHeaders({ Accept: 'application/json' });
+      if (body !== undefined) headers['Content-Type'] = 'application/json';
+      const res = await fetch(path, {
+        method, headers, signal, cache: 'no-store',
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      if (res.status === 401) { await askToken(); continue; }
+      const data = await res.json().catch(() => ({}));
+      if (!res.ok) throw new APIError(data.error?.code, data.error?.message || res.statusText, res.status);
+      return data;
+    }
+  }
+
+  // follow reads a Server-Sent Events stream with fetch until signal
+  // aborts, reconnecting with Last-Event-ID after the last event seen.
+  async function follow(path, last, onEvent, signal) {
+    let delay = 500;
+    while (!signal.aborted) {
+      try {
+        const headers = authHeaders({ Accept: 'text/event-stream' });
+        if (last) headers['Last-Event-ID'] = String(last);
+        const res = await fetch(path, { headers, signal, cache: 'no-store' });
+        if (res.status === 401) { await askToken(); continue; }
+        if (!res.ok || !res.body) throw new Error('HTTP ' + res.status);
+        setConn(true);
+        delay = 500;
+        const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buf = '';
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buf += value;
+          let m;
+          while ((m = /\r?\n\r?\n/.exec(buf))) {
+            const block = buf.slice(0, m.index);
+            buf = buf.slice(m.index + m[0].length);
+            let id = '', name = 'message', data = [];
+            for (const line of block.split(/\r?\n/)) {
+              if (line.startsWith(':')) continue;
+              const i = line.indexOf(':');
+              const field = i < 0 ? line : line.slice(0, i);
+              const val = i < 0 ? '' : line.slice(i + 1).replace(/^ /, '');
+              if (field === 'id') id = val;
+              else if (field === 'event') name = val;
+              else if (field === 'data') data.push(val);
+            }
+            if (id) last = id;
+            if (data.length) {
+              try { onEvent(name, JSON.parse(data.join('\n'))); } catch (e) { console.error(e); }
+            }
+          }
+        }
+      } catch (e) {
+        if (signal.aborted) return;
+      }
+      setConn(false);
+      await sleep(delay, signal);
+      delay = Math.min(delay * 2, 10000);
+    }
+  }
+
+  function setConn(live) {
+    const c = $('conn');
+    c.textContent = live ? 'live' : 'reconnecting…';
+    c.className = 'conn ' + (live ? 'live' : 'down');
+  }
+
+  function showResult(id, err, ok) {
+    const r = $(id);
+    r.textContent = err ? String(err) : ok || '';
+    r.className = 'result' + (err ? ' err' : '');
+  }
+
+  // --- notifications --------------------------------------------------------
+  const nkey = (n) => n.agent_id + '/' + n.id;
+  let noteRender = 0;
+
+  function upsertNotif(agentID, n, live) {
+    n.agent_id = n.agent_id || agentID;
+    state.notifs.set(nkey(n), n);
+    if (live && !n.read) toast(n);
+    scheduleNotifRender();
+  }
+
+  function applyNotifEvent(agentID, ev) {
+    const agent = ev.agent_id || agentID;
+    if (ev.op === 'upsert' && ev.notification) upsertNotif(agent, ev.notification, true);
+    else if (ev.op === 'remove') {
+      for (const id of ev.notification_ids || []) state.notifs.delete(agent + '/' + id);
+    } else if (ev.op === 'clear') {
+      for (const k of [...state.notifs.keys()]) if (k.startsWith(agent + '/')) state.notifs.delete(k);
+    }
+    scheduleNotifRender();
+  }
+
+  function scheduleNotifRender() {
+    if (noteRender) return;
+    noteRender = requestAnimationFrame(() => { noteRender = 0; renderNotifs(); });
+  }
+
+  function renderNotifs() {
+    const list = [...state.notifs.values()].sort((a, b) =>
+      (Date.parse(b.timestamp) || 0) - (Date.parse(a.timestamp) || 0) || (b.seq || 0) - (a.seq || 0));
+    let unread = 0, high = 0;
+    const items = list.map((n) => {
+      if (!n.read) { unread++; if (n.priority >= 20) high++; }
+      return notifItem(n);
+    });
+    $('notif-list').replaceChildren(...items);
+    $('notif-empty').hidden = list.length > 0;
+    $('unread-count').textContent = unread;
+    $('high-count').textContent = high;
+    if (!renderNotifs.marked) { renderNotifs.marked = true; performance.mark('chime:notifications'); }
+  }
+
+  function detailNode(n) {
+    if (!n.detail_html && !n.detail) return null;
+    const d = el('div', { class: 'n-detail' });
+    // detail_html was sanitized by the server with the console's policy;
+    // without it the raw detail is shown as text, never as HTML.
+    if (n.detail_html) d.innerHTML = n.detail_html;
+    else d.textContent = n.detail;
+    return d;
+  }
+
+  function notifItem(n) {
+    const type = ['info', 'success', 'warning', 'error', 'progress'].includes(n.type) ? n.type : 'info';
+    return el('li', { class: `notif t-${type}` + (n.read ? '' : ' unread'), 'data-id': n.id, 'data-agent': n.agent_id },
+      el('div', { class: 'n-head' },
+        el('span', { class: 'kind', text: type }),
+        n.priority >= 20 ? el('span', { class: 'n-prio', text: 'high' }) : null,
+        el('span', { class: 'n-title', text: n.title || '' }),
+        el('span', { class: 'meta', text: (state.agent ? '' : n.agent_id + ' · ') + fmtTime(n.timestamp) + (n.group ? ' · ' + n.group : '') }),
+        n.read ? null : el('button', { type: 'button', class: 'mark-read', text: 'Mark read', onclick: () => markRead(n) })),
+      el('p', { class: 'text n-message', text: n.message || '' }),
+      detailNode(n));
+  }
+
+  // toast shows n for its display_time; one of the same group (or the
+  // same id) replaces the one shown.
+  function toast(n) {
+    const key = n.agent_id + '/' + (n.group ? 'g:' + n.group : 'i:' + n.id);
+    state.toasts.get(key)?.remove();
+    const high = n.priority >= 20;
+    const type = ['info', 'success', 'warning', 'error', 'progress'].includes(n.type) ? n.type : 'info';
+    const t = el('div', { class: `toast t-${type}` + (high ? ' high' : ''), role: high ? 'alert' : 'status', 'data-id': n.id },
+      el('div', { class: 'body' },
+        el('strong', { text: n.title || type }),
+        el('p', { class: 'text', text: n.message || '' })),
+      el('button', { type: 'button', 'aria-label': 'Dismiss', text: '×', onclick: () => drop() }));
+    const drop = () => { t.remove(); if (state.toasts.get(key) === t) state.toasts.delete(key); };
+    // high priority first, then newest
+    const container = $('toasts');
+    if (high) container.prepend(t); else container.append(t);
+    state.toasts.set(key, t);
+    const secs = Number(n.display_time) > 0 ? Number(n.display_time) : 3;
+    setTimeout(drop, secs * 1000);
+    while (container.children.length > 5) container.lastElementChild.remove();
+  }
+
+  async function markRead(n) {
+    try {
+      await api('POST', controlPath(n.agent_id) + '/notifications/mark-read', { notification_ids: [n.id] }, state.ctl?.signal);
+      n.read = true;
+      scheduleNotifRender();
+    } catch (e) { flash(e); }
+  }
+
+  function agentsWithNotifs(unreadOnly) {
+    const ids = new Set();
+    for (const n of state.notifs.values()) if (!unreadOnly || !n.read) ids.add(n.agent_id);
+    return state.agent ? [state.agent] : [...ids];
+  }
+
+  async function markAll() {
+    try {
+      for (const id of agentsWithNotifs(true)) {
+        await api('POST', controlPath(id) + '/notifications/mark-read', { mark_all: true }, state.ctl?.signal);
+        for (const n of state.notifs.values()) if (n.agent_id === id) n.read = true;
+      }
+      scheduleNotifRender();
+    } catch (e) { flash(e); }
+  }
+
+  let clearArmed = 0;
+  async function clearAll() {
+    const b = $('clear-all');
+    if (!clearArmed) { // a second press within 3 s confirms
+      b.textContent = 'Confirm clear';
+      clearArmed = setTimeout(() => { clearArmed = 0; b.textContent = 'Clear'; }, 3000);
+      return;
+    }
+    clearTimeout(clearArmed); clearArmed = 0; b.textContent = 'Clear';
+    try {
+      for (const id of agentsWithNotifs(false)) {
+        await api('POST', controlPath(id) + '/notifications/clear', {}, state.ctl?.signal);
+        applyNotifEvent(id, { op: 'clear', agent_id: id });
+      }
+    } catch (e) { flash(e); }
+  }
+
+  function flash(e) {
+    $('alerts').textContent = String(e);
+    toast({ agent_id: '', id: 'error', type: 'error', priority: 20, title: 'Request failed', message: String(e), display_time: 6 });
+  }
+
+  async function loadNotifications(signal) {
+    const agents = state.agent ? [state.agent] : (await api('GET', '/api/agents', undefined, signal)).agents.map((a) => a.agent_id).slice(0, 100);
+    let last = 0;
+    for (const id of agents) {
+      try {
+        const res = await api('GET', agentPath(id) + '/notifications', undefined, signal);
+        for (const n of res.notifications || []) upsertNotif(id, n, false);
+        if (state.agent) last = res.seq || 0;
+      } catch (e) {
+        if (signal.aborted) return;
+        if (e.status !== 404) flash(e);
+      }
+    }
+    scheduleNotifRender();
+    const path = state.agent ? agentPath(state.agent) + '/notifications/events' : '/api/notifications/events';
+    follow(path, last, (name, ev) => { if (name === 'notification') applyNotifEvent(state.agent, ev); }, signal);
+  }
+
+  // --- questions --------------------------------------------------------------
+  async function loadQuestions(signal) {
+    const res = await api('GET', agentPath(state.agent) + '/questions', undefined, signal);
+    const list = res.questions || [];
+    const box = $('q-list');
+    const keep = new Set(list.map((q) => q.id));
+    for (const node of [...box.children]) if (!keep.has(node.dataset.id)) node.remove();
+    for (const q of list) {
+      if (!box.querySelector(`[data-id="${CSS.escape(q.id)}"]`)) box.append(questionForm(q));
+    }
+    $('q-empty').hidden = list.length > 0;
+  }
+
+  function questionForm(q) {
+    const inputs = [];
+    const result = el('p', { class: 'result', role: 'status' });
+    const form = el('form', { class: 'question', 'data-id': q.id });
+    (q.questions || []).forEach((item, i) => {
+      const inputID = `q-${q.id}-${i}`;
+      const input = el('input', { id: inputID, required: true, autocomplete: 'off' });
+      inputs.push(input);
+      const opts = (item.options || []).map((o) => el('button', {
+        type: 'button', 'aria-pressed': 'false', text: o,
+        onclick: (ev) => {
+          input.value = o;
+          for (const b of ev.target.parentNode.children) b.setAttribute('aria-pressed', String(b === ev.target));
+        },
+      }));
+      form.append(el('fieldset', {},
+        el('legend', { text: item.title }),
+        opts.length ? el('div', { class: 'options', role: 'group', 'aria-label': 'Options' }, ...opts) : null,
+        el('label', { for: inputID, class: 'sr', text: 'Answer to: ' + item.title }), input));
+    });
+    form.append(el('button', { type: 'submit', text: 'Answer' }), el('span', { class: 'meta', text: ' asked ' + fmtTime(q.created_at) }), result);
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      const answers = inputs.map((x) => x.value);
+      const body = answers.length === 1 ? { answer: answers[0] } : { answers };
+      try {
+        await api('POST', controlPath(state.agent) + '/questions/' + enc(q.id) + '/answer', body, state.ctl?.signal);
+        form.remove();
+        $('q-empty').hidden = $('q-list').children.length > 0;
+      } catch (e) { result.textContent = String(e); result.className = 'result err'; }
+    });
+    return form;
+  }
+
+  // --- interventions ----------------------------------------------------------
+  async function intervene(action) {
+    const text = $('i-text').value;
+    const body = { action };
+    if (text.trim() && (action === 'message' || action === 'stop')) body.text = text;
+    try {
+      await api('POST', controlPath(state.agent) + '/intervention', body, state.ctl?.signal);
+      showResult('i-result', null, `${action} sent`);
+      if (body.text) $('i-text').value = '';
+      refreshSoon();
+    } catch (e) { showResult('i-result', e); }
+  }
+
+  // --- timers -------------------------------------------------------------
+  async function loadTimers(signal) {
+    const res = await api('GET', agentPath(state.agent) + '/timers?limit=50', undefined, signal);
+    $('t-list').replaceChildren(...(res.timers || []).map((t) => el('tr', { 'data-id': t.id },
+      el('td', {}, el('code', { text: t.id }), t.summary ? el('div', { class: 'meta', text: t.summary }) : null),
+      el('td', { text: t.status + (t.repeat ? ' (repeats)' : '') }),
+      el('td', { text: fmtTime(t.next_fire_at) }),
+      el('td', { text: String(t.fire_count) }),
+      el('td', {}, t.status === 'active' ? el('button', { type: 'button', text: 'Cancel', onclick: () => cancelTimer(t.id) }) : null))));
+  }
+
+  async function createTimer(ev) {
+    ev.preventDefault();
+    const body = { duration_ms: Math.round(Number($('t-after').value) * 1000) };
+    if ($('t-every').value) body.interval_ms = Math.round(Number($('t-every').value) * 1000);
+    if ($('t-summary').value) body.summary = $('t-summary').value;
+    try {
+      const t = await api('POST', controlPath(state.agent) + '/timers', body, state.ctl?.signal);
+      showResult('t-result', null, 'created ' + t.id);
+      refreshSoon();
+    } catch (e) { showResult('t-result', e); }
+  }
+
+  async function cancelTimer(id) {
+    try {
+      await api('POST', controlPath(state.agent) + '/timers/' + enc(id) + '/cancel', {}, state.ctl?.signal);
+      showResult('t-result', null, 'cancelled ' + id);
+      refreshSoon();
+    } catch (e) { showResult('t-result', e); }
+  }
+
+  // --- waits ------------------------------------------------------------------
+  // remaining is Agent Zero's remaining-time format.
+  function remaining(ms) {
+    const s = Math.max(0, ms) / 1000;
+    const d = Math.floor(s / 86400), h = Math.floor(s % 86400 / 3600), m = Math.floor(s % 3600 / 60);
+    if (d) return `${d}d ${h}h ${m}m ${Math.floor(s % 60)}s remaining`;
+    if (h) return `${h}h ${m}m ${Math.floor(s % 60)}s remaining`;
+    if (m) return `${m}m ${(s % 60).toFixed(1)}s remaining`;
+    return `${s.toFixed(1)}s remaining`;
+  }
+
+  async function loadWaits(signal) {
+    state.waits = await api('GET', agentPath(state.agent) + '/waits?limit=50', undefined, signal);
+    const items = [];
+    for (const w of state.waits.waits || []) {
+      items.push(el('li', { 'data-id': w.wait_id },
+        el('span', { class: 'kind', text: 'wait' }), el('code', { text: w.wait_id }), ' ',
+        el('span', { text: `${w.mode} · ${w.status}` + (w.paused_at ? ' · paused' : '') }), ' ',
+        w.status === 'waiting' ? el('span', { class: 'remaining', 'data-target': w.target_time, 'data-paused': w.paused_at || '' }) : null,
+        el('div', { class: 'meta', text: 'until ' + fmtTime(w.target_time) + (w.cancel_text ? ' · ' + w.cancel_text : '') })));
+    }
+    for (const w of state.waits.wait_for || []) {
+      items.push(el('li', { 'data-id': w.wait_id },
+        el('span', { class: 'kind', text: 'wait_for' }), el('code', { text: w.wait_id }), ' ',
+        el('span', { text: `${w.wake}${w.resource ? ' ' + w.resource : ''} · ${w.status}` }), ' ',
+        w.recheck_at && !w.ended_at ? el('span', { class: 'remaining', 'data-target': w.recheck_at, 'data-paused': '' }) : null,
+        el('div', { class: 'meta', text: w.reason + (w.end_reason ? ' · ' + w.end_reason : '') })));
+    }
+    $('w-list').replaceChildren(...items);
+    $('w-empty').hidden = items.length > 0;
+    tickWaits();
+  }
+
+  function tickWaits() {
+    const now = Date.now();
+    for (const r of document.querySelectorAll('#w-list .remaining')) {
+      const target = Date.parse(r.dataset.target);
+      const at = r.dataset.paused ? Date.parse(r.dataset.paused) : now;
+      r.textContent = remaining(target - at);
+    }
+  }
+
+  // --- tasks ------------------------------------------------------------------
+  async function loadTasks(signal) {
+    const res = await api('GET', agentPath(state.agent) + '/tasks?limit=50', undefined, signal);
+    const list = res.tasks || [];
+    $('k-list').replaceChildren(...list.map((t) => el('li', { 'data-id': t.task_id },
+      el('span', { class: 'kind', text: t.status || 'registered' }), el('code', { text: t.task_id }), ' ',
+      el('span', { text: t.title || '' }),
+      t.exit_code !== undefined ? el('span', { class: 'meta', text: ` exit ${t.exit_code}` }) : null,
+      t.error_message ? el('div', { class: 'meta', text: t.error_message }) : null,
+      el('div', {}, el('button', { type: 'button', text: 'Output', onclick: () => showOutput(t.task_id) })))));
+    $('k-empty').hidden = list.length > 0;
+  }
+
+  async function showOutput(taskID) {
+    const pre = $('k-output');
+    pre.hidden = false;
+    pre.textContent = 'loading…';
+    try {
+      const parts = [];
+      let offset = 0;
+      for (let i = 0; i < 64; i++) { // at most 64 reads of the largest chunk
+        const r = await api('GET', `${agentPath(state.agent)}/tasks/${enc(taskID)}/output?offset=${offset}`, undefined, state.ctl?.signal);
+        const bytes = Uint8Array.from(atob(r.data || ''), (c) => c.charCodeAt(0));
+        parts.push(bytes);
+        offset = r.offset + bytes.length;
+        if (r.eof || bytes.length === 0) break;
+      }
+      const all = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+      parts.reduce((at, p) => { all.set(p, at); return at + p.length; }, 0);
+      pre.textContent = new TextDecoder().decode(all) || '(no output)';
+    } catch (e) { pre.textContent = String(e); }
+  }
+
+  // --- inbox ------------------------------------------------------------------
+  function deliveryItem(d) {
+    const env = d.envelope || {};
+    return el('li', { 'data-seq': d.seq, 'data-kind': env.kind },
+      el('span', { class: 'kind', text: env.kind }),
+      el('span', { class: 'meta', text: `${fmtTime(env.at)} · ${env.trust} · ${env.source?.type || ''} ${env.source?.id || ''}` }),
+      env.text ? el('p', { class: 'text', text: env.text }) : null);
+  }
+
+  function addDeliveries(list, live) {
+    for (const d of list) {
+      if (state.seenSeq.has(d.seq)) continue;
+      state.seenSeq.add(d.seq);
+      state.deliveries.push(d);
+    }
+    state.deliveries.sort((a, b) => b.seq - a.seq);
+    state.deliveries.length = Math.min(state.deliveries.length, MAX_DELIVERIES);
+    $('d-list').replaceChildren(...state.deliveries.map(deliveryItem));
+    $('d-empty').hidden = state.deliveries.length > 0;
+    if (live) refreshSoon(); // a delivery follows a change: a fire, an ending, an answer
+  }
+
+  async function loadInbox(signal) {
+    const page = await api('GET', agentPath(state.agent) + '/inbox?limit=50', undefined, signal);
+    addDeliveries(page.deliveries || [], false);
+    follow(agentPath(state.agent) + '/inbox/events', page.last_seq, (name, d) => { if (name === 'delivery') addDeliveries([d], true); }, signal);
+  }
+
+  // --- the agent's panels ---------------------------------------------------
+  async function refreshAgent() {
+    const signal = state.ctl.signal;
+    await Promise.all([loadQuestions, loadTimers, loadWaits, loadTasks].map(async (load) => {
+      try { await load(signal); } catch (e) { if (!signal.aborted) console.warn(e); }
+    }));
+  }
+
+  function refreshSoon() {
+    clearTimeout(state.refreshTimer);
+    state.refreshTimer = setTimeout(() => { if (state.agent) refreshAgent(); }, 150);
+  }
+
+  async function loadAgents() {
+    try {
+      const res = await api('GET', '/api/agents');
+      $('agent-list').replaceChildren(...res.agents.map((a) => el('option', { value: a.agent_id, label: a.status || '' })));
+    } catch (e) { /* the list only helps typing */ }
+  }
+
+  function open(agent) {
+    state.ctl?.abort();
+    state.ctl = new AbortController();
+    const signal = state.ctl.signal;
+    state.agent = agent;
+    state.notifs.clear();
+    state.deliveries = [];
+    state.seenSeq.clear();
+    renderNotifs.marked = false;
+    $('agent-input').value = agent;
+    document.body.classList.toggle('all', !agent);
+    document.title = agent ? `${agent} · chime console` : 'chime console';
+    const url = new URL(location.href);
+    if (agent) url.searchParams.set('agent', agent); else url.searchParams.delete('agent');
+    history.replaceState(null, '', url);
+    for (const id of ['notif-list', 'q-list', 't-list', 'w-list', 'k-list', 'd-list']) $(id).replaceChildren();
+    $('k-output').hidden = true;
+    loadNotifications(signal).catch((e) => { if (!signal.aborted) flash(e); });
+    if (agent) {
+      refreshAgent();
+      loadInbox(signal).catch((e) => { if (!signal.aborted) flash(e); });
+    }
+  }
+
+  function init() {
+    $('agent-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const v = $('agent-input').value.trim();
+      if (v && !ID_RE.test(v)) { $('agent-input').reportValidity(); return; }
+      open(v);
+    });
+    $('all-agents').addEventListener('click', () => open(''));
+    $('sign-out').addEventListener('click', () => { sessionStorage.removeItem(TOKEN_KEY); location.reload(); });
+    $('sign-out').hidden = !sessionStorage.getItem(TOKEN_KEY);
+    $('mark-all').addEventListener('click', markAll);
+    $('clear-all').addEventListener('click', clearAll);
+    $('t-form').addEventListener('submit', createTimer);
+    $('i-form').addEventListener('submit', (ev) => { ev.preventDefault(); intervene('message'); });
+    for (const b of document.querySelectorAll('#i-form button[type="button"]')) b.addEventListener('click', () => intervene(b.dataset.action));
+    $('token-dialog').addEventListener('cancel', (ev) => ev.preventDefault()); // nothing works without it
+    setInterval(tickWaits, 200);
+    // Questions, timers, waits and tasks have no stream of their own:
+    // deliveries refresh them at once, and this catches the rest.
+    setInterval(() => { if (state.agent && !document.hidden) refreshAgent(); }, 2000);
+    setInterval(() => { if (!document.hidden) loadAgents(); }, 15000);
+    const agent = new URLSearchParams(location.search).get('agent') || '';
+    open(ID_RE.test(agent) ? agent : '');
+    loadAgents();
+  }
+
+  init();
+})();
