@@ -19,7 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/chime-nats/chime/access"
+	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/callbacks"
+	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/questions"
 	"github.com/chime-nats/chime/quotas"
 	"github.com/chime-nats/chime/subjects"
@@ -56,24 +58,30 @@ type Config struct {
 	WaitFor *waitfor.Service
 	// Tasks, when set, serves agent.<id>.task.*.
 	Tasks *tasks.Store
+	// Agents and Deliveries, when set, serve the operators' views: the
+	// agent list, an agent's recent deliveries and their live feed.
+	Agents     *agents.Store
+	Deliveries *deliveries.Reader
 }
 
 // Operations are the agent actions, by the action part of their subject.
 type Operations struct {
-	store     *timers.Store
-	waits     *waits.Store
-	waitOps   *waits.Requests
-	triggers  *callbacks.Store
-	callbacks *callbacks.Service
-	tokens    *access.Tokens
-	questions *questions.Service
-	quotas    *quotas.Quotas
-	tz        string
-	now       func() time.Time
-	log       *slog.Logger
-	requests  *prometheus.CounterVec
-	waitFor   *waitfor.Service
-	tasks     *tasks.Store
+	store      *timers.Store
+	waits      *waits.Store
+	waitOps    *waits.Requests
+	triggers   *callbacks.Store
+	callbacks  *callbacks.Service
+	tokens     *access.Tokens
+	questions  *questions.Service
+	quotas     *quotas.Quotas
+	tz         string
+	now        func() time.Time
+	log        *slog.Logger
+	requests   *prometheus.CounterVec
+	waitFor    *waitfor.Service
+	tasks      *tasks.Store
+	agents     *agents.Store
+	deliveries *deliveries.Reader
 }
 
 // NewOperations returns the operations.
@@ -91,6 +99,7 @@ func NewOperations(c Config) *Operations {
 	o := &Operations{
 		store: c.Timers, waits: c.Waits, waitOps: c.WaitRequests, triggers: c.Triggers, callbacks: c.Callbacks, tokens: c.Tokens, quotas: c.Quotas, tz: c.TimeZone, now: c.Now,
 		waitFor: c.WaitFor, tasks: c.Tasks,
+		agents: c.Agents, deliveries: c.Deliveries,
 		log: c.Log.With("component", "api"),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chime_requests_total", Help: "Requests by endpoint and outcome (ok or the error code).",
@@ -182,6 +191,8 @@ func (o *Operations) do(ctx context.Context, surface, action, agentID string, bo
 			return nil, err
 		}
 		return o.waitOps.Cancel(ctx, agentID, waitID)
+	case subjects.ActionWaitList:
+		return o.waitList(ctx, agentID, body)
 	case subjects.ActionIntervention:
 		req, err := subjects.DecodeIntervention(body)
 		if err != nil {
@@ -265,7 +276,7 @@ func replay[T any](ctx context.Context, get func(context.Context, string, string
 func Actions() []string {
 	return []string{
 		subjects.ActionTimerCreate, subjects.ActionTimerList, subjects.ActionTimerGet, subjects.ActionTimerCancel,
-		subjects.ActionWaitRequest, subjects.ActionWaitCancel, subjects.ActionIntervention,
+		subjects.ActionWaitRequest, subjects.ActionWaitCancel, subjects.ActionWaitList, subjects.ActionIntervention,
 		subjects.ActionLifecycleStart, subjects.ActionLifecycleStop, subjects.ActionTriggerCreate,
 		subjects.ActionTriggerCancel, subjects.ActionTriggerList, subjects.ActionTriggerReset,
 		subjects.ActionTokenIssue, subjects.ActionTokenRevoke,

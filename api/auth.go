@@ -46,7 +46,7 @@ func (g guard) wrap(next http.Handler) http.Handler {
 			writeError(w, &subjects.Error{Code: subjects.CodeUnauthorized, Message: "an operator or agent bearer token is required"})
 		case err != nil:
 			writeError(w, answerError(err))
-		case p.Kind == access.KindOperator, p.Kind == access.KindAgent && r.Method == http.MethodGet && ownRead(r.URL.Path, p.AgentID):
+		case p.Kind == access.KindOperator, p.Kind == access.KindAgent && r.Method == http.MethodGet && ownRead(r.URL.Path, p.AgentID) && !operatorOnly(r.URL.Path):
 			next.ServeHTTP(w, r)
 		default:
 			writeError(w, &subjects.Error{Code: subjects.CodeForbidden, Message: p.Name() + " may not call " + r.Method + " " + r.URL.Path})
@@ -54,11 +54,16 @@ func (g guard) wrap(next http.Handler) http.Handler {
 	})
 }
 
-// protected reports the routes that need a principal: control, and the
-// agent-scoped reads.
+// protected reports the routes that need a principal: control, the agent
+// list and the agent-scoped reads.
 func protected(path string) bool {
-	return strings.HasPrefix(path, "/api/control/") || strings.HasPrefix(path, "/api/agents/")
+	return strings.HasPrefix(path, "/api/control/") || path == "/api/agents" || strings.HasPrefix(path, "/api/agents/")
 }
+
+// operatorOnly reports the agent-scoped reads an agent may not make of its
+// own: the live inbox feed, a stream an operator's console holds open (an
+// agent reads its inbox through its own consumer).
+func operatorOnly(path string) bool { return strings.HasSuffix(path, "/inbox/events") }
 
 // ownRead reports a read route of agentID's own.
 func ownRead(path, agentID string) bool {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/callbacks"
+	"github.com/chime-nats/chime/console"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -53,12 +54,7 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (boo
 		return encode(subjects.TimerRef{TimerID: r.PathValue("timer_id")})
 	}
 	route("POST /api/control/agents/{id}/timers", subjects.ActionTimerCreate, asSent, http.StatusCreated)
-	route("GET /api/agents/{id}/timers", subjects.ActionTimerList, func(r *http.Request, _ []byte) []byte {
-		if l := r.URL.Query().Get("limit"); l != "" {
-			return encode(map[string]any{"limit": rawOrString(l)})
-		}
-		return nil
-	}, http.StatusOK)
+	route("GET /api/agents/{id}/timers", subjects.ActionTimerList, query("limit"), http.StatusOK)
 	route("GET /api/agents/{id}/timers/{timer_id}", subjects.ActionTimerGet, timerRef, http.StatusOK)
 	route("POST /api/control/agents/{id}/timers/{timer_id}/cancel", subjects.ActionTimerCancel, timerRef, http.StatusOK)
 
@@ -92,6 +88,8 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (boo
 		})
 	}
 
+	consoleRoutes(route, mux, ops)
+	console.Register(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, []byte(`{"ok":true}`))
@@ -197,10 +195,10 @@ type Timeouts struct {
 //   - Read 30 s: time for a 256 KiB callback body over a slow link.
 //   - Write 60 s: it runs from the end of the headers, so it covers a slow
 //     body (up to Read) plus the 10 s a request may spend on storage, and an
-//     `unavailable` answer still goes out. No response streams today; a
-//     long-lived one (Server-Sent Events, planned) must lift its own write
-//     deadline with http.ResponseController.SetWriteDeadline rather than
-//     have this one raised for every route.
+//     `unavailable` answer still goes out. A long-lived response (Server-Sent
+//     Events, startEvents) lifts its own write deadline with
+//     http.ResponseController rather than have this one raised for every
+//     route.
 //   - Idle 120 s: a keep-alive connection waits that long for its next
 //     request.
 func DefaultTimeouts() Timeouts {
@@ -227,14 +225,20 @@ func (t Timeouts) orDefaults() Timeouts {
 // StartGateway serves h on ln until Stop, within timeouts t.
 func StartGateway(ln net.Listener, h http.Handler, log *slog.Logger, t Timeouts) *Gateway {
 	t = t.orDefaults()
+	// Event streams end when the shutdown starts (streamContext).
+	closing, stopStreams := context.WithCancel(context.Background())
 	g := &Gateway{
 		srv: &http.Server{
 			Handler: h, ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.Read, WriteTimeout: t.Write, IdleTimeout: t.Idle,
+			BaseContext: func(net.Listener) context.Context {
+				return context.WithValue(context.Background(), closingKey{}, closing)
+			},
 		},
 		ln:   ln,
 		log:  log.With("component", "http"),
 		done: make(chan error, 1),
 	}
+	g.srv.RegisterOnShutdown(stopStreams)
 	go func() { g.done <- g.srv.Serve(ln) }()
 	g.log.Info("http listening", "addr", ln.Addr().String())
 	return g

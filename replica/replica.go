@@ -26,6 +26,7 @@ import (
 	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/consumer"
+	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/secret"
@@ -217,7 +218,8 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		Timers: store, Waits: waitStore, WaitRequests: waits.NewRequests(waitStore, inbox, js, time.Now, log),
 		Triggers: triggerStore, Callbacks: callbacks.NewService(triggerStore, inbox, js, engine.InboxStream, time.Now, log), Log: log, TimeZone: cfg.TimeZone,
 		Quotas: limits, Registerer: reg, WaitFor: waitForSvc,
-		Tasks: taskStore,
+		Tasks:  taskStore,
+		Agents: agentStore, Deliveries: deliveries.NewReader(js, engine.InboxStream),
 	})
 	resolver := access.Resolver{Operators: operators, Tokens: tokens, Callbacks: triggerStore}
 	if issuer != nil {

@@ -1,0 +1,242 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/chime-nats/chime/deliveries"
+	"github.com/chime-nats/chime/subjects"
+)
+
+// routeFunc serves an action at a pattern (NewHandler's route).
+type routeFunc = func(pattern, action string, body func(r *http.Request, read []byte) []byte, status int)
+
+// consoleRoutes are the routes the operator console needs beyond the
+// agents' own: interventions, waits and tasks as actions (on NATS too), and
+// the operator's views that are no agent's action (HTTP only): the agent
+// list, an agent's recent deliveries and their live feed.
+func consoleRoutes(route routeFunc, mux *http.ServeMux, ops *Operations) {
+	taskRef := func(r *http.Request, _ []byte) []byte {
+		return encode(subjects.TaskRef{TaskID: r.PathValue("task_id")})
+	}
+	route("POST /api/control/agents/{id}/intervention", subjects.ActionIntervention, func(_ *http.Request, read []byte) []byte { return read }, http.StatusOK)
+	route("GET /api/agents/{id}/waits", subjects.ActionWaitList, query("limit"), http.StatusOK)
+	route("GET /api/agents/{id}/tasks", subjects.ActionTaskList, query("limit"), http.StatusOK)
+	route("GET /api/agents/{id}/tasks/{task_id}", subjects.ActionTaskGet, taskRef, http.StatusOK)
+	route("GET /api/agents/{id}/tasks/{task_id}/output", subjects.ActionTaskOutput, func(r *http.Request, _ []byte) []byte {
+		return withQuery(r, map[string]any{"task_id": r.PathValue("task_id")}, "offset", "limit")
+	}, http.StatusOK)
+
+	view := func(pattern string, read func(r *http.Request) (any, error)) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			res, err := read(r)
+			if err != nil {
+				writeError(w, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, encode(res))
+		})
+	}
+	view("GET /api/agents", func(r *http.Request) (any, error) { return ops.Agents(r.Context()) })
+	view("GET /api/agents/{id}/inbox", func(r *http.Request) (any, error) {
+		limit, err := subjects.ParseLimit(limitParam(r))
+		if err != nil {
+			return nil, err
+		}
+		return ops.Inbox(r.Context(), r.PathValue("id"), limit)
+	})
+	mux.HandleFunc("GET /api/agents/{id}/inbox/events", ops.inboxEvents)
+}
+
+// query passes the named query parameters that are set as a JSON object
+// (rawOrString), so their rules and texts are those of NATS.
+func query(names ...string) func(r *http.Request, _ []byte) []byte {
+	return func(r *http.Request, _ []byte) []byte { return withQuery(r, map[string]any{}, names...) }
+}
+
+// withQuery adds the named query parameters that are set to m and encodes
+// it; an empty m is no body.
+func withQuery(r *http.Request, m map[string]any, names ...string) []byte {
+	q := r.URL.Query()
+	for _, name := range names {
+		if v := q.Get(name); v != "" {
+			m[name] = rawOrString(v)
+		}
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	return encode(m)
+}
+
+// limitParam is ?limit as ParseLimit reads it.
+func limitParam(r *http.Request) []byte {
+	if l := r.URL.Query().Get("limit"); l != "" {
+		return encode(rawOrString(l))
+	}
+	return nil
+}
+
+// waitList serves wait.list: the agent's managed waits and WaitFor
+// registrations, newest first, at most limit of each.
+func (o *Operations) waitList(ctx context.Context, agentID string, body []byte) (any, error) {
+	limit, err := subjects.DecodeListLimit(body)
+	if err != nil {
+		return nil, err
+	}
+	waits, err := o.waits.Newest(ctx, agentID, limit)
+	if err != nil {
+		return nil, err
+	}
+	reply := subjects.ListWaitsReply{Waits: waits, WaitFor: []subjects.WaitFor{}}
+	if o.waitFor != nil {
+		if reply.WaitFor, err = o.waitFor.List(ctx, agentID, limit); err != nil {
+			return nil, err
+		}
+	}
+	return reply, nil
+}
+
+// view runs an operator's read that is no agent action, bounded and
+// counted as Do runs actions; agentID, when not empty, is validated first.
+func (o *Operations) view(ctx context.Context, endpoint, agentID string, read func(context.Context) (any, error)) (any, error) {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	var res any
+	var err error
+	if agentID != "" {
+		err = subjects.ValidateID("agent_id", agentID)
+	}
+	if err == nil {
+		if o.deliveries == nil || o.agents == nil {
+			err = &subjects.Error{Code: subjects.CodeUnavailable, Message: "the operator views are not configured"}
+		} else {
+			res, err = read(ctx)
+		}
+	}
+	return res, o.finish("http:"+endpoint, "request", err, "surface", "http", "action", endpoint, "agent_id", agentID)
+}
+
+// Agents lists the agents chime knows: those with a record in the agents
+// bucket (started, stopped, paused, intervened on, woken) and those with
+// deliveries in the inbox stream, by ID.
+func (o *Operations) Agents(ctx context.Context) (*subjects.ListAgentsReply, error) {
+	res, err := o.view(ctx, "agents", "", func(ctx context.Context) (any, error) {
+		records, err := o.agents.List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		counts, err := o.deliveries.Agents(ctx)
+		if err != nil {
+			return nil, err
+		}
+		byID := make(map[string]*subjects.AgentSummary, len(records)+len(counts))
+		for _, st := range records {
+			byID[st.AgentID] = &subjects.AgentSummary{AgentID: st.AgentID, Status: st.Status, PausedAt: st.PausedAt}
+		}
+		for id, n := range counts {
+			if byID[id] == nil {
+				byID[id] = &subjects.AgentSummary{AgentID: id}
+			}
+			byID[id].Deliveries = n
+		}
+		reply := &subjects.ListAgentsReply{Agents: make([]subjects.AgentSummary, 0, len(byID))}
+		for _, a := range byID {
+			reply.Agents = append(reply.Agents, *a)
+		}
+		slices.SortFunc(reply.Agents, func(a, b subjects.AgentSummary) int { return strings.Compare(a.AgentID, b.AgentID) })
+		return reply, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res.(*subjects.ListAgentsReply), nil
+}
+
+// Inbox returns the agent's last limit deliveries, newest first.
+func (o *Operations) Inbox(ctx context.Context, agentID string, limit int) (any, error) {
+	return o.view(ctx, "inbox", agentID, func(ctx context.Context) (any, error) {
+		return o.deliveries.Recent(ctx, agentID, limit)
+	})
+}
+
+// Inbox feed bounds: a client may fall feedBuffer deliveries behind
+// before its feed ends (it resumes with Last-Event-ID); one write may take
+// feedWriteTimeout; a comment line every feedHeartbeat tells a dead
+// connection from a quiet agent, and keeps proxies from closing it.
+const (
+	feedBuffer       = 256
+	feedWriteTimeout = 10 * time.Second
+	feedHeartbeat    = 15 * time.Second
+)
+
+// inboxEvents serves GET /api/agents/{id}/inbox/events: the agent's
+// deliveries as Server-Sent Events (id: the stream sequence, event:
+// delivery, data: {seq, stored_at, envelope}), from after ?since=N or
+// Last-Event-ID, else from now on, until the client leaves or the gateway
+// stops.
+func (o *Operations) inboxEvents(w http.ResponseWriter, r *http.Request) {
+	agentID := r.PathValue("id")
+	after, err := resumeAfter(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	stream, cancel := streamContext(r)
+	defer cancel()
+	// The feed lives as long as the stream, not the view's request timeout.
+	res, err := o.view(stream, "inbox.events", agentID, func(context.Context) (any, error) {
+		return o.deliveries.Follow(stream, agentID, after, feedBuffer)
+	})
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	feed := res.(*deliveries.Feed)
+	s, err := startEvents(w)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	tick := time.NewTicker(feedHeartbeat)
+	defer tick.Stop()
+	for {
+		select {
+		case d, ok := <-feed.C():
+			if !ok {
+				if feed.Err() != nil {
+					o.log.Debug("inbox feed ended", "agent_id", agentID, "err", feed.Err())
+				}
+				return
+			}
+			if s.event(strconv.FormatUint(d.Seq, 10), "delivery", encode(d)) != nil {
+				return
+			}
+		case <-tick.C:
+			if s.comment("ping") != nil {
+				return
+			}
+		}
+	}
+}
+
+// resumeAfter is where a feed resumes: ?since=N, else Last-Event-ID, else
+// 0 (from now on).
+func resumeAfter(r *http.Request) (uint64, error) {
+	v, name := r.URL.Query().Get("since"), "since"
+	if v == "" {
+		v, name = r.Header.Get("Last-Event-ID"), "Last-Event-ID"
+	}
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: name + " must be a stream sequence (a whole number), not " + strconv.Quote(v)}
+	}
+	return n, nil
+}

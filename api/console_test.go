@@ -1,0 +1,271 @@
+package api_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chime-nats/chime/client"
+	"github.com/chime-nats/chime/config"
+	"github.com/chime-nats/chime/deliveries"
+	"github.com/chime-nats/chime/subjects"
+)
+
+// get sends a GET and returns the status and body.
+func get(t *testing.T, url string, header ...string) (int, []byte) {
+	t.Helper()
+	return send(t, newRequest(t, context.Background(), "GET", url, nil, header...))
+}
+
+// sseEvent is one Server-Sent Event read.
+type sseEvent struct{ id, name, data string }
+
+// openEvents opens an event stream and returns its events; the channel
+// closes when the stream ends.
+func openEvents(t *testing.T, ctx context.Context, url string, header ...string) (*http.Response, <-chan sseEvent) {
+	t.Helper()
+	res, err := http.DefaultClient.Do(newRequest(t, ctx, "GET", url, nil, header...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan sseEvent, 64)
+	go func() {
+		defer close(out)
+		defer res.Body.Close()
+		sc := bufio.NewScanner(res.Body)
+		var ev sseEvent
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "":
+				if ev.data != "" {
+					out <- ev
+				}
+				ev = sseEvent{}
+			case strings.HasPrefix(line, "id: "):
+				ev.id = line[4:]
+			case strings.HasPrefix(line, "event: "):
+				ev.name = line[7:]
+			case strings.HasPrefix(line, "data: "):
+				ev.data += line[6:]
+			}
+		}
+	}()
+	return res, out
+}
+
+func nextEvent(t *testing.T, events <-chan sseEvent) sseEvent {
+	t.Helper()
+	select {
+	case ev, ok := <-events:
+		if !ok {
+			t.Fatal("the event stream ended")
+		}
+		return ev
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event within 10s")
+	}
+	return sseEvent{}
+}
+
+// TestConsoleRoutes: the routes the console reads and acts through, each
+// against the real replica: agents, recent deliveries and their live feed,
+// waits (managed and WaitFor), an intervention ending a wait, tasks.
+func TestConsoleRoutes(t *testing.T) {
+	r, nc := startChime(t)
+	base := "http://" + r.HTTPAddr()
+	ctx := context.Background()
+	c, _ := client.New(nc, "con")
+	if _, err := c.CreateTimer(ctx, 20, 0, "first"); err != nil {
+		t.Fatal(err)
+	}
+	var page deliveries.Page
+	eventually(t, func() bool {
+		status, body := get(t, base+"/api/agents/con/inbox?limit=5")
+		return status == 200 && json.Unmarshal(body, &page) == nil && len(page.Deliveries) == 1
+	})
+	var env subjects.Envelope
+	if err := json.Unmarshal(page.Deliveries[0].Envelope, &env); err != nil || env.Kind != subjects.KindTimerFired || env.Text != "first" ||
+		page.LastSeq < page.Deliveries[0].Seq {
+		t.Fatalf("delivery: %v %+v, page %+v", err, env, page)
+	}
+
+	status, body := get(t, base+"/api/agents")
+	var agents subjects.ListAgentsReply
+	if status != 200 || json.Unmarshal(body, &agents) != nil || len(agents.Agents) != 1 || agents.Agents[0].AgentID != "con" || agents.Agents[0].Deliveries != 1 {
+		t.Fatalf("agents: %d %s", status, body)
+	}
+
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	res, events := openEvents(t, sctx, base+"/api/agents/con/inbox/events?since="+jsonNumber(page.LastSeq))
+	if res.StatusCode != 200 || res.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("events: %d %v", res.StatusCode, res.Header)
+	}
+	var wait subjects.WaitReply
+	if err := json.Unmarshal(request(t, nc, "agent.con.wait.request", `{"seconds":600}`).Data, &wait); err != nil || wait.WaitID == "" {
+		t.Fatalf("wait: %v %+v", err, wait)
+	}
+	var waits subjects.ListWaitsReply
+	status, body = get(t, base+"/api/agents/con/waits")
+	if status != 200 || json.Unmarshal(body, &waits) != nil || len(waits.Waits) != 1 || waits.Waits[0].ID != wait.WaitID ||
+		waits.Waits[0].Status != subjects.WaitWaiting || waits.WaitFor == nil {
+		t.Fatalf("waits: %d %s", status, body)
+	}
+	status, body = post(t, base+"/api/control/agents/con/intervention", "application/json", []byte(`{"action":"message","text":"look at the build"}`))
+	if status != 200 {
+		t.Fatalf("intervention: %d %s", status, body)
+	}
+	kinds := map[string]bool{}
+	for !kinds[subjects.KindWaitCancelled] || !kinds[subjects.KindIntervention] {
+		ev := nextEvent(t, events)
+		var d deliveries.Delivery
+		if ev.name != "delivery" || json.Unmarshal([]byte(ev.data), &d) != nil || ev.id != jsonNumber(d.Seq) || d.Seq <= page.LastSeq {
+			t.Fatalf("event: %+v", ev)
+		}
+		if err := json.Unmarshal(d.Envelope, &env); err != nil {
+			t.Fatal(err)
+		}
+		kinds[env.Kind] = true
+	}
+	eventually(t, func() bool {
+		list, err := c.ListWaits(ctx, 1)
+		return err == nil && len(list.Waits) == 1 && list.Waits[0].Status == subjects.WaitCancelled
+	})
+
+	task := request(t, nc, "agent.con.task.start", `{"task_id":"build-1","title":"build"}`)
+	if strings.Contains(string(task.Data), `"error"`) {
+		t.Fatalf("task start: %s", task.Data)
+	}
+	request(t, nc, "agent.con.task.result", `{"task_id":"build-1","status":"completed","output":"all green","exit_code":0}`)
+	var tasks subjects.ListTasksReply
+	status, body = get(t, base+"/api/agents/con/tasks?limit=5")
+	if status != 200 || json.Unmarshal(body, &tasks) != nil || len(tasks.Tasks) != 1 || tasks.Tasks[0].ID != "build-1" {
+		t.Fatalf("tasks: %d %s", status, body)
+	}
+	var one subjects.Task
+	if status, body = get(t, base+"/api/agents/con/tasks/build-1"); status != 200 || json.Unmarshal(body, &one) != nil || one.Status != subjects.TaskCompleted {
+		t.Fatalf("task: %d %s", status, body)
+	}
+	var out subjects.TaskOutputReply
+	if status, body = get(t, base+"/api/agents/con/tasks/build-1/output?offset=4"); status != 200 || json.Unmarshal(body, &out) != nil ||
+		string(out.Data) != "green" || !out.EOF {
+		t.Fatalf("task output: %d %s", status, body)
+	}
+}
+
+func jsonNumber(n uint64) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
+
+// TestConsoleRoutesBadInput: each route names what is wrong, with the
+// status and JSON error of the rest of the API.
+func TestConsoleRoutesBadInput(t *testing.T) {
+	r, _ := startChime(t)
+	base := "http://" + r.HTTPAddr()
+	for _, tc := range []struct {
+		method, path, body string
+		status             int
+		code, msg          string
+	}{
+		{"GET", "/api/agents/bad.id/inbox", "", 400, subjects.CodeInvalidID, "agent_id"},
+		{"GET", "/api/agents/a/inbox?limit=0", "", 400, subjects.CodeInvalidRequest, "limit"},
+		{"GET", "/api/agents/a/inbox?limit=x", "", 400, subjects.CodeInvalidRequest, "limit"},
+		{"GET", "/api/agents/a/inbox/events?since=-1", "", 400, subjects.CodeInvalidRequest, `since must be a stream sequence (a whole number), not "-1"`},
+		{"GET", "/api/agents/bad.id/inbox/events", "", 400, subjects.CodeInvalidID, "agent_id"},
+		{"GET", "/api/agents/a/waits?limit=1001", "", 400, subjects.CodeInvalidRequest, "limit"},
+		{"GET", "/api/agents/a/tasks?limit=-3", "", 400, subjects.CodeInvalidRequest, "limit"},
+		{"GET", "/api/agents/a/tasks/nope", "", 404, subjects.CodeTaskNotFound, "nope"},
+		{"GET", "/api/agents/a/tasks/nope/output?offset=x", "", 400, subjects.CodeInvalidRequest, "offset"},
+		{"POST", "/api/control/agents/a/intervention", `{"action":"dance"}`, 400, subjects.CodeInvalidRequest, "action"},
+		{"POST", "/api/control/agents/a/intervention", `{"action":"message","extra":1}`, 400, subjects.CodeInvalidRequest, "extra"},
+		{"GET", "/api/agents/a/nothing-here", "", 404, "not_found", "no route for GET /api/agents/a/nothing-here"},
+	} {
+		var status int
+		var body []byte
+		if tc.method == "GET" {
+			status, body = get(t, base+tc.path)
+		} else {
+			status, body = post(t, base+tc.path, "application/json", []byte(tc.body))
+		}
+		var e struct{ Error subjects.Error }
+		if status != tc.status || json.Unmarshal(body, &e) != nil || e.Error.Code != tc.code || !strings.Contains(e.Error.Message, tc.msg) {
+			t.Errorf("%s %s %s: %d %s, want %d %s containing %q", tc.method, tc.path, tc.body, status, body, tc.status, tc.code, tc.msg)
+		}
+	}
+}
+
+// TestInboxEventsEndWithTheGateway: an open feed ends when the replica
+// stops, so a stream never holds the shutdown (Stop would block here).
+func TestInboxEventsEndWithTheGateway(t *testing.T) {
+	r, _ := startChime(t)
+	res, events := openEvents(t, context.Background(), "http://"+r.HTTPAddr()+"/api/agents/quiet/inbox/events")
+	if res.StatusCode != 200 {
+		t.Fatalf("events: %d", res.StatusCode)
+	}
+	r.Stop(context.Background())
+	for range events {
+	}
+}
+
+// TestConsoleRoutesGuarded: with operator tokens, the agent list and the
+// live inbox feed are operators' only; an agent reads its own recent
+// deliveries, waits and tasks, and no one else's.
+func TestConsoleRoutesGuarded(t *testing.T) {
+	const token = "operator-console-token"
+	h := sha256.Sum256([]byte(token))
+	file := filepath.Join(t.TempDir(), "operators")
+	if err := os.WriteFile(file, []byte(hex.EncodeToString(h[:])+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, nc := startChimeWith(t, io.Discard, func(c *config.Config) { c.OperatorTokensFile = file })
+	base := "http://" + r.HTTPAddr()
+	c, _ := client.New(nc, "guarded")
+	issued, err := c.IssueToken(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, agent := "Bearer "+token, "Bearer "+issued.Token
+	for _, tc := range []struct {
+		path, auth string
+		status     int
+	}{
+		{"/api/agents", "", 401},
+		{"/api/agents", agent, 403},
+		{"/api/agents", op, 200},
+		{"/api/agents/guarded/inbox", "", 401},
+		{"/api/agents/guarded/inbox", agent, 200},
+		{"/api/agents/other/inbox", agent, 403},
+		{"/api/agents/guarded/waits", agent, 200},
+		{"/api/agents/guarded/tasks", agent, 200},
+		{"/api/agents/guarded/inbox/events", agent, 403},
+		{"/api/agents/guarded/inbox/events", "", 401},
+		{"/", "", 200}, // the page itself asks for the token
+	} {
+		if tc.status == 200 && strings.HasSuffix(tc.path, "/events") {
+			continue
+		}
+		if status, body := get(t, base+tc.path, "Authorization", tc.auth); status != tc.status {
+			t.Errorf("GET %s as %q: %d %s, want %d", tc.path, strings.SplitN(tc.auth, " ", 2)[0], status, body, tc.status)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	res, _ := openEvents(t, ctx, base+"/api/agents/guarded/inbox/events", "Authorization", op)
+	if res.StatusCode != 200 {
+		t.Errorf("the operator's feed: %d", res.StatusCode)
+	}
+	if status, body := post(t, base+"/api/control/agents/guarded/intervention", "application/json", []byte(`{"action":"pause"}`), "Authorization", agent); status != 403 {
+		t.Errorf("an agent's intervention: %d %s", status, body)
+	}
+}
