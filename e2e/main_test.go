@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -86,7 +86,7 @@ type proc struct {
 	exited   chan error
 }
 
-func startServe(t *testing.T, id string, env ...string) *proc {
+func startServe(t testing.TB, id string, env ...string) *proc {
 	t.Helper()
 	p := &proc{httpAddr: freeAddr(t), id: id, logs: &syncBuffer{}, exited: make(chan error, 1)}
 	p.cmd = exec.Command(binary, "serve")
@@ -119,7 +119,7 @@ func (p *proc) kill() {
 	}
 }
 
-func (p *proc) waitReady(t *testing.T) {
+func (p *proc) waitReady(t testing.TB) {
 	t.Helper()
 	eventually(t, 20*time.Second, "replica "+p.id+" ready", func() bool {
 		res, err := http.Get("http://" + p.httpAddr + "/readyz")
@@ -131,7 +131,7 @@ func (p *proc) waitReady(t *testing.T) {
 	})
 }
 
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
