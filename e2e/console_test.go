@@ -371,6 +371,18 @@ func TestConsoleNotifications(t *testing.T) {
 		poll(`document.querySelector('#unread-count').textContent === '1' && document.querySelector('#high-count').textContent === '0'`),
 		chromedp.WaitNotPresent(chromedp.CSS(item+` button.mark-read`)))
 	screenshot(t, ctx, artifacts(t), "console-notifications.png")
+
+	// All agents: the history of each, and every agent's changes live.
+	run(t, ctx, 30*time.Second, "all agents",
+		chromedp.Navigate("http://"+p.httpAddr+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`#notif-list li[data-agent="note"][data-id="xss"]`)),
+		poll(`document.querySelector('#conn').textContent === 'live'`))
+	notify(t, nc, "other", map[string]any{"id": "hello", "message": "from another agent", "priority": 10})
+	run(t, ctx, 10*time.Second, "another agent's notification",
+		chromedp.WaitVisible(chromedp.CSS(`#notif-list li[data-agent="other"][data-id="hello"]`)))
+	if hidden := read(t, ctx, "agent panels", chromedp.Evaluate[bool](`getComputedStyle(document.querySelector('#timers')).display === 'none'`)); !hidden {
+		t.Error("the agent's panels show with all agents")
+	}
 }
 
 // BenchmarkConsoleLoad measures the page's load with 100 notifications in
