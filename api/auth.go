@@ -54,10 +54,12 @@ func (g guard) wrap(next http.Handler) http.Handler {
 	})
 }
 
-// protected reports the routes that need a principal: control, and the
-// agent-scoped reads.
+// protected reports the routes that need a principal: control, the
+// agent-scoped reads, and the feed of every agent's notifications (which
+// is no agent's own read, so operators' only).
 func protected(path string) bool {
-	return strings.HasPrefix(path, "/api/control/") || strings.HasPrefix(path, "/api/agents/")
+	return strings.HasPrefix(path, "/api/control/") || strings.HasPrefix(path, "/api/agents/") ||
+		strings.HasPrefix(path, "/api/notifications/")
 }
 
 // ownRead reports a read route of agentID's own.

@@ -65,17 +65,30 @@ func startAgent(t *testing.T, nc *nats.Conn, agent string) map[subjects.Delivery
 // post sends a callback and returns the status and body.
 func post(t *testing.T, url, contentType string, body []byte, header ...string) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest("POST", url, bytes.NewReader(body))
+	if contentType != "" {
+		header = append(header, "Content-Type", contentType)
+	}
+	return send(t, "POST", url, body, header...)
+}
+
+// newRequest makes a request with headers (name, value, ...).
+func newRequest(t *testing.T, ctx context.Context, method, url string, body []byte, header ...string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
 	}
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	res, err := http.DefaultClient.Do(req)
+	return req
+}
+
+// send makes a request with headers (name, value, ...) and returns the
+// status and body.
+func send(t *testing.T, method, url string, body []byte, header ...string) (int, []byte) {
+	t.Helper()
+	res, err := http.DefaultClient.Do(newRequest(t, context.Background(), method, url, body, header...))
 	if err != nil {
 		t.Fatal(err)
 	}
