@@ -3,11 +3,15 @@ package api_test
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
 	"net/http"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -514,4 +518,110 @@ func TestNotificationEvictionFollowers(t *testing.T) {
 		rf.apply(t, nextEvent(t, replayed).change)
 	}
 	rf.same(t, "SSE replayed from mid", h2)
+}
+
+// TestNotificationsReplicasAndRestart: two replicas serve the same
+// history and the same SSE stream (the same ids, the same sequence),
+// streams end when their replica stops, and a restart keeps everything.
+func TestNotificationsReplicasAndRestart(t *testing.T) {
+	dir := t.TempDir()
+	a, _ := startChimeWith(t, io.Discard, func(c *config.Config) { c.DataDir, c.ReplicaID, c.NotificationsMax = dir, "a", 5 })
+	b, _ := startChimeWith(t, io.Discard, func(c *config.Config) { c.NATSURL, c.ReplicaID, c.NotificationsMax = a.NATSURL(), "b", 5 })
+	streams := []<-chan sseEvent{
+		follow(t, "http://"+a.HTTPAddr(), "/api/notifications/events"),
+		follow(t, "http://"+b.HTTPAddr(), "/api/notifications/events"),
+	}
+	for i := range 12 {
+		on := []*replica.Replica{a, b}[i%2]
+		agent := []string{"r1", "r2", "r3"}[i%3]
+		if s, body := postJSON(t, "http://"+on.HTTPAddr(), "/api/control/agents/"+agent+"/notifications", fmt.Sprintf(`{"message":"m%d"}`, i)); s != 200 {
+			t.Fatalf("create on %d: %d %s", i%2, s, body)
+		}
+	}
+	if s, _ := postJSON(t, "http://"+b.HTTPAddr(), "/api/control/agents/r1/notifications/mark-read", `{"mark_all":true}`); s != 200 {
+		t.Fatal(s)
+	}
+	before := map[string]subjects.ListNotificationsReply{}
+	for _, agent := range []string{"r1", "r2", "r3"} {
+		ha, hb := history(t, a, agent, -1), history(t, b, agent, -1)
+		ha.Seq, hb.Seq = 0, 0 // each as of its own answer
+		if !reflect.DeepEqual(ha, hb) || ha.Count != 4 {
+			t.Fatalf("%s: a has %+v, b %+v", agent, ha, hb)
+		}
+		before[agent] = ha
+	}
+	last := history(t, a, "r1", -1).Seq
+	var seen [2][]sseEvent
+	for i, s := range streams {
+		for len(seen[i]) == 0 || seen[i][len(seen[i])-1].id < last {
+			seen[i] = append(seen[i], nextEvent(t, s))
+		}
+	}
+	if !reflect.DeepEqual(seen[0], seen[1]) || len(seen[0]) < 16 {
+		t.Fatalf("the streams differ or are short: %d and %d events", len(seen[0]), len(seen[1]))
+	}
+	b.Stop(context.Background())
+	a.Stop(context.Background())
+	for i, s := range streams {
+		for ev := range s { // the stream ends with its replica
+			t.Fatalf("stream %d: an event after its replica stopped: %+v", i, ev)
+		}
+	}
+	c, _ := startChimeWith(t, io.Discard, func(c *config.Config) { c.DataDir, c.ReplicaID, c.NotificationsMax = dir, "a", 5 })
+	for agent, want := range before {
+		got := history(t, c, agent, -1)
+		got.Seq = 0
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s after a restart: %+v, before %+v", agent, got, want)
+		}
+	}
+	// And the sequence goes on from where it was.
+	if f := follow(t, "http://"+c.HTTPAddr(), "/api/notifications/events?since="+strconv.FormatUint(last-1, 10)); nextEvent(t, f).id != last {
+		t.Fatal("replay after a restart")
+	}
+}
+
+// TestNotificationAuth: an agent reads its own history and feed; only
+// operators create over HTTP, mark read, clear, and follow every agent.
+func TestNotificationAuth(t *testing.T) {
+	const operator = "operator-secret-token"
+	h := sha256.Sum256([]byte(operator))
+	file := filepath.Join(t.TempDir(), "operators")
+	if err := os.WriteFile(file, []byte(hex.EncodeToString(h[:])+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := startChimeWith(t, io.Discard, func(c *config.Config) { c.OperatorTokensFile = file })
+	base := "http://" + r.HTTPAddr()
+	op := []string{"Authorization", "Bearer " + operator}
+	status, body := post(t, base+"/api/control/agents/ann/token", "", nil, op...)
+	var issued struct{ Token string }
+	if status != http.StatusCreated || json.Unmarshal(body, &issued) != nil || issued.Token == "" {
+		t.Fatalf("token: %d", status)
+	}
+	agent := []string{"Authorization", "Bearer " + issued.Token}
+	if s, _ := post(t, base+"/api/control/agents/ann/notifications", "", []byte(`{"message":"m"}`), op...); s != 200 {
+		t.Fatalf("operator create: %d", s)
+	}
+	for _, tc := range []struct {
+		method, path string
+		header       []string
+		status       int
+	}{
+		{"GET", "/api/agents/ann/notifications", agent, 200},
+		{"GET", "/api/agents/bob/notifications", agent, 403},
+		{"GET", "/api/agents/bob/notifications/events", agent, 403},
+		{"GET", "/api/notifications/events", agent, 403},
+		{"GET", "/api/notifications/events", nil, 401},
+		{"GET", "/api/agents/ann/notifications/events", nil, 401},
+		{"POST", "/api/control/agents/ann/notifications", agent, 403},
+		{"POST", "/api/control/agents/ann/notifications/mark-read", agent, 403},
+		{"POST", "/api/control/agents/ann/notifications/clear", agent, 403},
+	} {
+		if s, body := send(t, tc.method, base+tc.path, []byte(`{"mark_all":true}`), tc.header...); s != tc.status {
+			t.Errorf("%s %s: %d %s, want %d", tc.method, tc.path, s, body, tc.status)
+		}
+	}
+	// The streams open for those allowed (the response is then a stream).
+	follow(t, base, "/api/agents/ann/notifications/events?since=0", agent...)
+	follow(t, base, "/api/notifications/events", op...)
 }
