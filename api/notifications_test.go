@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -412,16 +413,33 @@ func (f *follower) poll(t *testing.T, r *replica.Replica, agent string) subjects
 
 func (f *follower) same(t *testing.T, what string, h subjects.ListNotificationsReply) {
 	t.Helper()
+	if why := f.differs(h); why != "" {
+		t.Fatalf("%s: %s", what, why)
+	}
+}
+
+// differs says how the follower's list differs from h, "" if it does not.
+func (f *follower) differs(h subjects.ListNotificationsReply) string {
 	if len(f.items) != len(h.Notifications) {
-		t.Fatalf("%s: the follower holds %d, the history %d", what, len(f.items), len(h.Notifications))
+		return fmt.Sprintf("the follower holds %d, the history %d", len(f.items), len(h.Notifications))
 	}
 	for _, n := range h.Notifications {
 		if f.items[n.ID] != n {
-			t.Fatalf("%s: follower has %+v, history %+v", what, f.items[n.ID], n)
+			return fmt.Sprintf("follower has %+v, history %+v", f.items[n.ID], n)
 		}
 	}
 	if f.guid != h.GUID {
-		t.Fatalf("%s: guid %q, history %q", what, f.guid, h.GUID)
+		return fmt.Sprintf("guid %q, history %q", f.guid, h.GUID)
+	}
+	return ""
+}
+
+// catchUp applies a stream's events until the follower holds h (the
+// history's seq may be a write no event shows, a compaction's).
+func (f *follower) catchUp(t *testing.T, events <-chan sseEvent, h subjects.ListNotificationsReply) {
+	t.Helper()
+	for f.differs(h) != "" {
+		f.apply(t, nextEvent(t, events).change)
 	}
 }
 
@@ -485,10 +503,7 @@ func TestNotificationEvictionFollowers(t *testing.T) {
 	// The live stream saw every change; a stream from mid replays what
 	// changed after it, then both go on live.
 	sse := &follower{items: map[string]subjects.NotificationItem{}}
-	for sse.seq < h.Seq {
-		sse.apply(t, nextEvent(t, live).change)
-	}
-	sse.same(t, "live SSE", h)
+	sse.catchUp(t, live, h)
 	replayed := follow(t, base, "/api/agents/eve/notifications/events?since="+strconv.FormatUint(mid, 10))
 	last := follow(t, base, "/api/notifications/events", "Last-Event-ID", strconv.FormatUint(h.Seq, 10))
 	status, _ := postJSON(t, base, "/api/control/agents/eve/notifications/clear", `{}`)
@@ -500,10 +515,7 @@ func TestNotificationEvictionFollowers(t *testing.T) {
 	if h2.Count != 1 || h2.Notifications[0].ID != after {
 		t.Fatalf("after a clear: %+v", h2)
 	}
-	for sse.seq < h2.Seq {
-		sse.apply(t, nextEvent(t, live).change)
-	}
-	sse.same(t, "live SSE after a clear", h2)
+	sse.catchUp(t, live, h2)
 	ev := nextEvent(t, last)
 	if ev.change.Op != subjects.OpClear || ev.change.GUID != h2.GUID || ev.change.AgentID != "eve" {
 		t.Fatalf("the all-agents stream from Last-Event-ID: %+v", ev)
@@ -514,10 +526,7 @@ func TestNotificationEvictionFollowers(t *testing.T) {
 	// The replay from mid: a clear first (mid is behind compacted
 	// removals), then the state, in order, then live.
 	rf := &follower{items: atMid, seq: mid}
-	for rf.seq < h2.Seq {
-		rf.apply(t, nextEvent(t, replayed).change)
-	}
-	rf.same(t, "SSE replayed from mid", h2)
+	rf.catchUp(t, replayed, h2)
 }
 
 // TestNotificationsReplicasAndRestart: two replicas serve the same
@@ -624,4 +633,64 @@ func TestNotificationAuth(t *testing.T) {
 	// The streams open for those allowed (the response is then a stream).
 	follow(t, base, "/api/agents/ann/notifications/events?since=0", agent...)
 	follow(t, base, "/api/notifications/events", op...)
+}
+
+// TestNotificationConcurrentEviction: notifies racing on two replicas
+// for one agent end with exactly the limit kept, and each notification
+// beyond it removed once (one remove each on the stream, never two).
+func TestNotificationConcurrentEviction(t *testing.T) {
+	const limit, n = 5, 60
+	a, nc := startChimeWith(t, io.Discard, func(c *config.Config) { c.NotificationsMax = limit })
+	b, _ := startChimeWith(t, io.Discard, func(c *config.Config) { c.NATSURL, c.ReplicaID, c.NotificationsMax = a.NATSURL(), "b", limit })
+	stream := follow(t, "http://"+b.HTTPAddr(), "/api/agents/race/notifications/events")
+	bases := []string{"http://" + a.HTTPAddr(), "http://" + b.HTTPAddr()}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			if i%3 == 0 { // over NATS too
+				_, err := nc.Request(subjects.Agent("race", subjects.ActionNotify), fmt.Appendf(nil, `{"message":"m%d"}`, i), 10*time.Second)
+				if err != nil {
+					t.Error(err)
+				}
+				return
+			}
+			if s, body := postJSON(t, bases[i%2], "/api/control/agents/race/notifications", fmt.Sprintf(`{"message":"m%d"}`, i)); s != 200 {
+				t.Errorf("%d: %d %s", i, s, body)
+			}
+		})
+	}
+	wg.Wait()
+	h := history(t, a, "race", -1)
+	if h.Count != limit {
+		t.Fatalf("%d kept after %d racing notifies, limit %d", h.Count, n, limit)
+	}
+	// A last notify marks the end: every remove of the race comes before
+	// its upsert on the stream (its own eviction comes after).
+	end := notify(t, nc, "race", `{"message":"end"}`)
+	upserts, removes := map[string]int{}, map[string]int{}
+	for upserts[end] == 0 {
+		ev := nextEvent(t, stream)
+		switch ev.change.Op {
+		case subjects.OpUpsert:
+			upserts[ev.change.Notification.ID]++
+		case subjects.OpRemove:
+			for _, id := range ev.change.NotificationIDs {
+				removes[id]++
+			}
+		}
+	}
+	delete(upserts, end)
+	if len(upserts) != n || len(removes) != n-limit {
+		t.Fatalf("%d created, %d removed; want %d and %d", len(upserts), len(removes), n, n-limit)
+	}
+	for id, k := range removes {
+		if k != 1 {
+			t.Errorf("%s removed %d times", id, k)
+		}
+	}
+	for _, kept := range h.Notifications {
+		if removes[kept.ID] != 0 {
+			t.Errorf("%s kept and removed", kept.ID)
+		}
+	}
 }
