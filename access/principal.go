@@ -66,16 +66,17 @@ func InboxConsumer(agentID string) string { return "inbox-" + agentID }
 var agentActions = []string{
 	subjects.ActionTimerCreate, subjects.ActionTimerList, subjects.ActionTimerGet, subjects.ActionTimerCancel,
 	subjects.ActionWaitRequest, subjects.ActionWaitCancel, subjects.ActionWaitList, subjects.ActionWaitFor, "wait.tasks", "wait.report",
-	subjects.ActionNotify, "task.>", "question.ask", "question.list",
+	subjects.ActionNotify, "task.>", "question.ask", "question.list", subjects.ActionNotificationsList,
 }
 
 // operatorActions are what only operators may request.
 var operatorActions = []string{
 	subjects.ActionIntervention, "lifecycle.>", "trigger.>", "token.>", "question.answer", "system.wake",
+	subjects.ActionNotificationsMark, subjects.ActionNotificationsClear,
 }
 
 // agentReads are the agent's subjects it may subscribe to.
-var agentReads = []string{subjects.ActionInbox, subjects.ActionWaitProgress, "notifications"}
+var agentReads = []string{subjects.ActionInbox, subjects.ActionWaitProgress, subjects.ActionNotifications}
 
 // inboxAPI are the JetStream API subjects for one consumer of the inbox
 // stream; name may be a wildcard.

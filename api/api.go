@@ -22,6 +22,7 @@ import (
 	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/deliveries"
+	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/questions"
 	"github.com/chime-nats/chime/quotas"
 	"github.com/chime-nats/chime/subjects"
@@ -62,6 +63,9 @@ type Config struct {
 	// agent list, an agent's recent deliveries and their live feed.
 	Agents     *agents.Store
 	Deliveries *deliveries.Reader
+	// Notifications, when set, serves notify and the notification
+	// history, mark-read, clear and feeds.
+	Notifications *notifications.Service
 }
 
 // Operations are the agent actions, by the action part of their subject.
@@ -82,6 +86,8 @@ type Operations struct {
 	tasks      *tasks.Store
 	agents     *agents.Store
 	deliveries *deliveries.Reader
+	// notifications serves notify and the notification routes.
+	notifications *notifications.Service
 }
 
 // NewOperations returns the operations.
@@ -98,7 +104,7 @@ func NewOperations(c Config) *Operations {
 	reg := c.Registerer
 	o := &Operations{
 		store: c.Timers, waits: c.Waits, waitOps: c.WaitRequests, triggers: c.Triggers, callbacks: c.Callbacks, tokens: c.Tokens, quotas: c.Quotas, tz: c.TimeZone, now: c.Now,
-		waitFor: c.WaitFor, tasks: c.Tasks,
+		waitFor: c.WaitFor, tasks: c.Tasks, notifications: c.Notifications,
 		agents: c.Agents, deliveries: c.Deliveries,
 		log: c.Log.With("component", "api"),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -220,6 +226,9 @@ func (o *Operations) do(ctx context.Context, surface, action, agentID string, bo
 		return o.tokens.Revoke(ctx, agentID)
 	case subjects.ActionQuestionAsk, subjects.ActionQuestionList, subjects.ActionQuestionAnswer:
 		return o.question(ctx, action, agentID, body)
+	case subjects.ActionNotify, subjects.ActionNotificationsCreate, subjects.ActionNotificationsList,
+		subjects.ActionNotificationsMark, subjects.ActionNotificationsClear:
+		return o.notification(ctx, action, agentID, body)
 	}
 	return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: fmt.Sprintf("unknown action %q", action)}
 }
@@ -284,6 +293,7 @@ func Actions() []string {
 		subjects.ActionQuestionAsk, subjects.ActionQuestionList, subjects.ActionQuestionAnswer,
 		subjects.ActionTaskStart, subjects.ActionTaskResult, subjects.ActionTaskGet, subjects.ActionTaskList,
 		subjects.ActionTaskCancel, subjects.ActionTaskOutput, subjects.ActionTaskOutputAppend,
+		subjects.ActionNotify, subjects.ActionNotificationsList, subjects.ActionNotificationsMark, subjects.ActionNotificationsClear,
 	}
 }
 

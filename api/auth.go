@@ -55,9 +55,11 @@ func (g guard) wrap(next http.Handler) http.Handler {
 }
 
 // protected reports the routes that need a principal: control, the agent
-// list and the agent-scoped reads.
+// list, the agent-scoped reads, and the feed of every agent's
+// notifications (which is no agent's own read, so operators' only).
 func protected(path string) bool {
-	return strings.HasPrefix(path, "/api/control/") || path == "/api/agents" || strings.HasPrefix(path, "/api/agents/")
+	return strings.HasPrefix(path, "/api/control/") || path == "/api/agents" || strings.HasPrefix(path, "/api/agents/") ||
+		strings.HasPrefix(path, "/api/notifications/")
 }
 
 // operatorOnly reports the agent-scoped reads an agent may not make of its

@@ -68,10 +68,10 @@ func post(t *testing.T, url, contentType string, body []byte, header ...string) 
 	if contentType != "" {
 		header = append(header, "Content-Type", contentType)
 	}
-	return send(t, newRequest(t, context.Background(), "POST", url, body, header...))
+	return send(t, "POST", url, body, header...)
 }
 
-// newRequest makes a request with headers given as name, value pairs.
+// newRequest makes a request with headers (name, value, ...).
 func newRequest(t *testing.T, ctx context.Context, method, url string, body []byte, header ...string) *http.Request {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
@@ -84,10 +84,11 @@ func newRequest(t *testing.T, ctx context.Context, method, url string, body []by
 	return req
 }
 
-// send sends req and returns the status and body.
-func send(t *testing.T, req *http.Request) (int, []byte) {
+// send makes a request with headers (name, value, ...) and returns the
+// status and body.
+func send(t *testing.T, method, url string, body []byte, header ...string) (int, []byte) {
 	t.Helper()
-	res, err := http.DefaultClient.Do(req)
+	res, err := http.DefaultClient.Do(newRequest(t, context.Background(), method, url, body, header...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,6 @@ import (
 	"github.com/chime-nats/chime/subjects"
 )
 
-// routeFunc serves an action at a pattern (NewHandler's route).
-type routeFunc = func(pattern, action string, body func(r *http.Request, read []byte) []byte, status int)
-
 // consoleRoutes are the routes the operator console needs beyond the
 // agents' own: interventions, waits and tasks as actions (on NATS too), and
 // the operator's views that are no agent's action (HTTP only): the agent
@@ -138,11 +135,14 @@ func (o *Operations) Agents(ctx context.Context) (*subjects.ListAgentsReply, err
 		for _, st := range records {
 			byID[st.AgentID] = &subjects.AgentSummary{AgentID: st.AgentID, Status: st.Status, PausedAt: st.PausedAt}
 		}
-		for id, n := range counts {
+		summary := func(id string) *subjects.AgentSummary {
 			if byID[id] == nil {
 				byID[id] = &subjects.AgentSummary{AgentID: id}
 			}
-			byID[id].Deliveries = n
+			return byID[id]
+		}
+		for id, n := range counts {
+			summary(id).Deliveries = n
 		}
 		reply := &subjects.ListAgentsReply{Agents: make([]subjects.AgentSummary, 0, len(byID))}
 		for _, a := range byID {

@@ -1,18 +1,16 @@
 package api_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
@@ -23,58 +21,7 @@ import (
 // get sends a GET and returns the status and body.
 func get(t *testing.T, url string, header ...string) (int, []byte) {
 	t.Helper()
-	return send(t, newRequest(t, context.Background(), "GET", url, nil, header...))
-}
-
-// sseEvent is one Server-Sent Event read.
-type sseEvent struct{ id, name, data string }
-
-// openEvents opens an event stream and returns its events; the channel
-// closes when the stream ends.
-func openEvents(t *testing.T, ctx context.Context, url string, header ...string) (*http.Response, <-chan sseEvent) {
-	t.Helper()
-	res, err := http.DefaultClient.Do(newRequest(t, ctx, "GET", url, nil, header...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make(chan sseEvent, 64)
-	go func() {
-		defer close(out)
-		defer res.Body.Close()
-		sc := bufio.NewScanner(res.Body)
-		var ev sseEvent
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case line == "":
-				if ev.data != "" {
-					out <- ev
-				}
-				ev = sseEvent{}
-			case strings.HasPrefix(line, "id: "):
-				ev.id = line[4:]
-			case strings.HasPrefix(line, "event: "):
-				ev.name = line[7:]
-			case strings.HasPrefix(line, "data: "):
-				ev.data += line[6:]
-			}
-		}
-	}()
-	return res, out
-}
-
-func nextEvent(t *testing.T, events <-chan sseEvent) sseEvent {
-	t.Helper()
-	select {
-	case ev, ok := <-events:
-		if !ok {
-			t.Fatal("the event stream ended")
-		}
-		return ev
-	case <-time.After(10 * time.Second):
-		t.Fatal("no event within 10s")
-	}
-	return sseEvent{}
+	return send(t, "GET", url, nil, header...)
 }
 
 // TestConsoleRoutes: the routes the console reads and acts through, each
@@ -105,12 +52,7 @@ func TestConsoleRoutes(t *testing.T) {
 		t.Fatalf("agents: %d %s", status, body)
 	}
 
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	res, events := openEvents(t, sctx, base+"/api/agents/con/inbox/events?since="+jsonNumber(page.LastSeq))
-	if res.StatusCode != 200 || res.Header.Get("Content-Type") != "text/event-stream" {
-		t.Fatalf("events: %d %v", res.StatusCode, res.Header)
-	}
+	events := follow(t, base, "/api/agents/con/inbox/events?since="+strconv.FormatUint(page.LastSeq, 10))
 	var wait subjects.WaitReply
 	if err := json.Unmarshal(request(t, nc, "agent.con.wait.request", `{"seconds":600}`).Data, &wait); err != nil || wait.WaitID == "" {
 		t.Fatalf("wait: %v %+v", err, wait)
@@ -127,9 +69,9 @@ func TestConsoleRoutes(t *testing.T) {
 	}
 	kinds := map[string]bool{}
 	for !kinds[subjects.KindWaitCancelled] || !kinds[subjects.KindIntervention] {
-		ev := nextEvent(t, events)
+		ev := nextSSE(t, events)
 		var d deliveries.Delivery
-		if ev.name != "delivery" || json.Unmarshal([]byte(ev.data), &d) != nil || ev.id != jsonNumber(d.Seq) || d.Seq <= page.LastSeq {
+		if ev.event != "delivery" || json.Unmarshal([]byte(ev.data), &d) != nil || ev.id != d.Seq || d.Seq <= page.LastSeq {
 			t.Fatalf("event: %+v", ev)
 		}
 		if err := json.Unmarshal(d.Envelope, &env); err != nil {
@@ -161,11 +103,6 @@ func TestConsoleRoutes(t *testing.T) {
 		string(out.Data) != "green" || !out.EOF {
 		t.Fatalf("task output: %d %s", status, body)
 	}
-}
-
-func jsonNumber(n uint64) string {
-	b, _ := json.Marshal(n)
-	return string(b)
 }
 
 // TestConsoleRoutesBadInput: each route names what is wrong, with the
@@ -209,10 +146,7 @@ func TestConsoleRoutesBadInput(t *testing.T) {
 // stops, so a stream never holds the shutdown (Stop would block here).
 func TestInboxEventsEndWithTheGateway(t *testing.T) {
 	r, _ := startChime(t)
-	res, events := openEvents(t, context.Background(), "http://"+r.HTTPAddr()+"/api/agents/quiet/inbox/events")
-	if res.StatusCode != 200 {
-		t.Fatalf("events: %d", res.StatusCode)
-	}
+	events := follow(t, "http://"+r.HTTPAddr(), "/api/agents/quiet/inbox/events")
 	r.Stop(context.Background())
 	for range events {
 	}
@@ -259,12 +193,7 @@ func TestConsoleRoutesGuarded(t *testing.T) {
 			t.Errorf("GET %s as %q: %d %s, want %d", tc.path, strings.SplitN(tc.auth, " ", 2)[0], status, body, tc.status)
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	res, _ := openEvents(t, ctx, base+"/api/agents/guarded/inbox/events", "Authorization", op)
-	if res.StatusCode != 200 {
-		t.Errorf("the operator's feed: %d", res.StatusCode)
-	}
+	follow(t, base, "/api/agents/guarded/inbox/events", "Authorization", op) // 200, or it fails
 	if status, body := post(t, base+"/api/control/agents/guarded/intervention", "application/json", []byte(`{"action":"pause"}`), "Authorization", agent); status != 403 {
 		t.Errorf("an agent's intervention: %d %s", status, body)
 	}

@@ -57,19 +57,20 @@ func (e *events) comment(text string) error {
 
 func (e *events) flush() error { return e.rc.Flush() }
 
-// closingKey holds, in a gateway request's context, the context that ends
-// when the gateway stops.
-type closingKey struct{}
-
 // streamContext is a stream's context: it ends with the request (the
-// client left) or when the gateway stops. Shutdown waits for connections
-// to go idle and cancels no request, so without this a stream would hold
-// the shutdown to its deadline.
+// client left) or when the gateway stops (gatewayStopping). Shutdown waits
+// for connections to go idle and cancels no request, so without this a
+// stream would hold the shutdown to its deadline.
 func streamContext(r *http.Request) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(r.Context())
-	if closing, ok := r.Context().Value(closingKey{}).(context.Context); ok {
-		stop := context.AfterFunc(closing, cancel)
-		return ctx, func() { stop(); cancel() }
+	if stopping := gatewayStopping(r.Context()); stopping != nil {
+		go func() {
+			select {
+			case <-stopping:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
 	}
 	return ctx, cancel
 }

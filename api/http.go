@@ -77,6 +77,7 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (boo
 	route("POST /api/control/agents/{id}/questions/{question_id}/answer", subjects.ActionQuestionAnswer, func(r *http.Request, read []byte) []byte {
 		return subjects.WithQuestionID(read, r.PathValue("question_id"))
 	}, http.StatusOK)
+	notificationRoutes(mux, ops, route)
 	for _, mode := range subjects.DeliveryModes() {
 		mux.HandleFunc("POST /api/callbacks/"+mode.Route()+"/{token}", func(w http.ResponseWriter, r *http.Request) {
 			res, err := callback(ops, mode, w, r)
@@ -196,9 +197,9 @@ type Timeouts struct {
 //   - Write 60 s: it runs from the end of the headers, so it covers a slow
 //     body (up to Read) plus the 10 s a request may spend on storage, and an
 //     `unavailable` answer still goes out. A long-lived response (Server-Sent
-//     Events, startEvents) lifts its own write deadline with
-//     http.ResponseController rather than have this one raised for every
-//     route.
+//     Events) lifts its own write deadline with
+//     http.ResponseController.SetWriteDeadline, write by write, rather
+//     than have this one raised for every route.
 //   - Idle 120 s: a keep-alive connection waits that long for its next
 //     request.
 func DefaultTimeouts() Timeouts {
@@ -225,20 +226,20 @@ func (t Timeouts) orDefaults() Timeouts {
 // StartGateway serves h on ln until Stop, within timeouts t.
 func StartGateway(ln net.Listener, h http.Handler, log *slog.Logger, t Timeouts) *Gateway {
 	t = t.orDefaults()
-	// Event streams end when the shutdown starts (streamContext).
-	closing, stopStreams := context.WithCancel(context.Background())
+	// Shutdown waits for every request to end, and a stream never would:
+	// streams watch this channel, closed as the shutdown begins.
+	stopping := make(chan struct{})
+	base := context.WithValue(context.Background(), stoppingKey{}, stopping)
 	g := &Gateway{
 		srv: &http.Server{
 			Handler: h, ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.Read, WriteTimeout: t.Write, IdleTimeout: t.Idle,
-			BaseContext: func(net.Listener) context.Context {
-				return context.WithValue(context.Background(), closingKey{}, closing)
-			},
+			BaseContext: func(net.Listener) context.Context { return base },
 		},
 		ln:   ln,
 		log:  log.With("component", "http"),
 		done: make(chan error, 1),
 	}
-	g.srv.RegisterOnShutdown(stopStreams)
+	g.srv.RegisterOnShutdown(func() { close(stopping) })
 	go func() { g.done <- g.srv.Serve(ln) }()
 	g.log.Info("http listening", "addr", ln.Addr().String())
 	return g

@@ -322,9 +322,20 @@ func target(ctx context.Context, url string, auth bool, log *slog.Logger) (strin
 		}
 		return url, nil, func() {}, nil
 	}
+	r, opts, stop, err := local(ctx, auth, log)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	return r.NATSURL(), opts, stop, nil
+}
+
+// local runs an in-process replica with its HTTP gateway on an embedded
+// server, in a directory of its own, until the returned func; with auth,
+// NATS authorization is on and opts connect as an operator.
+func local(ctx context.Context, auth bool, log *slog.Logger) (*replica.Replica, []nats.Option, func(), error) {
 	dir, err := os.MkdirTemp("", "chime-bench-")
 	if err != nil {
-		return "", nil, nil, fmt.Errorf("bench: %w", err)
+		return nil, nil, nil, fmt.Errorf("bench: %w", err)
 	}
 	cfg := &config.Config{
 		DataDir: dir, NATSListen: "127.0.0.1:-1", HTTPAddr: "127.0.0.1:0", JSReplicas: 1, ReplicaID: "bench", Shards: 32,
@@ -337,16 +348,16 @@ func target(ctx context.Context, url string, auth bool, log *slog.Logger) (strin
 		cfg.NATSAuth, cfg.OperatorTokensFile = true, filepath.Join(dir, "operators")
 		if err := os.WriteFile(cfg.OperatorTokensFile, []byte(secret.Hash(token)+"\n"), 0o600); err != nil {
 			_ = os.RemoveAll(dir)
-			return "", nil, nil, fmt.Errorf("bench: %w", err)
+			return nil, nil, nil, fmt.Errorf("bench: %w", err)
 		}
 		opts = append(opts, nats.Token(token))
 	}
 	r, err := replica.Start(ctx, cfg, log, "0.0.0-bench")
 	if err != nil {
 		_ = os.RemoveAll(dir)
-		return "", nil, nil, err
+		return nil, nil, nil, err
 	}
-	return r.NATSURL(), opts, func() { r.Stop(context.Background()); _ = os.RemoveAll(dir) }, nil
+	return r, opts, func() { r.Stop(context.Background()); _ = os.RemoveAll(dir) }, nil
 }
 
 // summarize sorts d and returns its quantiles in milliseconds.

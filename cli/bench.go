@@ -20,6 +20,7 @@ const benchUsage = `chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--
        chime bench waits [-n N] [--agents N] [-c C] [--lead D] [--spread D] [--timers N] [--json]
        chime bench callbacks [-n N] [-c CONNS] [--wakes N] [--auth] [--json]
        chime bench waitfor [-n N] [--agents N] [-c C] [--json]
+       chime bench notify [--rate R] [--duration D] [--agents N] [--clients N] [--http URL] [--json]
        chime bench chaos [--servers 1|3] [--replicas N] [--duration D] [--rate R] [--every D]
                          [--kill replica,server,leader] [--down D] [--json] (see chime bench chaos --help)`
 
@@ -36,6 +37,8 @@ func (a *App) bench(ctx context.Context, args []string) error {
 		return a.benchCallbacks(ctx, args[1:])
 	case "waitfor":
 		return a.benchWaitFor(ctx, args[1:])
+	case "notify":
+		return a.benchNotify(ctx, args[1:])
 	case "chaos":
 		return a.benchChaos(ctx, args[1:])
 	}
@@ -97,6 +100,18 @@ func (a *App) benchWaitFor(ctx context.Context, args []string) error {
 		fs.IntVar(&o.Agents, "agents", 100, "agents they belong to")
 		fs.IntVar(&o.Clients, "c", 16, "concurrent clients")
 	}, func(ctx context.Context) (result, error) { return bench.WaitFor(ctx, o) })
+}
+
+func (a *App) benchNotify(ctx context.Context, args []string) error {
+	o := bench.NotifyOptions{NATSURL: os.Getenv("CHIME_NATS_URL"), Log: a.benchLog()}
+	return a.runBench(ctx, "notify", args, func(fs *flag.FlagSet) {
+		fs.Float64Var(&o.Rate, "rate", 1000, "notifications sent per second")
+		fs.DurationVar(&o.Duration, "duration", 10*time.Second, "how long they are sent")
+		fs.IntVar(&o.Agents, "agents", 100, "agents they are spread over")
+		fs.IntVar(&o.Clients, "clients", 10, "SSE clients of the all-agents stream, over HTTP")
+		fs.IntVar(&o.InFlight, "in-flight", 256, "notify requests awaiting their reply at most")
+		fs.StringVar(&o.HTTPURL, "http", "", "HTTP gateway of the chime at CHIME_NATS_URL (default: a chime of its own)")
+	}, func(ctx context.Context) (result, error) { return bench.Notify(ctx, o) })
 }
 
 // benchChaos runs its own nats-servers and replicas of this binary, so it

@@ -58,10 +58,16 @@ Usage:
   chime callback list [--agent ID]
   chime question list [--all] [--agent ID]
   chime question answer QID [--agent ID] ANSWER...   one answer per question title, in order
+  chime notify send MESSAGE [--title T] [--detail HTML] [--type T] [--priority 10|20] [--timeout S] [--id ID] [--group G] [--agent ID]
+  chime notify list [--since SEQ] [--agent ID]     the history, oldest first; with --since only the changes
+  chime notify read [ID...] [--agent ID]           mark read (no ID: all); operators
+  chime notify clear [--agent ID]                  remove all, new guid; operators
+  chime notify follow [--since SEQ] [--agent ID]   print each change (JSON lines) until Ctrl-C
   chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--peer] [--json]
   chime bench waits [-n N] [--agents N] [-c C] [--lead D] [--spread D] [--timers N] [--json]
   chime bench callbacks [-n N] [-c CONNS] [--wakes N] [--json]
   chime bench waitfor [-n N] [--agents N] [-c C] [--json]
+  chime bench notify [--rate R] [--duration D] [--agents N] [--clients N] [--json]
   chime bench chaos [--servers N] [--replicas N] [--duration D] [--every D] [--kill replica,server,leader] [--json]
   chime version
 
@@ -89,6 +95,8 @@ func (a *App) Run(ctx context.Context, args []string) error {
 		return a.callback(ctx, args[1:])
 	case "question":
 		return a.question(ctx, args[1:])
+	case "notify":
+		return a.notify(ctx, args[1:])
 	case "task":
 		return a.task(ctx, args[1:])
 	case "nats-config":

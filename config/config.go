@@ -57,10 +57,21 @@ type Config struct {
 	InboxMaxBytes     ByteSize      `envconfig:"INBOX_MAX_BYTES" default:"1GiB" desc:"size of the inbox stream; the oldest deliveries go beyond it; 0: no limit"`
 	InboxMaxPerAgent  int64         `envconfig:"INBOX_MAX_PER_AGENT" default:"10000" desc:"deliveries kept per agent inbox; its oldest go beyond it; 0: no limit"`
 	EventMaxBytes     ByteSize      `envconfig:"EVENT_MAX_BYTES" default:"256MiB" desc:"size of the internal events stream; the oldest events go beyond it; 0: no limit"`
+	// NotificationsMax is how many notifications each agent keeps (Agent
+	// Zero's max_notifications); 0 in a Config built in code is the default.
+	NotificationsMax int `envconfig:"NOTIFICATIONS_MAX" default:"100" desc:"notifications kept per agent; the oldest go beyond it (1 to 10000)"`
 	// RecordRetention is how long finished timers, ended waits and revoked
 	// triggers stay (and so how long a request_id is remembered); 0 keeps
 	// them forever.
 	RecordRetention time.Duration `envconfig:"RECORD_RETENTION" default:"168h" desc:"how long finished timers, ended waits and revoked triggers are kept (whole seconds; 0: forever)"`
+}
+
+// MaxNotificationsMax bounds CHIME_NOTIFICATIONS_MAX: every replica holds
+// every agent's notifications in memory, and a history is one reply.
+const MaxNotificationsMax = 10000
+
+func notificationsMaxError(n int) error {
+	return fmt.Errorf("config: CHIME_NOTIFICATIONS_MAX must be from 1 to %d, not %d", MaxNotificationsMax, n)
 }
 
 // ByteSize is a size in bytes, written as a plain number or with a binary
@@ -114,6 +125,9 @@ func Load() (*Config, error) {
 	if c.ReplicaID == "" {
 		host, _ := os.Hostname()
 		c.ReplicaID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if c.NotificationsMax == 0 { // set so: in code, 0 means the default
+		return nil, notificationsMaxError(0)
 	}
 	return &c, c.Validate()
 }
@@ -190,6 +204,9 @@ func (c *Config) Validate() error {
 func (c *Config) validateLimits() error {
 	if c.MaxTimersPerAgent < 0 {
 		return fmt.Errorf("config: CHIME_MAX_TIMERS_PER_AGENT must be 0 (no limit) or positive, not %d", c.MaxTimersPerAgent)
+	}
+	if c.NotificationsMax < 0 || c.NotificationsMax > MaxNotificationsMax {
+		return notificationsMaxError(c.NotificationsMax)
 	}
 	if c.MaxWaitsPerAgent < 0 {
 		return fmt.Errorf("config: CHIME_MAX_WAITS_PER_AGENT must be 0 (no limit) or positive, not %d", c.MaxWaitsPerAgent)

@@ -93,7 +93,7 @@ func TestNATSAuthRequiredBeyondLoopback(t *testing.T) {
 // TestLimitDefaults: the environment's defaults are the documented ones.
 func TestLimitDefaults(t *testing.T) {
 	for _, v := range []string{"MAX_TIMERS_PER_AGENT", "MAX_WAITS_PER_AGENT", "MIN_INTERVAL", "CREATE_RATE", "CREATE_BURST",
-		"INBOX_MAX_BYTES", "INBOX_MAX_PER_AGENT", "EVENT_MAX_BYTES"} {
+		"INBOX_MAX_BYTES", "INBOX_MAX_PER_AGENT", "EVENT_MAX_BYTES", "NOTIFICATIONS_MAX"} {
 		t.Setenv("CHIME_"+v, "") // unset counts as default only when absent
 		os.Unsetenv("CHIME_" + v)
 	}
@@ -102,7 +102,8 @@ func TestLimitDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.MaxTimersPerAgent != 10000 || c.MaxWaitsPerAgent != 1000 || c.MinInterval != time.Second || c.CreateRate != 50 ||
-		c.CreateBurst != 100 || c.InboxMaxBytes != 1<<30 || c.InboxMaxPerAgent != 10000 || c.EventMaxBytes != 256<<20 {
+		c.CreateBurst != 100 || c.InboxMaxBytes != 1<<30 || c.InboxMaxPerAgent != 10000 || c.EventMaxBytes != 256<<20 ||
+		c.NotificationsMax != 100 {
 		t.Fatalf("defaults: %+v", c)
 	}
 	t.Setenv("CHIME_INBOX_MAX_BYTES", "512MiB")
@@ -110,6 +111,19 @@ func TestLimitDefaults(t *testing.T) {
 	if c, err = Load(); err != nil || c.InboxMaxBytes != 512<<20 || c.EventMaxBytes != 16<<20 {
 		t.Fatalf("sizes: %v %+v", err, c)
 	}
+	t.Setenv("CHIME_NOTIFICATIONS_MAX", "0")
+	if _, err := Load(); err == nil || err.Error() != "config: CHIME_NOTIFICATIONS_MAX must be from 1 to 10000, not 0" {
+		t.Fatalf("NOTIFICATIONS_MAX=0: %v", err)
+	}
+	t.Setenv("CHIME_NOTIFICATIONS_MAX", "many")
+	if _, err := Load(); err == nil || !strings.Contains(err.Error(), "NOTIFICATIONS_MAX") {
+		t.Fatalf("NOTIFICATIONS_MAX=many: %v", err)
+	}
+	t.Setenv("CHIME_NOTIFICATIONS_MAX", "7")
+	if c, err = Load(); err != nil || c.NotificationsMax != 7 {
+		t.Fatalf("NOTIFICATIONS_MAX=7: %v %+v", err, c)
+	}
+	os.Unsetenv("CHIME_NOTIFICATIONS_MAX")
 	t.Setenv("CHIME_INBOX_MAX_BYTES", "1GB")
 	if _, err := Load(); err == nil || !strings.Contains(err.Error(), "INBOX_MAX_BYTES") {
 		t.Fatalf("1GB: %v", err)
@@ -137,6 +151,10 @@ func TestLimitValidation(t *testing.T) {
 		{func(c *Config) { c.EventMaxBytes = -1 }, "CHIME_EVENT_MAX_BYTES"},
 		{func(c *Config) { c.InboxMaxBytes, c.EventMaxBytes = 8<<20, 1<<40 }, ""},
 		{func(c *Config) { c.InboxMaxPerAgent = -1 }, "CHIME_INBOX_MAX_PER_AGENT"},
+		{func(c *Config) { c.NotificationsMax = -1 }, "CHIME_NOTIFICATIONS_MAX must be from 1 to 10000, not -1"},
+		{func(c *Config) { c.NotificationsMax = 10001 }, "CHIME_NOTIFICATIONS_MAX"},
+		{func(c *Config) { c.NotificationsMax = 0 }, ""}, // in code: the default
+		{func(c *Config) { c.NotificationsMax = 10000 }, ""},
 	} {
 		c := valid()
 		tc.set(c)

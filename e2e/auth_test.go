@@ -139,6 +139,31 @@ func TestNATSAuthorization(t *testing.T) {
 		if list, err := ac.ListTimers(ctx, 10); err != nil || len(list) != 1 || list[0].ID != tm.ID {
 			t.Fatalf("list: %v %v", list, err)
 		}
+		// Her notifications: she sends, lists and follows her own.
+		changes := make(chan subjects.NotificationChange, 4)
+		follow, err := ac.FollowNotifications(func(c subjects.NotificationChange) { changes <- c })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = follow.Unsubscribe() }()
+		if err := alice.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		sent, err := ac.Notify(ctx, client.Notification{Message: "done"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h, err := ac.Notifications(ctx, nil); err != nil || h.Count != 1 || h.Notifications[0].ID != sent.ID {
+			t.Fatalf("her notifications: %+v %v", h, err)
+		}
+		select {
+		case c := <-changes:
+			if c.Op != subjects.OpUpsert || c.Notification.ID != sent.ID {
+				t.Fatalf("change %+v", c)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no change on agent.alice.notifications")
+		}
 		select {
 		case m := <-live:
 			if !strings.Contains(string(m.Data), tm.ID) {
@@ -184,7 +209,8 @@ func TestNATSAuthorization(t *testing.T) {
 
 	t.Run("agent refused everything else", func(t *testing.T) {
 		inboxBefore := streamMsgs(t, ctx, opConn, engine.InboxStream)
-		for _, subj := range []string{subjects.Inbox("bob"), ">", "agent.*.inbox", "_INBOX.>", "$KV.chime_triggers.>", "timer.fire"} {
+		for _, subj := range []string{subjects.Inbox("bob"), ">", "agent.*.inbox", "_INBOX.>", "$KV.chime_triggers.>", "timer.fire",
+			subjects.Agent("bob", subjects.ActionNotifications)} {
 			if _, err := alice.SubscribeSync(subj); err != nil {
 				t.Fatal(err)
 			}
@@ -194,6 +220,9 @@ func TestNATSAuthorization(t *testing.T) {
 			subjects.Agent("bob", subjects.ActionTimerList), subjects.Agent("bob", subjects.ActionTimerCancel),
 			subjects.Agent("alice", subjects.ActionIntervention), subjects.Agent("alice", subjects.ActionLifecycleStart),
 			subjects.Agent("alice", subjects.ActionTriggerCreate), subjects.Agent("alice", subjects.ActionTokenIssue),
+			subjects.Agent("alice", subjects.ActionNotificationsMark), subjects.Agent("alice", subjects.ActionNotificationsClear),
+			subjects.Agent("bob", subjects.ActionNotify), subjects.Agent("bob", subjects.ActionNotificationsList),
+			subjects.Agent("alice", subjects.ActionNotifications), "$KV.chime_notifications.alice.x",
 			subjects.TimerFire, subjects.WaitFire, "intervention.apply.alice", subjects.CallbackEventWake,
 			subjects.CallbackWake, subjects.Inbox("alice"), subjects.Inbox("bob"),
 			"$KV.chime_timers.bob." + bobTimer.ID, "$JS.API.STREAM.INFO.KV_chime_timers", "$JS.API.STREAM.LIST",

@@ -74,7 +74,7 @@ func browser(tb testing.TB) context.Context {
 			if err != nil {
 				return
 			}
-			tb.Logf("page console: %s", m)
+			tb.Logf("page console: %s (%s)", m, m.URL)
 		}
 	}()
 	tb.Cleanup(func() {

@@ -46,6 +46,11 @@ const (
 	TasksBucket = "chime_tasks"
 	// TaskOutputsBucket is the object store of task outputs over 16 KiB.
 	TaskOutputsBucket = "chime_task_outputs"
+	// NotificationsBucket holds notifications, key <agent>.<notification>,
+	// and each agent's guid, key <agent>. Its revisions are the update
+	// sequence UIs follow; the removal markers stay until the notifications
+	// package compacts them.
+	NotificationsBucket = "chime_notifications"
 )
 
 // EmbeddedOptions configures the embedded nats-server.
@@ -181,6 +186,8 @@ type Resources struct {
 	Questions   jetstream.KeyValue
 	Tasks       jetstream.KeyValue
 	TaskOutputs jetstream.ObjectStore
+	// Notifications holds notifications and their update sequence.
+	Notifications jetstream.KeyValue
 }
 
 // buckets are the KV buckets chime keeps, as configured for t. The record
@@ -194,6 +201,9 @@ func buckets(t Topology) []jetstream.KeyValueConfig {
 		{Bucket: WaitsBucket, Description: "chime managed waits, key <agent>.<wait>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers()},
 		{Bucket: QuestionsBucket, Description: "chime questions to operators, key <agent>.<question>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers()},
 		{Bucket: TasksBucket, Description: "chime task records, key <agent>.<task>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers()},
+		// No TTL and no marker TTL: a removal's marker is how a follower
+		// behind learns of it, so it stays until compacted on purpose.
+		{Bucket: NotificationsBucket, Description: "chime notifications: <agent>.<notification>, <agent> (its guid)", History: 1, Replicas: t.Replicas},
 		{Bucket: AgentsBucket, Description: "chime per-agent state (lifecycle, pause, pending wake), key <agent>", History: 1, Replicas: t.Replicas},
 		{
 			Bucket: TriggersBucket, Description: "chime external triggers: rec.<agent>.<trigger>, tok.<token sha256>",
@@ -309,6 +319,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Resour
 		JS: js, Timers: kvs[TimersBucket], Waits: kvs[WaitsBucket], Agents: kvs[AgentsBucket],
 		Leases: kvs[LeasesBucket], Triggers: kvs[TriggersBucket], Idempotency: kvs[IdempotencyBucket],
 		Tokens: kvs[TokensBucket], WaitFor: kvs[WaitForBucket], Questions: kvs[QuestionsBucket],
+		Notifications: kvs[NotificationsBucket],
 	}, nil
 }
 

@@ -21,9 +21,7 @@ var (
 // notServedYet are subjects prompts name that chime does not serve yet,
 // each with the issue that serves it. An agent told to use one of them
 // gets "no responders"; keep the list empty where you can.
-var notServedYet = map[string]string{
-	subjects.ActionNotify: "notifications, issue 10",
-}
+var notServedYet = map[string]string{}
 
 // TestPromptsNameServedSubjects: every subject a prompt tells an agent to
 // request is served, or one chime publishes for the agent to read.

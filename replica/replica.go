@@ -30,6 +30,7 @@ import (
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/secret"
+	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/questions"
 	"github.com/chime-nats/chime/quotas"
 	"github.com/chime-nats/chime/scheduler"
@@ -55,6 +56,7 @@ type Replica struct {
 	leases       *scheduler.Leases
 	svc          *api.Service
 	callout      *access.Callout
+	notes        *notifications.Service
 	gw           *api.Gateway
 	ready        atomic.Bool
 	cancel       context.CancelFunc
@@ -213,12 +215,21 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		Rate: cfg.CreateRate, Burst: cfg.CreateBurst, Registerer: reg,
 	})
 	questionService := questions.NewService(questions.NewStore(res.Questions, time.Now, retention), inbox, log)
+	r.notes = notifications.New(notifications.Config{JS: js, KV: res.Notifications, Max: cfg.NotificationsMax, Now: time.Now, Log: log})
+	if err := r.notes.Start(ctx); err != nil {
+		return nil, err
+	}
+	select {
+	case <-r.notes.Loaded():
+	case <-pctx.Done():
+		return nil, fmt.Errorf("replica: loading the notifications: %w", pctx.Err())
+	}
 	ops := api.NewOperations(api.Config{
 		Tokens: tokens, Questions: questionService,
 		Timers: store, Waits: waitStore, WaitRequests: waits.NewRequests(waitStore, inbox, js, time.Now, log),
 		Triggers: triggerStore, Callbacks: callbacks.NewService(triggerStore, inbox, js, engine.InboxStream, time.Now, log), Log: log, TimeZone: cfg.TimeZone,
 		Quotas: limits, Registerer: reg, WaitFor: waitForSvc,
-		Tasks:  taskStore,
+		Tasks: taskStore, Notifications: r.notes,
 		Agents: agentStore, Deliveries: deliveries.NewReader(js, engine.InboxStream),
 	})
 	resolver := access.Resolver{Operators: operators, Tokens: tokens, Callbacks: triggerStore}
@@ -328,6 +339,9 @@ func (r *Replica) Stop(ctx context.Context) {
 		}
 		if r.healer != nil {
 			r.healer.Stop()
+		}
+		if r.notes != nil {
+			r.notes.Stop()
 		}
 		// The consumers drain side by side: with NATS away each waits out
 		// its drain limit, and those add up.
