@@ -98,7 +98,7 @@ func TestNotificationRules(t *testing.T) {
 		t.Fatalf("history (newest last): %+v", h)
 	}
 	for i, want := range []subjects.NotificationItem{
-		{ID: fromAgent, Type: "info", Priority: 20, Title: "CI", Message: "built", Detail: "<b>green</b>", DisplayTime: 30, AgentID: "ann"},
+		{ID: fromAgent, Type: "info", Priority: 20, Title: "CI", Message: "built", Detail: "<b>green</b>", DetailHTML: "<b>green</b>", DisplayTime: 30, AgentID: "ann"},
 		{ID: created.NotificationID, Type: "success", Priority: 10, Message: "from the console", DisplayTime: 3, AgentID: "ann"},
 		{ID: third.NotificationID, Type: "info", Priority: 20, Message: "shown long", DisplayTime: 3, AgentID: "ann"},
 	} {

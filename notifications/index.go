@@ -80,15 +80,23 @@ func (f *Feed) Dropped() bool {
 
 // index is a replica's view of the bucket and the hub of its feeds.
 type index struct {
-	log    *slog.Logger
-	mu     sync.Mutex
-	seen   uint64
-	agents map[string]*agentView
-	feeds  map[*Feed]struct{}
+	log      *slog.Logger
+	sanitize func(string) string // nil: no detail_html
+	mu       sync.Mutex
+	seen     uint64
+	agents   map[string]*agentView
+	feeds    map[*Feed]struct{}
 }
 
-func newIndex(log *slog.Logger) *index {
-	return &index{log: log, agents: map[string]*agentView{}, feeds: map[*Feed]struct{}{}}
+func newIndex(log *slog.Logger, sanitize func(string) string) *index {
+	return &index{log: log, sanitize: sanitize, agents: map[string]*agentView{}, feeds: map[*Feed]struct{}{}}
+}
+
+// render fills the item's detail_html, when the view sanitizes.
+func (x *index) render(item *subjects.NotificationItem) {
+	if x.sanitize != nil && item.Detail != "" {
+		item.DetailHTML = x.sanitize(item.Detail)
+	}
 }
 
 func (x *index) view(agentID string) *agentView {
@@ -135,6 +143,7 @@ func (x *index) apply(e kvwatch.Entry) {
 	}
 	item := r.NotificationItem
 	item.Seq, item.AgentID = e.Revision, agentID
+	x.render(&item)
 	a.entries[id] = &entry{item: item, pos: cmp.Or(r.Pos, e.Revision)}
 	delete(a.markers, id)
 	x.emit(subjects.NotificationChange{Seq: e.Revision, AgentID: agentID, Op: subjects.OpUpsert, GUID: a.guid, Notification: &item})

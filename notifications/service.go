@@ -36,6 +36,10 @@ type Config struct {
 	Max int
 	Now func() time.Time
 	Log *slog.Logger
+	// SanitizeDetail, when set, makes each notification's HTML detail
+	// safe to put in a page: the view fills detail_html with it, once per
+	// change, for the histories and feeds; the stored detail stays as sent.
+	SanitizeDetail func(html string) string
 }
 
 // Service stores notifications, answers histories, and serves the feeds.
@@ -62,7 +66,7 @@ func New(c Config) *Service {
 	log := c.Log.With("component", "notifications")
 	s := &Service{
 		js: c.JS, kv: c.KV, stream: "KV_" + c.KV.Bucket(), prefix: "$KV." + c.KV.Bucket() + ".",
-		max: cmp.Or(c.Max, DefaultMax), now: c.Now, log: log, idx: newIndex(log),
+		max: cmp.Or(c.Max, DefaultMax), now: c.Now, log: log, idx: newIndex(log, c.SanitizeDetail),
 	}
 	s.watch = kvwatch.New(kvwatch.Config{JS: c.JS, Bucket: c.KV.Bucket(), Apply: s.idx.apply, Reset: s.idx.reset, Log: c.Log})
 	return s
@@ -359,6 +363,11 @@ func (s *Service) catchUp(ctx context.Context) error {
 // is core NATS, at most once: a UI that must not miss one follows the
 // history or an SSE feed, which carry the same changes.
 func (s *Service) publish(c subjects.NotificationChange) {
+	if c.Notification != nil {
+		item := *c.Notification
+		s.idx.render(&item)
+		c.Notification = &item
+	}
 	if err := s.js.Conn().Publish(subjects.Agent(c.AgentID, subjects.ActionNotifications), encodeChange(c)); err != nil {
 		s.log.Debug("change not published", "agent_id", c.AgentID, "seq", c.Seq, "err", err)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/chime-nats/chime/api"
 	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/config"
+	"github.com/chime-nats/chime/console"
 	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/engine"
@@ -215,7 +216,9 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		Rate: cfg.CreateRate, Burst: cfg.CreateBurst, Registerer: reg,
 	})
 	questionService := questions.NewService(questions.NewStore(res.Questions, time.Now, retention), inbox, log)
-	r.notes = notifications.New(notifications.Config{JS: js, KV: res.Notifications, Max: cfg.NotificationsMax, Now: time.Now, Log: log})
+	r.notes = notifications.New(notifications.Config{
+		JS: js, KV: res.Notifications, Max: cfg.NotificationsMax, Now: time.Now, Log: log, SanitizeDetail: console.SanitizeDetail,
+	})
 	if err := r.notes.Start(ctx); err != nil {
 		return nil, err
 	}

@@ -34,18 +34,22 @@ func MarkedReadText(n int) string { return fmt.Sprintf("Marked %d notifications 
 // Agent Zero's fields (its to_dict) plus the agent and the update
 // sequence of its last change.
 type NotificationItem struct {
-	ID          string               `json:"id"`
-	Type        NotificationType     `json:"type"`
-	Priority    NotificationPriority `json:"priority"`
-	Title       string               `json:"title"`
-	Message     string               `json:"message"`
-	Detail      string               `json:"detail"` // HTML, as sent
-	Timestamp   string               `json:"timestamp"`
-	DisplayTime float64              `json:"display_time"`
-	Read        bool                 `json:"read"`
-	Group       string               `json:"group"`
-	AgentID     string               `json:"agent_id"`
-	Seq         uint64               `json:"seq"`
+	ID       string               `json:"id"`
+	Type     NotificationType     `json:"type"`
+	Priority NotificationPriority `json:"priority"`
+	Title    string               `json:"title"`
+	Message  string               `json:"message"`
+	Detail   string               `json:"detail"` // HTML, as sent
+	// DetailHTML is Detail made safe to put in a page (the console's
+	// sanitizer), set by the view that answers histories and feeds, never
+	// stored.
+	DetailHTML  string  `json:"detail_html,omitempty"`
+	Timestamp   string  `json:"timestamp"`
+	DisplayTime float64 `json:"display_time"`
+	Read        bool    `json:"read"`
+	Group       string  `json:"group"`
+	AgentID     string  `json:"agent_id"`
+	Seq         uint64  `json:"seq"`
 }
 
 // Change operations of the notification feed.
