@@ -119,8 +119,8 @@ func (o *Operations) view(ctx context.Context, endpoint, agentID string, read fu
 }
 
 // Agents lists the agents chime knows: those with a record in the agents
-// bucket (started, stopped, paused, intervened on, woken) and those with
-// deliveries in the inbox stream, by ID.
+// bucket (started, stopped, paused, intervened on, woken), with
+// deliveries in the inbox stream, or with notifications, by ID.
 func (o *Operations) Agents(ctx context.Context) (*subjects.ListAgentsReply, error) {
 	res, err := o.view(ctx, "agents", "", func(ctx context.Context) (any, error) {
 		records, err := o.agents.List(ctx)
@@ -143,6 +143,16 @@ func (o *Operations) Agents(ctx context.Context) (*subjects.ListAgentsReply, err
 		}
 		for id, n := range counts {
 			summary(id).Deliveries = n
+		}
+		if o.notifications != nil {
+			notes, err := o.notifications.Agents(ctx)
+			if err != nil {
+				return nil, err
+			}
+			for id, c := range notes {
+				a := summary(id)
+				a.Notifications, a.Unread = c.Total, c.Unread
+			}
 		}
 		reply := &subjects.ListAgentsReply{Agents: make([]subjects.AgentSummary, 0, len(byID))}
 		for _, a := range byID {

@@ -46,9 +46,12 @@ func TestConsoleRoutes(t *testing.T) {
 		t.Fatalf("delivery: %v %+v, page %+v", err, env, page)
 	}
 
+	request(t, nc, "agent.noted.notify", `{"message":"only notifications know me"}`)
 	status, body := get(t, base+"/api/agents")
 	var agents subjects.ListAgentsReply
-	if status != 200 || json.Unmarshal(body, &agents) != nil || len(agents.Agents) != 1 || agents.Agents[0].AgentID != "con" || agents.Agents[0].Deliveries != 1 {
+	if status != 200 || json.Unmarshal(body, &agents) != nil || len(agents.Agents) != 2 ||
+		agents.Agents[0] != (subjects.AgentSummary{AgentID: "con", Deliveries: 1}) ||
+		agents.Agents[1] != (subjects.AgentSummary{AgentID: "noted", Notifications: 1, Unread: 1}) {
 		t.Fatalf("agents: %d %s", status, body)
 	}
 

@@ -263,6 +263,25 @@ func (a *agentView) changesSince(agentID string, since uint64) []subjects.Notifi
 }
 
 // list answers a history: see subjects.ListNotificationsReply.
+func (x *index) counts() map[string]Counts {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	out := make(map[string]Counts, len(x.agents))
+	for id, a := range x.agents {
+		if len(a.entries) == 0 {
+			continue
+		}
+		c := Counts{Total: len(a.entries)}
+		for _, e := range a.entries {
+			if !e.item.Read {
+				c.Unread++
+			}
+		}
+		out[id] = c
+	}
+	return out
+}
+
 func (x *index) list(agentID string, since *uint64) *subjects.ListNotificationsReply {
 	x.mu.Lock()
 	defer x.mu.Unlock()

@@ -264,6 +264,20 @@ func (s *Service) List(ctx context.Context, agentID string, since *uint64) (*sub
 	return s.idx.list(agentID, since), nil
 }
 
+// Counts are how many notifications an agent has, and how many unread.
+type Counts struct {
+	Total, Unread int
+}
+
+// Agents returns the counts of every agent with notifications, once the
+// view holds what the bucket held at the call (as List).
+func (s *Service) Agents(ctx context.Context) (map[string]Counts, error) {
+	if err := s.catchUp(ctx); err != nil {
+		return nil, err
+	}
+	return s.idx.counts(), nil
+}
+
 // MarkRead marks the agent's notifications read, all of them or those of
 // ids, and returns how many were unread (Agent Zero's count).
 func (s *Service) MarkRead(ctx context.Context, agentID string, ids []string, all bool) (int, error) {

@@ -51,6 +51,10 @@ type AgentSummary struct {
 	PausedAt *time.Time  `json:"paused_at,omitempty"`
 	// Deliveries is how many envelopes its inbox stream holds.
 	Deliveries uint64 `json:"deliveries"`
+	// Notifications is how many notifications it has, Unread how many
+	// of them are unread.
+	Notifications int `json:"notifications"`
+	Unread        int `json:"unread"`
 }
 
 // ListAgentsReply is the agent list, by ID.
