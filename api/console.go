@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -174,79 +173,59 @@ func (o *Operations) Inbox(ctx context.Context, agentID string, limit int) (any,
 	})
 }
 
-// Inbox feed bounds: a client may fall feedBuffer deliveries behind
-// before its feed ends (it resumes with Last-Event-ID); one write may take
-// feedWriteTimeout; a comment line every feedHeartbeat tells a dead
-// connection from a quiet agent, and keeps proxies from closing it.
-const (
-	feedBuffer       = 256
-	feedWriteTimeout = 10 * time.Second
-	feedHeartbeat    = 15 * time.Second
-)
+// inboxBuffer is how many deliveries a client may fall behind before its
+// feed ends (it resumes with Last-Event-ID).
+const inboxBuffer = 256
 
 // inboxEvents serves GET /api/agents/{id}/inbox/events: the agent's
 // deliveries as Server-Sent Events (id: the stream sequence, event:
-// delivery, data: {seq, stored_at, envelope}), from after ?since=N or
-// Last-Event-ID, else from now on, until the client leaves or the gateway
-// stops.
+// delivery, data: {seq, stored_at, envelope}), from after Last-Event-ID or
+// ?since=N, else from now on, until the client leaves, the gateway stops
+// or the client falls behind.
 func (o *Operations) inboxEvents(w http.ResponseWriter, r *http.Request) {
 	agentID := r.PathValue("id")
-	after, err := resumeAfter(r)
+	after, _, err := resumeAfter(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	stream, cancel := streamContext(r)
+	ctx, cancel := streamContext(r)
 	defer cancel()
 	// The feed lives as long as the stream, not the view's request timeout.
-	res, err := o.view(stream, "inbox.events", agentID, func(context.Context) (any, error) {
-		return o.deliveries.Follow(stream, agentID, after, feedBuffer)
+	res, err := o.view(ctx, "inbox.events", agentID, func(context.Context) (any, error) {
+		return o.deliveries.Follow(ctx, agentID, after, inboxBuffer)
 	})
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	feed := res.(*deliveries.Feed)
-	s, err := startEvents(w)
+	s, err := startEventStream(w)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	tick := time.NewTicker(feedHeartbeat)
+	s.comment("connected")
+	if !s.send() {
+		return
+	}
+	tick := time.NewTicker(keepalive)
 	defer tick.Stop()
 	for {
 		select {
+		case <-tick.C:
+			s.comment("keepalive")
 		case d, ok := <-feed.C():
-			if !ok {
+			if !ok { // the client left, the gateway stops, or it fell behind
 				if feed.Err() != nil {
-					o.log.Debug("inbox feed ended", "agent_id", agentID, "err", feed.Err())
+					o.log.Debug("inbox feed dropped: the client fell behind", "agent_id", agentID)
 				}
 				return
 			}
-			if s.event(strconv.FormatUint(d.Seq, 10), "delivery", encode(d)) != nil {
-				return
-			}
-		case <-tick.C:
-			if s.comment("ping") != nil {
-				return
-			}
+			s.add(d.Seq, "delivery", encode(d))
+		}
+		if !s.send() {
+			return
 		}
 	}
-}
-
-// resumeAfter is where a feed resumes: ?since=N, else Last-Event-ID, else
-// 0 (from now on).
-func resumeAfter(r *http.Request) (uint64, error) {
-	v, name := r.URL.Query().Get("since"), "since"
-	if v == "" {
-		v, name = r.Header.Get("Last-Event-ID"), "Last-Event-ID"
-	}
-	if v == "" {
-		return 0, nil
-	}
-	n, err := strconv.ParseUint(v, 10, 64)
-	if err != nil {
-		return 0, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: name + " must be a stream sequence (a whole number), not " + strconv.Quote(v)}
-	}
-	return n, nil
 }

@@ -121,7 +121,7 @@ func TestConsoleRoutesBadInput(t *testing.T) {
 		{"GET", "/api/agents/bad.id/inbox", "", 400, subjects.CodeInvalidID, "agent_id"},
 		{"GET", "/api/agents/a/inbox?limit=0", "", 400, subjects.CodeInvalidRequest, "limit"},
 		{"GET", "/api/agents/a/inbox?limit=x", "", 400, subjects.CodeInvalidRequest, "limit"},
-		{"GET", "/api/agents/a/inbox/events?since=-1", "", 400, subjects.CodeInvalidRequest, `since must be a stream sequence (a whole number), not "-1"`},
+		{"GET", "/api/agents/a/inbox/events?since=-1", "", 400, subjects.CodeInvalidRequest, `since (or Last-Event-ID) must be a sequence number, not "-1"`},
 		{"GET", "/api/agents/bad.id/inbox/events", "", 400, subjects.CodeInvalidID, "agent_id"},
 		{"GET", "/api/agents/a/waits?limit=1001", "", 400, subjects.CodeInvalidRequest, "limit"},
 		{"GET", "/api/agents/a/tasks?limit=-3", "", 400, subjects.CodeInvalidRequest, "limit"},

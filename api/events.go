@@ -2,60 +2,99 @@ package api
 
 import (
 	"context"
-	"fmt"
 	"net/http"
-	"strings"
+	"strconv"
 	"time"
+
+	"github.com/chime-nats/chime/subjects"
 )
 
-// events writes Server-Sent Events to one client.
-type events struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
+// Event stream timing: a comment every keepalive holds proxies and the
+// client's connection open; a write that has not gone out within
+// sseWriteTimeout is a client not reading, which is dropped.
+const (
+	keepalive       = 15 * time.Second
+	sseWriteTimeout = 10 * time.Second
+)
+
+// maxBatch is how much a stream gathers into one write.
+const maxBatch = 64 << 10
+
+// eventStream writes Server-Sent Events to one client: events are
+// gathered with add and comment, and go out together with send.
+type eventStream struct {
+	w   http.ResponseWriter
+	rc  *http.ResponseController
+	buf []byte
 }
 
-// startEvents sends an event stream's headers. The server's write timeout
-// covers a whole reply, which a stream never finishes: it is lifted here,
-// and each write gets its own deadline instead (feedWriteTimeout), so a
-// client that stops reading is dropped, not waited on.
-func startEvents(w http.ResponseWriter) (*events, error) {
+// startEventStream sends an event stream's headers. The gateway's write
+// timeout bounds a whole reply, which a stream never finishes: it is lifted
+// here, and each send gets its own deadline instead.
+func startEventStream(w http.ResponseWriter) (*eventStream, error) {
 	rc := http.NewResponseController(w)
-	if err := rc.SetWriteDeadline(time.Time{}); err != nil {
-		return nil, fmt.Errorf("api: event stream: %w", err)
+	if err := rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout)); err != nil {
+		return nil, &subjects.Error{Code: subjects.CodeInternal, Message: "this connection cannot stream"}
 	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
+	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // a buffering proxy would hold events back
 	w.WriteHeader(http.StatusOK)
-	e := &events{w: w, rc: rc}
-	return e, e.flush()
+	return &eventStream{w: w, rc: rc, buf: make([]byte, 0, 4096)}, nil
 }
 
-// event writes one event; data is one JSON document (no newlines once
-// compact, which encode is).
-func (e *events) event(id, name string, data []byte) error {
-	if err := e.rc.SetWriteDeadline(time.Now().Add(feedWriteTimeout)); err != nil {
-		return err
-	}
-	if _, err := fmt.Fprintf(e.w, "id: %s\nevent: %s\ndata: %s\n\n", id, name, strings.ReplaceAll(string(data), "\n", "\ndata: ")); err != nil {
-		return err
-	}
-	return e.flush()
+// add gathers one event: its sequence as the id, its name, and data, one
+// line of JSON (encode's and the feeds' are compact).
+func (s *eventStream) add(id uint64, name string, data []byte) {
+	s.buf = append(s.buf, "id: "...)
+	s.buf = strconv.AppendUint(s.buf, id, 10)
+	s.buf = append(s.buf, "\nevent: "...)
+	s.buf = append(s.buf, name...)
+	s.buf = append(s.buf, "\ndata: "...)
+	s.buf = append(s.buf, data...)
+	s.buf = append(s.buf, "\n\n"...)
 }
 
-// comment writes a comment line, which clients ignore.
-func (e *events) comment(text string) error {
-	if err := e.rc.SetWriteDeadline(time.Now().Add(feedWriteTimeout)); err != nil {
-		return err
-	}
-	if _, err := fmt.Fprintf(e.w, ": %s\n\n", text); err != nil {
-		return err
-	}
-	return e.flush()
+// comment gathers a comment line, which clients ignore.
+func (s *eventStream) comment(text string) {
+	s.buf = append(s.buf, ": "...)
+	s.buf = append(s.buf, text...)
+	s.buf = append(s.buf, "\n\n"...)
 }
 
-func (e *events) flush() error { return e.rc.Flush() }
+// full reports a batch that should go out before more is gathered.
+func (s *eventStream) full() bool { return len(s.buf) >= maxBatch }
+
+// send writes what was gathered, within sseWriteTimeout, and flushes it;
+// false means the client is gone or not reading.
+func (s *eventStream) send() bool {
+	if err := s.rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout)); err != nil {
+		return false
+	}
+	if _, err := s.w.Write(s.buf); err != nil {
+		return false
+	}
+	s.buf = s.buf[:0]
+	return s.rc.Flush() == nil
+}
+
+// resumeAfter is where a stream resumes: after the Last-Event-ID header
+// (where a reconnecting client stopped), else after ?since; ok is false
+// for neither.
+func resumeAfter(r *http.Request) (after uint64, ok bool, err error) {
+	for _, v := range []string{r.Header.Get("Last-Event-ID"), r.URL.Query().Get("since")} {
+		if v == "" {
+			continue
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, false, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "since (or Last-Event-ID) must be a sequence number, not " + strconv.Quote(v)}
+		}
+		return n, true, nil
+	}
+	return 0, false, nil
+}
 
 // streamContext is a stream's context: it ends with the request (the
 // client left) or when the gateway stops (gatewayStopping). Shutdown waits
@@ -73,4 +112,14 @@ func streamContext(r *http.Request) (context.Context, context.CancelFunc) {
 		}()
 	}
 	return ctx, cancel
+}
+
+// stoppingKey holds, in a request's context, the channel the gateway
+// closes when it shuts down: streams end then, while other requests are
+// let finish.
+type stoppingKey struct{}
+
+func gatewayStopping(ctx context.Context) <-chan struct{} {
+	c, _ := ctx.Value(stoppingKey{}).(chan struct{})
+	return c // nil outside a Gateway: never closed
 }

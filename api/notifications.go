@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/chime-nats/chime/subjects"
@@ -93,126 +92,73 @@ func notificationRoutes(mux *http.ServeMux, ops *Operations, route routeFunc) {
 	})
 }
 
-// SSE timing: a comment every keepalive holds proxies and the client's
-// connection open; a write that has not gone out within sseWriteTimeout
-// is a client not reading, which is dropped.
-const (
-	keepalive       = 15 * time.Second
-	sseWriteTimeout = 10 * time.Second
-)
-
 // serveEvents streams the notification changes of agentID ("": all) as
-// Server-Sent Events: with ?since=N or Last-Event-ID (which wins: it is
-// where a reconnecting client stopped) it replays every change after N
-// first, then streams live. It ends when the client goes, chime stops, or
-// the client falls behind (its feed's buffer or a write's deadline): the
-// client then reconnects with Last-Event-ID and misses nothing.
+// Server-Sent Events: after Last-Event-ID or ?since=N it replays every
+// change after N first, then streams live. It ends when the client goes,
+// chime stops, or the client falls behind (its feed's buffer or a write's
+// deadline): the client then reconnects with Last-Event-ID and misses
+// nothing.
 func (o *Operations) serveEvents(w http.ResponseWriter, r *http.Request, agentID string) {
 	if o.notifications == nil {
 		writeError(w, &subjects.Error{Code: subjects.CodeUnavailable, Message: "notifications are not configured"})
 		return
 	}
 	var since *uint64
-	for _, v := range []string{r.Header.Get("Last-Event-ID"), r.URL.Query().Get("since")} {
-		if v == "" {
-			continue
-		}
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			writeError(w, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "since (or Last-Event-ID) must be a sequence number, not " + strconv.Quote(v)})
-			return
-		}
-		since = &n
-		break
-	}
-	rc := http.NewResponseController(w)
-	// The gateway's write timeout bounds a whole reply; a stream lifts it
-	// and bounds each write instead.
-	if err := rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout)); err != nil {
-		writeError(w, &subjects.Error{Code: subjects.CodeInternal, Message: "this connection cannot stream"})
+	if n, ok, err := resumeAfter(r); err != nil {
+		writeError(w, err)
 		return
+	} else if ok {
+		since = &n
 	}
+	ctx, cancel := streamContext(r)
+	defer cancel()
 	feed := o.notifications.Follow(agentID, since)
 	defer feed.Close()
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	buf := make([]byte, 0, 4096)
-	send := func() bool {
-		if err := rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout)); err != nil {
-			return false
-		}
-		if _, err := w.Write(buf); err != nil {
-			return false
-		}
-		buf = buf[:0]
-		return rc.Flush() == nil
+	s, err := startEventStream(w)
+	if err != nil {
+		writeError(w, err)
+		return
 	}
 	for _, ev := range feed.Replay {
-		buf = appendEvent(buf, ev.Seq, ev.Data)
-		if len(buf) > 64<<10 && !send() {
+		s.add(ev.Seq, "notification", ev.Data)
+		if s.full() && !s.send() {
 			return
 		}
 	}
-	buf = append(buf, ": connected\n\n"...)
-	if !send() {
+	s.comment("connected")
+	if !s.send() {
 		return
 	}
 	tick := time.NewTicker(keepalive)
 	defer tick.Stop()
-	stopping := gatewayStopping(r.Context())
 	for {
 		select {
-		case <-r.Context().Done():
-			return
-		case <-stopping:
+		case <-ctx.Done():
 			return
 		case <-tick.C:
-			buf = append(buf, ": keepalive\n\n"...)
+			s.comment("keepalive")
 		case ev, ok := <-feed.C:
 			if !ok {
 				o.log.Debug("notification feed dropped: the client fell behind", "agent_id", agentID)
 				return
 			}
-			buf = appendEvent(buf, ev.Seq, ev.Data)
+			s.add(ev.Seq, "notification", ev.Data)
 			// Whatever else is waiting goes in the same write.
-			for more := true; more && len(buf) < 64<<10; {
+			for more := true; more && !s.full(); {
 				select {
 				case ev, ok := <-feed.C:
 					if !ok {
 						more = false
 						break
 					}
-					buf = appendEvent(buf, ev.Seq, ev.Data)
+					s.add(ev.Seq, "notification", ev.Data)
 				default:
 					more = false
 				}
 			}
 		}
-		if !send() {
+		if !s.send() {
 			return
 		}
 	}
-}
-
-// appendEvent appends one SSE event: its sequence as the id, the change
-// JSON (one line) as the data.
-func appendEvent(buf []byte, seq uint64, data []byte) []byte {
-	buf = append(buf, "id: "...)
-	buf = strconv.AppendUint(buf, seq, 10)
-	buf = append(buf, "\nevent: notification\ndata: "...)
-	buf = append(buf, data...)
-	return append(buf, "\n\n"...)
-}
-
-// stoppingKey holds, in a request's context, the channel the gateway
-// closes when it shuts down: streams end then, while other requests are
-// let finish.
-type stoppingKey struct{}
-
-func gatewayStopping(ctx context.Context) <-chan struct{} {
-	c, _ := ctx.Value(stoppingKey{}).(chan struct{})
-	return c // nil outside a Gateway: never closed
 }
