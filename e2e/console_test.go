@@ -187,8 +187,12 @@ func TestConsolePage(t *testing.T) {
 	if _, err := agent.ReportResult(bg, subjects.TaskResultRequest{TaskID: "build-7", Status: subjects.TaskCompleted, Output: new("compiled 42 packages"), ExitCode: &code}); err != nil {
 		t.Fatal(err)
 	}
+	notify(t, nc, "pan", map[string]any{"message": "Deploy to staging finished", "title": "Deploy", "type": "success", "priority": 10,
+		"detail": `<p>12 services, <b>0</b> errors. <a href="https://ci.example/runs/7">run 7</a></p>`})
+	notify(t, nc, "pan", map[string]any{"message": "Disk 91% full on db-2", "title": "Capacity", "type": "warning", "group": "disk"})
 	run(t, ctx, 30*time.Second, "open the agent",
 		chromedp.Navigate(base+"/?agent=pan"),
+		chromedp.WaitVisible(chromedp.CSS(`#notif-list li.t-warning`)),
 		chromedp.WaitVisible(chromedp.CSS(`#w-list li[data-id="`+wait.WaitID+`"] .remaining`)),
 		chromedp.WaitVisible(chromedp.CSS(`#k-list li[data-id="build-7"]`)),
 		chromedp.Click(chromedp.CSS(`#k-list li[data-id="build-7"] button`)),
