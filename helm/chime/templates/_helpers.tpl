@@ -104,7 +104,8 @@ exponent (values read 1000000 as a float).
   "logFormat" "CHIME_LOG_FORMAT" "maxTimersPerAgent" "CHIME_MAX_TIMERS_PER_AGENT"
   "maxWaitsPerAgent" "CHIME_MAX_WAITS_PER_AGENT" "minInterval" "CHIME_MIN_INTERVAL"
   "createRate" "CHIME_CREATE_RATE" "createBurst" "CHIME_CREATE_BURST" "inboxMaxBytes" "CHIME_INBOX_MAX_BYTES"
-  "inboxMaxPerAgent" "CHIME_INBOX_MAX_PER_AGENT" "eventMaxBytes" "CHIME_EVENT_MAX_BYTES" }}
+  "inboxMaxPerAgent" "CHIME_INBOX_MAX_PER_AGENT" "eventMaxBytes" "CHIME_EVENT_MAX_BYTES"
+  "notificationsMax" "CHIME_NOTIFICATIONS_MAX" }}
 {{- range $key, $v := .Values.config }}
 {{- if not (hasKey $names $key) }}
 {{- if ne $key "publicURL" }}
