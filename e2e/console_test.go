@@ -342,16 +342,18 @@ func TestConsoleNotifications(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(item)),
 		chromedp.WaitVisible(chromedp.CSS(`#toasts .toast[data-id="build"]`)))
 
+	notify(t, nc, "note", map[string]any{"id": "deploy", "message": "Deploy queued", "title": "CD", "priority": 10, "group": "cd"})
+	run(t, ctx, 10*time.Second, "a second one", chromedp.WaitVisible(chromedp.CSS(`#notif-list li[data-id="deploy"]`)))
 	notify(t, nc, "note", map[string]any{"id": "build", "message": "Build failed", "title": "CI", "type": "error", "priority": 20, "group": "ci"})
 	run(t, ctx, 10*time.Second, "the update in place",
 		poll(`document.querySelector('#notif-list li[data-id="build"] .n-message')?.textContent === 'Build failed'`))
-	count := read(t, ctx, "items", chromedp.Evaluate[int](`document.querySelectorAll('#notif-list li').length`))
+	order := read(t, ctx, "items", chromedp.Evaluate[[]string](`[...document.querySelectorAll('#notif-list li')].map(li => li.dataset.id)`))
 	unread := read(t, ctx, "unread", chromedp.Text(chromedp.ID("unread-count")))
 	high := read(t, ctx, "high", chromedp.Text(chromedp.ID("high-count")))
-	if count != 1 || unread != "1" || high != "1" {
-		t.Errorf("after the update: %d items, %s unread, %s high", count, unread, high)
+	if fmt.Sprint(order) != "[deploy build]" || unread != "2" || high != "1" {
+		t.Errorf("after the update: items %v (newest first, the update in its place), %s unread, %s high", order, unread, high)
 	}
-	if toasts := read(t, ctx, "toasts", chromedp.Evaluate[int](`document.querySelectorAll('#toasts .toast').length`)); toasts != 1 {
+	if toasts := read(t, ctx, "toasts", chromedp.Evaluate[int](`document.querySelectorAll('#toasts .toast[data-id="build"]').length`)); toasts != 1 {
 		t.Errorf("%d toasts for one group", toasts)
 	}
 
@@ -372,7 +374,7 @@ func TestConsoleNotifications(t *testing.T) {
 
 	run(t, ctx, 10*time.Second, "mark read",
 		chromedp.Click(chromedp.CSS(item+` button.mark-read`)),
-		poll(`document.querySelector('#unread-count').textContent === '1' && document.querySelector('#high-count').textContent === '0'`),
+		poll(`document.querySelector('#unread-count').textContent === '2' && document.querySelector('#high-count').textContent === '0'`),
 		chromedp.WaitNotPresent(chromedp.CSS(item+` button.mark-read`)))
 	screenshot(t, ctx, artifacts(t), "console-notifications.png")
 

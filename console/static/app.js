@@ -186,9 +186,12 @@
     noteRender = requestAnimationFrame(() => { noteRender = 0; renderNotifs(); });
   }
 
+  // renderNotifs shows the history newest first. One agent's is in the
+  // order it was received (the history, then new ones): an update keeps
+  // its place, as in the history. All agents' are merged by time.
   function renderNotifs() {
-    const list = [...state.notifs.values()].sort((a, b) =>
-      (Date.parse(b.timestamp) || 0) - (Date.parse(a.timestamp) || 0) || (b.seq || 0) - (a.seq || 0));
+    const list = [...state.notifs.values()].reverse();
+    if (!state.agent) list.sort((a, b) => (Date.parse(b.timestamp) || 0) - (Date.parse(a.timestamp) || 0));
     let unread = 0, high = 0;
     const items = list.map((n) => {
       if (!n.read) { unread++; if (n.priority >= 20) high++; }
@@ -299,7 +302,9 @@
       try {
         const res = await api('GET', agentPath(id) + '/notifications', undefined, signal);
         for (const n of res.notifications || []) upsertNotif(id, n, false);
-        if (state.agent) last = res.seq || 0;
+        // The sequence is the bucket's, one for all agents: the stream
+        // replays from the oldest answer on, so nothing falls between.
+        if (res.seq) last = last ? Math.min(last, res.seq) : res.seq;
       } catch (e) {
         if (signal.aborted) return;
         if (e.status !== 404) flash(e);
