@@ -200,13 +200,8 @@ func (o *Operations) inboxEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	feed := res.(*deliveries.Feed)
-	s, err := startEventStream(w)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	s.comment("connected")
-	if !s.send() {
+	s := startEventStream(w)
+	if s == nil {
 		return
 	}
 	tick := time.NewTicker(keepalive)

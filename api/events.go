@@ -28,20 +28,29 @@ type eventStream struct {
 	buf []byte
 }
 
-// startEventStream sends an event stream's headers. The gateway's write
-// timeout bounds a whole reply, which a stream never finishes: it is lifted
-// here, and each send gets its own deadline instead.
-func startEventStream(w http.ResponseWriter) (*eventStream, error) {
+// startEventStream opens an event stream: its headers and a ": connected"
+// comment go out at once, so the client knows it is open before the first
+// event. The gateway's write timeout bounds a whole reply, which a stream
+// never finishes: it is lifted here, and each send gets its own deadline
+// instead. nil means the stream ended before it began (the error, if the
+// connection cannot stream, is answered).
+func startEventStream(w http.ResponseWriter) *eventStream {
 	rc := http.NewResponseController(w)
 	if err := rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout)); err != nil {
-		return nil, &subjects.Error{Code: subjects.CodeInternal, Message: "this connection cannot stream"}
+		writeError(w, &subjects.Error{Code: subjects.CodeInternal, Message: "this connection cannot stream"})
+		return nil
 	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // a buffering proxy would hold events back
 	w.WriteHeader(http.StatusOK)
-	return &eventStream{w: w, rc: rc, buf: make([]byte, 0, 4096)}, nil
+	s := &eventStream{w: w, rc: rc, buf: make([]byte, 0, 4096)}
+	s.comment("connected")
+	if !s.send() {
+		return nil
+	}
+	return s
 }
 
 // add gathers one event: its sequence as the id, its name, and data, one

@@ -114,9 +114,8 @@ func (o *Operations) serveEvents(w http.ResponseWriter, r *http.Request, agentID
 	defer cancel()
 	feed := o.notifications.Follow(agentID, since)
 	defer feed.Close()
-	s, err := startEventStream(w)
-	if err != nil {
-		writeError(w, err)
+	s := startEventStream(w)
+	if s == nil {
 		return
 	}
 	for _, ev := range feed.Replay {
@@ -125,7 +124,6 @@ func (o *Operations) serveEvents(w http.ResponseWriter, r *http.Request, agentID
 			return
 		}
 	}
-	s.comment("connected")
 	if !s.send() {
 		return
 	}
