@@ -29,7 +29,15 @@ type NotifyOptions struct {
 	Clients  int           // SSE clients of the all-agents stream
 	// InFlight bounds the notify requests awaiting their reply.
 	InFlight int
-	NATSURL  string
+	// Prefill starts the measure at steady state: before it, each agent
+	// is sent Limit notifications (full), then 2×Limit more plus a share
+	// of Limit that grows with the agent's index (every notify evicts the
+	// oldest, and the agents' removal markers are at every stage between
+	// two compactions, as after a long run).
+	Prefill bool
+	// Limit is the chime's CHIME_NOTIFICATIONS_MAX, for Prefill.
+	Limit   int
+	NATSURL string
 	// HTTPURL is the gateway of the chime at NATSURL (both or neither).
 	HTTPURL string
 	Log     *slog.Logger
@@ -48,6 +56,8 @@ func (o *NotifyOptions) Validate() error {
 		return errors.New("bench: --clients must be positive")
 	case o.InFlight <= 0:
 		return errors.New("bench: --in-flight must be positive")
+	case o.Prefill && o.Limit <= 0:
+		return errors.New("bench: --limit must be positive")
 	case (o.NATSURL == "") != (o.HTTPURL == ""):
 		return errors.New("bench: an existing chime needs both CHIME_NATS_URL and --http")
 	}
@@ -60,6 +70,10 @@ type NotifyResult struct {
 	Agents  int     `json:"agents"`
 	Clients int     `json:"sse_clients"`
 	Rate    float64 `json:"rate"`
+	// Prefilled is how many notifications were sent before the measure
+	// (see NotifyOptions.Prefill), and PrefillS how long they took.
+	Prefilled int     `json:"prefilled,omitempty"`
+	PrefillS  float64 `json:"prefill_s,omitempty"`
 	// SentPerS: notify requests answered per second, first sent to last
 	// answered.
 	SentPerS float64 `json:"sent_per_s"`
@@ -105,6 +119,24 @@ func Notify(ctx context.Context, o NotifyOptions) (*NotifyResult, error) {
 	n := int(o.Rate * o.Duration.Seconds())
 	sent := make([]atomic.Int64, n) // unix ns each request went out; 0: not yet
 
+	clients := make([]*client.Client, o.Agents)
+	for i := range clients {
+		if clients[i], err = client.New(nc, fmt.Sprintf("%s-%d", run, i)); err != nil {
+			return nil, err
+		}
+	}
+	var prefilled int
+	var prefillFor time.Duration
+	if o.Prefill {
+		t0 := time.Now()
+		if prefilled, err = prefill(ctx, clients, o.Limit, o.InFlight); err != nil {
+			return nil, err
+		}
+		prefillFor = time.Since(t0)
+	}
+
+	// The streams start live, after the prefill: only the measured
+	// notifications are timed.
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	streams := make([]*sseClient, o.Clients)
@@ -120,12 +152,6 @@ func Notify(ctx context.Context, o NotifyOptions) (*NotifyResult, error) {
 	defer wg.Wait()
 	defer cancel()
 
-	clients := make([]*client.Client, o.Agents)
-	for i := range clients {
-		if clients[i], err = client.New(nc, fmt.Sprintf("%s-%d", run, i)); err != nil {
-			return nil, err
-		}
-	}
 	var mu sync.Mutex
 	var replies []time.Duration
 	failed := 0
@@ -178,7 +204,10 @@ func Notify(ctx context.Context, o NotifyOptions) (*NotifyResult, error) {
 	}
 	cancel()
 	wg.Wait()
-	res := &NotifyResult{N: n, Agents: o.Agents, Clients: o.Clients, Rate: o.Rate, Failed: failed, ReplyMs: summarize(replies)}
+	res := &NotifyResult{
+		N: n, Agents: o.Agents, Clients: o.Clients, Rate: o.Rate, Failed: failed, ReplyMs: summarize(replies),
+		Prefilled: prefilled, PrefillS: prefillFor.Seconds(),
+	}
 	res.SentPerS = float64(len(replies)) / sentFor.Seconds()
 	var all []time.Duration
 	var first, last time.Time
@@ -199,6 +228,60 @@ func Notify(ctx context.Context, o NotifyOptions) (*NotifyResult, error) {
 	}
 	res.PeakRSSBytes = peakRSS()
 	return res, nil
+}
+
+// prefill sends each agent limit notifications, then 2×limit more and
+// i×limit/len(clients) for the i-th (see NotifyOptions.Prefill), as fast
+// as inFlight requests at once allow, and returns how many it sent.
+func prefill(ctx context.Context, clients []*client.Client, limit, inFlight int) (int, error) {
+	type job struct{ agent, k int }
+	jobs := make(chan job)
+	errs := make(chan error, inFlight)
+	var wg sync.WaitGroup
+	for range min(inFlight, 64) {
+		wg.Go(func() {
+			for j := range jobs {
+				rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				_, err := clients[j.agent].Notify(rctx, client.Notification{Message: "prefill " + strconv.Itoa(j.k), Type: subjects.NotifyProgress})
+				cancel()
+				if err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			}
+		})
+	}
+	sent := 0
+	// Round after round over the agents, as the measure sends.
+	total := func(i int) int { return 3*limit + i*limit/len(clients) }
+feed:
+	for k := range total(len(clients) - 1) {
+		for i := range clients {
+			if k >= total(i) {
+				continue
+			}
+			select {
+			case jobs <- job{i, k}:
+				sent++
+			case err := <-errs:
+				close(jobs)
+				wg.Wait()
+				return sent, fmt.Errorf("bench: prefill: %w", err)
+			case <-ctx.Done():
+				break feed
+			}
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return sent, fmt.Errorf("bench: prefill: %w", err)
+	default:
+	}
+	return sent, ctx.Err()
 }
 
 // sseClient reads one SSE stream and times the bench's upserts.
@@ -282,6 +365,9 @@ func (s *sseClient) read() {
 // WriteText prints the result.
 func (r *NotifyResult) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "notify: n=%d at %.0f/s over %d agents, %d SSE clients (all agents)\n", r.N, r.Rate, r.Agents, r.Clients)
+	if r.Prefilled > 0 {
+		fmt.Fprintf(w, "prefilled: %d notifications in %.1fs before the measure (steady state: every notify evicts)\n", r.Prefilled, r.PrefillS)
+	}
 	fmt.Fprintf(w, "sent/s: %.0f  notify reply ms: p50 %.2f  p99 %.2f  max %.2f\n", r.SentPerS, r.ReplyMs.P50, r.ReplyMs.P99, r.ReplyMs.Max)
 	fmt.Fprintf(w, "publish to SSE ms: p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n", r.DeliveryMs.P50, r.DeliveryMs.P90, r.DeliveryMs.P99, r.DeliveryMs.Max)
 	fmt.Fprintf(w, "SSE events/s (all clients): %.0f  missed: %d  duplicates: %d  failed: %d\n", r.EventsPerS, r.Missed, r.Duplicates, r.Failed)

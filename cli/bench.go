@@ -14,13 +14,14 @@ import (
 	"time"
 
 	"github.com/chime-nats/chime/bench"
+	"github.com/chime-nats/chime/notifications"
 )
 
 const benchUsage = `chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--peer] [--auth] [--fire-cpuprofile F] [--json]
        chime bench waits [-n N] [--agents N] [-c C] [--lead D] [--spread D] [--timers N] [--json]
        chime bench callbacks [-n N] [-c CONNS] [--wakes N] [--auth] [--json]
        chime bench waitfor [-n N] [--agents N] [-c C] [--json]
-       chime bench notify [--rate R] [--duration D] [--agents N] [--clients N] [--http URL] [--json]
+       chime bench notify [--rate R] [--duration D] [--agents N] [--clients N] [--prefill [--limit N]] [--http URL] [--json]
        chime bench chaos [--servers 1|3] [--replicas N] [--duration D] [--rate R] [--every D]
                          [--kill replica,server,leader] [--down D] [--json] (see chime bench chaos --help)`
 
@@ -110,6 +111,8 @@ func (a *App) benchNotify(ctx context.Context, args []string) error {
 		fs.IntVar(&o.Agents, "agents", 100, "agents they are spread over")
 		fs.IntVar(&o.Clients, "clients", 10, "SSE clients of the all-agents stream, over HTTP")
 		fs.IntVar(&o.InFlight, "in-flight", 256, "notify requests awaiting their reply at most")
+		fs.BoolVar(&o.Prefill, "prefill", false, "start at steady state: fill every agent to its limit, then evict 2 to 3 limits' worth, before the measure")
+		fs.IntVar(&o.Limit, "limit", notifications.DefaultMax, "the chime's CHIME_NOTIFICATIONS_MAX, for --prefill")
 		fs.StringVar(&o.HTTPURL, "http", "", "HTTP gateway of the chime at CHIME_NATS_URL (default: a chime of its own)")
 	}, func(ctx context.Context) (result, error) { return bench.Notify(ctx, o) })
 }

@@ -27,7 +27,10 @@
 // once an agent has more than twice its limit of them, the older ones
 // (every one older than its oldest live notification, but never the
 // newest Max) are purged after the agent's reset point is raised past them
-// by CAS. A reader whose since is below the reset point (it was cleared,
+// by CAS. The compaction runs in the background, one agent at a time, not
+// on the reply path of the notify that finds it due: its purge holds the
+// stream while it scans the agent's span of it, and nothing a reader sees
+// depends on when it runs. A reader whose since is below the reset point (it was cleared,
 // or it is so far behind that every notification it knew was evicted
 // since) is told to replace its list: the history answer has cleared set,
 // the SSE replay starts with a clear.

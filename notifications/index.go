@@ -391,6 +391,16 @@ func (x *index) unread(agentID string, ids []string, all bool) []target {
 	return out
 }
 
+// markers is how many removal markers the view holds for the agent.
+func (x *index) markers(agentID string) int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if a := x.agents[agentID]; a != nil {
+		return len(a.markers)
+	}
+	return 0
+}
+
 // compaction returns the sequence up to which the agent's removal markers
 // may be purged, and the guid it holds for: 0 while it keeps no more than
 // twice limit. It keeps the newest limit markers and every marker newer

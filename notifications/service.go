@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -25,6 +26,9 @@ const DefaultMax = 100
 // casAttempts bounds the read-modify-write of one notification against
 // writers that keep changing it.
 const casAttempts = 16
+
+// compactTimeout bounds one agent's compaction (a CAS and a purge).
+const compactTimeout = 10 * time.Second
 
 // Config configures a Service.
 type Config struct {
@@ -53,6 +57,18 @@ type Service struct {
 	log    *slog.Logger
 	idx    *index
 	watch  *kvwatch.Watch
+
+	// mu guards what follows: the agents whose removal markers are due
+	// for compaction (see compactor) and the bucket's stream handle.
+	mu  sync.Mutex
+	due map[string]uint64 // agent -> the newest marker its compaction must see
+	st  jetstream.Stream
+	// wake tells the compactor that due has agents (buffered, one).
+	wake      chan struct{}
+	cancel    context.CancelFunc
+	done      chan struct{}
+	startOnce sync.Once
+	stopOnce  sync.Once
 }
 
 // New returns a Service; Start begins its view.
@@ -67,20 +83,41 @@ func New(c Config) *Service {
 	s := &Service{
 		js: c.JS, kv: c.KV, stream: "KV_" + c.KV.Bucket(), prefix: "$KV." + c.KV.Bucket() + ".",
 		max: cmp.Or(c.Max, DefaultMax), now: c.Now, log: log, idx: newIndex(log, c.SanitizeDetail),
+		due: map[string]uint64{}, wake: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 	s.watch = kvwatch.New(kvwatch.Config{JS: c.JS, Bucket: c.KV.Bucket(), Apply: s.idx.apply, Reset: s.idx.reset, Log: c.Log})
 	return s
 }
 
-// Start begins watching the bucket; it does not block (see Loaded).
-func (s *Service) Start(ctx context.Context) error { return s.watch.Start(ctx) }
+// Start begins watching the bucket and compacting removal markers; it
+// does not block (see Loaded).
+func (s *Service) Start(ctx context.Context) error {
+	s.startOnce.Do(func() {
+		var cctx context.Context
+		cctx, s.cancel = context.WithCancel(ctx)
+		go func() {
+			defer close(s.done)
+			s.compactor(cctx)
+		}()
+	})
+	return s.watch.Start(ctx)
+}
 
 // Loaded is closed once the view holds what the bucket held at start.
 func (s *Service) Loaded() <-chan struct{} { return s.watch.Loaded() }
 
-// Stop ends the view; the feeds stay open until their callers close them.
-// It is idempotent.
-func (s *Service) Stop() { s.watch.Stop() }
+// Stop ends the view and the compactor; the feeds stay open until their
+// callers close them. It is idempotent.
+func (s *Service) Stop() {
+	s.stopOnce.Do(func() {
+		s.startOnce.Do(func() {}) // a Start after Stop starts nothing
+		if s.cancel != nil {
+			s.cancel()
+			<-s.done
+		}
+	})
+	s.watch.Stop()
+}
 
 // Notify stores a notification of the agent and returns it as stored.
 // One with the ID of a notification the agent has replaces it in place:
@@ -174,8 +211,9 @@ func conflict(err error) bool {
 }
 
 // evict removes the agent's oldest notifications beyond the limit (see the
-// package doc), then compacts its removal markers if they are many.
+// package doc), then has its removal markers compacted if they are many.
 func (s *Service) evict(ctx context.Context, agentID, guid string) error {
+	made, last := 0, uint64(0) // the markers this eviction made, the newest's sequence
 	for range 3 {
 		victims := s.idx.victims(agentID, s.max)
 		lost := false
@@ -188,6 +226,7 @@ func (s *Service) evict(ctx context.Context, agentID, guid string) error {
 			if err != nil {
 				return err
 			}
+			made, last = made+1, seq
 			s.publish(subjects.NotificationChange{Seq: seq, AgentID: agentID, Op: subjects.OpRemove, GUID: guid, NotificationIDs: []string{v.id}})
 		}
 		if !lost {
@@ -198,7 +237,60 @@ func (s *Service) evict(ctx context.Context, agentID, guid string) error {
 			return err
 		}
 	}
-	return s.compact(ctx, agentID)
+	// The view may not hold the markers just made yet: counted twice at
+	// worst, which only has the compactor look once for nothing.
+	if made > 0 && s.idx.markers(agentID)+made > 2*s.max {
+		s.compactLater(agentID, last)
+	}
+	return nil
+}
+
+// compactLater has the compactor compact the agent's removal markers
+// once the view holds the marker at seq. The notify that finds them due
+// does not wait for it: a compaction is a CAS and a purge that scans the
+// agent's span of the stream, and nothing a reader sees depends on when
+// it runs (the reset point is raised first).
+func (s *Service) compactLater(agentID string, seq uint64) {
+	s.mu.Lock()
+	s.due[agentID] = max(s.due[agentID], seq)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default: // already woken: it takes every agent due when it runs
+	}
+}
+
+// compactor compacts the agents due, one at a time, until ctx ends. One
+// at a time keeps the purges, which hold the stream while they scan, from
+// piling up on the server; an agent due again while it waits is queued
+// once. Agents left due at a stop are compacted after their next
+// eviction.
+func (s *Service) compactor(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+		}
+		s.mu.Lock()
+		due := s.due
+		s.due = map[string]uint64{}
+		s.mu.Unlock()
+		for agentID, seq := range due {
+			cctx, cancel := context.WithTimeout(ctx, compactTimeout)
+			err := s.watch.WaitSeen(cctx, seq)
+			if err == nil {
+				err = s.compact(cctx, agentID)
+			}
+			cancel()
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				s.log.Warn("removal markers kept until the agent's next eviction", "agent_id", agentID, "err", err)
+			}
+		}
+	}
 }
 
 var errChanged = errors.New("notification changed since the view saw it")
@@ -245,7 +337,7 @@ func (s *Service) compact(ctx context.Context, agentID string) error {
 // purge removes the agent's notification messages below seq: no live
 // notification is among them (see compact and Clear).
 func (s *Service) purge(ctx context.Context, agentID string, below uint64) error {
-	st, err := s.js.Stream(ctx, s.stream)
+	st, err := s.handle(ctx)
 	if err == nil {
 		err = st.Purge(ctx, jetstream.WithPurgeSubject(s.prefix+agentID+".*"), jetstream.WithPurgeSequence(below))
 	}
@@ -253,6 +345,25 @@ func (s *Service) purge(ctx context.Context, agentID string, below uint64) error
 		return fmt.Errorf("notifications: purge %s below %d: %w", agentID, below, err)
 	}
 	return nil
+}
+
+// handle is the bucket's stream, looked up once: a purge needs only its
+// name, and a lookup is one more request (a STREAM.INFO) before each.
+func (s *Service) handle(ctx context.Context) (jetstream.Stream, error) {
+	s.mu.Lock()
+	st := s.st
+	s.mu.Unlock()
+	if st != nil {
+		return st, nil
+	}
+	st, err := s.js.Stream(ctx, s.stream)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.st = st
+	s.mu.Unlock()
+	return st, nil
 }
 
 // List returns the agent's history (see subjects.ListNotificationsReply),
