@@ -23,6 +23,9 @@ type WaitForOptions struct {
 	N       int // registrations, each on its own task
 	Agents  int // agents they belong to
 	Clients int // concurrent requesting clients
+	// Rate paces the task results, per second (0: as fast as the clients
+	// go, which measures wakes behind a saturated replica).
+	Rate    float64
 	NATSURL string
 	Log     *slog.Logger
 }
@@ -36,14 +39,17 @@ func (o *WaitForOptions) Validate() error {
 		return errors.New("bench: --agents must be positive")
 	case o.Clients <= 0:
 		return errors.New("bench: -c must be positive")
+	case o.Rate < 0:
+		return errors.New("bench: --rate must not be negative")
 	}
 	return nil
 }
 
 // WaitForResult is what a WaitFor benchmark measured.
 type WaitForResult struct {
-	N      int `json:"n"`
-	Agents int `json:"agents"`
+	N      int     `json:"n"`
+	Agents int     `json:"agents"`
+	Rate   float64 `json:"rate,omitempty"`
 	// RegistrationsPerS: task.start plus wait.for, per second.
 	RegistrationsPerS float64 `json:"registrations_per_s"`
 	// ResultsPerS: task.result requests answered per second.
@@ -141,12 +147,21 @@ func WaitFor(ctx context.Context, o WaitForOptions) (*WaitForResult, error) {
 		}
 	}
 	taskID := func(i int) string { return fmt.Sprintf("t%d", i) }
-	each := func(f func(ctx context.Context, c *client.Client, i int) error) (time.Duration, error) {
+	each := func(rate float64, f func(ctx context.Context, c *client.Client, i int) error) (time.Duration, error) {
 		start := time.Now()
 		g, gctx := errgroup.WithContext(ctx)
 		for w := range o.Clients {
 			g.Go(func() error {
 				for i := w; i < o.N; i += o.Clients {
+					if rate > 0 { // request i is due i/rate after the start
+						if wait := time.Until(start.Add(time.Duration(float64(i) / rate * float64(time.Second)))); wait > 0 {
+							select {
+							case <-time.After(wait):
+							case <-gctx.Done():
+								return gctx.Err()
+							}
+						}
+					}
 					if err := f(gctx, clients[i%o.Agents], i); err != nil {
 						return err
 					}
@@ -157,8 +172,8 @@ func WaitFor(ctx context.Context, o WaitForOptions) (*WaitForResult, error) {
 		err := g.Wait()
 		return time.Since(start), err
 	}
-	res := &WaitForResult{N: o.N, Agents: o.Agents}
-	took, err := each(func(ctx context.Context, c *client.Client, i int) error {
+	res := &WaitForResult{N: o.N, Agents: o.Agents, Rate: o.Rate}
+	took, err := each(0, func(ctx context.Context, c *client.Client, i int) error {
 		if _, err := c.StartTask(ctx, taskID(i), ""); err != nil {
 			return fmt.Errorf("bench: task.start: %w", err)
 		}
@@ -176,7 +191,7 @@ func WaitFor(ctx context.Context, o WaitForOptions) (*WaitForResult, error) {
 	}
 	res.RegistrationsPerS = float64(o.N) / took.Seconds()
 	out := "ok"
-	if took, err = each(func(ctx context.Context, c *client.Client, i int) error {
+	if took, err = each(o.Rate, func(ctx context.Context, c *client.Client, i int) error {
 		_, err := c.ReportResult(ctx, subjects.TaskResultRequest{TaskID: taskID(i), Status: subjects.TaskCompleted, Output: &out})
 		if err != nil {
 			return fmt.Errorf("bench: task.result: %w", err)
@@ -218,7 +233,11 @@ func WaitFor(ctx context.Context, o WaitForOptions) (*WaitForResult, error) {
 
 // WriteText prints the result.
 func (r *WaitForResult) WriteText(w io.Writer) {
-	fmt.Fprintf(w, "waitfor: n=%d agents=%d\n", r.N, r.Agents)
+	fmt.Fprintf(w, "waitfor: n=%d agents=%d", r.N, r.Agents)
+	if r.Rate > 0 {
+		fmt.Fprintf(w, " results paced at %.0f/s", r.Rate)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "registrations/s (task.start + wait.for): %.0f  results/s: %.0f\n", r.RegistrationsPerS, r.ResultsPerS)
 	fmt.Fprintf(w, "task_result to wait_woken ms: p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n", r.WakeMs.P50, r.WakeMs.P90, r.WakeMs.P99, r.WakeMs.Max)
 	fmt.Fprintf(w, "wakes/s: %.0f  missed: %d  duplicates: %d\n", r.WakesPerS, r.Missed, r.Duplicates)

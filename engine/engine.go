@@ -33,7 +33,8 @@ const (
 	TokensBucket = "chime_tokens"
 	EventsStream = "CHIME_EVENTS"
 	InboxStream  = "CHIME_INBOX"
-	// WaitForBucket holds WaitFor registrations: rec.<agent>.<wait>, idx.<agent>.
+	// WaitForBucket holds WaitFor registrations, rec.<agent>.<wait>, and the
+	// scope index, idx.<agent>.agent and idx.<agent>.item.<work item>.
 	WaitForBucket = "chime_waitfor"
 	// WaitForStream holds WaitFor rechecks: JetStream message schedules
 	// (waitfor.schedule.<agent>.<wait>) and what they deliver when due
@@ -204,7 +205,7 @@ func buckets(t Topology) []jetstream.KeyValueConfig {
 			History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(),
 		},
 		{
-			Bucket: WaitForBucket, Description: "chime WaitFor registrations: rec.<agent>.<wait>, idx.<agent> (the live one per scope)",
+			Bucket: WaitForBucket, Description: "chime WaitFor registrations: rec.<agent>.<wait>, idx.<agent>.<scope> (the live one per scope)",
 			History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(),
 		},
 		{

@@ -40,14 +40,16 @@ import (
 
 // Replica is one running chime.
 type Replica struct {
-	cfg       *config.Config
-	log       *slog.Logger
-	ns        *server.Server
-	nc        *nats.Conn
-	healer    *engine.Healer
-	waits     *waits.Consumer
-	waitFor   *waitfor.Consumer
-	callbacks *callbacks.Consumer
+	cfg     *config.Config
+	log     *slog.Logger
+	ns      *server.Server
+	nc      *nats.Conn
+	healer  *engine.Healer
+	waits   *waits.Consumer
+	waitFor *waitfor.Consumer
+	// waitForIndex is this replica's view of WaitFor's scope index.
+	waitForIndex *waitfor.Index
+	callbacks    *callbacks.Consumer
 	// triggerIndex resolves callback tokens in memory.
 	triggerIndex *callbacks.Index
 	sched        *scheduler.Scheduler
@@ -180,8 +182,11 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		Store: waitForStore, Timers: store, TimersKV: res.Timers, Tasks: waitfor.Tasks{Store: taskStore}, Inbox: inbox, JS: js,
 		InboxStream: engine.InboxStream, EventsStream: engine.EventsStream, Log: log,
 	})
+	if r.waitForIndex, err = waitfor.StartIndex(pctx, js, engine.WaitForBucket, log); err != nil {
+		return nil, err
+	}
 	r.waitFor = waitfor.NewConsumer(waitfor.ConsumerConfig{
-		JS: js, Service: waitForSvc, Store: waitForStore,
+		JS: js, Service: waitForSvc, Store: waitForStore, Index: r.waitForIndex,
 		InboxStream: engine.InboxStream, WaitForStream: engine.WaitForStream, Log: log, Registerer: reg,
 	})
 	if err := r.waitFor.Start(ctx); err != nil {
@@ -346,6 +351,9 @@ func (r *Replica) Stop(ctx context.Context) {
 		r.sweeps.Wait()
 		if r.triggerIndex != nil {
 			r.triggerIndex.Stop()
+		}
+		if r.waitForIndex != nil {
+			r.waitForIndex.Stop()
 		}
 		if r.nc != nil {
 			if err := r.nc.Drain(); err != nil {

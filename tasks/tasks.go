@@ -133,25 +133,31 @@ func (s *Store) Start(ctx context.Context, agentID string, req *subjects.StartTa
 // Get returns one of the agent's tasks, completing its delivery if a
 // crash interrupted it.
 func (s *Store) Get(ctx context.Context, agentID, taskID string) (*subjects.Task, error) {
-	t, err := s.get(ctx, agentID, taskID)
+	t, rev, err := s.getRev(ctx, agentID, taskID)
 	if err != nil {
 		return nil, err
 	}
-	return s.settle(ctx, t)
+	return s.settle(ctx, t, rev)
 }
 
 func (s *Store) get(ctx context.Context, agentID, taskID string) (*subjects.Task, error) {
-	t, _, err := kvrec.Get[subjects.Task](ctx, s.kv, subjects.TaskKey(agentID, taskID))
+	t, _, err := s.getRev(ctx, agentID, taskID)
+	return t, err
+}
+
+// getRev is get with the task's revision.
+func (s *Store) getRev(ctx context.Context, agentID, taskID string) (*subjects.Task, uint64, error) {
+	t, rev, err := kvrec.Get[subjects.Task](ctx, s.kv, subjects.TaskKey(agentID, taskID))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		if oerr := s.checkOwner(ctx, agentID, taskID); errors.Is(oerr, subjects.ErrTaskOwned) {
-			return nil, oerr
+			return nil, 0, oerr
 		}
-		return nil, subjects.TaskNotFound(taskID)
+		return nil, 0, subjects.TaskNotFound(taskID)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("tasks: get %s: %w", taskID, err)
+		return nil, 0, fmt.Errorf("tasks: get %s: %w", taskID, err)
 	}
-	return t, nil
+	return t, rev, nil
 }
 
 // List returns up to limit of the agent's tasks, newest first.
@@ -167,17 +173,24 @@ func (s *Store) List(ctx context.Context, agentID string, limit int) ([]subjects
 	return out, nil
 }
 
-// update changes a task by CAS; finished tasks expire after retention.
-func (s *Store) update(ctx context.Context, agentID, taskID string, create bool, change func(*subjects.Task) (bool, error)) (*subjects.Task, bool, error) {
-	t, changed, err := kvrec.Update(ctx, s.kv, subjects.TaskKey(agentID, taskID), create, change,
-		kvrec.ExpireFinished(s.retention, (*subjects.Task).Finished))
+// update changes a task by CAS; finished tasks expire after retention. It
+// returns the task's revision with it. With cur (the task as the caller
+// read it at rev) the first attempt decides from that copy, without a
+// read (see kvrec.Current).
+func (s *Store) update(ctx context.Context, agentID, taskID string, create bool, change func(*subjects.Task) (bool, error), cur *subjects.Task, rev uint64) (*subjects.Task, uint64, error) {
+	opts := []kvrec.Option[subjects.Task]{kvrec.ExpireFinished(s.retention, (*subjects.Task).Finished)}
+	if cur != nil && rev > 0 {
+		cp := *cur
+		opts = append(opts, kvrec.Current(&cp, rev))
+	}
+	t, rev, _, err := kvrec.UpdateRev(ctx, s.kv, subjects.TaskKey(agentID, taskID), create, change, opts...)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, false, subjects.TaskNotFound(taskID)
+		return nil, 0, subjects.TaskNotFound(taskID)
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("tasks: update %s: %w", taskID, err)
+		return nil, 0, fmt.Errorf("tasks: update %s: %w", taskID, err)
 	}
-	return t, changed, nil
+	return t, rev, nil
 }
 
 // resultHash identifies a result, so its identical retry is told apart
@@ -196,12 +209,16 @@ func resultHash(req *subjects.TaskResultRequest, appendedParts, appendedBytes in
 // stored record (and completes its delivery); any other second result is
 // refused.
 func (s *Store) Result(ctx context.Context, agentID string, req *subjects.TaskResultRequest) (*subjects.Task, error) {
-	if err := s.claim(ctx, agentID, req.TaskID); err != nil {
-		return nil, err
-	}
-	cur, _, err := kvrec.Get[subjects.Task](ctx, s.kv, subjects.TaskKey(agentID, req.TaskID))
+	// A record under the agent's key proves the claim (it is written only
+	// after one): a started task's result skips it.
+	cur, rev, err := kvrec.Get[subjects.Task](ctx, s.kv, subjects.TaskKey(agentID, req.TaskID))
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, fmt.Errorf("tasks: result %s: %w", req.TaskID, err)
+	}
+	if cur == nil {
+		if err := s.claim(ctx, agentID, req.TaskID); err != nil {
+			return nil, err
+		}
 	}
 	var parts, size int64
 	if cur != nil && req.OutputAppended {
@@ -212,7 +229,7 @@ func (s *Store) Result(ctx context.Context, agentID string, req *subjects.TaskRe
 		if cur.ResultHash != hash {
 			return nil, subjects.TaskHasResult(req.TaskID)
 		}
-		return s.settle(ctx, cur)
+		return s.settle(ctx, cur, rev)
 	}
 	var output []byte
 	switch {
@@ -232,7 +249,7 @@ func (s *Store) Result(ctx context.Context, agentID string, req *subjects.TaskRe
 		preview = subjects.Preview(output)
 	}
 	at := s.now().UTC()
-	t, _, err := s.update(ctx, agentID, req.TaskID, true, func(t *subjects.Task) (bool, error) {
+	t, rev, err := s.update(ctx, agentID, req.TaskID, true, func(t *subjects.Task) (bool, error) {
 		if t.Finished() {
 			if t.ResultHash == hash {
 				return false, nil
@@ -245,7 +262,7 @@ func (s *Store) Result(ctx context.Context, agentID string, req *subjects.TaskRe
 		t.Status, t.EndedAt, t.ExitCode, t.Error = req.Status, &at, req.ExitCode, req.Error
 		t.Output, t.OutputSize, t.OutputRef, t.ResultHash = preview, int64(len(output)), ref, hash
 		return true, nil
-	})
+	}, cur, rev)
 	if err != nil {
 		if ref != "" && errors.Is(err, subjects.ErrTaskHasResult) {
 			s.dropOutput(ctx, ref) // a concurrent, different result won
@@ -255,27 +272,28 @@ func (s *Store) Result(ctx context.Context, agentID string, req *subjects.TaskRe
 	if req.OutputAppended {
 		s.dropChunks(ctx, agentID, req.TaskID, parts)
 	}
-	return s.settle(ctx, t)
+	return s.settle(ctx, t, rev)
 }
 
 // Cancel marks a running task cancelled and delivers that as its result.
 // Cancelling a finished task answers it unchanged.
 func (s *Store) Cancel(ctx context.Context, agentID, taskID string) (*subjects.Task, error) {
-	if _, err := s.get(ctx, agentID, taskID); err != nil {
+	cur, rev, err := s.getRev(ctx, agentID, taskID)
+	if err != nil {
 		return nil, err
 	}
-	t, _, err := s.update(ctx, agentID, taskID, false, func(t *subjects.Task) (bool, error) {
+	t, rev, err := s.update(ctx, agentID, taskID, false, func(t *subjects.Task) (bool, error) {
 		if t.Finished() {
 			return false, nil
 		}
 		at := s.now().UTC()
 		t.Status, t.EndedAt, t.ResultHash = subjects.TaskCancelled, &at, cancelHash
 		return true, nil
-	})
+	}, cur, rev)
 	if err != nil {
 		return nil, err
 	}
-	return s.settle(ctx, t)
+	return s.settle(ctx, t, rev)
 }
 
 // cancelHash marks a result chime made on a cancel: no executor's result
@@ -285,7 +303,8 @@ const cancelHash = "cancel"
 // settle completes a finished task's delivery: the owner key is given
 // the record's retention, the envelope stored, delivered_at written.
 // Every step is idempotent, so any caller on any replica may repeat it.
-func (s *Store) settle(ctx context.Context, t *subjects.Task) (*subjects.Task, error) {
+// rev is t's revision (0: unknown).
+func (s *Store) settle(ctx context.Context, t *subjects.Task, rev uint64) (*subjects.Task, error) {
 	if !t.Finished() || t.DeliveredAt != nil {
 		return t, nil
 	}
@@ -310,7 +329,7 @@ func (s *Store) settle(ctx context.Context, t *subjects.Task) (*subjects.Task, e
 		}
 		t.DeliveredAt = &at
 		return true, nil
-	})
+	}, t, rev)
 	if err != nil {
 		return nil, err
 	}
@@ -321,7 +340,7 @@ func (s *Store) settle(ctx context.Context, t *subjects.Task) (*subjects.Task, e
 // order: seq must be the next one, or an earlier one sent again with the
 // same data (a retry, answered as accepted).
 func (s *Store) Append(ctx context.Context, agentID string, req *subjects.AppendOutputRequest) (*subjects.AppendOutputReply, error) {
-	t, err := s.get(ctx, agentID, req.TaskID)
+	t, rev, err := s.getRev(ctx, agentID, req.TaskID)
 	if err != nil {
 		return nil, err
 	}
@@ -358,7 +377,7 @@ func (s *Store) Append(ctx context.Context, agentID string, req *subjects.Append
 		}
 		t.AppendedParts, t.AppendedBytes = seq+1, t.AppendedBytes+int64(len(req.Data))
 		return true, nil
-	})
+	}, t, rev)
 	if err != nil {
 		return nil, err
 	}

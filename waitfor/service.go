@@ -233,7 +233,7 @@ func (s *Service) Report(ctx context.Context, agentID string, req *subjects.Wait
 			}); err != nil {
 				return nil, err
 			}
-			if err := s.cfg.Store.unindex(ctx, w); err != nil {
+			if err := s.cfg.Store.unindex(ctx, w, 0); err != nil {
 				return nil, err
 			}
 			return nil, reportRefused(w)
@@ -299,7 +299,7 @@ func (s *Service) activated(ctx context.Context, w *subjects.WaitFor) (*subjects
 		if json.Unmarshal(m.Data, &env) != nil || !Matches(w, &env, m.Sequence) {
 			return false
 		}
-		got, err := s.apply(ctx, w, &env, m.Sequence)
+		got, err := s.apply(ctx, Versioned{WaitFor: w}, &env, m.Sequence)
 		if err != nil {
 			s.log.Warn("catch-up wake; the consumer retries", "wait_id", w.ID, "err", err)
 			return true
@@ -326,7 +326,7 @@ func (s *Service) wakeSatisfied(ctx context.Context, w *subjects.WaitFor) (*subj
 		}
 	}
 	if got.Ended() {
-		return got, s.cfg.Store.unindex(ctx, got)
+		return got, s.cfg.Store.unindex(ctx, got, 0)
 	}
 	return got, nil
 }
@@ -351,13 +351,14 @@ func (s *Service) schedule(ctx context.Context, w *subjects.WaitFor) error {
 // while it awaits its report, and its wake resumes it once and delivers
 // its wait_woken. Repeats are absorbed.
 func (s *Service) Apply(ctx context.Context, w *subjects.WaitFor, env *subjects.Envelope, seq uint64) error {
-	_, err := s.apply(ctx, w, env, seq)
+	_, err := s.apply(ctx, Versioned{WaitFor: w}, env, seq)
 	return err
 }
 
 // apply is Apply, returning the registration as stored after it (nil when
-// env changes nothing or it expired).
-func (s *Service) apply(ctx context.Context, w *subjects.WaitFor, env *subjects.Envelope, seq uint64) (*subjects.WaitFor, error) {
+// env changes nothing or it expired). A w read at a known revision is
+// changed by CAS on it without reading it again.
+func (s *Service) apply(ctx context.Context, w Versioned, env *subjects.Envelope, seq uint64) (*subjects.WaitFor, error) {
 	now := s.cfg.Now
 	var change func(*subjects.WaitFor) (bool, error)
 	switch {
@@ -367,14 +368,20 @@ func (s *Service) apply(ctx context.Context, w *subjects.WaitFor, env *subjects.
 		}
 	case operatorMessage(env) && w.Status == subjects.WaitForPrepared && seq > w.SinceSeq:
 		change = func(w *subjects.WaitFor) (bool, error) { return invalidate(w, now()), nil }
-	case Matches(w, env, seq):
+	case Matches(w.WaitFor, env, seq):
 		// A set member's result is seen, and wakes the set that it
 		// satisfies; a duplicate result is seen already and absorbed.
 		change = func(w *subjects.WaitFor) (bool, error) { return advance(w, env, now()), nil }
 	default:
 		return nil, nil
 	}
-	got, _, err := s.cfg.Store.update(ctx, w.AgentID, w.ID, change)
+	var got *subjects.WaitFor
+	var err error
+	if w.Rev > 0 {
+		got, _, err = s.cfg.Store.updateFrom(ctx, w, change)
+	} else {
+		got, _, err = s.cfg.Store.update(ctx, w.AgentID, w.ID, change)
+	}
 	if errors.Is(err, subjects.ErrWaitForNotFound) {
 		return nil, nil // expired
 	}
@@ -390,7 +397,7 @@ func (s *Service) apply(ctx context.Context, w *subjects.WaitFor, env *subjects.
 		}
 	}
 	if got.Ended() {
-		return got, s.cfg.Store.unindex(ctx, got)
+		return got, s.cfg.Store.unindex(ctx, got, w.indexRev)
 	}
 	return got, nil
 }
