@@ -47,6 +47,7 @@ type Replica struct {
 	healer  *engine.Healer
 	waits   *waits.Consumer
 	waitFor *waitfor.Consumer
+	settler *tasks.Settler
 	// waitForIndex is this replica's view of WaitFor's scope index.
 	waitForIndex *waitfor.Index
 	callbacks    *callbacks.Consumer
@@ -178,6 +179,10 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	taskStore := tasks.NewStore(tasks.Config{
 		KV: res.Tasks, Outputs: res.TaskOutputs, Inbox: inbox, JS: js, Now: time.Now, Retention: retention, Log: log,
 	})
+	r.settler = tasks.NewSettler(tasks.SettlerConfig{JS: js, Stream: engine.EventsStream, Store: taskStore, Log: log, Registerer: reg})
+	if err := r.settler.Start(ctx); err != nil {
+		return nil, err
+	}
 	waitForSvc := waitfor.NewService(waitfor.Config{
 		Store: waitForStore, Timers: store, TimersKV: res.Timers, Tasks: waitfor.Tasks{Store: taskStore}, Inbox: inbox, JS: js,
 		InboxStream: engine.InboxStream, EventsStream: engine.EventsStream, Log: log,
@@ -343,6 +348,9 @@ func (r *Replica) Stop(ctx context.Context) {
 		}
 		if r.waitFor != nil {
 			drains.Go(r.waitFor.Stop)
+		}
+		if r.settler != nil {
+			drains.Go(r.settler.Stop)
 		}
 		drains.Wait()
 		if r.cancel != nil {

@@ -4,12 +4,14 @@
 // in the task output object store, and each finished task's one
 // task_result delivery.
 //
-// Crash safety: a result is first stored in the record (finished, with
-// the hash of the result), then delivered under the stable envelope ID
-// task_<id>_result, then marked delivered_at. A crash between the two
-// leaves a finished record without delivered_at, which the executor's
-// retry of the same result, a cancel or any get completes on any replica;
-// the envelope ID keeps the delivery single.
+// Crash safety: a result is first announced by a settle work item on the
+// events stream (a message schedule due SettleAfter later), then stored in the record (finished, with the hash of the
+// result), then delivered under the stable envelope ID task_<id>_result,
+// then marked delivered_at. A crash or a failed publish after the record
+// is stored leaves a finished record without delivered_at, which the
+// Settler, consuming the work items on any replica with JetStream's
+// redelivery, completes whether or not the reporter retries (as a retry,
+// a cancel or any get also do); the envelope ID keeps the delivery single.
 package tasks
 
 import (
@@ -45,6 +47,8 @@ type Store struct {
 	now       func() time.Time
 	retention kvrec.Retention
 	log       *slog.Logger
+	// settleAfter is when a result's settle work item is due.
+	settleAfter time.Duration
 }
 
 // Config says what a Store works on.
@@ -57,6 +61,9 @@ type Config struct {
 	Now       func() time.Time
 	Retention kvrec.Retention
 	Log       *slog.Logger
+	// SettleAfter is when a result's settle work item is due (default
+	// DefaultSettleAfter; see Settler).
+	SettleAfter time.Duration
 }
 
 // NewStore returns a Store.
@@ -67,7 +74,11 @@ func NewStore(c Config) *Store {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Store{kv: c.KV, outputs: c.Outputs, inbox: c.Inbox, js: c.JS, now: c.Now, retention: c.Retention, log: c.Log.With("component", "tasks")}
+	if c.SettleAfter <= 0 {
+		c.SettleAfter = DefaultSettleAfter
+	}
+	return &Store{kv: c.KV, outputs: c.Outputs, inbox: c.Inbox, js: c.JS, now: c.Now, retention: c.Retention, log: c.Log.With("component", "tasks"),
+		settleAfter: c.SettleAfter}
 }
 
 // owner records which agent holds a task ID. Its key, owner=<task_id>, is
@@ -229,6 +240,11 @@ func (s *Store) Result(ctx context.Context, agentID string, req *subjects.TaskRe
 		if cur.ResultHash != hash {
 			return nil, subjects.TaskHasResult(req.TaskID)
 		}
+		if cur.DeliveredAt == nil {
+			if err := s.announce(ctx, agentID, req.TaskID); err != nil {
+				return nil, err
+			}
+		}
 		return s.settle(ctx, cur, rev)
 	}
 	var output []byte
@@ -247,6 +263,9 @@ func (s *Store) Result(ctx context.Context, agentID string, req *subjects.TaskRe
 			return nil, err
 		}
 		preview = subjects.Preview(output)
+	}
+	if err := s.announce(ctx, agentID, req.TaskID); err != nil {
+		return nil, err
 	}
 	at := s.now().UTC()
 	t, rev, err := s.update(ctx, agentID, req.TaskID, true, func(t *subjects.Task) (bool, error) {
@@ -281,6 +300,11 @@ func (s *Store) Cancel(ctx context.Context, agentID, taskID string) (*subjects.T
 	cur, rev, err := s.getRev(ctx, agentID, taskID)
 	if err != nil {
 		return nil, err
+	}
+	if cur.DeliveredAt == nil {
+		if err := s.announce(ctx, agentID, taskID); err != nil {
+			return nil, err
+		}
 	}
 	t, rev, err := s.update(ctx, agentID, taskID, false, func(t *subjects.Task) (bool, error) {
 		if t.Finished() {
@@ -319,7 +343,8 @@ func (s *Store) settle(ctx context.Context, t *subjects.Task, rev uint64) (*subj
 	}
 	env := subjects.TaskResultEnvelope(t, t.ResultHash == cancelHash)
 	if _, err := s.inbox.DeliverOnce(ctx, &env, *t.EndedAt); err != nil {
-		// Stored but not delivered: the caller's retry delivers.
+		// Stored but not delivered: its work item (or the caller's
+		// retry) delivers.
 		return nil, fmt.Errorf("tasks: deliver the result of %s: %w", t.ID, err)
 	}
 	at := s.now().UTC()

@@ -8,11 +8,11 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
 	"github.com/chime-nats/chime/consumer"
+	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
@@ -334,9 +334,7 @@ func (s *Service) wakeSatisfied(ctx context.Context, w *subjects.WaitFor) (*subj
 // schedule stores w's recheck as a message schedule: the engine publishes
 // it to the recheck subject when due.
 func (s *Service) schedule(ctx context.Context, w *subjects.WaitFor) error {
-	m := &nats.Msg{Subject: subjects.WaitForSchedule(w.AgentID, w.ID), Header: nats.Header{}}
-	m.Header.Set("Nats-Schedule", "@at "+w.RecheckAt.UTC().Format(time.RFC3339Nano))
-	m.Header.Set("Nats-Schedule-Target", subjects.WaitForRecheck(w.AgentID, w.ID))
+	m := engine.Schedule(subjects.WaitForSchedule(w.AgentID, w.ID), subjects.WaitForRecheck(w.AgentID, w.ID), *w.RecheckAt)
 	m.Header.Set("Nats-Schedule-TTL", scheduleTTL)
 	m.Header.Set(jetstream.MsgIDHeader, "schedule_"+w.ID)
 	m.Data = []byte(w.ID)
