@@ -483,7 +483,8 @@ func (s *Service) checkTasks(ctx context.Context, w *subjects.WaitFor) (*subject
 	return cause, nil
 }
 
-// checkTask checks a task resource through Tasks, when wired.
+// checkTask checks a task resource through Tasks, when wired, with
+// Holon's rules and texts: it must exist and be the agent's.
 func (s *Service) checkTask(ctx context.Context, agentID, taskID string) (*TaskState, error) {
 	if s.cfg.Tasks == nil {
 		return nil, nil
@@ -492,7 +493,17 @@ func (s *Service) checkTask(ctx context.Context, agentID, taskID string) (*TaskS
 	if err != nil {
 		return nil, fmt.Errorf("waitfor: task %s: %w", taskID, err)
 	}
-	if t != nil && t.AgentID != agentID {
+	switch {
+	case t == nil:
+		// Holon refuses a task it does not know, with this text. chime
+		// could let the wait stand, as a task is also registered by its
+		// first result, but does as Holon does: every task ID an agent
+		// learns is registered before it is handed out (task.start, and
+		// chime task run starts before it prints), so an unknown one is a
+		// mistake that would wait for ever. To wait on a result to come
+		// under an ID of its choosing, the agent starts that task first.
+		return nil, &subjects.Error{Code: subjects.CodeTaskNotFound, Message: "wait_for task does not exist: " + taskID}
+	case t.AgentID != agentID:
 		return nil, &subjects.Error{Code: "task_agent_mismatch", Message: "wait_for task belongs to another agent: " + taskID}
 	}
 	return t, nil
