@@ -218,7 +218,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	}
 	tokens := access.NewTokens(res.Tokens, topo.Markers(), time.Now)
 	limits := quotas.New(quotas.Config{
-		MaxTimers: cfg.MaxTimersPerAgent, MaxWaits: cfg.MaxWaitsPerAgent, Counter: r.sched, MinInterval: cfg.MinInterval,
+		MaxTimers: cfg.MaxTimersPerAgent, MaxWaits: cfg.MaxWaitsPerAgent, MaxQuestions: cfg.MaxOpenQuestions, Counter: r.sched, MinInterval: cfg.MinInterval,
 		Rate: cfg.CreateRate, Burst: cfg.CreateBurst, Registerer: reg,
 	})
 	questionService := questions.NewService(questions.NewStore(res.Questions, time.Now, retention), inbox, log)
