@@ -485,9 +485,21 @@ func (s *Store) Output(ctx context.Context, agentID string, r *subjects.OutputRa
 	return reply, nil
 }
 
-// readObject reads a range of a stored output. The object store reads
-// from the start, so the bytes before offset are skipped.
+// readObject reads a range of a stored output. It fetches only the
+// chunks that hold the range (see readChunks); an object whose chunks it
+// cannot place is read from its start, the bytes before offset skipped.
 func (s *Store) readObject(ctx context.Context, ref string, offset, limit int64) ([]byte, error) {
+	info, err := s.outputs.GetInfo(ctx, ref)
+	if err != nil {
+		return nil, fmt.Errorf("tasks: read output %s: %w", ref, err)
+	}
+	data, ok, err := s.readChunks(ctx, info, offset, limit)
+	if err != nil {
+		return nil, fmt.Errorf("tasks: read output %s: %w", ref, err)
+	}
+	if ok {
+		return data, nil
+	}
 	obj, err := s.outputs.Get(ctx, ref)
 	if err != nil {
 		return nil, fmt.Errorf("tasks: read output %s: %w", ref, err)
@@ -496,9 +508,105 @@ func (s *Store) readObject(ctx context.Context, ref string, offset, limit int64)
 	if _, err := io.CopyN(io.Discard, obj, offset); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("tasks: read output %s: %w", ref, err)
 	}
-	data, err := io.ReadAll(io.LimitReader(obj, limit))
+	data, err = io.ReadAll(io.LimitReader(obj, limit))
 	if err != nil {
 		return nil, fmt.Errorf("tasks: read output %s: %w", ref, err)
 	}
 	return data, nil
+}
+
+// defaultChunkSize is the object store's chunk size when an object's info
+// names none (nats.go's objDefaultChunkSize).
+const defaultChunkSize = 128 << 10
+
+// readChunks reads a range of an object by fetching the chunks that hold
+// it, so a range costs what it reads, not what precedes it. The object
+// store keeps an object as messages on $O.<bucket>.C.<nuid>, in order,
+// each ChunkSize bytes but the last (putOutput writes from a bytes.Reader,
+// whose reads fill each chunk). Chunk k is the k-th message on that
+// subject: when the first and last chunks are Chunks-1 sequences apart no
+// other message is between them and chunk k is at first+k; otherwise (two
+// objects stored at the same moment) the chunks' sequences are listed
+// from their headers alone. ok is false when the chunks are not as
+// expected (the caller reads the object whole). The digest covers the
+// whole object: a range is not checked against it.
+func (s *Store) readChunks(ctx context.Context, info *jetstream.ObjectInfo, offset, limit int64) (_ []byte, ok bool, _ error) {
+	size := int64(defaultChunkSize)
+	if info.Opts != nil && info.Opts.ChunkSize > 0 {
+		size = int64(info.Opts.ChunkSize)
+	}
+	if offset >= int64(info.Size) || info.Chunks == 0 {
+		return []byte{}, true, nil
+	}
+	st, err := s.js.Stream(ctx, "OBJ_"+info.Bucket)
+	if err != nil {
+		return nil, false, err
+	}
+	subject := "$O." + info.Bucket + ".C." + info.NUID
+	first, err := st.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
+	if err != nil {
+		return nil, false, err
+	}
+	last, err := st.GetLastMsgForSubject(ctx, subject)
+	if err != nil {
+		return nil, false, err
+	}
+	chunks := int64(info.Chunks)
+	seqOf := func(k int64) uint64 { return first.Sequence + uint64(k) }
+	if last.Sequence-first.Sequence != uint64(chunks-1) {
+		seqs, err := chunkSeqs(ctx, st, subject, first.Sequence, int(chunks))
+		if err != nil {
+			return nil, false, err
+		}
+		seqOf = func(k int64) uint64 { return seqs[k] }
+	}
+	out := make([]byte, 0, min(limit, int64(info.Size)-offset))
+	for k := offset / size; k < chunks && int64(len(out)) < limit; k++ {
+		m, err := st.GetMsg(ctx, seqOf(k))
+		if err != nil {
+			return nil, false, err
+		}
+		if m.Subject != subject || (k < chunks-1 && int64(len(m.Data)) != size) {
+			return nil, false, nil
+		}
+		data := m.Data
+		if k == offset/size {
+			data = data[min(offset%size, int64(len(data))):]
+		}
+		out = append(out, data[:min(int64(len(data)), limit-int64(len(out)))]...)
+	}
+	return out, true, nil
+}
+
+// chunkSeqs lists the stream sequences of the n chunks on subject from
+// sequence from, reading their headers alone.
+func chunkSeqs(ctx context.Context, st jetstream.Stream, subject string, from uint64, n int) ([]uint64, error) {
+	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject}, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from, HeadersOnly: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	seqs := make([]uint64, 0, n)
+	for len(seqs) < n {
+		batch, err := c.Fetch(n-len(seqs), jetstream.FetchContext(ctx))
+		if err != nil {
+			return nil, err
+		}
+		got := len(seqs)
+		for m := range batch.Messages() {
+			md, err := m.Metadata()
+			if err != nil {
+				return nil, err
+			}
+			seqs = append(seqs, md.Sequence.Stream)
+		}
+		if err := batch.Error(); err != nil {
+			return nil, err
+		}
+		if len(seqs) == got {
+			return nil, fmt.Errorf("chunks of %s: %d of %d listed", subject, got, n)
+		}
+	}
+	return seqs, nil
 }
