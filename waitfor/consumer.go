@@ -3,6 +3,7 @@ package waitfor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -74,6 +75,9 @@ func NewConsumer(c ConsumerConfig) *Consumer {
 
 // Start creates (or joins) the durable consumers.
 func (c *Consumer) Start(ctx context.Context) error {
+	if c.cfg.Index == nil {
+		return errors.New("waitfor: consumer: no index view")
+	}
 	metrics := consumer.NewMetrics(c.cfg.Registerer)
 	var err error
 	if c.wakes, err = consumer.StartPool(ctx, consumer.PoolConfig{
