@@ -18,6 +18,15 @@ import (
 // has applied it. A Fresh that trusted the lagging view would return at
 // once, with the entry missing.
 func TestFreshOrdersTheViewAfterWrites(t *testing.T) {
+	for _, leader := range []bool{false, true} {
+		t.Run(map[bool]string{false: "direct get", true: "leader read"}[leader], func(t *testing.T) { testFresh(t, leader) })
+	}
+}
+
+// testFresh is the test, reading the last revision with a direct get (a
+// one-replica bucket) or, with leader, from the stream leader as with
+// replicas.
+func testFresh(t *testing.T, leader bool) {
 	ns := natstest.Server(t)
 	_, res := natstest.Provisioned(t, ns)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -27,6 +36,9 @@ func TestFreshOrdersTheViewAfterWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ix.Stop()
+	if leader {
+		ix.direct = nil
+	}
 	for i, item := range []string{"", "build"} {
 		ix.mu.Lock()
 		entry, _ := json.Marshal(scope{WaitID: "wf_" + item, WorkItemID: item, Wake: subjects.WakeTaskResult, Resource: "t1"})
