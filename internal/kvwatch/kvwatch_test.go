@@ -359,7 +359,7 @@ func TestKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, rec := v.get("rec.a")
-	if v.len() != 3 || rec || w.Seen() != rev {
-		t.Fatalf("view %v, seen %d: want idx.a, idx.b.c and idx.d alone, seen %d", v.vals, w.Seen(), rev)
+	if n := v.len(); n != 3 || rec || w.Seen() != rev {
+		t.Fatalf("view of %d keys (rec.a in it: %v), seen %d: want idx.a, idx.b.c and idx.d alone, seen %d", n, rec, w.Seen(), rev)
 	}
 }
