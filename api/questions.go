@@ -13,11 +13,22 @@ func (o *Operations) question(ctx context.Context, action, agentID string, body 
 	}
 	switch action {
 	case subjects.ActionQuestionAsk:
-		items, err := subjects.DecodeAsk(body)
+		spec, err := subjects.DecodeAsk(body)
 		if err != nil {
 			return nil, err
 		}
-		return o.questions.Ask(ctx, agentID, items)
+		// A retry of an ask already stored replays it: it asks nothing
+		// new, so the bound does not stand in its way.
+		if !replay(ctx, o.questions.Get, agentID, subjects.QuestionIDFor, spec.Request) {
+			open, err := o.questions.Open(ctx, agentID)
+			if err != nil {
+				return nil, err
+			}
+			if err := o.quotas.Question(agentID, open); err != nil {
+				return nil, err
+			}
+		}
+		return o.questions.Ask(ctx, agentID, spec)
 	case subjects.ActionQuestionList:
 		all, err := subjects.DecodeListQuestions(body)
 		if err != nil {

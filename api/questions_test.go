@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/client"
+	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/kvrec"
@@ -380,5 +381,72 @@ func TestQuestionOwedDelivery(t *testing.T) {
 		if n := len(answersIn(t, nc, "owed", qid)); n != 1 {
 			t.Errorf("%s: %d envelopes", qid, n)
 		}
+	}
+}
+
+// TestAskRequestIDAndBound: an ask with a request_id, retried (in another
+// spacing), answers the same question and asks nothing new; the same
+// request_id with other questions is a conflict (409); the agent's open
+// questions are bounded (CHIME_MAX_OPEN_QUESTIONS_PER_AGENT), a retry of
+// an ask already stored is still answered at the bound, an answer makes
+// room, and other agents are not touched.
+func TestAskRequestIDAndBound(t *testing.T) {
+	_, nc := startChimeWith(t, io.Discard, func(c *config.Config) { c.MaxOpenQuestions = 2 })
+	ask := `{"questions":[{"title":"Deploy?","options":["yes","no"]}],"request_id":"ask-1"}`
+	first := request(t, nc, "agent.asker.question.ask", ask)
+	var reply subjects.AskReply
+	if err := json.Unmarshal(first.Data, &reply); err != nil || !reply.Accepted || reply.QuestionID != subjects.QuestionIDFor("asker", "ask-1") {
+		t.Fatalf("first ask: %s", first.Data)
+	}
+	again := request(t, nc, "agent.asker.question.ask", `{ "request_id":"ask-1", "questions":[{"title":" Deploy? ","options":["yes","no",""]}] }`)
+	if string(again.Data) != string(first.Data) {
+		t.Fatalf("retry: %s, want %s", again.Data, first.Data)
+	}
+	msg := request(t, nc, "agent.asker.question.ask", `{"questions":[{"title":"Deploy?"}],"request_id":"ask-1"}`)
+	assertError(t, "another ask under ask-1", msg.Data, "conflict", `request_id "ask-1" was used for a different request`)
+	if msg.Header.Get("Nats-Service-Error-Code") != "409" {
+		t.Errorf("conflict: headers %v", msg.Header)
+	}
+	request(t, nc, "agent.asker.question.ask", `{"questions":[{"title":"Second?"}]}`)
+	const full = "agent asker has 2 open questions; at most 2 are allowed (CHIME_MAX_OPEN_QUESTIONS_PER_AGENT)"
+	msg = request(t, nc, "agent.asker.question.ask", `{"questions":[{"title":"Third?"}]}`)
+	assertError(t, "a third open question", msg.Data, "quota_exceeded", full)
+	if msg.Header.Get("Nats-Service-Error-Code") != "429" {
+		t.Errorf("bound: headers %v", msg.Header)
+	}
+	if again := request(t, nc, "agent.asker.question.ask", ask); string(again.Data) != string(first.Data) {
+		t.Fatalf("a retry at the bound: %s", again.Data)
+	}
+	c, _ := client.New(nc, "asker")
+	ctx := context.Background()
+	if r, err := c.AskOnce(ctx, "ask-1", subjects.QuestionItem{Title: "Deploy?", Options: []string{"yes", "no"}}); err != nil || r.QuestionID != reply.QuestionID {
+		t.Fatalf("the client's retry: %+v %v", r, err)
+	}
+	if _, err := c.AskOnce(ctx, "ask-1", subjects.QuestionItem{Title: "Other?"}); !errors.Is(err, subjects.ErrConflict) {
+		t.Fatalf("the client's conflict: %v", err)
+	}
+	open := func() int {
+		var list subjects.ListQuestionsReply
+		if err := c.Request(ctx, subjects.ActionQuestionList, nil, &list); err != nil {
+			t.Fatal(err)
+		}
+		return len(list.Questions)
+	}
+	if n := open(); n != 2 {
+		t.Fatalf("%d open questions, want 2", n)
+	}
+	other := request(t, nc, "agent.other-asker.question.ask", `{"questions":[{"title":"Mine?"}]}`)
+	if err := json.Unmarshal(other.Data, &reply); err != nil || !reply.Accepted {
+		t.Fatalf("another agent: %s", other.Data)
+	}
+	answer := fmt.Sprintf(`{"question_id":%q,"answer":"yes"}`, subjects.QuestionIDFor("asker", "ask-1"))
+	if msg := request(t, nc, "agent.asker.question.answer", answer); msg.Header.Get("Nats-Service-Error") != "" {
+		t.Fatalf("answer: %s", msg.Data)
+	}
+	if msg := request(t, nc, "agent.asker.question.ask", `{"questions":[{"title":"Third?"}]}`); msg.Header.Get("Nats-Service-Error") != "" {
+		t.Fatalf("after an answer: %s", msg.Data)
+	}
+	if n := open(); n != 2 {
+		t.Fatalf("%d open questions, want 2", n)
 	}
 }

@@ -177,6 +177,11 @@ func TestWaitForWakes(t *testing.T) {
 		other, _ := client.New(nc, "wf-other")
 		_, err = other.WaitFor(ctx, subjects.WaitForRequest{Wake: "task_result", Resource: task.ID, Reason: "r", Delivery: "silent"})
 		wantCode(t, err, "task_agent_mismatch", "wait_for task belongs to another agent: "+task.ID)
+		// Holon's rule: a task nobody started is refused, nothing registered.
+		_, err = c.WaitFor(ctx, subjects.WaitForRequest{Wake: "task_result", Resource: "wf-never-started", Reason: "r", Delivery: "silent"})
+		wantCode(t, err, subjects.CodeTaskNotFound, "wait_for task does not exist: wf-never-started")
+		_, err = c.WaitFor(ctx, subjects.WaitForRequest{Wake: "task_result", Resource: "wf-never-started", Reason: "r", Delivery: "final"})
+		wantCode(t, err, subjects.CodeTaskNotFound, "wait_for task does not exist: wf-never-started")
 	})
 	t.Run("external replaces", func(t *testing.T) {
 		first := registerWaitFor(t, c, "external", "github:holon-run/holon#2258", "silent")
@@ -490,5 +495,7 @@ func TestWaitForTasks(t *testing.T) {
 		other, _ := client.New(nc, "wt-other")
 		_, err = other.WaitTasks(ctx, subjects.WaitTasksRequest{TaskIDs: ids, Mode: "any", Reason: "r"})
 		wantCode(t, err, "task_agent_mismatch", "wait_for task belongs to another agent: "+ids[0])
+		_, err = c.WaitTasks(ctx, subjects.WaitTasksRequest{TaskIDs: []string{ids[0], "bad-never-started"}, Mode: "all", Reason: "r"})
+		wantCode(t, err, subjects.CodeTaskNotFound, "wait_for task does not exist: bad-never-started")
 	})
 }

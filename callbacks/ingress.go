@@ -186,33 +186,15 @@ func (o *Service) claimWake(ctx context.Context, agentID, eventID string) (dispo
 // (A KV get may be answered by a follower that lags a revoke; the
 // stream's message API is answered by the leader.)
 func (o *Service) confirm(ctx context.Context, t *subjects.Trigger) error {
-	bucket := o.store.triggers.Bucket()
-	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + bucket + "." + recKey(t.AgentID, t.ID)})
-	msg, err := o.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+bucket, req)
+	last, err := kvrec.LeaderLast(ctx, o.js.Conn(), o.store.triggers.Bucket(), recKey(t.AgentID, t.ID))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return subjects.ErrCallbackRejected // the record is gone
+	}
 	if err != nil {
-		return fmt.Errorf("callbacks: confirm trigger: %w: %w", kvrec.ErrUnavailable, err)
-	}
-	var res struct {
-		Message *struct {
-			Hdrs []byte `json:"hdrs"`
-			Data []byte `json:"data"`
-		} `json:"message"`
-		Error *struct {
-			Code        int    `json:"err_code"`
-			Description string `json:"description"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(msg.Data, &res); err != nil {
 		return fmt.Errorf("callbacks: confirm trigger: %w", err)
 	}
-	if res.Error != nil {
-		if res.Error.Code == 10037 { // no message found: the record is gone
-			return subjects.ErrCallbackRejected
-		}
-		return fmt.Errorf("callbacks: confirm trigger: %w: %s", kvrec.ErrUnavailable, res.Error.Description)
-	}
 	var rec subjects.Trigger
-	if res.Message == nil || json.Unmarshal(res.Message.Data, &rec) != nil || !usable(&rec, t.TokenHash, t.Mode) {
+	if json.Unmarshal(last.Data, &rec) != nil || !usable(&rec, t.TokenHash, t.Mode) {
 		return subjects.ErrCallbackRejected
 	}
 	return nil

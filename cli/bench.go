@@ -20,7 +20,7 @@ import (
 const benchUsage = `chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--peer] [--auth] [--fire-cpuprofile F] [--json]
        chime bench waits [-n N] [--agents N] [-c C] [--lead D] [--spread D] [--timers N] [--json]
        chime bench callbacks [-n N] [-c CONNS] [--wakes N] [--auth] [--json]
-       chime bench waitfor [-n N] [--agents N] [-c C] [--json]
+       chime bench waitfor [-n N] [--agents N] [-c C] [--rate R] [--json]
        chime bench notify [--rate R] [--duration D] [--agents N] [--clients N] [--prefill [--limit N]] [--http URL] [--json]
        chime bench chaos [--servers 1|3] [--replicas N] [--duration D] [--rate R] [--every D]
                          [--kill replica,server,leader] [--down D] [--json] (see chime bench chaos --help)`
@@ -100,6 +100,7 @@ func (a *App) benchWaitFor(ctx context.Context, args []string) error {
 		fs.IntVar(&o.N, "n", 10000, "WaitFor registrations, each on its own task, then each task's result")
 		fs.IntVar(&o.Agents, "agents", 100, "agents they belong to")
 		fs.IntVar(&o.Clients, "c", 16, "concurrent clients")
+		fs.Float64Var(&o.Rate, "rate", 0, "task results per second (0: as fast as the clients go, saturating the replica)")
 	}, func(ctx context.Context) (result, error) { return bench.WaitFor(ctx, o) })
 }
 

@@ -15,6 +15,16 @@ func (c *Client) Ask(ctx context.Context, questions ...subjects.QuestionItem) (*
 	return &r, c.call(ctx, subjects.ActionQuestionAsk, subjects.AskRequest{Questions: questions}, &r)
 }
 
+// AskOnce is Ask made repeatable by requestID: a retry with the same
+// requestID (after a timeout or an `unavailable`, say) returns the
+// question the first attempt made instead of asking again, for as long as
+// it is kept; the same requestID with other questions is an error
+// matching subjects.ErrConflict.
+func (c *Client) AskOnce(ctx context.Context, requestID string, questions ...subjects.QuestionItem) (*subjects.AskReply, error) {
+	var r subjects.AskReply
+	return &r, c.call(ctx, subjects.ActionQuestionAsk, subjects.AskRequest{Questions: questions, RequestID: &requestID}, &r)
+}
+
 // ListQuestions lists the agent's open questions, oldest first; with all,
 // the answered ones still kept too.
 func (c *Client) ListQuestions(ctx context.Context, all bool) ([]subjects.Question, error) {

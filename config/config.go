@@ -51,6 +51,7 @@ type Config struct {
 	// without them has none); the defaults protect a 2-core node.
 	MaxTimersPerAgent int           `envconfig:"MAX_TIMERS_PER_AGENT" default:"10000" desc:"active timers one agent may have; 0: no limit"`
 	MaxWaitsPerAgent  int           `envconfig:"MAX_WAITS_PER_AGENT" default:"1000" desc:"waiting waits one agent may have; 0: no limit"`
+	MaxOpenQuestions  int           `envconfig:"MAX_OPEN_QUESTIONS_PER_AGENT" default:"100" desc:"unanswered questions to the operator one agent may have; 0: no limit"`
 	MinInterval       time.Duration `envconfig:"MIN_INTERVAL" default:"1s" desc:"shortest interval of a repeating timer; 0: any"`
 	CreateRate        float64       `envconfig:"CREATE_RATE" default:"50" desc:"timer creates and wait requests per second per agent, on each replica; 0: no limit"`
 	CreateBurst       int           `envconfig:"CREATE_BURST" default:"100" desc:"creates an agent may make at once before CREATE_RATE paces it"`
@@ -210,6 +211,9 @@ func (c *Config) validateLimits() error {
 	}
 	if c.MaxWaitsPerAgent < 0 {
 		return fmt.Errorf("config: CHIME_MAX_WAITS_PER_AGENT must be 0 (no limit) or positive, not %d", c.MaxWaitsPerAgent)
+	}
+	if c.MaxOpenQuestions < 0 {
+		return fmt.Errorf("config: CHIME_MAX_OPEN_QUESTIONS_PER_AGENT must be 0 (no limit) or positive, not %d", c.MaxOpenQuestions)
 	}
 	// Whole milliseconds: the refusal names the minimum in interval_ms.
 	if c.MinInterval < 0 || c.MinInterval%time.Millisecond != 0 || c.MinInterval > 24*time.Hour {

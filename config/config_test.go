@@ -92,7 +92,7 @@ func TestNATSAuthRequiredBeyondLoopback(t *testing.T) {
 
 // TestLimitDefaults: the environment's defaults are the documented ones.
 func TestLimitDefaults(t *testing.T) {
-	for _, v := range []string{"MAX_TIMERS_PER_AGENT", "MAX_WAITS_PER_AGENT", "MIN_INTERVAL", "CREATE_RATE", "CREATE_BURST",
+	for _, v := range []string{"MAX_TIMERS_PER_AGENT", "MAX_WAITS_PER_AGENT", "MAX_OPEN_QUESTIONS_PER_AGENT", "MIN_INTERVAL", "CREATE_RATE", "CREATE_BURST",
 		"INBOX_MAX_BYTES", "INBOX_MAX_PER_AGENT", "EVENT_MAX_BYTES", "NOTIFICATIONS_MAX"} {
 		t.Setenv("CHIME_"+v, "") // unset counts as default only when absent
 		os.Unsetenv("CHIME_" + v)
@@ -101,7 +101,7 @@ func TestLimitDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MaxTimersPerAgent != 10000 || c.MaxWaitsPerAgent != 1000 || c.MinInterval != time.Second || c.CreateRate != 50 ||
+	if c.MaxTimersPerAgent != 10000 || c.MaxWaitsPerAgent != 1000 || c.MaxOpenQuestions != 100 || c.MinInterval != time.Second || c.CreateRate != 50 ||
 		c.CreateBurst != 100 || c.InboxMaxBytes != 1<<30 || c.InboxMaxPerAgent != 10000 || c.EventMaxBytes != 256<<20 ||
 		c.NotificationsMax != 100 {
 		t.Fatalf("defaults: %+v", c)
@@ -140,6 +140,7 @@ func TestLimitValidation(t *testing.T) {
 		{func(c *Config) {}, ""},
 		{func(c *Config) { c.MaxTimersPerAgent = -1 }, "CHIME_MAX_TIMERS_PER_AGENT"},
 		{func(c *Config) { c.MaxWaitsPerAgent = -1 }, "CHIME_MAX_WAITS_PER_AGENT"},
+		{func(c *Config) { c.MaxOpenQuestions = -1 }, "CHIME_MAX_OPEN_QUESTIONS_PER_AGENT"},
 		{func(c *Config) { c.MinInterval = 1500 * time.Microsecond }, "CHIME_MIN_INTERVAL"},
 		{func(c *Config) { c.MinInterval = -time.Second }, "CHIME_MIN_INTERVAL"},
 		{func(c *Config) { c.MinInterval = 25 * time.Hour }, "CHIME_MIN_INTERVAL"},

@@ -37,6 +37,8 @@ type Delivery struct {
 	Attempt int
 	// Last is set on the last delivery (MaxDeliver): a failure is final.
 	Last bool
+	// Stored is when the stream stored the message (the server's clock).
+	Stored time.Time
 }
 
 // Handler applies one event's effects; nil acks it, ErrPoison terminates
@@ -370,7 +372,7 @@ func (p *Pool) settle(h *held) {
 	}
 	h.attempt++
 	d := &Delivery{
-		Subject: m.Subject(), Data: m.Data(), StreamSeq: meta.Sequence.Stream, Delivered: meta.NumDelivered, Attempt: h.attempt,
+		Subject: m.Subject(), Data: m.Data(), StreamSeq: meta.Sequence.Stream, Delivered: meta.NumDelivered, Attempt: h.attempt, Stored: meta.Timestamp,
 	}
 	if md := p.maxDeliver.Load(); md > 0 && int64(meta.NumDelivered) >= md {
 		d.Last = true

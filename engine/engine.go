@@ -33,7 +33,8 @@ const (
 	TokensBucket = "chime_tokens"
 	EventsStream = "CHIME_EVENTS"
 	InboxStream  = "CHIME_INBOX"
-	// WaitForBucket holds WaitFor registrations: rec.<agent>.<wait>, idx.<agent>.
+	// WaitForBucket holds WaitFor registrations, rec.<agent>.<wait>, and the
+	// scope index, idx.<agent>.agent and idx.<agent>.item.<work item>.
 	WaitForBucket = "chime_waitfor"
 	// WaitForStream holds WaitFor rechecks: JetStream message schedules
 	// (waitfor.schedule.<agent>.<wait>) and what they deliver when due
@@ -214,7 +215,7 @@ func buckets(t Topology) []jetstream.KeyValueConfig {
 			History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(),
 		},
 		{
-			Bucket: WaitForBucket, Description: "chime WaitFor registrations: rec.<agent>.<wait>, idx.<agent> (the live one per scope)",
+			Bucket: WaitForBucket, Description: "chime WaitFor registrations: rec.<agent>.<wait>, idx.<agent>.<scope> (the live one per scope)",
 			History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(),
 		},
 		{
@@ -243,11 +244,16 @@ func streams(t Topology) []jetstream.StreamConfig {
 	return []jetstream.StreamConfig{
 		{
 			Name:        EventsStream,
-			Description: "chime internal events: wait fires, interventions, accepted callbacks",
-			Subjects:    []string{subjects.TimerFire, subjects.WaitFire, subjects.InterventionApplyAll, subjects.CallbackEventWake, subjects.CallbackEventEnqueue},
-			Retention:   jetstream.LimitsPolicy,
-			MaxAge:      t.EventMaxAge,
-			MaxBytes:    noLimit(t.EventMaxBytes),
+			Description: "chime internal events: wait fires, interventions, accepted callbacks, task results to settle",
+			Subjects: []string{subjects.TimerFire, subjects.WaitFire, subjects.InterventionApplyAll, subjects.CallbackEventWake, subjects.CallbackEventEnqueue,
+				subjects.TaskScheduleAll, subjects.TaskSettleAll},
+			// Task settle work items are message schedules (the engine
+			// delivers each when its reporter has surely finished).
+			AllowMsgSchedules: true,
+			AllowRollup:       true,
+			Retention:         jetstream.LimitsPolicy,
+			MaxAge:            t.EventMaxAge,
+			MaxBytes:          noLimit(t.EventMaxBytes),
 			// Full, the oldest events go: acked long ago but for an outage
 			// as long as the stream. DiscardNew would refuse every wait
 			// fire, intervention and callback until MaxAge freed room.
@@ -460,4 +466,15 @@ func Connect(o ConnectOptions, log *slog.Logger) (*nats.Conn, error) {
 		return nil, fmt.Errorf("engine: connect: %w", err)
 	}
 	return nc, nil
+}
+
+// Schedule is a message schedule (nats-server 2.12+): stored on subject
+// in a stream that allows schedules, it makes the engine publish its body
+// to target at at, once, and is then removed. A later schedule on the same
+// subject replaces it.
+func Schedule(subject, target string, at time.Time) *nats.Msg {
+	m := &nats.Msg{Subject: subject, Header: nats.Header{}}
+	m.Header.Set("Nats-Schedule", "@at "+at.UTC().Format(time.RFC3339Nano))
+	m.Header.Set("Nats-Schedule-Target", target)
+	return m
 }

@@ -44,20 +44,47 @@ func NewStore(kv jetstream.KeyValue, now func() time.Time, retention kvrec.Reten
 	return &Store{kv: kv, now: now, retention: retention}
 }
 
-// Create stores a new open question of the agent.
-func (s *Store) Create(ctx context.Context, agentID string, items []subjects.QuestionItem) (*subjects.Question, error) {
+// Create stores a new open question of the agent. An ask with a
+// request_id makes the question whose ID derives from it: a retry of that
+// ask, on any replica, finds and returns that question as it is now, and
+// the same request_id with another ask is a conflict (as timer.create).
+func (s *Store) Create(ctx context.Context, agentID string, spec *subjects.AskSpec) (*subjects.Question, error) {
 	q := &subjects.Question{
 		ID: subjects.NewQuestionID(), AgentID: agentID, Status: subjects.QuestionOpen,
-		CreatedAt: s.now().UTC(), Questions: items,
+		CreatedAt: s.now().UTC(), Questions: spec.Items, RequestKey: spec.Request,
 	}
-	// A fresh ID: the key is taken only by this call's own earlier
-	// attempt, whose reply was lost.
-	mine := func(stored *subjects.Question) bool { return stored.CreatedAt.Equal(q.CreatedAt) }
+	if spec.Request.RequestID != "" {
+		q.ID = subjects.QuestionIDFor(agentID, spec.Request.RequestID)
+	}
+	// The ID is fixed before the first attempt: the key is taken only by
+	// this call's own earlier attempt, whose reply was lost, or by the
+	// first attempt of the same ask.
+	mine := func(stored *subjects.Question) bool {
+		return stored.CreatedAt.Equal(q.CreatedAt) || q.Replays(stored.RequestKey)
+	}
 	stored, _, err := kvrec.Create(ctx, s.kv, q.Key(), q, mine)
+	if errors.Is(err, jetstream.ErrKeyExists) && q.RequestID != "" {
+		return nil, q.Conflict()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("questions: create: %w", err)
 	}
 	return stored, nil
+}
+
+// Open counts the agent's open questions.
+func (s *Store) Open(ctx context.Context, agentID string) (int, error) {
+	list, err := s.List(ctx, agentID)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, q := range list {
+		if q.Status == subjects.QuestionOpen {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // Get returns one of the agent's questions.
@@ -160,13 +187,26 @@ func NewService(store *Store, inbox *consumer.Inbox, log *slog.Logger) *Service 
 }
 
 // Ask stores the agent's question and returns at once: the answer comes
-// to the inbox whenever an operator gives it.
-func (s *Service) Ask(ctx context.Context, agentID string, items []subjects.QuestionItem) (*subjects.AskReply, error) {
-	q, err := s.store.Create(ctx, agentID, items)
+// to the inbox whenever an operator gives it. A retry of an ask with a
+// request_id answers the question it made (see Store.Create).
+func (s *Service) Ask(ctx context.Context, agentID string, spec *subjects.AskSpec) (*subjects.AskReply, error) {
+	q, err := s.store.Create(ctx, agentID, spec)
 	if err != nil {
 		return nil, err
 	}
 	return &subjects.AskReply{Accepted: true, QuestionID: q.ID}, nil
+}
+
+// Get returns one of the agent's questions.
+func (s *Service) Get(ctx context.Context, agentID, questionID string) (*subjects.Question, error) {
+	return s.store.Get(ctx, agentID, questionID)
+}
+
+// Open counts the agent's open questions, for the bound on them. It lags
+// asks still on their way (here or on another replica): concurrent asks
+// may overshoot the bound by what is in flight.
+func (s *Service) Open(ctx context.Context, agentID string) (int, error) {
+	return s.store.Open(ctx, agentID)
 }
 
 // List returns the agent's open questions (all: answered ones too),

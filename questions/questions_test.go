@@ -46,7 +46,7 @@ func TestAnswerLifecycle(t *testing.T) {
 	store := questions.NewStore(res.Questions, clock, kvrec.Retention{JS: js, After: time.Hour, Markers: time.Minute})
 	svc := questions.NewService(store, consumer.NewInbox(js, engine.InboxStream, 10*time.Minute, clock), nil)
 
-	ask, err := svc.Ask(ctx, "a1", []subjects.QuestionItem{{Title: "Go?", Options: []string{"yes", "no"}}})
+	ask, err := svc.Ask(ctx, "a1", &subjects.AskSpec{Items: []subjects.QuestionItem{{Title: "Go?", Options: []string{"yes", "no"}}}})
 	if err != nil || !ask.Accepted {
 		t.Fatalf("ask: %+v %v", ask, err)
 	}

@@ -1,6 +1,6 @@
 // Package quotas owns the per-agent admission limits of creates: how many
-// active timers and waiting waits an agent may have, and how fast it may
-// ask for more. The API checks them before a store's Create, so a refused
+// active timers, waiting waits and open questions an agent may have, and
+// how fast it may ask for more timers and waits. The API checks them before a store's Create, so a refused
 // create stores nothing and costs no storage round trip.
 package quotas
 
@@ -26,10 +26,11 @@ type Counter interface {
 
 // Refusal kinds, the quota label of chime_quota_refusals_total.
 const (
-	Timers   = "timers"
-	Waits    = "waits"
-	Interval = "interval"
-	Rate     = "rate"
+	Timers    = "timers"
+	Waits     = "waits"
+	Interval  = "interval"
+	Rate      = "rate"
+	Questions = "questions"
 )
 
 // Config sets the limits; a zero limit is off.
@@ -37,6 +38,9 @@ type Config struct {
 	// MaxTimers and MaxWaits bound an agent's active timers and waiting
 	// waits (CHIME_MAX_TIMERS_PER_AGENT, CHIME_MAX_WAITS_PER_AGENT).
 	MaxTimers, MaxWaits int
+	// MaxQuestions bounds an agent's open questions
+	// (CHIME_MAX_OPEN_QUESTIONS_PER_AGENT).
+	MaxQuestions int
 	// Counter answers the counts; needed when MaxTimers or MaxWaits is set.
 	Counter Counter
 	// MinInterval is the shortest repeat interval (CHIME_MIN_INTERVAL).
@@ -72,7 +76,7 @@ func New(c Config) *Quotas {
 			Name: "chime_quota_refusals_total", Help: "Creates refused by a per-agent quota or limit, by quota.",
 		}, []string{"quota"}),
 	}
-	for _, k := range []string{Timers, Waits, Interval, Rate} {
+	for _, k := range []string{Timers, Waits, Interval, Rate, Questions} {
 		q.refusals.WithLabelValues(k) // every series from the start, at 0
 	}
 	if c.Rate > 0 {
@@ -99,6 +103,20 @@ func (q *Quotas) Timer(agentID string) error {
 // Wait admits one more wait for the agent, as Timer does.
 func (q *Quotas) Wait(agentID string) error {
 	return q.admit(agentID, Waits, q.cfg.MaxWaits, "waiting waits", "CHIME_MAX_WAITS_PER_AGENT")
+}
+
+// Question admits one more open question for an agent that has open of
+// them. An operator answers questions at human speed: the bound keeps an
+// agent in a loop from burying them (and the bucket) in questions. Asks
+// are not paced by CHIME_CREATE_RATE, which is for timers and waits.
+func (q *Quotas) Question(agentID string, open int) error {
+	most := q.cfg.MaxQuestions
+	if most <= 0 || open < most {
+		return nil
+	}
+	q.refusals.WithLabelValues(Questions).Inc()
+	return &subjects.Error{Code: subjects.CodeQuotaExceeded, Message: fmt.Sprintf(
+		"agent %s has %d open questions; at most %d are allowed (CHIME_MAX_OPEN_QUESTIONS_PER_AGENT)", agentID, open, most)}
 }
 
 // RefusedInterval counts a create the decoder refused for its interval.

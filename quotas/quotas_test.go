@@ -113,3 +113,29 @@ func TestZeroIsOff(t *testing.T) {
 		t.Fatalf("limits %+v", l)
 	}
 }
+
+// TestOpenQuestions: below the bound an ask is admitted, at it refused
+// with the variable named, whatever the create rate; 0 is no bound.
+func TestOpenQuestions(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	q := New(Config{MaxQuestions: 2, Rate: 1, Burst: 1, Registerer: reg})
+	for open := range 2 {
+		if err := q.Question("a", open); err != nil {
+			t.Fatalf("%d open: %v", open, err)
+		}
+	}
+	err := q.Question("a", 2)
+	if !errors.Is(err, subjects.ErrQuotaExceeded) ||
+		subjects.AsError(err).Message != "agent a has 2 open questions; at most 2 are allowed (CHIME_MAX_OPEN_QUESTIONS_PER_AGENT)" {
+		t.Fatalf("at the bound: %v", err)
+	}
+	if err := q.Timer("a"); err != nil {
+		t.Fatalf("asks took the create rate: %v", err)
+	}
+	if n := metrictest.Counter(t, reg, "chime_quota_refusals_total", map[string]string{"quota": Questions}); n != 1 {
+		t.Fatalf("%v question refusals counted, want 1", n)
+	}
+	if err := New(Config{}).Question("a", 1000); err != nil {
+		t.Fatalf("no bound: %v", err)
+	}
+}

@@ -43,14 +43,17 @@ import (
 
 // Replica is one running chime.
 type Replica struct {
-	cfg       *config.Config
-	log       *slog.Logger
-	ns        *server.Server
-	nc        *nats.Conn
-	healer    *engine.Healer
-	waits     *waits.Consumer
-	waitFor   *waitfor.Consumer
-	callbacks *callbacks.Consumer
+	cfg     *config.Config
+	log     *slog.Logger
+	ns      *server.Server
+	nc      *nats.Conn
+	healer  *engine.Healer
+	waits   *waits.Consumer
+	waitFor *waitfor.Consumer
+	settler *tasks.Settler
+	// waitForIndex is this replica's view of WaitFor's scope index.
+	waitForIndex *waitfor.Index
+	callbacks    *callbacks.Consumer
 	// triggerIndex resolves callback tokens in memory.
 	triggerIndex *callbacks.Index
 	sched        *scheduler.Scheduler
@@ -180,12 +183,19 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	taskStore := tasks.NewStore(tasks.Config{
 		KV: res.Tasks, Outputs: res.TaskOutputs, Inbox: inbox, JS: js, Now: time.Now, Retention: retention, Log: log,
 	})
+	r.settler = tasks.NewSettler(tasks.SettlerConfig{JS: js, Stream: engine.EventsStream, Store: taskStore, Log: log, Registerer: reg})
+	if err := r.settler.Start(ctx); err != nil {
+		return nil, err
+	}
 	waitForSvc := waitfor.NewService(waitfor.Config{
 		Store: waitForStore, Timers: store, TimersKV: res.Timers, Tasks: waitfor.Tasks{Store: taskStore}, Inbox: inbox, JS: js,
 		InboxStream: engine.InboxStream, EventsStream: engine.EventsStream, Log: log,
 	})
+	if r.waitForIndex, err = waitfor.StartIndex(pctx, js, engine.WaitForBucket, log); err != nil {
+		return nil, err
+	}
 	r.waitFor = waitfor.NewConsumer(waitfor.ConsumerConfig{
-		JS: js, Service: waitForSvc, Store: waitForStore,
+		JS: js, Service: waitForSvc, Store: waitForStore, Index: r.waitForIndex,
 		InboxStream: engine.InboxStream, WaitForStream: engine.WaitForStream, Log: log, Registerer: reg,
 	})
 	if err := r.waitFor.Start(ctx); err != nil {
@@ -212,7 +222,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	}
 	tokens := access.NewTokens(res.Tokens, topo.Markers(), time.Now)
 	limits := quotas.New(quotas.Config{
-		MaxTimers: cfg.MaxTimersPerAgent, MaxWaits: cfg.MaxWaitsPerAgent, Counter: r.sched, MinInterval: cfg.MinInterval,
+		MaxTimers: cfg.MaxTimersPerAgent, MaxWaits: cfg.MaxWaitsPerAgent, MaxQuestions: cfg.MaxOpenQuestions, Counter: r.sched, MinInterval: cfg.MinInterval,
 		Rate: cfg.CreateRate, Burst: cfg.CreateBurst, Registerer: reg,
 	})
 	questionService := questions.NewService(questions.NewStore(res.Questions, time.Now, retention), inbox, log)
@@ -358,6 +368,9 @@ func (r *Replica) Stop(ctx context.Context) {
 		if r.waitFor != nil {
 			drains.Go(r.waitFor.Stop)
 		}
+		if r.settler != nil {
+			drains.Go(r.settler.Stop)
+		}
 		drains.Wait()
 		if r.cancel != nil {
 			r.cancel()
@@ -365,6 +378,9 @@ func (r *Replica) Stop(ctx context.Context) {
 		r.sweeps.Wait()
 		if r.triggerIndex != nil {
 			r.triggerIndex.Stop()
+		}
+		if r.waitForIndex != nil {
+			r.waitForIndex.Stop()
 		}
 		if r.nc != nil {
 			if err := r.nc.Drain(); err != nil {

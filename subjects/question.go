@@ -69,6 +69,8 @@ type Question struct {
 	Answers     []string       `json:"answers,omitempty"`
 	AnsweredAt  *time.Time     `json:"answered_at,omitempty"`
 	DeliveredAt *time.Time     `json:"delivered_at,omitempty"`
+	// RequestKey is set when the ask had a request_id.
+	RequestKey
 }
 
 // Key is the record's KV key.
@@ -85,6 +87,16 @@ func (q *Question) Finished() bool { return q.Status == QuestionAnswered && q.De
 // AskRequest is the body of agent.<id>.question.ask.
 type AskRequest struct {
 	Questions []QuestionItem `json:"questions"`
+	// RequestID, when set, makes a retry of this ask return the question
+	// it made instead of asking again.
+	RequestID *string `json:"request_id"`
+}
+
+// AskSpec is a decoded ask.
+type AskSpec struct {
+	Items []QuestionItem
+	// Request is set when the ask had a request_id.
+	Request RequestKey
 }
 
 // AskReply answers an ask at once; the answer comes later, to the inbox.
@@ -95,11 +107,18 @@ type AskReply struct {
 
 // DecodeAsk decodes and validates an ask. Titles and options are trimmed;
 // blank options are dropped, but a list of options with none left is
-// refused: the operator would have nothing to choose.
-func DecodeAsk(data []byte) ([]QuestionItem, error) {
+// refused: the operator would have nothing to choose. A request_id is
+// keyed with the questions as trimmed, so a retry spaced differently is
+// the same ask.
+func DecodeAsk(data []byte) (*AskSpec, error) {
 	var r AskRequest
 	if err := DecodeStrict(data, &r); err != nil {
 		return nil, err
+	}
+	if r.RequestID != nil {
+		if err := ValidateRequestID(*r.RequestID); err != nil {
+			return nil, err
+		}
 	}
 	if len(r.Questions) == 0 {
 		return nil, invalid("questions must not be empty")
@@ -123,7 +142,11 @@ func DecodeAsk(data []byte) ([]QuestionItem, error) {
 			return nil, invalid("options must contain at least one non-empty answer")
 		}
 	}
-	return out, nil
+	key, err := newRequestKey(r.RequestID, ActionQuestionAsk, out)
+	if err != nil {
+		return nil, err
+	}
+	return &AskSpec{Items: out, Request: key}, nil
 }
 
 // ListQuestionsRequest is the body of agent.<id>.question.list.

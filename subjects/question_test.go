@@ -20,9 +20,32 @@ func TestDecodeAsk(t *testing.T) {
 			[]QuestionItem{{Title: "Region?", Options: []string{"eu", "us"}}, {Title: "Why?"}}},
 	} {
 		got, err := DecodeAsk([]byte(tc.body))
-		if err != nil || !reflect.DeepEqual(got, tc.want) {
+		if err != nil || !reflect.DeepEqual(got.Items, tc.want) || got.Request != (RequestKey{}) {
 			t.Errorf("%s: got %+v, %v; want %+v", tc.body, got, err, tc.want)
 		}
+	}
+}
+
+// TestDecodeAskRequestID: a request_id is keyed with the questions as
+// trimmed; another request_id or other questions is another key.
+func TestDecodeAskRequestID(t *testing.T) {
+	key := func(body string) RequestKey {
+		t.Helper()
+		spec, err := DecodeAsk([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return spec.Request
+	}
+	a := key(`{"questions":[{"title":"Deploy?","options":["yes","no"]}],"request_id":"r1"}`)
+	if a.RequestID != "r1" || len(a.RequestHash) != 32 {
+		t.Fatalf("key %+v", a)
+	}
+	if b := key(`{"request_id":"r1","questions":[{"title":" Deploy? ","options":["yes","no",""]}]}`); b != a {
+		t.Errorf("the same ask spaced otherwise: %+v, want %+v", b, a)
+	}
+	if c := key(`{"questions":[{"title":"Deploy?","options":["yes"]}],"request_id":"r1"}`); c.RequestHash == a.RequestHash {
+		t.Error("another ask under the same request_id has the same hash")
 	}
 }
 
@@ -37,7 +60,9 @@ func TestDecodeAskErrors(t *testing.T) {
 		{`{"questions":[{"title":"t","options":[]}]}`, CodeInvalidRequest, "options must contain at least one non-empty answer"},
 		{`{"questions":[{"title":"t","options":[""," "]}]}`, CodeInvalidRequest, "options must contain at least one non-empty answer"},
 		{`{"questions":[{"title":"t","Options":["a"]}]}`, CodeInvalidRequest, `unknown field "Options" in questions.0`},
-		{`{"questions":[{"title":"t"}],"request_id":"r"}`, CodeInvalidRequest, `unknown field "request_id"`},
+		{`{"questions":[{"title":"t"}],"request_id":""}`, CodeInvalidRequest, "request_id must not be empty"},
+		{`{"questions":[{"title":"t"}],"request_id":5}`, CodeInvalidRequest, "request_id must be a JSON string, not number"},
+		{`{"questions":[{"title":"t"}],"request_ids":"r"}`, CodeInvalidRequest, `unknown field "request_ids"`},
 		{`{"questions":[{"title":5}]}`, CodeInvalidRequest, "questions.0.title must be a JSON string, not number"},
 		{`{"questions":[{"title":"a","title":"b"}]}`, CodeInvalidJSON, `duplicate key "title" in questions.0`},
 		{`[]`, CodeInvalidJSON, "request body must be a JSON object"},
@@ -163,7 +188,8 @@ func TestWithQuestionID(t *testing.T) {
 func FuzzDecodeAsk(f *testing.F) {
 	addSeeds(f, `{"questions":[{"title":"t"}]}`, `{"questions":[{"title":" t ","options":["a",""," "]}]}`,
 		`{"questions":[{"title":"t","options":[]}]}`, `{"questions":[{"title":"t","options":null}]}`)
-	fuzzRequest(f, DecodeAsk, []string{"questions"}, decodeCodes, func(t *testing.T, body []byte, items []QuestionItem) {
+	fuzzRequest(f, DecodeAsk, []string{"questions", "request_id"}, decodeCodes, func(t *testing.T, body []byte, spec *AskSpec) {
+		items := spec.Items
 		if len(items) == 0 {
 			t.Fatalf("accepted %s with no questions", body)
 		}
@@ -173,7 +199,7 @@ func FuzzDecodeAsk(f *testing.F) {
 				t.Fatalf("accepted %s as %+v", body, items)
 			}
 		}
-		if back, err := DecodeAsk(encodeBody(t, AskRequest{Questions: items})); err != nil || !reflect.DeepEqual(back, items) {
+		if back, err := DecodeAsk(encodeBody(t, AskRequest{Questions: items})); err != nil || !reflect.DeepEqual(back.Items, items) {
 			t.Fatalf("%s accepted as %+v, which reads back as %+v (%v)", body, items, back, err)
 		}
 	})

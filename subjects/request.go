@@ -104,6 +104,10 @@ func derivedID(prefix, agentID, requestID string) string {
 // makes.
 func TimerIDFor(agentID, requestID string) string { return derivedID("tmr_", agentID, requestID) }
 
+// QuestionIDFor is the ID of the question that agentID's question.ask
+// with requestID makes.
+func QuestionIDFor(agentID, requestID string) string { return derivedID("q_", agentID, requestID) }
+
 // WaitIDFor is the ID of the wait that agentID's wait.request with
 // requestID makes.
 func WaitIDFor(agentID, requestID string) string { return derivedID("wait_", agentID, requestID) }

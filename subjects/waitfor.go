@@ -101,7 +101,7 @@ func DecodeWaitFor(data []byte) (*WaitForSpec, error) {
 	case !slices.Contains(WakeKinds(), spec.Wake):
 		return nil, invalid("wake must be one of " + joinValues(WakeKinds()) + ", not " + req.Wake)
 	case spec.Reason == "":
-		return nil, invalid("reason is required")
+		return nil, invalid("WaitFor requires a non-empty `reason`") // Holon's text
 	case req.Delivery == "":
 		return nil, invalid("delivery is required")
 	case !slices.Contains(Deliveries(), spec.Delivery):

@@ -4,12 +4,14 @@
 // in the task output object store, and each finished task's one
 // task_result delivery.
 //
-// Crash safety: a result is first stored in the record (finished, with
-// the hash of the result), then delivered under the stable envelope ID
-// task_<id>_result, then marked delivered_at. A crash between the two
-// leaves a finished record without delivered_at, which the executor's
-// retry of the same result, a cancel or any get completes on any replica;
-// the envelope ID keeps the delivery single.
+// Crash safety: a result is first announced by a settle work item on the
+// events stream (a message schedule due SettleAfter later), then stored in the record (finished, with the hash of the
+// result), then delivered under the stable envelope ID task_<id>_result,
+// then marked delivered_at. A crash or a failed publish after the record
+// is stored leaves a finished record without delivered_at, which the
+// Settler, consuming the work items on any replica with JetStream's
+// redelivery, completes whether or not the reporter retries (as a retry,
+// a cancel or any get also do); the envelope ID keeps the delivery single.
 package tasks
 
 import (
@@ -45,6 +47,8 @@ type Store struct {
 	now       func() time.Time
 	retention kvrec.Retention
 	log       *slog.Logger
+	// settleAfter is when a result's settle work item is due.
+	settleAfter time.Duration
 }
 
 // Config says what a Store works on.
@@ -57,6 +61,9 @@ type Config struct {
 	Now       func() time.Time
 	Retention kvrec.Retention
 	Log       *slog.Logger
+	// SettleAfter is when a result's settle work item is due (default
+	// DefaultSettleAfter; see Settler).
+	SettleAfter time.Duration
 }
 
 // NewStore returns a Store.
@@ -67,7 +74,11 @@ func NewStore(c Config) *Store {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Store{kv: c.KV, outputs: c.Outputs, inbox: c.Inbox, js: c.JS, now: c.Now, retention: c.Retention, log: c.Log.With("component", "tasks")}
+	if c.SettleAfter <= 0 {
+		c.SettleAfter = DefaultSettleAfter
+	}
+	return &Store{kv: c.KV, outputs: c.Outputs, inbox: c.Inbox, js: c.JS, now: c.Now, retention: c.Retention, log: c.Log.With("component", "tasks"),
+		settleAfter: c.SettleAfter}
 }
 
 // owner records which agent holds a task ID. Its key, owner=<task_id>, is
@@ -133,25 +144,31 @@ func (s *Store) Start(ctx context.Context, agentID string, req *subjects.StartTa
 // Get returns one of the agent's tasks, completing its delivery if a
 // crash interrupted it.
 func (s *Store) Get(ctx context.Context, agentID, taskID string) (*subjects.Task, error) {
-	t, err := s.get(ctx, agentID, taskID)
+	t, rev, err := s.getRev(ctx, agentID, taskID)
 	if err != nil {
 		return nil, err
 	}
-	return s.settle(ctx, t)
+	return s.settle(ctx, t, rev)
 }
 
 func (s *Store) get(ctx context.Context, agentID, taskID string) (*subjects.Task, error) {
-	t, _, err := kvrec.Get[subjects.Task](ctx, s.kv, subjects.TaskKey(agentID, taskID))
+	t, _, err := s.getRev(ctx, agentID, taskID)
+	return t, err
+}
+
+// getRev is get with the task's revision.
+func (s *Store) getRev(ctx context.Context, agentID, taskID string) (*subjects.Task, uint64, error) {
+	t, rev, err := kvrec.Get[subjects.Task](ctx, s.kv, subjects.TaskKey(agentID, taskID))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		if oerr := s.checkOwner(ctx, agentID, taskID); errors.Is(oerr, subjects.ErrTaskOwned) {
-			return nil, oerr
+			return nil, 0, oerr
 		}
-		return nil, subjects.TaskNotFound(taskID)
+		return nil, 0, subjects.TaskNotFound(taskID)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("tasks: get %s: %w", taskID, err)
+		return nil, 0, fmt.Errorf("tasks: get %s: %w", taskID, err)
 	}
-	return t, nil
+	return t, rev, nil
 }
 
 // List returns up to limit of the agent's tasks, newest first.
@@ -167,17 +184,24 @@ func (s *Store) List(ctx context.Context, agentID string, limit int) ([]subjects
 	return out, nil
 }
 
-// update changes a task by CAS; finished tasks expire after retention.
-func (s *Store) update(ctx context.Context, agentID, taskID string, create bool, change func(*subjects.Task) (bool, error)) (*subjects.Task, bool, error) {
-	t, changed, err := kvrec.Update(ctx, s.kv, subjects.TaskKey(agentID, taskID), create, change,
-		kvrec.ExpireFinished(s.retention, (*subjects.Task).Finished))
+// update changes a task by CAS; finished tasks expire after retention. It
+// returns the task's revision with it. With cur (the task as the caller
+// read it at rev) the first attempt decides from that copy, without a
+// read (see kvrec.Current).
+func (s *Store) update(ctx context.Context, agentID, taskID string, create bool, change func(*subjects.Task) (bool, error), cur *subjects.Task, rev uint64) (*subjects.Task, uint64, error) {
+	opts := []kvrec.Option[subjects.Task]{kvrec.ExpireFinished(s.retention, (*subjects.Task).Finished)}
+	if cur != nil && rev > 0 {
+		cp := *cur
+		opts = append(opts, kvrec.Current(&cp, rev))
+	}
+	t, rev, _, err := kvrec.UpdateRev(ctx, s.kv, subjects.TaskKey(agentID, taskID), create, change, opts...)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, false, subjects.TaskNotFound(taskID)
+		return nil, 0, subjects.TaskNotFound(taskID)
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("tasks: update %s: %w", taskID, err)
+		return nil, 0, fmt.Errorf("tasks: update %s: %w", taskID, err)
 	}
-	return t, changed, nil
+	return t, rev, nil
 }
 
 // resultHash identifies a result, so its identical retry is told apart
@@ -196,12 +220,16 @@ func resultHash(req *subjects.TaskResultRequest, appendedParts, appendedBytes in
 // stored record (and completes its delivery); any other second result is
 // refused.
 func (s *Store) Result(ctx context.Context, agentID string, req *subjects.TaskResultRequest) (*subjects.Task, error) {
-	if err := s.claim(ctx, agentID, req.TaskID); err != nil {
-		return nil, err
-	}
-	cur, _, err := kvrec.Get[subjects.Task](ctx, s.kv, subjects.TaskKey(agentID, req.TaskID))
+	// A record under the agent's key proves the claim (it is written only
+	// after one): a started task's result skips it.
+	cur, rev, err := kvrec.Get[subjects.Task](ctx, s.kv, subjects.TaskKey(agentID, req.TaskID))
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, fmt.Errorf("tasks: result %s: %w", req.TaskID, err)
+	}
+	if cur == nil {
+		if err := s.claim(ctx, agentID, req.TaskID); err != nil {
+			return nil, err
+		}
 	}
 	var parts, size int64
 	if cur != nil && req.OutputAppended {
@@ -212,7 +240,12 @@ func (s *Store) Result(ctx context.Context, agentID string, req *subjects.TaskRe
 		if cur.ResultHash != hash {
 			return nil, subjects.TaskHasResult(req.TaskID)
 		}
-		return s.settle(ctx, cur)
+		if cur.DeliveredAt == nil {
+			if err := s.announce(ctx, agentID, req.TaskID); err != nil {
+				return nil, err
+			}
+		}
+		return s.settle(ctx, cur, rev)
 	}
 	var output []byte
 	switch {
@@ -231,8 +264,11 @@ func (s *Store) Result(ctx context.Context, agentID string, req *subjects.TaskRe
 		}
 		preview = subjects.Preview(output)
 	}
+	if err := s.announce(ctx, agentID, req.TaskID); err != nil {
+		return nil, err
+	}
 	at := s.now().UTC()
-	t, _, err := s.update(ctx, agentID, req.TaskID, true, func(t *subjects.Task) (bool, error) {
+	t, rev, err := s.update(ctx, agentID, req.TaskID, true, func(t *subjects.Task) (bool, error) {
 		if t.Finished() {
 			if t.ResultHash == hash {
 				return false, nil
@@ -245,7 +281,7 @@ func (s *Store) Result(ctx context.Context, agentID string, req *subjects.TaskRe
 		t.Status, t.EndedAt, t.ExitCode, t.Error = req.Status, &at, req.ExitCode, req.Error
 		t.Output, t.OutputSize, t.OutputRef, t.ResultHash = preview, int64(len(output)), ref, hash
 		return true, nil
-	})
+	}, cur, rev)
 	if err != nil {
 		if ref != "" && errors.Is(err, subjects.ErrTaskHasResult) {
 			s.dropOutput(ctx, ref) // a concurrent, different result won
@@ -255,27 +291,33 @@ func (s *Store) Result(ctx context.Context, agentID string, req *subjects.TaskRe
 	if req.OutputAppended {
 		s.dropChunks(ctx, agentID, req.TaskID, parts)
 	}
-	return s.settle(ctx, t)
+	return s.settle(ctx, t, rev)
 }
 
 // Cancel marks a running task cancelled and delivers that as its result.
 // Cancelling a finished task answers it unchanged.
 func (s *Store) Cancel(ctx context.Context, agentID, taskID string) (*subjects.Task, error) {
-	if _, err := s.get(ctx, agentID, taskID); err != nil {
+	cur, rev, err := s.getRev(ctx, agentID, taskID)
+	if err != nil {
 		return nil, err
 	}
-	t, _, err := s.update(ctx, agentID, taskID, false, func(t *subjects.Task) (bool, error) {
+	if cur.DeliveredAt == nil {
+		if err := s.announce(ctx, agentID, taskID); err != nil {
+			return nil, err
+		}
+	}
+	t, rev, err := s.update(ctx, agentID, taskID, false, func(t *subjects.Task) (bool, error) {
 		if t.Finished() {
 			return false, nil
 		}
 		at := s.now().UTC()
 		t.Status, t.EndedAt, t.ResultHash = subjects.TaskCancelled, &at, cancelHash
 		return true, nil
-	})
+	}, cur, rev)
 	if err != nil {
 		return nil, err
 	}
-	return s.settle(ctx, t)
+	return s.settle(ctx, t, rev)
 }
 
 // cancelHash marks a result chime made on a cancel: no executor's result
@@ -285,7 +327,8 @@ const cancelHash = "cancel"
 // settle completes a finished task's delivery: the owner key is given
 // the record's retention, the envelope stored, delivered_at written.
 // Every step is idempotent, so any caller on any replica may repeat it.
-func (s *Store) settle(ctx context.Context, t *subjects.Task) (*subjects.Task, error) {
+// rev is t's revision (0: unknown).
+func (s *Store) settle(ctx context.Context, t *subjects.Task, rev uint64) (*subjects.Task, error) {
 	if !t.Finished() || t.DeliveredAt != nil {
 		return t, nil
 	}
@@ -300,7 +343,8 @@ func (s *Store) settle(ctx context.Context, t *subjects.Task) (*subjects.Task, e
 	}
 	env := subjects.TaskResultEnvelope(t, t.ResultHash == cancelHash)
 	if _, err := s.inbox.DeliverOnce(ctx, &env, *t.EndedAt); err != nil {
-		// Stored but not delivered: the caller's retry delivers.
+		// Stored but not delivered: its work item (or the caller's
+		// retry) delivers.
 		return nil, fmt.Errorf("tasks: deliver the result of %s: %w", t.ID, err)
 	}
 	at := s.now().UTC()
@@ -310,7 +354,7 @@ func (s *Store) settle(ctx context.Context, t *subjects.Task) (*subjects.Task, e
 		}
 		t.DeliveredAt = &at
 		return true, nil
-	})
+	}, t, rev)
 	if err != nil {
 		return nil, err
 	}
@@ -321,7 +365,7 @@ func (s *Store) settle(ctx context.Context, t *subjects.Task) (*subjects.Task, e
 // order: seq must be the next one, or an earlier one sent again with the
 // same data (a retry, answered as accepted).
 func (s *Store) Append(ctx context.Context, agentID string, req *subjects.AppendOutputRequest) (*subjects.AppendOutputReply, error) {
-	t, err := s.get(ctx, agentID, req.TaskID)
+	t, rev, err := s.getRev(ctx, agentID, req.TaskID)
 	if err != nil {
 		return nil, err
 	}
@@ -358,7 +402,7 @@ func (s *Store) Append(ctx context.Context, agentID string, req *subjects.Append
 		}
 		t.AppendedParts, t.AppendedBytes = seq+1, t.AppendedBytes+int64(len(req.Data))
 		return true, nil
-	})
+	}, t, rev)
 	if err != nil {
 		return nil, err
 	}
@@ -441,9 +485,21 @@ func (s *Store) Output(ctx context.Context, agentID string, r *subjects.OutputRa
 	return reply, nil
 }
 
-// readObject reads a range of a stored output. The object store reads
-// from the start, so the bytes before offset are skipped.
+// readObject reads a range of a stored output. It fetches only the
+// chunks that hold the range (see readChunks); an object whose chunks it
+// cannot place is read from its start, the bytes before offset skipped.
 func (s *Store) readObject(ctx context.Context, ref string, offset, limit int64) ([]byte, error) {
+	info, err := s.outputs.GetInfo(ctx, ref)
+	if err != nil {
+		return nil, fmt.Errorf("tasks: read output %s: %w", ref, err)
+	}
+	data, ok, err := s.readChunks(ctx, info, offset, limit)
+	if err != nil {
+		return nil, fmt.Errorf("tasks: read output %s: %w", ref, err)
+	}
+	if ok {
+		return data, nil
+	}
 	obj, err := s.outputs.Get(ctx, ref)
 	if err != nil {
 		return nil, fmt.Errorf("tasks: read output %s: %w", ref, err)
@@ -452,9 +508,105 @@ func (s *Store) readObject(ctx context.Context, ref string, offset, limit int64)
 	if _, err := io.CopyN(io.Discard, obj, offset); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("tasks: read output %s: %w", ref, err)
 	}
-	data, err := io.ReadAll(io.LimitReader(obj, limit))
+	data, err = io.ReadAll(io.LimitReader(obj, limit))
 	if err != nil {
 		return nil, fmt.Errorf("tasks: read output %s: %w", ref, err)
 	}
 	return data, nil
+}
+
+// defaultChunkSize is the object store's chunk size when an object's info
+// names none (nats.go's objDefaultChunkSize).
+const defaultChunkSize = 128 << 10
+
+// readChunks reads a range of an object by fetching the chunks that hold
+// it, so a range costs what it reads, not what precedes it. The object
+// store keeps an object as messages on $O.<bucket>.C.<nuid>, in order,
+// each ChunkSize bytes but the last (putOutput writes from a bytes.Reader,
+// whose reads fill each chunk). Chunk k is the k-th message on that
+// subject: when the first and last chunks are Chunks-1 sequences apart no
+// other message is between them and chunk k is at first+k; otherwise (two
+// objects stored at the same moment) the chunks' sequences are listed
+// from their headers alone. ok is false when the chunks are not as
+// expected (the caller reads the object whole). The digest covers the
+// whole object: a range is not checked against it.
+func (s *Store) readChunks(ctx context.Context, info *jetstream.ObjectInfo, offset, limit int64) (_ []byte, ok bool, _ error) {
+	size := int64(defaultChunkSize)
+	if info.Opts != nil && info.Opts.ChunkSize > 0 {
+		size = int64(info.Opts.ChunkSize)
+	}
+	if offset >= int64(info.Size) || info.Chunks == 0 {
+		return []byte{}, true, nil
+	}
+	st, err := s.js.Stream(ctx, "OBJ_"+info.Bucket)
+	if err != nil {
+		return nil, false, err
+	}
+	subject := "$O." + info.Bucket + ".C." + info.NUID
+	first, err := st.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
+	if err != nil {
+		return nil, false, err
+	}
+	last, err := st.GetLastMsgForSubject(ctx, subject)
+	if err != nil {
+		return nil, false, err
+	}
+	chunks := int64(info.Chunks)
+	seqOf := func(k int64) uint64 { return first.Sequence + uint64(k) }
+	if last.Sequence-first.Sequence != uint64(chunks-1) {
+		seqs, err := chunkSeqs(ctx, st, subject, first.Sequence, int(chunks))
+		if err != nil {
+			return nil, false, err
+		}
+		seqOf = func(k int64) uint64 { return seqs[k] }
+	}
+	out := make([]byte, 0, min(limit, int64(info.Size)-offset))
+	for k := offset / size; k < chunks && int64(len(out)) < limit; k++ {
+		m, err := st.GetMsg(ctx, seqOf(k))
+		if err != nil {
+			return nil, false, err
+		}
+		if m.Subject != subject || (k < chunks-1 && int64(len(m.Data)) != size) {
+			return nil, false, nil
+		}
+		data := m.Data
+		if k == offset/size {
+			data = data[min(offset%size, int64(len(data))):]
+		}
+		out = append(out, data[:min(int64(len(data)), limit-int64(len(out)))]...)
+	}
+	return out, true, nil
+}
+
+// chunkSeqs lists the stream sequences of the n chunks on subject from
+// sequence from, reading their headers alone.
+func chunkSeqs(ctx context.Context, st jetstream.Stream, subject string, from uint64, n int) ([]uint64, error) {
+	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject}, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from, HeadersOnly: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	seqs := make([]uint64, 0, n)
+	for len(seqs) < n {
+		batch, err := c.Fetch(n-len(seqs), jetstream.FetchContext(ctx))
+		if err != nil {
+			return nil, err
+		}
+		got := len(seqs)
+		for m := range batch.Messages() {
+			md, err := m.Metadata()
+			if err != nil {
+				return nil, err
+			}
+			seqs = append(seqs, md.Sequence.Stream)
+		}
+		if err := batch.Error(); err != nil {
+			return nil, err
+		}
+		if len(seqs) == got {
+			return nil, fmt.Errorf("chunks of %s: %d of %d listed", subject, got, n)
+		}
+	}
+	return seqs, nil
 }

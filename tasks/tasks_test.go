@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -275,4 +276,83 @@ func BenchmarkOutput10MiB(b *testing.B) {
 	mb := float64(len(data)) * float64(b.N) / 1e6
 	b.ReportMetric(mb/store.Seconds(), "store_MB/s")
 	b.ReportMetric(mb/read.Seconds(), "read_MB/s")
+}
+
+// interleaving is a reader that, before its second read, stores another
+// object: that object's chunks fall between this one's in the stream.
+type interleaving struct {
+	r     io.Reader
+	reads int
+	other func()
+}
+
+func (i *interleaving) Read(p []byte) (int, error) {
+	if i.reads++; i.reads == 2 {
+		i.other()
+	}
+	return i.r.Read(p)
+}
+
+// shortReads fills no chunk: each read returns at most 1000 bytes.
+type shortReads struct{ r io.Reader }
+
+func (s shortReads) Read(p []byte) (int, error) { return s.r.Read(p[:min(len(p), 1000)]) }
+
+// TestOutputRanges: ranges of a 1 MiB output at offsets inside, at and
+// across chunk boundaries read back exactly, whether the output's chunks
+// are contiguous in the stream, interleaved with another object's, or not
+// of the chunk size (read whole, as before).
+func TestOutputRanges(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	want := make([]byte, 1<<20+123)
+	for i := range want {
+		want[i] = byte(i*31 + i>>11)
+	}
+	if _, err := e.store.Start(ctx, "a1", &subjects.StartTaskRequest{TaskID: "ranges"}); err != nil {
+		t.Fatal(err)
+	}
+	appendAll(t, e.store, "a1", "ranges", want)
+	task, err := e.store.Result(ctx, "a1", &subjects.TaskResultRequest{TaskID: "ranges", Status: subjects.TaskCompleted, OutputAppended: true})
+	if err != nil || task.OutputRef == "" {
+		t.Fatalf("result: %+v %v", task, err)
+	}
+	const chunk = 128 << 10
+	check := func(layout string) {
+		t.Helper()
+		for _, r := range [][2]int64{
+			{0, 10}, {0, subjects.MaxOutputRead}, {chunk - 1, 2}, {chunk, chunk}, {3*chunk + 5, 2*chunk + 7},
+			{int64(len(want)) - 100, 1000}, {int64(len(want)), 10}, {5, 1},
+		} {
+			got, err := e.store.Output(ctx, "a1", &subjects.OutputRange{TaskID: "ranges", Offset: r[0], Limit: r[1]})
+			if err != nil {
+				t.Fatalf("%s: range %v: %v", layout, r, err)
+			}
+			end := min(int64(len(want)), r[0]+r[1])
+			if !bytes.Equal(got.Data, want[min(r[0], end):end]) || got.EOF != (end == int64(len(want))) {
+				t.Fatalf("%s: range %v read %d bytes (eof %v), not want[%d:%d]", layout, r, len(got.Data), got.EOF, r[0], end)
+			}
+		}
+		if got := readAll(t, e.store, "a1", "ranges"); !bytes.Equal(got, want) {
+			t.Fatalf("%s: read whole, %d bytes differ", layout, len(got))
+		}
+	}
+	check("contiguous")
+
+	// The same output stored again (a new object under the same name), its
+	// chunks interleaved with another object's.
+	put := func(r io.Reader) {
+		t.Helper()
+		if _, err := e.res.TaskOutputs.Put(ctx, jetstream.ObjectMeta{Name: task.OutputRef}, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(&interleaving{r: bytes.NewReader(want), other: func() {
+		if _, err := e.res.TaskOutputs.PutBytes(ctx, "other", bytes.Repeat([]byte("x"), 3*chunk)); err != nil {
+			t.Error(err)
+		}
+	}})
+	check("interleaved")
+	put(shortReads{bytes.NewReader(want)})
+	check("short chunks")
 }

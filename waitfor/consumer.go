@@ -3,8 +3,10 @@ package waitfor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,6 +28,8 @@ type ConsumerConfig struct {
 	JS      jetstream.JetStream
 	Service *Service
 	Store   *Store
+	// Index is this replica's view of the scope index.
+	Index *Index
 	// InboxStream is read for wakes, WaitForStream for due rechecks.
 	InboxStream, WaitForStream string
 	Log                        *slog.Logger
@@ -51,7 +55,11 @@ func NewConsumer(c ConsumerConfig) *Consumer {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
 	if c.Workers <= 0 {
-		c.Workers = 16
+		// A wake is a few round trips of waiting (a record read, its
+		// CAS, the wait_woken publish, the index purge), little CPU: the
+		// workers bound what is in flight, and sixteen fell behind the
+		// results a loaded replica accepts (chime bench waitfor).
+		c.Workers = 64
 	}
 	if c.AckWait <= 0 {
 		c.AckWait = consumer.DefaultAckWait
@@ -67,6 +75,9 @@ func NewConsumer(c ConsumerConfig) *Consumer {
 
 // Start creates (or joins) the durable consumers.
 func (c *Consumer) Start(ctx context.Context) error {
+	if c.cfg.Index == nil {
+		return errors.New("waitfor: consumer: no index view")
+	}
 	metrics := consumer.NewMetrics(c.cfg.Registerer)
 	var err error
 	if c.wakes, err = consumer.StartPool(ctx, consumer.PoolConfig{
@@ -115,16 +126,46 @@ func (c *Consumer) wake(ctx context.Context, d *consumer.Delivery) error {
 	if !concernsAny(&env) {
 		return nil // e.g. its own wait_woken, or a wait's end: no index read
 	}
-	live, err := c.cfg.Store.Live(ctx, env.AgentID, &env)
+	// The view must hold every registration made before env was stored
+	// (see Index): a lagging view would miss a wake, or name one replaced
+	// before env was stored. The records the view names now are read
+	// while it catches up; only those it still names then are applied,
+	// with any it names only then.
+	fresh := make(chan error, 1)
+	go func() { fresh <- c.cfg.Index.Fresh(ctx) }()
+	before := c.cfg.Index.entries(env.AgentID)
+	read, err := c.cfg.Store.live(ctx, &env, before)
+	if ferr := <-fresh; err == nil {
+		err = ferr
+	}
 	if err != nil {
 		return err
 	}
-	for _, w := range live {
-		if err := c.cfg.Service.Apply(ctx, w, &env, d.StreamSeq); err != nil {
+	now := c.cfg.Index.entries(env.AgentID)
+	later, err := c.cfg.Store.live(ctx, &env, missing(now, before))
+	if err != nil {
+		return err
+	}
+	for _, w := range append(read, later...) {
+		if !slices.ContainsFunc(now, func(sc scope) bool { return sc.WaitID == w.ID }) {
+			continue // no longer its scope's: replaced or ended
+		}
+		if _, err := c.cfg.Service.apply(ctx, w, &env, d.StreamSeq); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// missing returns the entries of now that name a registration before does not.
+func missing(now, before []scope) []scope {
+	var out []scope
+	for _, sc := range now {
+		if !slices.ContainsFunc(before, func(b scope) bool { return b.WaitID == sc.WaitID }) {
+			out = append(out, sc)
+		}
+	}
+	return out
 }
 
 func (c *Consumer) recheck(ctx context.Context, d *consumer.Delivery) error {

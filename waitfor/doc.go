@@ -2,20 +2,22 @@
 // wake (operator input, a task's result, an external event, a timer, a
 // system wake) instead of polling.
 //
-// Registrations live in the chime_waitfor bucket (rec.<agent>.<wait>), with
-// one index per agent (idx.<agent>) naming the live registration of each
-// scope (a work item, or the agent): a newer WaitFor in a scope replaces the
-// older, which ends as cancelled with Holon's reason wait_for_replaced.
-// Every change is a CAS through the pure transitions in machine.go, so a
-// wake, a report, a stop and a replacement racing on any replicas leave one
-// outcome.
+// Registrations live in the chime_waitfor bucket (rec.<agent>.<wait>),
+// with one index entry per scope (idx.<agent>.agent, or
+// idx.<agent>.item.<work item>) naming its live registration: a newer
+// WaitFor in a scope replaces the older, which ends as cancelled with
+// Holon's reason wait_for_replaced. Every change is a CAS through the pure
+// transitions in machine.go, so a wake, a report, a stop and a replacement
+// racing on any replicas leave one outcome.
 //
 // Wakes come through one path: a durable consumer on the inbox stream reads
 // every stored envelope and matches it against the agent's live
-// registrations; a match resumes a registration once and delivers its one
-// wait_woken envelope (its ID derives from the registration). A
-// registration catches up, when it becomes active, on the envelopes stored
-// since it was made, so a wake racing its registration is not lost.
+// registrations, found in the replica's in-memory view of the index (see
+// Index for why a lagging view misses nothing); a match resumes a
+// registration once and delivers its one wait_woken envelope (its ID
+// derives from the registration). A registration catches up, when it
+// becomes active, on the envelopes stored since it was made, so a wake
+// racing its registration is not lost.
 // A recheck is a JetStream message schedule on the WaitFor stream: the
 // engine delivers it when due, and the recheck consumer delivers one
 // recheck envelope unless the registration ended first.

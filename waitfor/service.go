@@ -8,11 +8,11 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
 	"github.com/chime-nats/chime/consumer"
+	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
@@ -233,7 +233,7 @@ func (s *Service) Report(ctx context.Context, agentID string, req *subjects.Wait
 			}); err != nil {
 				return nil, err
 			}
-			if err := s.cfg.Store.unindex(ctx, w); err != nil {
+			if err := s.cfg.Store.unindex(ctx, w, 0); err != nil {
 				return nil, err
 			}
 			return nil, reportRefused(w)
@@ -299,7 +299,7 @@ func (s *Service) activated(ctx context.Context, w *subjects.WaitFor) (*subjects
 		if json.Unmarshal(m.Data, &env) != nil || !Matches(w, &env, m.Sequence) {
 			return false
 		}
-		got, err := s.apply(ctx, w, &env, m.Sequence)
+		got, err := s.apply(ctx, Versioned{WaitFor: w}, &env, m.Sequence)
 		if err != nil {
 			s.log.Warn("catch-up wake; the consumer retries", "wait_id", w.ID, "err", err)
 			return true
@@ -326,7 +326,7 @@ func (s *Service) wakeSatisfied(ctx context.Context, w *subjects.WaitFor) (*subj
 		}
 	}
 	if got.Ended() {
-		return got, s.cfg.Store.unindex(ctx, got)
+		return got, s.cfg.Store.unindex(ctx, got, 0)
 	}
 	return got, nil
 }
@@ -334,9 +334,7 @@ func (s *Service) wakeSatisfied(ctx context.Context, w *subjects.WaitFor) (*subj
 // schedule stores w's recheck as a message schedule: the engine publishes
 // it to the recheck subject when due.
 func (s *Service) schedule(ctx context.Context, w *subjects.WaitFor) error {
-	m := &nats.Msg{Subject: subjects.WaitForSchedule(w.AgentID, w.ID), Header: nats.Header{}}
-	m.Header.Set("Nats-Schedule", "@at "+w.RecheckAt.UTC().Format(time.RFC3339Nano))
-	m.Header.Set("Nats-Schedule-Target", subjects.WaitForRecheck(w.AgentID, w.ID))
+	m := engine.Schedule(subjects.WaitForSchedule(w.AgentID, w.ID), subjects.WaitForRecheck(w.AgentID, w.ID), *w.RecheckAt)
 	m.Header.Set("Nats-Schedule-TTL", scheduleTTL)
 	m.Header.Set(jetstream.MsgIDHeader, "schedule_"+w.ID)
 	m.Data = []byte(w.ID)
@@ -351,13 +349,14 @@ func (s *Service) schedule(ctx context.Context, w *subjects.WaitFor) error {
 // while it awaits its report, and its wake resumes it once and delivers
 // its wait_woken. Repeats are absorbed.
 func (s *Service) Apply(ctx context.Context, w *subjects.WaitFor, env *subjects.Envelope, seq uint64) error {
-	_, err := s.apply(ctx, w, env, seq)
+	_, err := s.apply(ctx, Versioned{WaitFor: w}, env, seq)
 	return err
 }
 
 // apply is Apply, returning the registration as stored after it (nil when
-// env changes nothing or it expired).
-func (s *Service) apply(ctx context.Context, w *subjects.WaitFor, env *subjects.Envelope, seq uint64) (*subjects.WaitFor, error) {
+// env changes nothing or it expired). A w read at a known revision is
+// changed by CAS on it without reading it again.
+func (s *Service) apply(ctx context.Context, w Versioned, env *subjects.Envelope, seq uint64) (*subjects.WaitFor, error) {
 	now := s.cfg.Now
 	var change func(*subjects.WaitFor) (bool, error)
 	switch {
@@ -367,14 +366,20 @@ func (s *Service) apply(ctx context.Context, w *subjects.WaitFor, env *subjects.
 		}
 	case operatorMessage(env) && w.Status == subjects.WaitForPrepared && seq > w.SinceSeq:
 		change = func(w *subjects.WaitFor) (bool, error) { return invalidate(w, now()), nil }
-	case Matches(w, env, seq):
+	case Matches(w.WaitFor, env, seq):
 		// A set member's result is seen, and wakes the set that it
 		// satisfies; a duplicate result is seen already and absorbed.
 		change = func(w *subjects.WaitFor) (bool, error) { return advance(w, env, now()), nil }
 	default:
 		return nil, nil
 	}
-	got, _, err := s.cfg.Store.update(ctx, w.AgentID, w.ID, change)
+	var got *subjects.WaitFor
+	var err error
+	if w.Rev > 0 {
+		got, _, err = s.cfg.Store.updateFrom(ctx, w, change)
+	} else {
+		got, _, err = s.cfg.Store.update(ctx, w.AgentID, w.ID, change)
+	}
 	if errors.Is(err, subjects.ErrWaitForNotFound) {
 		return nil, nil // expired
 	}
@@ -390,7 +395,7 @@ func (s *Service) apply(ctx context.Context, w *subjects.WaitFor, env *subjects.
 		}
 	}
 	if got.Ended() {
-		return got, s.cfg.Store.unindex(ctx, got)
+		return got, s.cfg.Store.unindex(ctx, got, w.indexRev)
 	}
 	return got, nil
 }
@@ -478,7 +483,8 @@ func (s *Service) checkTasks(ctx context.Context, w *subjects.WaitFor) (*subject
 	return cause, nil
 }
 
-// checkTask checks a task resource through Tasks, when wired.
+// checkTask checks a task resource through Tasks, when wired, with
+// Holon's rules and texts: it must exist and be the agent's.
 func (s *Service) checkTask(ctx context.Context, agentID, taskID string) (*TaskState, error) {
 	if s.cfg.Tasks == nil {
 		return nil, nil
@@ -487,7 +493,17 @@ func (s *Service) checkTask(ctx context.Context, agentID, taskID string) (*TaskS
 	if err != nil {
 		return nil, fmt.Errorf("waitfor: task %s: %w", taskID, err)
 	}
-	if t != nil && t.AgentID != agentID {
+	switch {
+	case t == nil:
+		// Holon refuses a task it does not know, with this text. chime
+		// could let the wait stand, as a task is also registered by its
+		// first result, but does as Holon does: every task ID an agent
+		// learns is registered before it is handed out (task.start, and
+		// chime task run starts before it prints), so an unknown one is a
+		// mistake that would wait for ever. To wait on a result to come
+		// under an ID of its choosing, the agent starts that task first.
+		return nil, &subjects.Error{Code: subjects.CodeTaskNotFound, Message: "wait_for task does not exist: " + taskID}
+	case t.AgentID != agentID:
 		return nil, &subjects.Error{Code: "task_agent_mismatch", Message: "wait_for task belongs to another agent: " + taskID}
 	}
 	return t, nil

@@ -29,22 +29,33 @@ func NewStore(kv jetstream.KeyValue, now func() time.Time, retention kvrec.Reten
 }
 
 func recKey(agentID, waitID string) string { return "rec." + agentID + "." + waitID }
-func idxKey(agentID string) string         { return "idx." + agentID }
 
-// index names the live registration of each of an agent's scopes: "" is
-// the agent scope, anything else a work item. Each entry says what it
-// waits on, so that an envelope reads only the records it can concern.
-type index struct {
-	Scopes map[string]scope `json:"scopes"`
+// idxKey is the index entry of one of an agent's scopes: the agent scope,
+// or a work item (a token of its own, so no work item ID can be taken for
+// the agent scope's key).
+func idxKey(agentID, workItemID string) string {
+	if workItemID == "" {
+		return "idx." + agentID + ".agent"
+	}
+	return "idx." + agentID + ".item." + workItemID
 }
 
-// scope is an index entry.
+// idxKeys matches every index entry.
+const idxKeys = "idx.>"
+
+// scope is an index entry: the live registration of one of an agent's
+// scopes and what it waits on, so that an envelope reads only the records
+// it can concern. One key a scope keeps each write and read the size of
+// one entry, however many scopes the agent has.
 type scope struct {
-	WaitID   string            `json:"wait_id"`
-	Wake     subjects.WakeKind `json:"wake"`
-	Resource string            `json:"resource,omitempty"`
+	WaitID     string            `json:"wait_id"`
+	WorkItemID string            `json:"work_item_id,omitempty"`
+	Wake       subjects.WakeKind `json:"wake"`
+	Resource   string            `json:"resource,omitempty"`
 	// Resources is the set of a wait.tasks.
 	Resources []string `json:"resources,omitempty"`
+
+	rev uint64 // the entry's revision, in the view
 }
 
 func notFound(waitID string) error {
@@ -74,8 +85,19 @@ func (s *Store) Get(ctx context.Context, agentID, waitID string) (*subjects.Wait
 
 // update changes one registration by CAS; ended ones expire after retention.
 func (s *Store) update(ctx context.Context, agentID, waitID string, change func(*subjects.WaitFor) (bool, error)) (*subjects.WaitFor, bool, error) {
-	w, changed, err := kvrec.Update(ctx, s.kv, recKey(agentID, waitID), false, change,
-		kvrec.ExpireFinished(s.retention, (*subjects.WaitFor).Ended))
+	return s.write(ctx, agentID, waitID, change)
+}
+
+// updateFrom is update deciding first from cur, as the caller read it:
+// no read when cur is current (see kvrec.Current).
+func (s *Store) updateFrom(ctx context.Context, cur Versioned, change func(*subjects.WaitFor) (bool, error)) (*subjects.WaitFor, bool, error) {
+	cp := *cur.WaitFor // change works on its own copy
+	return s.write(ctx, cur.AgentID, cur.ID, change, kvrec.Current(&cp, cur.Rev))
+}
+
+func (s *Store) write(ctx context.Context, agentID, waitID string, change func(*subjects.WaitFor) (bool, error), opts ...kvrec.Option[subjects.WaitFor]) (*subjects.WaitFor, bool, error) {
+	opts = append(opts, kvrec.ExpireFinished(s.retention, (*subjects.WaitFor).Ended))
+	w, changed, err := kvrec.Update(ctx, s.kv, recKey(agentID, waitID), false, change, opts...)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, false, notFound(waitID)
 	}
@@ -89,16 +111,13 @@ func (s *Store) update(ctx context.Context, agentID, waitID string, change func(
 // replaces ("" for none).
 func (s *Store) swap(ctx context.Context, w *subjects.WaitFor) (string, error) {
 	var old string
-	_, _, err := kvrec.Update(ctx, s.kv, idxKey(w.AgentID), true, func(ix *index) (bool, error) {
-		old = ix.Scopes[w.WorkItemID].WaitID
+	_, _, err := kvrec.Update(ctx, s.kv, idxKey(w.AgentID, w.WorkItemID), true, func(sc *scope) (bool, error) {
+		old = sc.WaitID
 		if old == w.ID {
 			old = "" // a retry that already swapped
 			return false, nil
 		}
-		if ix.Scopes == nil {
-			ix.Scopes = map[string]scope{}
-		}
-		ix.Scopes[w.WorkItemID] = scope{WaitID: w.ID, Wake: w.Wake, Resource: w.Resource, Resources: w.Resources}
+		*sc = scope{WaitID: w.ID, WorkItemID: w.WorkItemID, Wake: w.Wake, Resource: w.Resource, Resources: w.Resources}
 		return true, nil
 	})
 	if err != nil {
@@ -108,46 +127,55 @@ func (s *Store) swap(ctx context.Context, w *subjects.WaitFor) (string, error) {
 }
 
 // unindex drops an ended registration from its scope, if still there, so
-// the index holds live scopes only.
-func (s *Store) unindex(ctx context.Context, w *subjects.WaitFor) error {
-	_, _, err := kvrec.Update(ctx, s.kv, idxKey(w.AgentID), false, func(ix *index) (bool, error) {
-		if ix.Scopes[w.WorkItemID].WaitID != w.ID {
-			return false, nil
+// the index holds live scopes only. The entry is purged by CAS: a newer
+// registration swapped in meanwhile stays. rev, when known, is the
+// revision at which the entry named w: the first purge needs no read.
+func (s *Store) unindex(ctx context.Context, w *subjects.WaitFor, rev uint64) error {
+	key := idxKey(w.AgentID, w.WorkItemID)
+	for range unindexAttempts {
+		if rev == 0 {
+			sc, cur, err := kvrec.Get[scope](ctx, s.kv, key)
+			if errors.Is(err, jetstream.ErrKeyNotFound) || (err == nil && sc.WaitID != w.ID) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("waitfor: unindex: %w", err)
+			}
+			rev = cur
 		}
-		delete(ix.Scopes, w.WorkItemID)
-		return true, nil
-	})
-	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return fmt.Errorf("waitfor: unindex: %w", err)
+		err := s.retention.PurgeRev(ctx, s.kv, key, rev)
+		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			if err != nil {
+				return fmt.Errorf("waitfor: unindex: %w", err)
+			}
+			return nil
+		}
+		rev = 0
 	}
-	return nil
+	return fmt.Errorf("waitfor: unindex %s: %w", key, kvrec.ErrContended)
 }
 
-// Live returns the registrations the agent's index names that env may
-// concern (all, for a nil env): one per scope at most. The index, not a
+// unindexAttempts bounds the purges of an entry that keeps changing.
+const unindexAttempts = 8
+
+// live reads the registrations that entries (an agent's index, from the
+// view) name and env may concern: one per scope at most. The index, not a
 // listing, decides which is current, so one whose replacement was cut
 // short by a crash is never woken.
-func (s *Store) Live(ctx context.Context, agentID string, env *subjects.Envelope) ([]*subjects.WaitFor, error) {
-	ix, _, err := kvrec.Get[index](ctx, s.kv, idxKey(agentID))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("waitfor: index: %w", err)
-	}
-	var out []*subjects.WaitFor
-	for _, sc := range ix.Scopes {
-		if env != nil && !concerns(sc.Wake, sc.Resource, sc.Resources, env) {
+func (s *Store) live(ctx context.Context, env *subjects.Envelope, entries []scope) ([]Versioned, error) {
+	var out []Versioned
+	for _, sc := range entries {
+		if !concerns(sc.Wake, sc.Resource, sc.Resources, env) {
 			continue
 		}
-		w, err := s.Get(ctx, agentID, sc.WaitID)
-		if errors.Is(err, subjects.ErrWaitForNotFound) {
+		w, rev, err := kvrec.Get[subjects.WaitFor](ctx, s.kv, recKey(env.AgentID, sc.WaitID))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("waitfor: get: %w", err)
 		}
-		out = append(out, w)
+		out = append(out, Versioned{WaitFor: w, Rev: rev, indexRev: sc.rev})
 	}
 	return out, nil
 }
@@ -160,4 +188,12 @@ func (s *Store) List(ctx context.Context, agentID string, limit int) ([]subjects
 		return nil, fmt.Errorf("waitfor: list: %w", err)
 	}
 	return kvrec.NewestFirst(out, func(w *subjects.WaitFor) time.Time { return w.CreatedAt }, limit), nil
+}
+
+// Versioned is a registration as read at revision Rev.
+type Versioned struct {
+	*subjects.WaitFor
+	Rev uint64
+	// indexRev is the revision of its index entry as the view holds it.
+	indexRev uint64
 }

@@ -12,9 +12,8 @@ import (
 type Tasks struct{ Store *tasks.Store }
 
 // LookupTask reports taskID as agentID sees it: nil when no agent holds
-// it (a task may be registered by its first result, so an unknown ID is
-// waited on), another agent's as such, and terminal as soon as its record
-// is: the record is finished before its task_result is stored. chime does
+// it (WaitFor refuses it, see checkTask), another agent's as such, and
+// terminal as soon as its record is: the record is finished before its task_result is stored. chime does
 // not know whether the agent has read a result, so a finished task's
 // result counts as queued, never as consumed.
 func (t Tasks) LookupTask(ctx context.Context, agentID, taskID string) (*TaskState, error) {

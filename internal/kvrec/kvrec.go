@@ -170,25 +170,27 @@ func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, cr
 	p := &pacer{}
 	var writes []unsure
 	for conflicts := 0; conflicts < casAttempts; {
-		var v *T
-		var rev uint64
-		e, err := get(ctx, p, kv, key)
-		switch {
-		case err == nil && landed(writes, e):
-			v, err := decode[T](key, e.Value())
-			if err != nil {
+		v, rev := o.cur, o.rev
+		o.cur = nil // the caller's copy serves the first attempt only
+		if v == nil {
+			e, err := get(ctx, p, kv, key)
+			switch {
+			case err == nil && landed(writes, e):
+				v, err := decode[T](key, e.Value())
+				if err != nil {
+					return nil, 0, false, err
+				}
+				return v, e.Revision(), true, nil
+			case err == nil:
+				if v, err = decode[T](key, e.Value()); err != nil {
+					return nil, 0, false, err
+				}
+				rev = e.Revision()
+			case errors.Is(err, jetstream.ErrKeyNotFound) && create:
+				v = new(T)
+			default:
 				return nil, 0, false, err
 			}
-			return v, e.Revision(), true, nil
-		case err == nil:
-			if v, err = decode[T](key, e.Value()); err != nil {
-				return nil, 0, false, err
-			}
-			rev = e.Revision()
-		case errors.Is(err, jetstream.ErrKeyNotFound) && create:
-			v = new(T)
-		default:
-			return nil, 0, false, err
 		}
 		changed, err := change(v)
 		if err != nil || !changed {

@@ -361,3 +361,43 @@ func TestCallerCancelIsNotUnavailable(t *testing.T) {
 		t.Fatalf("error %v: want context.Canceled", err)
 	}
 }
+
+// TestCurrent: an update from the caller's copy writes without a read when
+// the copy is current, and decides again from the stored record when it is
+// stale; a purge by CAS refuses a stale revision.
+func TestCurrent(t *testing.T) {
+	e := startEngine(t)
+	_, kv := e.connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	put(t, kv, "a.1", rec{ID: "a"})
+	v, rev, err := kvrec.Get[rec](ctx, kv, "a.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls int
+	if _, rev, _, err = kvrec.UpdateRev(ctx, kv, "a.1", false, bump(&calls), kvrec.Current(v, rev)); err != nil || calls != 1 {
+		t.Fatalf("update from a current copy: %v after %d calls", err, calls)
+	}
+	stale := &rec{ID: "a"} // Changes 0, at a revision long gone
+	if _, _, _, err := kvrec.UpdateRev(ctx, kv, "a.1", false, bump(&calls), kvrec.Current(stale, rev-1)); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, kv, "a.1"); got.Changes != 2 || calls != 3 {
+		t.Fatalf("after a stale copy: %+v after %d calls, want 2 changes (the stale decision lost its CAS and was made again)", got, calls)
+	}
+	r := kvrec.Retention{}
+	if err := r.PurgeRev(ctx, kv, "a.1", rev); !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		t.Fatalf("purge at a stale revision: %v, want ErrKeyRevisionMismatch", err)
+	}
+	_, cur, err := kvrec.Get[rec](ctx, kv, "a.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.PurgeRev(ctx, kv, "a.1", cur); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := kvrec.Get[rec](ctx, kv, "a.1"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("after the purge: %v", err)
+	}
+}

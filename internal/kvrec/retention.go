@@ -37,6 +37,18 @@ type Option[T any] func(*options[T])
 type options[T any] struct {
 	ret      Retention
 	finished func(*T) bool
+	// cur and rev: the caller's copy of the record, for the first attempt.
+	cur *T
+	rev uint64
+}
+
+// Current gives Update the record as the caller last read it (v at
+// revision rev, e.g. from a KV watch): the first attempt decides from v and
+// writes by CAS on rev without a read, saving a round trip when v is
+// current; a stale v loses the CAS and the update reads as usual. v is
+// changed in place.
+func Current[T any](v *T, rev uint64) Option[T] {
+	return func(o *options[T]) { o.cur, o.rev = v, rev }
 }
 
 // ExpireFinished makes each write of a record that finished reports as
@@ -84,24 +96,39 @@ func updateTTL(ctx context.Context, js jetstream.JetStream, bucket, key string, 
 	m := &nats.Msg{Subject: "$KV." + bucket + "." + key, Data: data}
 	ack, err := js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(ttl))
 	if err != nil {
-		if e, ok := errors.AsType[*jetstream.APIError](err); ok &&
-			(e.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || e.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
-			return 0, fmt.Errorf("%w: %w", err, jetstream.ErrKeyRevisionMismatch)
-		}
-		return 0, err
+		return 0, revisionMismatch(err)
 	}
 	return ack.Sequence, nil
+}
+
+// revisionMismatch marks a publish refused for its expected revision as
+// jetstream.ErrKeyRevisionMismatch, as the KV client's Update does.
+func revisionMismatch(err error) error {
+	if e, ok := errors.AsType[*jetstream.APIError](err); ok &&
+		(e.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || e.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		return fmt.Errorf("%w: %w", err, jetstream.ErrKeyRevisionMismatch)
+	}
+	return err
 }
 
 // Purge removes key's record and leaves a deletion marker that expires
 // after r.Markers, so the bucket does not keep one for every key it ever
 // had.
 func (r Retention) Purge(ctx context.Context, kv jetstream.KeyValue, key string) error {
+	return r.PurgeRev(ctx, kv, key, 0)
+}
+
+// PurgeRev is Purge by CAS: only while key is at revision rev (0: any),
+// else jetstream.ErrKeyRevisionMismatch.
+func (r Retention) PurgeRev(ctx context.Context, kv jetstream.KeyValue, key string, rev uint64) error {
 	var opts []jetstream.KVDeleteOpt
 	if r.Markers > 0 {
 		opts = append(opts, jetstream.PurgeTTL(r.Markers))
 	}
-	return kv.Purge(ctx, key, opts...)
+	if rev > 0 {
+		opts = append(opts, jetstream.LastRevision(rev))
+	}
+	return revisionMismatch(kv.Purge(ctx, key, opts...))
 }
 
 // Headers of the KV stream's messages the sweep reads.

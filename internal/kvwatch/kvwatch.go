@@ -14,6 +14,7 @@
 package kvwatch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,6 +40,9 @@ type Entry struct {
 type Config struct {
 	JS     jetstream.JetStream
 	Bucket string
+	// Keys, when set, is a key pattern ("idx.>"): only those keys are
+	// watched, and Seen counts their revisions alone.
+	Keys string
 	// Apply folds one change into the view; it is called from one
 	// goroutine, in revision order.
 	Apply func(Entry)
@@ -89,7 +93,7 @@ func New(c Config) *Watch {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
 	w := &Watch{
-		cfg: c, log: c.Log.With("component", "kvwatch", "bucket", c.Bucket),
+		cfg: c, log: c.Log.With("component", "kvwatch", "bucket", c.Bucket, "keys", c.Keys),
 		stream: "KV_" + c.Bucket, prefix: "$KV." + c.Bucket + ".",
 		loaded: make(chan struct{}), problem: "not started", done: make(chan struct{}),
 	}
@@ -259,7 +263,7 @@ func (w *Watch) consume(ctx context.Context, next uint64) (uint64, error) {
 	}
 	cfg := jetstream.ConsumerConfig{
 		AckPolicy:         jetstream.AckNonePolicy,
-		FilterSubject:     w.prefix + ">",
+		FilterSubject:     w.prefix + cmp.Or(w.cfg.Keys, ">"),
 		MemoryStorage:     true,
 		Replicas:          1,
 		InactiveThreshold: time.Minute,

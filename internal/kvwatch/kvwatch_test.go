@@ -328,3 +328,38 @@ func TestExpiredKeyIsDeleted(t *testing.T) {
 		t.Fatalf("get of an expired key: %v", err)
 	}
 }
+
+// TestKeys: a watch of a key pattern loads and follows those keys alone,
+// and Seen counts their revisions.
+func TestKeys(t *testing.T) {
+	srv := startServer(t)
+	js := connect(t, srv.ns.ClientURL())
+	kv := bucket(t, js, "keys")
+	ctx := context.Background()
+	for _, k := range []string{"idx.a", "rec.a", "idx.b.c"} {
+		if _, err := kv.Put(ctx, k, []byte(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := &view{vals: map[string]string{}}
+	w := kvwatch.New(kvwatch.Config{JS: js, Bucket: "keys", Keys: "idx.>", Apply: v.apply, Reset: v.reset})
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	waitLoaded(t, w)
+	rev, err := kv.Put(ctx, "idx.d", []byte("d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "rec.d", []byte("d")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WaitSeen(ctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	_, rec := v.get("rec.a")
+	if n := v.len(); n != 3 || rec || w.Seen() != rev {
+		t.Fatalf("view of %d keys (rec.a in it: %v), seen %d: want idx.a, idx.b.c and idx.d alone, seen %d", n, rec, w.Seen(), rev)
+	}
+}

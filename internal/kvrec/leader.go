@@ -1,0 +1,52 @@
+package kvrec
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Last is the last message of a bucket whose key matches a filter.
+type Last struct {
+	Seq  uint64 // its revision
+	Data []byte
+}
+
+// LeaderLast reads the last message of bucket whose key matches filter (a
+// key, or a pattern such as "idx.>") from the bucket stream's leader. A KV
+// get may be answered by a follower that lags a write acknowledged
+// elsewhere; the stream's message API is answered by the leader, so what
+// it returns is at least as new as every acknowledged write. No message:
+// jetstream.ErrKeyNotFound. (chime uses no JetStream domain or API prefix.)
+func LeaderLast(ctx context.Context, nc *nats.Conn, bucket, filter string) (*Last, error) {
+	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + bucket + "." + filter})
+	msg, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+bucket, req)
+	if err != nil {
+		return nil, fmt.Errorf("last of %s: %w: %w", filter, ErrUnavailable, err)
+	}
+	var res struct {
+		Message *struct {
+			Seq  uint64 `json:"seq"`
+			Data []byte `json:"data"`
+		} `json:"message"`
+		Error *struct {
+			Code        int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &res); err != nil {
+		return nil, fmt.Errorf("last of %s: %w", filter, err)
+	}
+	switch {
+	case res.Error != nil && res.Error.Code == int(jetstream.JSErrCodeMessageNotFound):
+		return nil, jetstream.ErrKeyNotFound
+	case res.Error != nil:
+		return nil, fmt.Errorf("last of %s: %w: %s", filter, ErrUnavailable, res.Error.Description)
+	case res.Message == nil:
+		return nil, fmt.Errorf("last of %s: no message in the answer", filter)
+	}
+	return &Last{Seq: res.Message.Seq, Data: res.Message.Data}, nil
+}
