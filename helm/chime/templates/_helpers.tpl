@@ -102,7 +102,8 @@ exponent (values read 1000000 as a float).
   "inboxMaxAge" "CHIME_INBOX_MAX_AGE" "eventMaxAge" "CHIME_EVENT_MAX_AGE" "dedupWindow" "CHIME_DEDUP_WINDOW"
   "recordRetention" "CHIME_RECORD_RETENTION" "timezone" "CHIME_TIMEZONE" "logLevel" "CHIME_LOG_LEVEL"
   "logFormat" "CHIME_LOG_FORMAT" "maxTimersPerAgent" "CHIME_MAX_TIMERS_PER_AGENT"
-  "maxWaitsPerAgent" "CHIME_MAX_WAITS_PER_AGENT" "minInterval" "CHIME_MIN_INTERVAL"
+  "maxWaitsPerAgent" "CHIME_MAX_WAITS_PER_AGENT"
+  "maxOpenQuestionsPerAgent" "CHIME_MAX_OPEN_QUESTIONS_PER_AGENT" "minInterval" "CHIME_MIN_INTERVAL"
   "createRate" "CHIME_CREATE_RATE" "createBurst" "CHIME_CREATE_BURST" "inboxMaxBytes" "CHIME_INBOX_MAX_BYTES"
   "inboxMaxPerAgent" "CHIME_INBOX_MAX_PER_AGENT" "eventMaxBytes" "CHIME_EVENT_MAX_BYTES"
   "notificationsMax" "CHIME_NOTIFICATIONS_MAX" }}
