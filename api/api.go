@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -137,7 +136,7 @@ func (o *Operations) do(ctx context.Context, surface, action, agentID string, bo
 	if err := subjects.ValidateID("agent_id", agentID); err != nil {
 		return nil, err
 	}
-	if err := checkBody(action, len(body)); err != nil {
+	if err := o.checkBody(action, len(body)); err != nil {
 		return nil, err
 	}
 	switch action {
@@ -239,15 +238,20 @@ const callbackAction = "callback"
 // bodyLimit is the one body policy, by action, over HTTP and NATS alike:
 // a body beyond its limit is refused with payload_too_large (HTTP 413)
 // before it is decoded. Callbacks take 256 KiB (the contract). An
-// intervention has no limit of its own: its text may be as long as its
-// deliveries can carry, which Intervene checks against the inbox. Every
-// other request takes 64 KiB.
-func bodyLimit(action string) int64 {
+// intervention's text may be as long as its deliveries can carry, which
+// Intervene checks against the inbox; its body is bounded by the most
+// that could still decode to such a text (every byte escaped as \uXXXX:
+// six to one), so that HTTP, where no server's max payload bounds it,
+// never reads more. Every other request takes 64 KiB.
+func (o *Operations) bodyLimit(action string) int64 {
 	switch action {
 	case callbackAction:
 		return subjects.MaxCallbackBody
 	case subjects.ActionIntervention:
-		return math.MaxInt64
+		if o.waitOps == nil {
+			return subjects.MaxRequestBody
+		}
+		return 6*o.waitOps.Room() + subjects.MaxRequestBody
 	case subjects.ActionTaskOutputAppend:
 		return subjects.MaxAppendBody
 	default:
@@ -256,8 +260,8 @@ func bodyLimit(action string) int64 {
 }
 
 // checkBody refuses a body of n bytes beyond its action's limit.
-func checkBody(action string, n int) error {
-	if limit := bodyLimit(action); int64(n) > limit {
+func (o *Operations) checkBody(action string, n int) error {
+	if limit := o.bodyLimit(action); int64(n) > limit {
 		return tooLarge(action, limit)
 	}
 	return nil

@@ -101,7 +101,7 @@ func (o *Operations) Callback(ctx context.Context, surface string, req callbacks
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	var reply *subjects.CallbackReply
-	err := checkBody(callbackAction, len(req.Body))
+	err := o.checkBody(callbackAction, len(req.Body))
 	switch {
 	case err != nil:
 	case o.callbacks == nil:

@@ -36,7 +36,7 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (boo
 	// action decodes from the request and the body read.
 	route := func(pattern, action string, body func(r *http.Request, read []byte) []byte, status int) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-			read, err := readBody(w, r, action)
+			read, err := ops.readBody(w, r, action)
 			var res any
 			if err == nil {
 				res, err = ops.Do(r.Context(), "http", action, r.PathValue("id"), body(r, read))
@@ -115,7 +115,7 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (boo
 // callback reads a callback request: the body under the callback limit
 // (413 beyond, nothing stored), the token from the path.
 func callback(ops *Operations, mode subjects.DeliveryMode, w http.ResponseWriter, r *http.Request) (*subjects.CallbackReply, error) {
-	body, err := readBody(w, r, callbackAction)
+	body, err := ops.readBody(w, r, callbackAction)
 	if err != nil {
 		return nil, err
 	}
@@ -129,8 +129,8 @@ func callback(ops *Operations, mode subjects.DeliveryMode, w http.ResponseWriter
 // limit (bodyLimit), and payload_too_large (413) beyond it. Reading stops
 // at the limit, and http.MaxBytesReader has the server close the
 // connection after the reply rather than drain the rest.
-func readBody(w http.ResponseWriter, r *http.Request, action string) ([]byte, error) {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, bodyLimit(action)))
+func (o *Operations) readBody(w http.ResponseWriter, r *http.Request, action string) ([]byte, error) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, o.bodyLimit(action)))
 	if tooBig, ok := errors.AsType[*http.MaxBytesError](err); ok {
 		return nil, tooLarge(action, tooBig.Limit)
 	}

@@ -176,6 +176,29 @@ func TestBodyLimits(t *testing.T) {
 	if reply := request(t, nc, "agent.big.intervention", long); !bytes.Contains(reply.Data, []byte(`"ok":true`)) {
 		t.Errorf("a 100 KiB intervention: %s", reply.Data)
 	}
+	// Over HTTP no server's max payload bounds it: a body larger than any
+	// text a delivery could carry (six body bytes to one, escaped) is
+	// refused before it is read whole; one within that bound but too long
+	// to deliver gets the intervention's own answer.
+	room := nc.MaxPayload()
+	for _, c := range []struct {
+		size int64
+		msg  string
+	}{
+		{7*room + subjects.MaxRequestBody, "request body larger than"},
+		{2 * room, "intervention text too large"},
+	} {
+		body := `{"action":"message","text":"` + strings.Repeat("x", int(c.size)) + `"}`
+		res, err := http.Post(base+"/api/control/agents/big/intervention", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusRequestEntityTooLarge || !bytes.Contains(got, []byte(c.msg)) {
+			t.Errorf("HTTP intervention of %d bytes: %d %s", c.size, res.StatusCode, got)
+		}
+	}
 	if n := storedKeys(t, nc, engine.TimersBucket, "big"); n != 0 {
 		t.Errorf("%d timers stored from refused bodies", n)
 	}

@@ -54,6 +54,9 @@ func (o *Requests) Cancel(ctx context.Context, agentID, waitID string) (*subject
 	return w, nil
 }
 
+// Room is the most an inbox delivery may carry (see consumer.Inbox.Room).
+func (o *Requests) Room() int64 { return o.inbox.Room() }
+
 // Intervene stores the intervention as an event on the agent's
 // intervention subject; the interventions consumer applies each agent's in
 // order and delivers them. The reply comes once it is stored, so an
