@@ -3,7 +3,9 @@ package api
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,7 +27,7 @@ const authTimeout = 5 * time.Second
 
 func (g guard) wrap(next http.Handler) http.Handler {
 	if !g.resolver.Operators.Enabled() {
-		return next
+		return loopbackOnly(next)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !protected(r.URL.Path) {
@@ -52,6 +54,48 @@ func (g guard) wrap(next http.Handler) http.Handler {
 			writeError(w, &subjects.Error{Code: subjects.CodeForbidden, Message: p.Name() + " may not call " + r.Method + " " + r.URL.Path})
 		}
 	})
+}
+
+// loopbackOnly serves the protected routes, open without operator tokens,
+// only to requests that name a loopback host. chime then listens on
+// loopback (config), but a browser can still be made to reach it: a page
+// whose DNS name is rebound to 127.0.0.1 is same-origin to itself and
+// could read inboxes and mint agent tokens. Such a request names the
+// page's host, not a loopback one.
+func loopbackOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if protected(r.URL.Path) && !loopbackHost(r.Host) {
+			writeError(w, &subjects.Error{Code: subjects.CodeForbidden, Message: "without operator tokens (CHIME_OPERATOR_TOKENS_FILE) " +
+				"the API answers only requests to a loopback host (localhost, 127.0.0.1, [::1]), not " + strconv.Quote(r.Host)})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func loopbackHost(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host = strings.Trim(hostport, "[]")
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// crossOrigin refuses the unsafe requests a browser sends from another
+// site (CSRF): a page elsewhere could otherwise post to the control routes
+// of a chime that takes them without a token, or ride a console's
+// session. Callbacks are capability URLs that other sites call, and pass.
+func crossOrigin(next http.Handler) http.Handler {
+	c := http.NewCrossOriginProtection()
+	c.AddInsecureBypassPattern("/api/callbacks/")
+	c.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &subjects.Error{Code: subjects.CodeForbidden, Message: "a cross-origin " + r.Method + " from a browser is refused"})
+	}))
+	return c.Handler(next)
 }
 
 // protected reports the routes that need a principal: control, the agent

@@ -109,7 +109,7 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (boo
 		}
 		writeJSON(w, http.StatusNotFound, subjects.MarshalError(&subjects.Error{Code: "not_found", Message: "no route for " + r.Method + " " + path}))
 	})
-	return guard{resolver}.wrap(mux)
+	return crossOrigin(guard{resolver}.wrap(mux))
 }
 
 // callback reads a callback request: the body under the callback limit

@@ -132,6 +132,7 @@ func TestOutageAnswersUnavailable(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			req := httptest.NewRequestWithContext(ctx, tc.method, tc.path, strings.NewReader(tc.body))
+			req.Host = "127.0.0.1" // httptest's example.com is no loopback host
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, req)
 			if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != "1" {
