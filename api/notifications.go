@@ -112,7 +112,11 @@ func (o *Operations) serveEvents(w http.ResponseWriter, r *http.Request, agentID
 	}
 	ctx, cancel := streamContext(r)
 	defer cancel()
-	feed := o.notifications.Follow(agentID, since)
+	feed, err := o.notifications.Follow(ctx, agentID, since)
+	if err != nil {
+		writeError(w, answerError(err))
+		return
+	}
 	defer feed.Close()
 	s := startEventStream(w)
 	if s == nil {

@@ -466,9 +466,17 @@ func (s *Service) Clear(ctx context.Context, agentID string) (string, error) {
 
 // Follow starts a feed of the agent's changes ("": every agent's),
 // replaying those after since first when it is set (see Feed). The caller
-// closes it.
-func (s *Service) Follow(agentID string, since *uint64) *Feed {
-	return s.idx.subscribe(agentID, since)
+// closes it. A resume first brings the view up to the stream's last
+// change: the client may come from a replica further on, and a view behind
+// its since would send again, live, changes it has (an older state of a
+// notification after a newer one).
+func (s *Service) Follow(ctx context.Context, agentID string, since *uint64) (*Feed, error) {
+	if since != nil {
+		if err := s.catchUp(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return s.idx.subscribe(agentID, since), nil
 }
 
 // catchUp waits until the view holds the stream's last change, so that

@@ -106,3 +106,63 @@ func TestStopWithCompactionDue(t *testing.T) {
 		}
 	}
 }
+
+// TestResumeOnAReplicaBehind: a client resuming after sequence N on a
+// replica whose view has not reached N yet gets no change at or below N,
+// neither replayed nor live as the view catches up: it never sees a
+// notification go back to an older state.
+func TestResumeOnAReplicaBehind(t *testing.T) {
+	a, js := start(t, 10)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var since uint64
+	for i := range 5 {
+		item, err := a.Notify(ctx, "ann", &subjects.Notification{ID: "n", Message: fmt.Sprintf("v%d", i), Type: subjects.NotifyInfo})
+		if err != nil {
+			t.Fatal(err)
+		}
+		since = item.Seq
+	}
+	// b is a second replica whose view starts only after the client came.
+	b := New(Config{JS: js, KV: a.kv, Max: 10})
+	t.Cleanup(b.Stop)
+	type followed struct {
+		feed *Feed
+		err  error
+	}
+	got := make(chan followed, 1)
+	go func() {
+		f, err := b.Follow(ctx, "", &since)
+		got <- followed{f, err}
+	}()
+	// Let a Follow that does not wait subscribe before the view loads (it
+	// would then be sent the loading changes live); one that waits for
+	// the view does not subscribe yet.
+	subscribed := func() bool {
+		b.idx.mu.Lock()
+		defer b.idx.mu.Unlock()
+		return len(b.idx.feeds) > 0
+	}
+	for deadline := time.Now().Add(200 * time.Millisecond); !subscribed() && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f := <-got
+	if f.err != nil {
+		t.Fatal(f.err)
+	}
+	defer f.feed.Close()
+	<-b.Loaded() // before the next change, which would supersede the last one in the load
+	if _, err := a.Notify(ctx, "ann", &subjects.Notification{ID: "n", Message: "v5", Type: subjects.NotifyInfo}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range f.feed.Replay {
+		t.Errorf("replayed seq %d, at or below the resume point %d", ev.Seq, since)
+	}
+	// The first live change must be the one after the resume point.
+	if ev, ok := <-f.feed.C; !ok || ev.Seq <= since {
+		t.Fatalf("live seq %d (open %v), at or below the resume point %d", ev.Seq, ok, since)
+	}
+}
