@@ -149,7 +149,9 @@ type delivery struct {
 	stored time.Time // when the inbox stream stored it
 }
 
-// inbox reads every envelope stored in the inbox stream.
+// inbox reads every envelope stored in the inbox stream. A read that
+// fails (a cluster still settling after a kill answers "no responders"
+// for a moment) is made again, for up to 20 s.
 func inbox(t *testing.T, nc *nats.Conn) []delivery {
 	t.Helper()
 	js, err := jetstream.New(nc)
@@ -158,35 +160,45 @@ func inbox(t *testing.T, nc *nats.Conn) []delivery {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	for {
+		out, err := readInbox(ctx, js)
+		if err == nil {
+			return out
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("read the inbox stream: %v", err)
+		}
+		t.Logf("read the inbox stream: %v; again", err)
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func readInbox(ctx context.Context, js jetstream.JetStream) ([]delivery, error) {
 	stream, err := js.Stream(ctx, engine.InboxStream)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := int(info.State.Msgs)
+	total := int(stream.CachedInfo().State.Msgs)
 	if total == 0 {
-		return nil
+		return nil, nil
 	}
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	out := make([]delivery, 0, total)
 	for len(out) < total {
 		batch, err := cons.Fetch(min(total-len(out), 1000), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		for m := range batch.Messages() {
 			var d delivery
 			if err := json.Unmarshal(m.Data(), &d.env); err != nil {
-				t.Fatal(err)
+				return nil, err
 			}
 			if err := json.Unmarshal(d.env.Data, &d.data); err != nil {
-				t.Fatal(err)
+				return nil, err
 			}
 			if md, err := m.Metadata(); err == nil {
 				d.stored = md.Timestamp
@@ -194,10 +206,10 @@ func inbox(t *testing.T, nc *nats.Conn) []delivery {
 			out = append(out, d)
 		}
 		if err := batch.Error(); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 	}
-	return out
+	return out, nil
 }
 
 // countInbox returns the number of stored inbox messages.
