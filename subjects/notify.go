@@ -3,8 +3,10 @@ package subjects
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // ActionNotify is the agent's request to notify its user.
@@ -89,10 +91,16 @@ type Notification struct {
 	Group       string
 }
 
-// DecodeNotify validates a notification in Agent Zero's order (type, then
-// priority, then message) with its texts. A display time that is absent,
+// DecodeNotify validates a notification with Agent Zero's texts, in the
+// order of its source: an agent's (notify_user) type, then priority, then
+// message; the HTTP create route's (notification_create) message first,
+// and type without regard to case. A display time that is absent,
 // non-numeric or not positive takes the source's default; timeout wins
-// over display_time.
+// over display_time. Over HTTP a display time is a whole number of
+// seconds, as that route's int() makes it: a number is cut to its whole
+// part, a string must spell a whole number. Unlike that route, chime
+// checks the priority on HTTP too (10 or 20), so that every stored
+// notification has one of the two.
 func DecodeNotify(data []byte, src NotifySource) (*Notification, error) {
 	var req NotifyRequest
 	if err := DecodeStrict(data, &req); err != nil {
@@ -101,8 +109,14 @@ func DecodeNotify(data []byte, src NotifySource) (*Notification, error) {
 	prio, display := src.defaults()
 	n := &Notification{ID: req.ID, Message: req.Message, Title: req.Title, Detail: req.Detail,
 		Type: NotifyInfo, Priority: prio, DisplayTime: display, Group: req.Group}
+	if src == FromHTTP && req.Message == "" {
+		return nil, &Error{Code: CodeInvalidRequest, Message: "Message is required"}
+	}
 	if req.Type != "" {
 		n.Type = NotificationType(req.Type)
+		if src == FromHTTP {
+			n.Type = NotificationType(strings.ToLower(req.Type))
+		}
 		if !slices.Contains(NotificationTypes(), n.Type) {
 			return nil, &Error{Code: CodeInvalidRequest, Message: "Invalid notification type: " + req.Type}
 		}
@@ -123,12 +137,30 @@ func DecodeNotify(data []byte, src NotifySource) (*Notification, error) {
 		}
 	}
 	for _, raw := range []json.RawMessage{req.Timeout, req.DisplayTime} {
-		if f, err := strconv.ParseFloat(string(bytes.TrimSpace(raw)), 64); err == nil && f > 0 {
+		if f, ok := src.displayTime(raw); ok {
 			n.DisplayTime = f
 			break
 		}
 	}
 	return n, nil
+}
+
+// displayTime reads a display time the source's way (see DecodeNotify);
+// false: none that counts.
+func (s NotifySource) displayTime(raw json.RawMessage) (float64, bool) {
+	v := bytes.TrimSpace(raw)
+	if s == FromHTTP {
+		var text string
+		if json.Unmarshal(v, &text) == nil {
+			n, err := strconv.Atoi(strings.TrimSpace(text))
+			return float64(n), err == nil && n > 0
+		}
+		f, err := strconv.ParseFloat(string(v), 64)
+		f = math.Trunc(f)
+		return f, err == nil && f > 0
+	}
+	f, err := strconv.ParseFloat(string(v), 64)
+	return f, err == nil && f > 0
 }
 
 // rawText shows a raw JSON value the way the sender wrote it, a string

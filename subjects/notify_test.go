@@ -30,6 +30,19 @@ func TestDecodeNotify(t *testing.T) {
 			Notification{Message: "m", Type: NotifyInfo, Priority: PriorityNormal, DisplayTime: 3}},
 		{"negative timeout from an agent", `{"message":"m","timeout":-4}`, FromAgent,
 			Notification{Message: "m", Type: NotifyInfo, Priority: PriorityHigh, DisplayTime: 30}},
+		// The HTTP create route's int(display_time) and type.lower().
+		{"http whole seconds", `{"message":"m","display_time":2.7}`, FromHTTP,
+			Notification{Message: "m", Type: NotifyInfo, Priority: PriorityNormal, DisplayTime: 2}},
+		{"http under a second", `{"message":"m","display_time":0.5}`, FromHTTP,
+			Notification{Message: "m", Type: NotifyInfo, Priority: PriorityNormal, DisplayTime: 3}},
+		{"http seconds as text", `{"message":"m","display_time":" 5 "}`, FromHTTP,
+			Notification{Message: "m", Type: NotifyInfo, Priority: PriorityNormal, DisplayTime: 5}},
+		{"http fraction as text", `{"message":"m","display_time":"5.5"}`, FromHTTP,
+			Notification{Message: "m", Type: NotifyInfo, Priority: PriorityNormal, DisplayTime: 3}},
+		{"http type in capitals", `{"message":"m","type":"WARNING"}`, FromHTTP,
+			Notification{Message: "m", Type: NotifyWarning, Priority: PriorityNormal, DisplayTime: 3}},
+		{"agent fraction kept", `{"message":"m","timeout":2.7}`, FromAgent,
+			Notification{Message: "m", Type: NotifyInfo, Priority: PriorityHigh, DisplayTime: 2.7}},
 	} {
 		got, err := DecodeNotify([]byte(tc.body), tc.src)
 		if err != nil {
@@ -61,6 +74,20 @@ func TestDecodeNotifyErrors(t *testing.T) {
 		var e *Error
 		if !errors.As(err, &e) || e.Code != tc.code || e.Message != tc.msg {
 			t.Errorf("%s: got %v, want %s: %s", tc.body, err, tc.code, tc.msg)
+		}
+	}
+	// The HTTP create route's order: message first; type without regard
+	// to case, named as sent.
+	for _, tc := range []struct{ body, msg string }{
+		{`{"type":"bogus"}`, "Message is required"},
+		{`{"type":"Info","priority":3}`, "Message is required"},
+		{`{"type":"Loud","message":"m"}`, "Invalid notification type: Loud"},
+		{`{"priority":15,"message":"m"}`, "Invalid notification priority: 15"},
+	} {
+		_, err := DecodeNotify([]byte(tc.body), FromHTTP)
+		var e *Error
+		if !errors.As(err, &e) || e.Code != CodeInvalidRequest || e.Message != tc.msg {
+			t.Errorf("HTTP %s: got %v, want %s", tc.body, err, tc.msg)
 		}
 	}
 }
