@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -111,11 +112,20 @@ type ListNotificationsReply struct {
 // DecodeListNotifications decodes a history request; nil since asks for
 // the whole history.
 func DecodeListNotifications(data []byte) (since *uint64, err error) {
-	var r ListNotificationsRequest
+	var r struct {
+		Since json.RawMessage `json:"since,omitempty"`
+	}
 	if err := DecodeStrict(data, &r); err != nil {
 		return nil, err
 	}
-	return r.Since, nil
+	if isNull(r.Since) {
+		return nil, nil
+	}
+	n, err := strconv.ParseUint(string(bytes.TrimSpace(r.Since)), 10, 64)
+	if err != nil {
+		return nil, &Error{Code: CodeInvalidRequest, Message: "since must be a sequence number (a whole number, 0 or more), not " + rawText(r.Since)}
+	}
+	return &n, nil
 }
 
 // MarkReadRequest is the body of a mark-read: notification_ids stays raw
