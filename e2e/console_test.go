@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -426,6 +428,105 @@ func TestConsoleDetailIDs(t *testing.T) {
 	}
 	if shown := read(t, ctx, "the question", chromedp.Evaluate[bool](`!document.querySelector('#q-empty').checkVisibility() && document.getElementById('q-list').querySelector('form.question') !== null`)); !shown {
 		t.Error("the open question is hidden")
+	}
+}
+
+// resumer breaks the page's notification stream on demand and makes its
+// reconnection resume from an older point, as a stream from a replica
+// whose view lags would: the browser's own request, its Last-Event-ID
+// edited on the way out (Fetch interception), to the real server.
+type resumer struct {
+	ctx  context.Context
+	from chan string // the Last-Event-ID of the next reconnection
+}
+
+// resumes starts intercepting the page's notification streams; call it
+// before the page loads.
+func resumes(t *testing.T, ctx context.Context) *resumer {
+	t.Helper()
+	r := &resumer{ctx: ctx, from: make(chan string, 1)}
+	events := chromedp.Events(ctx, fetch.RequestPaused)
+	run(t, ctx, 10*time.Second, "intercept the streams", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*/notifications/events*"}}})
+		return err
+	}))
+	go func() {
+		for ev, err := range events {
+			if err != nil {
+				return
+			}
+			params := fetch.ContinueRequestParams{RequestID: ev.RequestID}
+			select {
+			case from := <-r.from:
+				for k, v := range ev.Request.Headers {
+					if !strings.EqualFold(k, "Last-Event-ID") {
+						params.Headers = append(params.Headers, &fetch.HeaderEntry{Name: k, Value: fmt.Sprint(v)})
+					}
+				}
+				params.Headers = append(params.Headers, &fetch.HeaderEntry{Name: "Last-Event-ID", Value: from})
+			default:
+			}
+			_ = chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+				_, err := cdp.Call(ctx, tg, fetch.ContinueRequest, params)
+				return err
+			}))
+		}
+	}()
+	return r
+}
+
+// resumeFrom restarts chime on the same addresses, which ends the page's
+// stream, and has the page's reconnection resume from seq.
+func (r *resumer) resumeFrom(t *testing.T, p *proc, env []string, seq string) {
+	t.Helper()
+	r.from <- seq
+	p.kill()
+	startServeAt(t, p.id+"-again", p.httpAddr, env...)
+	run(t, r.ctx, 30*time.Second, "the page reconnects", poll(`document.querySelector('#conn').textContent === 'live'`))
+	if len(r.from) != 0 {
+		t.Fatal("the page did not reconnect")
+	}
+}
+
+// TestConsoleNotificationsResume: a stream that resumes from an older
+// point (a replica that lags; here a restart, the reconnection's
+// Last-Event-ID edited to 0) replays a clear and every notification the
+// page has, at or below the seq it applied last: the page keeps its list
+// as it was, in its order, and toasts none of them again.
+func TestConsoleNotificationsResume(t *testing.T) {
+	natsAddr := freeAddr(t)
+	env := []string{"CHIME_DATA_DIR=" + t.TempDir(), "CHIME_NATS_LISTEN=" + natsAddr}
+	p := startServe(t, "console", env...)
+	nc, err := nats.Connect("nats://"+natsAddr, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	notify(t, nc, "res", map[string]any{"id": "gone", "message": "before the clear", "priority": 10})
+	if msg, err := nc.Request(subjects.Agent("res", subjects.ActionNotificationsClear), []byte(`{}`), 5*time.Second); err != nil || strings.Contains(string(msg.Data), `"error"`) {
+		t.Fatalf("clear: %v %v", msg, err)
+	}
+	notify(t, nc, "res", map[string]any{"id": "b", "message": "first", "priority": 10})
+	notify(t, nc, "res", map[string]any{"id": "c", "message": "second", "priority": 10})
+	notify(t, nc, "res", map[string]any{"id": "b", "message": "first, updated in place", "priority": 10})
+	ctx := browser(t)
+	streams := resumes(t, ctx)
+	run(t, ctx, 30*time.Second, "open the agent",
+		chromedp.Navigate("http://"+p.httpAddr+"/?agent=res"),
+		chromedp.WaitVisible(chromedp.CSS(`#notif-list li[data-id="b"]`)),
+		poll(`document.querySelector('#conn').textContent === 'live'`),
+		chromedp.Evaluate[chromedp.Void](`window.__toasted = []; new MutationObserver((ms) => { for (const m of ms) for (const n of m.addedNodes) window.__toasted.push(n.dataset.id); }).observe(document.querySelector('#toasts'), { childList: true })`))
+	notify(t, nc, "res", map[string]any{"id": "d", "message": "live", "priority": 10})
+	run(t, ctx, 10*time.Second, "a live one", chromedp.WaitVisible(chromedp.CSS(`#notif-list li[data-id="d"]`)))
+
+	streams.resumeFrom(t, p, env, "0")
+	notify(t, nc, "res", map[string]any{"id": "e", "message": "live after the resume", "priority": 10})
+	run(t, ctx, 10*time.Second, "a live one after the resume", chromedp.WaitVisible(chromedp.CSS(`#notif-list li[data-id="e"]`)))
+	order := read(t, ctx, "items", chromedp.Evaluate[[]string](`[...document.querySelectorAll('#notif-list li')].map(li => li.dataset.id)`))
+	toasted := read(t, ctx, "toasts", chromedp.Evaluate[[]string](`window.__toasted`))
+	message := read(t, ctx, "b", chromedp.Text(chromedp.CSS(`#notif-list li[data-id="b"] .n-message`)))
+	if fmt.Sprint(order) != "[e d c b]" || fmt.Sprint(toasted) != "[d e]" || message != "first, updated in place" {
+		t.Errorf("after the resume: items %v, toasts %v, b %q", order, toasted, message)
 	}
 }
 

@@ -14,6 +14,7 @@
     agent: '',
     ctl: null,            // aborts the current view's requests and streams
     notifs: new Map(),    // "agent/id" -> notification
+    applied: new Map(),   // agent -> seq of the last change applied
     toasts: new Map(),    // "agent/group" or "agent/id" -> toast element
     deliveries: [],
     seenSeq: new Set(),
@@ -170,8 +171,17 @@
     scheduleNotifRender();
   }
 
+  // applyNotifEvent applies one change of the agent's notifications. They
+  // come in seq order, so one at or below the last applied (a resume from
+  // a replica that lags, a replay of what a history held) is old: applying
+  // it would go backwards, or clear and refill the list out of its order.
+  // A change made by the page itself has no seq and always applies.
   function applyNotifEvent(agentID, ev) {
     const agent = ev.agent_id || agentID;
+    if (ev.seq) {
+      if (ev.seq <= (state.applied.get(agent) || 0)) return;
+      state.applied.set(agent, ev.seq);
+    }
     if (ev.op === 'upsert' && ev.notification) upsertNotif(agent, ev.notification, true);
     else if (ev.op === 'remove') {
       for (const id of ev.notification_ids || []) state.notifs.delete(agent + '/' + id);
@@ -302,6 +312,7 @@
       try {
         const res = await api('GET', agentPath(id) + '/notifications', undefined, signal);
         for (const n of res.notifications || []) upsertNotif(id, n, false);
+        if (res.seq) state.applied.set(id, res.seq); // the history holds every change up to it
         // The sequence is the bucket's, one for all agents: the stream
         // replays from the oldest answer on, so nothing falls between.
         if (res.seq) last = last ? Math.min(last, res.seq) : res.seq;
@@ -535,6 +546,7 @@
     const signal = state.ctl.signal;
     state.agent = agent;
     state.notifs.clear();
+    state.applied.clear();
     state.deliveries = [];
     state.seenSeq.clear();
     renderNotifs.marked = false;
