@@ -530,6 +530,33 @@ func TestConsoleNotificationsResume(t *testing.T) {
 	}
 }
 
+// TestConsoleAllAgents: the all-agents view holds every agent's
+// notifications, more than a hundred agents' (it is the all-agents
+// stream's replay), toasts none of those that were there before it, and
+// toasts a new one.
+func TestConsoleAllAgents(t *testing.T) {
+	p, nc, _ := consoleChime(t, "many")
+	const agents = 130
+	for i := range agents {
+		notify(t, nc, fmt.Sprintf("a%03d", i), map[string]any{"id": "n", "message": fmt.Sprint("from agent ", i), "priority": 10})
+	}
+	ctx := browser(t)
+	run(t, ctx, 30*time.Second, "all agents",
+		chromedp.Navigate("http://"+p.httpAddr+"/"),
+		poll(fmt.Sprintf(`document.querySelectorAll('#notif-list li').length === %d`, agents)),
+		poll(`document.querySelector('#conn').textContent === 'live'`))
+	if toasts := read(t, ctx, "toasts", chromedp.Evaluate[int](`document.querySelectorAll('#toasts .toast').length`)); toasts != 0 {
+		t.Errorf("%d toasts for notifications there before the page", toasts)
+	}
+	notify(t, nc, "late", map[string]any{"id": "n", "message": "new", "priority": 10})
+	run(t, ctx, 10*time.Second, "a new one",
+		chromedp.WaitVisible(chromedp.CSS(`#notif-list li[data-agent="late"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#toasts .toast[data-id="n"]`)))
+	if n := read(t, ctx, "items", chromedp.Evaluate[int](`document.querySelectorAll('#notif-list li').length`)); n != agents+1 {
+		t.Errorf("%d items, want %d", n, agents+1)
+	}
+}
+
 // BenchmarkConsoleLoad measures the page's load with 100 notifications in
 // headless Chromium, each iteration a fresh navigation: fcp-ms is the first
 // contentful paint and list-ms the 100 notifications rendered (the page's
