@@ -230,6 +230,10 @@ func (r *Reader) Follow(ctx context.Context, agentID string, after uint64, buffe
 		return nil, fmt.Errorf("deliveries: follow %s: %w", agentID, err)
 	}
 	f := &Feed{c: make(chan Delivery, buffer)}
+	// The callback may end the feed, and stop f.cc, before Consume has
+	// returned (a resume with more waiting than buffer): holding f.mu until
+	// f.cc is set makes it wait for it.
+	f.mu.Lock()
 	f.cc, err = cons.Consume(func(m jetstream.Msg) {
 		d, err := delivery(m)
 		if err != nil {
@@ -246,6 +250,7 @@ func (r *Reader) Follow(ctx context.Context, agentID string, after uint64, buffe
 			f.end(ErrBehind)
 		}
 	})
+	f.mu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("deliveries: follow %s: %w", agentID, err)
 	}

@@ -29,6 +29,18 @@ func store(t *testing.T, js jetstream.JetStream, agentID, text string) uint64 {
 	return ack.Sequence
 }
 
+// reader starts a provisioned server and returns a Reader of its inbox
+// stream.
+func reader(t *testing.T) (jetstream.JetStream, *deliveries.Reader) {
+	t.Helper()
+	nc, _ := natstest.Provisioned(t, natstest.Server(t))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js, deliveries.NewReader(js, engine.InboxStream)
+}
+
 func texts(t *testing.T, list []deliveries.Delivery) []string {
 	t.Helper()
 	out := []string{}
@@ -89,12 +101,9 @@ func TestRecent(t *testing.T) {
 // TestFollow: a feed yields the agent's deliveries after the sequence it
 // resumes from, in order, and ends when its reader falls behind.
 func TestFollow(t *testing.T) {
-	ns := natstest.Server(t)
-	nc, _ := natstest.Provisioned(t, ns)
-	js, _ := jetstream.New(nc)
+	js, r := reader(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r := deliveries.NewReader(js, engine.InboxStream)
 
 	seen := store(t, js, "f", "seen")
 	store(t, js, "other", "not mine")
@@ -140,5 +149,46 @@ func TestFollow(t *testing.T) {
 	}
 	if feed.Err() != nil {
 		t.Fatalf("a feed whose context ended: %v", feed.Err())
+	}
+}
+
+// TestFollowBehindAtStart: a feed that resumes with more waiting than its
+// buffer holds falls behind in its first callbacks, before Follow has
+// returned: it ends with ErrBehind (under -race: with no race on its
+// consumer, and no panic on a consumer not yet set).
+func TestFollowBehindAtStart(t *testing.T) {
+	js, r := reader(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	first := store(t, js, "resume", "first")
+	for i := range 300 {
+		store(t, js, "resume", fmt.Sprint("waiting", i))
+	}
+	for range 20 { // the race is at the feed's start: start many
+		feed, err := r.Follow(ctx, "resume", first, 256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Nothing is read until the feed ends. Its buffer filling is
+		// watched with len, which orders nothing, so that the race
+		// detector sees the feed's start as it runs.
+		for deadline := time.Now().Add(10 * time.Second); len(feed.C()) < cap(feed.C()); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the feed's buffer never fills")
+			}
+		}
+		for deadline := time.Now().Add(10 * time.Second); feed.Err() == nil; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("a reader behind is still fed")
+			}
+		}
+		n := 0
+		for range feed.C() {
+			n++
+		}
+		if feed.Err() != deliveries.ErrBehind || n != 256 {
+			t.Fatalf("a feed resumed with 300 waiting: %v after %d", feed.Err(), n)
+		}
 	}
 }

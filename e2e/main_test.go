@@ -88,7 +88,14 @@ type proc struct {
 
 func startServe(t testing.TB, id string, env ...string) *proc {
 	t.Helper()
-	p := &proc{httpAddr: freeAddr(t), id: id, logs: &syncBuffer{}, exited: make(chan error, 1)}
+	return startServeAt(t, id, freeAddr(t), env...)
+}
+
+// startServeAt starts `chime serve` with its HTTP API on httpAddr, as a
+// restart where clients reconnect to the same address.
+func startServeAt(t testing.TB, id, httpAddr string, env ...string) *proc {
+	t.Helper()
+	p := &proc{httpAddr: httpAddr, id: id, logs: &syncBuffer{}, exited: make(chan error, 1)}
 	p.cmd = exec.Command(binary, "serve")
 	// The tests create hundreds of timers per agent at once and repeat
 	// every 500 ms, harder than the default limits let an agent; a test

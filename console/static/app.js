@@ -14,6 +14,8 @@
     agent: '',
     ctl: null,            // aborts the current view's requests and streams
     notifs: new Map(),    // "agent/id" -> notification
+    applied: new Map(),   // agent -> seq of the last change applied
+    asOf: 0,              // changes up to this seq were there when the view opened: no toast
     toasts: new Map(),    // "agent/group" or "agent/id" -> toast element
     deliveries: [],
     seenSeq: new Set(),
@@ -101,12 +103,14 @@
 
   // follow reads a Server-Sent Events stream with fetch until signal
   // aborts, reconnecting with Last-Event-ID after the last event seen.
+  // A last of 0 is sent too: it replays from the start, where no
+  // Last-Event-ID would start with the next change.
   async function follow(path, last, onEvent, signal) {
     let delay = 500;
     while (!signal.aborted) {
       try {
         const headers = authHeaders({ Accept: 'text/event-stream' });
-        if (last) headers['Last-Event-ID'] = String(last);
+        if (last !== undefined && last !== null) headers['Last-Event-ID'] = String(last);
         const res = await fetch(path, { headers, signal, cache: 'no-store' });
         if (res.status === 401) { await askToken(); continue; }
         if (!res.ok || !res.body) throw new Error('HTTP ' + res.status);
@@ -170,9 +174,18 @@
     scheduleNotifRender();
   }
 
+  // applyNotifEvent applies one change of the agent's notifications. They
+  // come in seq order, so one at or below the last applied (a resume from
+  // a replica that lags, a replay of what a history held) is old: applying
+  // it would go backwards, or clear and refill the list out of its order.
+  // A change made by the page itself has no seq and always applies.
   function applyNotifEvent(agentID, ev) {
     const agent = ev.agent_id || agentID;
-    if (ev.op === 'upsert' && ev.notification) upsertNotif(agent, ev.notification, true);
+    if (ev.seq) {
+      if (ev.seq <= (state.applied.get(agent) || 0)) return;
+      state.applied.set(agent, ev.seq);
+    }
+    if (ev.op === 'upsert' && ev.notification) upsertNotif(agent, ev.notification, ev.seq > state.asOf);
     else if (ev.op === 'remove') {
       for (const id of ev.notification_ids || []) state.notifs.delete(agent + '/' + id);
     } else if (ev.op === 'clear') {
@@ -295,24 +308,34 @@
     toast({ agent_id: '', id: 'error', type: 'error', priority: 20, title: 'Request failed', message: String(e), display_time: 6 });
   }
 
+  // loadNotifications fills the notification center and follows its
+  // stream. One agent's starts from its history and follows after the
+  // history's seq (0 too: a change between the two is not lost). All
+  // agents' is the all-agents stream's own replay from 0, every agent's
+  // notifications in seq order, however many agents there are; a history's
+  // seq (the bucket's, whichever agent's) says which of them were there
+  // before the page, so they do not toast.
   async function loadNotifications(signal) {
-    const agents = state.agent ? [state.agent] : (await api('GET', '/api/agents', undefined, signal)).agents.map((a) => a.agent_id).slice(0, 100);
-    let last = 0;
-    for (const id of agents) {
+    let since = 0;
+    if (state.agent) {
       try {
-        const res = await api('GET', agentPath(id) + '/notifications', undefined, signal);
-        for (const n of res.notifications || []) upsertNotif(id, n, false);
-        // The sequence is the bucket's, one for all agents: the stream
-        // replays from the oldest answer on, so nothing falls between.
-        if (res.seq) last = last ? Math.min(last, res.seq) : res.seq;
+        const res = await api('GET', agentPath(state.agent) + '/notifications', undefined, signal);
+        for (const n of res.notifications || []) upsertNotif(state.agent, n, false);
+        since = res.seq || 0;
+        state.applied.set(state.agent, since); // the history holds every change up to it
       } catch (e) {
         if (signal.aborted) return;
         if (e.status !== 404) flash(e);
       }
+      state.asOf = since;
+    } else {
+      const agents = (await api('GET', '/api/agents', undefined, signal)).agents || [];
+      const any = agents.find((a) => a.notifications) || agents[0];
+      state.asOf = any ? (await api('GET', agentPath(any.agent_id) + '/notifications', undefined, signal)).seq || 0 : 0;
     }
     scheduleNotifRender();
     const path = state.agent ? agentPath(state.agent) + '/notifications/events' : '/api/notifications/events';
-    follow(path, last, (name, ev) => { if (name === 'notification') applyNotifEvent(state.agent, ev); }, signal);
+    follow(path, since, (name, ev) => { if (name === 'notification') applyNotifEvent(state.agent, ev); }, signal);
   }
 
   // --- questions --------------------------------------------------------------
@@ -535,6 +558,8 @@
     const signal = state.ctl.signal;
     state.agent = agent;
     state.notifs.clear();
+    state.applied.clear();
+    state.asOf = 0;
     state.deliveries = [];
     state.seenSeq.clear();
     renderNotifs.marked = false;
