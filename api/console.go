@@ -19,7 +19,7 @@ func consoleRoutes(route routeFunc, mux *http.ServeMux, ops *Operations) {
 	taskRef := func(r *http.Request, _ []byte) []byte {
 		return encode(subjects.TaskRef{TaskID: r.PathValue("task_id")})
 	}
-	route("POST /api/control/agents/{id}/intervention", subjects.ActionIntervention, func(_ *http.Request, read []byte) []byte { return read }, http.StatusOK)
+	route("POST /api/control/agents/{id}/intervention", subjects.ActionIntervention, asSent, http.StatusOK)
 	route("GET /api/agents/{id}/waits", subjects.ActionWaitList, query("limit"), http.StatusOK)
 	route("GET /api/agents/{id}/tasks", subjects.ActionTaskList, query("limit"), http.StatusOK)
 	route("GET /api/agents/{id}/tasks/{task_id}", subjects.ActionTaskGet, taskRef, http.StatusOK)

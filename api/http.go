@@ -48,7 +48,6 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (boo
 			writeJSON(w, status, encode(res))
 		})
 	}
-	asSent := func(_ *http.Request, read []byte) []byte { return read }
 	none := func(*http.Request, []byte) []byte { return nil }
 	timerRef := func(r *http.Request, _ []byte) []byte {
 		return encode(subjects.TimerRef{TimerID: r.PathValue("timer_id")})
@@ -111,6 +110,9 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (boo
 	})
 	return crossOrigin(guard{resolver}.wrap(mux))
 }
+
+// asSent passes a route's body to its action as it was sent.
+func asSent(_ *http.Request, read []byte) []byte { return read }
 
 // callback reads a callback request: the body under the callback limit
 // (413 beyond, nothing stored), the token from the path.

@@ -69,14 +69,8 @@ type routeFunc func(pattern, action string, body func(r *http.Request, read []by
 // create, history, mark-read and clear, and the SSE feeds of one agent
 // (agent-readable, like the history) and of all (operators).
 func notificationRoutes(mux *http.ServeMux, ops *Operations, route routeFunc) {
-	asSent := func(_ *http.Request, read []byte) []byte { return read }
 	route("POST /api/control/agents/{id}/notifications", subjects.ActionNotificationsCreate, asSent, http.StatusOK)
-	route("GET /api/agents/{id}/notifications", subjects.ActionNotificationsList, func(r *http.Request, _ []byte) []byte {
-		if since := r.URL.Query().Get("since"); since != "" {
-			return encode(map[string]any{"since": rawOrString(since)})
-		}
-		return nil
-	}, http.StatusOK)
+	route("GET /api/agents/{id}/notifications", subjects.ActionNotificationsList, query("since"), http.StatusOK)
 	route("POST /api/control/agents/{id}/notifications/mark-read", subjects.ActionNotificationsMark, asSent, http.StatusOK)
 	route("POST /api/control/agents/{id}/notifications/clear", subjects.ActionNotificationsClear, asSent, http.StatusOK)
 	mux.HandleFunc("GET /api/agents/{id}/notifications/events", func(w http.ResponseWriter, r *http.Request) {
