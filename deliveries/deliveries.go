@@ -71,10 +71,7 @@ func (r *Reader) Recent(ctx context.Context, agentID string, n int) (*Page, erro
 	if err != nil {
 		return nil, fmt.Errorf("deliveries: stream %s: %w", r.stream, err)
 	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("deliveries: stream %s: %w", r.stream, err)
-	}
+	info := st.CachedInfo() // the lookup's own STREAM.INFO, just answered
 	first, last := info.State.FirstSeq, info.State.LastSeq
 	if n <= 0 || info.State.Msgs == 0 {
 		return &Page{Deliveries: []Delivery{}, LastSeq: last}, nil

@@ -517,11 +517,7 @@ func (s *Service) lastSeq(ctx context.Context, stream, subject string) (uint64, 
 		return 0, fmt.Errorf("waitfor: stream %s: %w", stream, err)
 	}
 	if subject == "" {
-		info, err := st.Info(ctx)
-		if err != nil {
-			return 0, fmt.Errorf("waitfor: stream %s: %w", stream, err)
-		}
-		return info.State.LastSeq, nil
+		return st.CachedInfo().State.LastSeq, nil // the lookup's own STREAM.INFO, just answered
 	}
 	m, err := st.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
