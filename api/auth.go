@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/chime-nats/chime/access"
+	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -78,11 +79,7 @@ func loopbackHost(hostport string) bool {
 	if err != nil {
 		host = strings.Trim(hostport, "[]")
 	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return config.Loopback(host)
 }
 
 // crossOrigin refuses the unsafe requests a browser sends from another

@@ -149,7 +149,7 @@ func (c *Config) Validate() error {
 		if c.DataDir == "" {
 			return fmt.Errorf("config: CHIME_DATA_DIR must not be empty")
 		}
-		if host, _, _ := net.SplitHostPort(c.NATSListen); !loopback(host) && !c.NATSAuth {
+		if host, _, _ := net.SplitHostPort(c.NATSListen); !Loopback(host) && !c.NATSAuth {
 			return fmt.Errorf("config: CHIME_NATS_LISTEN %q is not a loopback address and CHIME_NATS_AUTH is not true: any client on the network could read every inbox and act as any agent", c.NATSListen)
 		}
 	} else if c.NATSAuth && c.NATSCalloutKeyFile == "" {
@@ -176,7 +176,7 @@ func (c *Config) Validate() error {
 		if err != nil {
 			return fmt.Errorf("config: CHIME_HTTP_ADDR %q: %w", c.HTTPAddr, err)
 		}
-		if c.OperatorTokensFile == "" && !loopback(host) {
+		if c.OperatorTokensFile == "" && !Loopback(host) {
 			return fmt.Errorf("config: CHIME_HTTP_ADDR %q is not a loopback address and CHIME_OPERATOR_TOKENS_FILE is unset: the control routes would be open to the network", c.HTTPAddr)
 		}
 	}
@@ -239,9 +239,10 @@ func (c *Config) validateLimits() error {
 	return nil
 }
 
-// loopback reports a host that only this machine reaches.
-func loopback(host string) bool {
-	if host == "localhost" {
+// Loopback reports a host (a name or an IP, no port) that only this
+// machine reaches.
+func Loopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
 		return true
 	}
 	ip := net.ParseIP(host)
