@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/chime-nats/chime/internal/backoff"
@@ -34,6 +35,9 @@ type Entry struct {
 	Value    []byte
 	Revision uint64
 	Deleted  bool // deleted or purged
+	// Again says this revision was applied before: a replay delivers it
+	// once more. A view whose state already holds it may skip it.
+	Again bool
 }
 
 // Config configures a Watch.
@@ -80,6 +84,13 @@ type Watch struct {
 	// next change: a consumer older than the last reconnect is not
 	// trusted, and is made anew from the next revision.
 	epoch uint64
+
+	// A replay delivers every key's current value again (Replay).
+	// replaying is closed when the replay in progress has caught up;
+	// queued, when set, is the next one, started after it. stopConsumer
+	// ends the running consumer so that a replay starts now.
+	replaying, queued chan struct{}
+	stopConsumer      func()
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -161,6 +172,53 @@ func AllLive(ws ...*Watch) (bool, string) {
 	return true, ""
 }
 
+// Replay has the watch deliver every key's current value again, marked
+// Again where the revision was applied before, and then go on with
+// changes as before: a view that starts keeping keys it skipped loads
+// them this way. The returned channel is closed once the replay has
+// caught up with the bucket. A replay asked for while one runs is queued
+// behind it (one queued replay serves every such request), so steady
+// requests never starve a replay of completion.
+func (w *Watch) Replay() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.queued != nil {
+		return w.queued
+	}
+	w.queued = make(chan struct{})
+	if w.replaying == nil && w.stopConsumer != nil {
+		w.stopConsumer()
+	}
+	return w.queued
+}
+
+// startReplay moves a queued replay in progress; it reports whether one
+// was queued.
+func (w *Watch) startReplay() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.queued == nil || w.replaying != nil {
+		return false
+	}
+	w.replaying, w.queued = w.queued, nil
+	return true
+}
+
+// caughtUp marks the initial load and any replay in progress complete.
+// A queued replay then stops the consumer to start.
+func (w *Watch) caughtUp() {
+	w.markLoaded()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.replaying != nil {
+		close(w.replaying)
+		w.replaying = nil
+		if w.queued != nil && w.stopConsumer != nil {
+			w.stopConsumer()
+		}
+	}
+}
+
 // Seen is the highest revision applied.
 func (w *Watch) Seen() uint64 {
 	w.mu.Lock()
@@ -220,9 +278,16 @@ func (w *Watch) run(ctx context.Context) {
 		if fails > 0 && !recreate.Sleep(ctx, fails-1) {
 			return
 		}
+		if w.startReplay() {
+			next, fails = 0, 0
+		}
 		resumed, err := w.consume(ctx, next)
 		if ctx.Err() != nil {
 			return
+		}
+		if errors.Is(err, errReplay) {
+			next, fails = resumed, 0 // resumed, or 0 once startReplay takes it
+			continue
 		}
 		if resumed > next {
 			next, fails = resumed, 0 // it worked for a while: retry at once
@@ -236,7 +301,10 @@ func (w *Watch) run(ctx context.Context) {
 	}
 }
 
-var errRecreated = errors.New("bucket re-created")
+var (
+	errRecreated = errors.New("bucket re-created")
+	errReplay    = errors.New("replay asked for")
+)
 
 // consume runs one consumer from revision next (0: the current values)
 // until it fails; it returns the revision to resume from.
@@ -287,8 +355,8 @@ func (w *Watch) consume(ctx context.Context, next uint64) (uint64, error) {
 		defer cancel()
 		_ = w.cfg.JS.DeleteConsumer(dctx, w.stream, name)
 	}()
-	if next == 0 && cons.CachedInfo().NumPending == 0 {
-		w.markLoaded()
+	if cons.CachedInfo().NumPending == 0 {
+		w.caughtUp() // nothing to load, or nothing left after a failure mid-load
 	}
 	it, err := cons.Messages(
 		jetstream.PullMaxMessages(512),
@@ -305,9 +373,20 @@ func (w *Watch) consume(ctx context.Context, next uint64) (uint64, error) {
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
 	defer it.Stop()
+	var replay atomic.Bool
 	w.mu.Lock()
 	w.epoch = epoch
+	w.stopConsumer = func() { replay.Store(true); it.Stop() }
+	queued := w.queued != nil && w.replaying == nil
 	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.stopConsumer = nil
+		w.mu.Unlock()
+	}()
+	if queued {
+		return next, errReplay // asked for while this consumer was being made
+	}
 	w.setLive(true, "")
 	// After a reconnect this consumer may have lost changes in flight:
 	// stop it, and the loop makes a new one from the next revision.
@@ -334,6 +413,9 @@ func (w *Watch) consume(ctx context.Context, next uint64) (uint64, error) {
 	for {
 		m, err := it.Next()
 		if err != nil {
+			if replay.Load() {
+				return next, errReplay
+			}
 			if nc.Stats().Reconnects != epoch {
 				return next, errors.New("reconnected to NATS")
 			}
@@ -355,6 +437,9 @@ func (w *Watch) consume(ctx context.Context, next uint64) (uint64, error) {
 			Revision: md.Sequence.Stream,
 			Deleted:  deleted(m.Headers()),
 		}
+		w.mu.Lock()
+		e.Again = e.Revision <= w.seen
+		w.mu.Unlock()
 		w.cfg.Apply(e)
 		next = e.Revision + 1
 		w.mu.Lock()
@@ -362,7 +447,7 @@ func (w *Watch) consume(ctx context.Context, next uint64) (uint64, error) {
 		w.changed.Broadcast()
 		w.mu.Unlock()
 		if md.NumPending == 0 {
-			w.markLoaded()
+			w.caughtUp()
 		}
 	}
 }

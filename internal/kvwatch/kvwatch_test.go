@@ -363,3 +363,128 @@ func TestKeys(t *testing.T) {
 		t.Fatalf("view of %d keys (rec.a in it: %v), seen %d: want idx.a, idx.b.c and idx.d alone, seen %d", n, rec, w.Seen(), rev)
 	}
 }
+
+// TestReplay: a view that kept only some keys widens what it keeps and
+// replays; after the replay it holds every key's current value, changes
+// made during the replay included, and what it had applied comes again
+// marked Again.
+func TestReplay(t *testing.T) {
+	srv := startServer(t)
+	js := connect(t, srv.ns.ClientURL())
+	kv := bucket(t, js, "r")
+	ctx := context.Background()
+	for i := range 200 {
+		if _, err := kv.Put(ctx, "k"+strconv.Itoa(i), []byte("v1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var (
+		mu     sync.Mutex
+		wide   bool
+		again  int
+		repeat int // an Again entry whose key the view did not skip
+	)
+	v := &view{vals: map[string]string{}}
+	keep := func(k string) bool { n, _ := strconv.Atoi(k[1:]); return wide || n%2 == 0 }
+	w := kvwatch.New(kvwatch.Config{JS: js, Bucket: "r", Apply: func(e kvwatch.Entry) {
+		mu.Lock()
+		defer mu.Unlock()
+		if e.Again {
+			again++
+			if _, held := v.get(e.Key); held && !e.Deleted {
+				repeat++
+			}
+		}
+		if keep(e.Key) {
+			v.apply(e)
+		}
+	}})
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	waitLoaded(t, w)
+	if v.len() != 100 {
+		t.Fatalf("kept %d keys, want the 100 even ones", v.len())
+	}
+	if err := kv.Delete(ctx, "k0"); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	wide = true
+	mu.Unlock()
+	first := w.Replay()
+	second := w.Replay() // coalesced into the same replay or queued behind it
+	// Changes while the replay runs must land too.
+	for i := range 200 {
+		if _, err := kv.Put(ctx, "k"+strconv.Itoa(i), []byte("v2")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, done := range []<-chan struct{}{first, second} {
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("replay never caught up")
+		}
+	}
+	eventually(t, "every key at v2", func() bool {
+		for i := range 200 {
+			if got, _ := v.get("k" + strconv.Itoa(i)); got != "v2" {
+				return false
+			}
+		}
+		return true
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if again == 0 {
+		t.Fatal("no entry came marked Again")
+	}
+	if repeat == 0 {
+		t.Fatal("the replay delivered no already applied key it held")
+	}
+	if live, why := w.Live(); !live {
+		t.Fatalf("not live after replays: %s", why)
+	}
+}
+
+// TestReplayQueuedBehindReplay: requests during a replay are served by one
+// more replay after it, not by restarting it.
+func TestReplayQueuedBehindReplay(t *testing.T) {
+	srv := startServer(t)
+	js := connect(t, srv.ns.ClientURL())
+	kv := bucket(t, js, "q")
+	ctx := context.Background()
+	for i := range 2000 {
+		if _, err := kv.Put(ctx, "k"+strconv.Itoa(i), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var applied sync.Map
+	w := kvwatch.New(kvwatch.Config{JS: js, Bucket: "q", Apply: func(e kvwatch.Entry) {
+		n, _ := applied.LoadOrStore(e.Key, new(int))
+		*(n.(*int))++
+	}})
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	waitLoaded(t, w)
+	var chans []<-chan struct{}
+	for range 20 {
+		chans = append(chans, w.Replay())
+	}
+	for i, done := range chans {
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("replay %d never caught up", i)
+		}
+	}
+	// The load and at most two replays: one started at once, one queued.
+	n, _ := applied.Load("k1999")
+	if got := *(n.(*int)); got < 2 || got > 3 {
+		t.Fatalf("k1999 applied %d times, want 2 or 3", got)
+	}
+}
