@@ -203,12 +203,17 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	}
 	r.leases = scheduler.NewLeases(scheduler.LeasesConfig{
 		KV: res.Leases, ReplicaID: cfg.ReplicaID, Shards: cfg.Shards, TTL: cfg.LeaseTTL, Renew: cfg.LeaseTTL / 4,
-		Log: log, OnChange: func() { r.sched.Wake() }, Healthy: func() (bool, string) { return r.sched.Healthy() },
+		Log: log, OnChange: func() { r.sched.Reshard() }, Healthy: func() (bool, string) { return r.sched.Healthy() },
 	})
 	r.sched = scheduler.New(scheduler.Config{
 		JS: js, TimersBucket: engine.TimersBucket, WaitsBucket: engine.WaitsBucket, Inbox: inbox, Records: store,
 		Leases: r.leases, Shards: cfg.Shards, Log: log, Registerer: reg,
 	})
+	// Leases first: the shards of the first round load with the
+	// scheduler's first pass over the buckets instead of a second one.
+	if err := r.leases.Start(ctx); err != nil {
+		return nil, err
+	}
 	if err := r.sched.Start(ctx); err != nil {
 		return nil, err
 	}
@@ -216,9 +221,6 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	case <-r.sched.Ready():
 	case <-pctx.Done():
 		return nil, fmt.Errorf("replica: loading the timer index: %w", pctx.Err())
-	}
-	if err := r.leases.Start(ctx); err != nil {
-		return nil, err
 	}
 	tokens := access.NewTokens(res.Tokens, topo.Markers(), time.Now)
 	limits := quotas.New(quotas.Config{

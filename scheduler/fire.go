@@ -43,6 +43,7 @@ func (s *Scheduler) fireLoop(ctx context.Context) {
 	for {
 		now := s.cfg.Now()
 		s.cfg.Leases.Owned(now, owned)
+		s.fireable(owned)
 		live, _ := kvwatch.AllLive(s.watches...)
 		if !live {
 			// A stale index may still hold what was cancelled: fire

@@ -27,8 +27,14 @@ func allOwned(n int) []bool {
 }
 func (s *Scheduler) entry(key string) *entry { return s.index.entries[key] }
 
+// newTestScheduler returns a scheduler that holds every shard, as a lone
+// replica does once its leases are loaded.
 func newTestScheduler(c *clock) *Scheduler {
-	return New(Config{Shards: 4, Now: c.now})
+	s := New(Config{Shards: 4, Now: c.now})
+	for sh := range s.shardStates {
+		s.shardStates[sh].bits.Store(shardHeld)
+	}
+	return s
 }
 
 func putTimer(t *testing.T, s *Scheduler, tm subjects.Timer) {

@@ -32,14 +32,14 @@ func TestTimersFireIntoInbox(t *testing.T) {
 	var sched *scheduler.Scheduler
 	leases := scheduler.NewLeases(scheduler.LeasesConfig{
 		KV: res.Leases, ReplicaID: "r1", Shards: shards, TTL: 2 * time.Second, Renew: 500 * time.Millisecond,
-		OnChange: func() { sched.Wake() },
+		OnChange: func() { sched.Reshard() },
 	})
 	sched = scheduler.New(scheduler.Config{
 		JS: res.JS, TimersBucket: engine.TimersBucket, Records: store,
 		Inbox:  consumer.NewInbox(res.JS, engine.InboxStream, time.Minute, nil),
 		Leases: leases, Shards: shards, Registerer: prometheus.NewRegistry(),
 	})
-	for _, start := range []func(context.Context) error{sched.Start, leases.Start} {
+	for _, start := range []func(context.Context) error{leases.Start, sched.Start} {
 		if err := start(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -152,14 +152,22 @@ func fill(b *testing.B, js jetstream.JetStream, history int, ttl, markers bool) 
 // stops it.
 func loadIndex(b *testing.B, res *engine.Resources) {
 	b.Helper()
-	leases := scheduler.NewLeases(scheduler.LeasesConfig{KV: res.Leases, ReplicaID: "bench", Shards: 4, TTL: 2 * time.Second})
-	s := scheduler.New(scheduler.Config{
+	var s *scheduler.Scheduler
+	leases := scheduler.NewLeases(scheduler.LeasesConfig{
+		KV: res.Leases, ReplicaID: "bench", Shards: 4, TTL: 2 * time.Second, Renew: 500 * time.Millisecond,
+		OnChange: func() { s.Reshard() },
+	})
+	s = scheduler.New(scheduler.Config{
 		JS: res.JS, TimersBucket: engine.TimersBucket, WaitsBucket: engine.WaitsBucket,
 		Inbox:   consumer.NewInbox(res.JS, engine.InboxStream, time.Minute, nil),
 		Records: timers.NewStore(res.Timers, nil, kvrec.Retention{}), Leases: leases, Shards: 4, Log: slog.New(slog.DiscardHandler),
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	if err := leases.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer leases.Stop(context.Background())
 	if err := s.Start(ctx); err != nil {
 		b.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"container/heap"
 	"hash/fnv"
+	"hash/maphash"
 	"sync"
 	"time"
 )
@@ -57,62 +58,97 @@ func (h *dueHeap) Pop() any {
 	return e
 }
 
-// index holds every known timer and wait and one heap of armed entries per
-// shard, so the firing loop only looks at the shards its replica owns. It
-// is not safe for concurrent use; the Scheduler guards it.
+// index holds the timers and waits of the shards this replica keeps and
+// one heap of armed entries per shard, so the firing loop only looks at
+// the shards its replica owns. It is not safe for concurrent use; the
+// Scheduler guards it.
 type index struct {
 	entries map[string]*entry // timers by key
 	waits   map[string]*entry // waits by key, kept apart for progress
 	shards  []dueHeap
-	// timerCount and waitCount follow entries and waits by agent.
-	timerCount, waitCount *agentCounts
 }
 
 func newIndex(shards int) *index {
-	return &index{
-		entries: make(map[string]*entry), waits: make(map[string]*entry), shards: make([]dueHeap, shards),
-		timerCount: newAgentCounts(), waitCount: newAgentCounts(),
-	}
-}
-
-// counts is the per-agent count of timers or of waits.
-func (ix *index) counts(wait bool) *agentCounts {
-	if wait {
-		return ix.waitCount
-	}
-	return ix.timerCount
+	return &index{entries: make(map[string]*entry), waits: make(map[string]*entry), shards: make([]dueHeap, shards)}
 }
 
 // insert adds e, not yet known, to its table.
-func (ix *index) insert(e *entry) {
-	ix.table(e.wait)[e.key] = e
-	ix.counts(e.wait).add(e.agentID(), 1)
+func (ix *index) insert(e *entry) { ix.table(e.wait)[e.key] = e }
+
+// dropShard forgets every entry of shard s: another replica keeps it now.
+func (ix *index) dropShard(s int) {
+	for _, t := range []map[string]*entry{ix.entries, ix.waits} {
+		for key, e := range t {
+			if e.shard == s {
+				delete(t, key)
+			}
+		}
+	}
+	for _, e := range ix.shards[s] {
+		e.pos = -1
+	}
+	ix.shards[s] = nil
 }
 
-// agentCounts counts one kind of entry by agent, for the create quotas.
-// It has a lock of its own so that a create's check never waits behind
-// the firing loop, which holds the scheduler's lock for a whole batch.
-type agentCounts struct {
-	mu sync.RWMutex
-	n  map[string]int // agents with none are absent
+// presence knows which records of one kind are active, in every shard,
+// and counts them by agent, for the create quotas. It holds 8 bytes of
+// hash per record rather than the record: a replica keeps whole entries
+// only for its own shards, yet a create on any replica must count the
+// agent's records in all of them. It has a lock of its own so that a
+// create's check never waits behind the firing loop, which holds the
+// scheduler's lock for a whole batch.
+type presence struct {
+	seed maphash.Seed
+	mu   sync.RWMutex
+	keys map[uint64]struct{}
+	n    map[string]int // agents with none are absent
 }
 
-func newAgentCounts() *agentCounts { return &agentCounts{n: make(map[string]int)} }
+func newPresence() *presence {
+	return &presence{seed: maphash.MakeSeed(), keys: make(map[uint64]struct{}), n: make(map[string]int)}
+}
 
-func (c *agentCounts) add(agentID string, d int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if n := c.n[agentID] + d; n > 0 {
-		c.n[agentID] = n
-	} else {
-		delete(c.n, agentID)
+// set records whether the record at key, of the agent key[:agentLen],
+// is active. A 64-bit hash of a random seed makes a collision among even
+// ten million keys a chance of about one in 10^5 per process; one would
+// make that agent's count one short until a restart.
+func (p *presence) set(key string, agentLen int, active bool) {
+	h := maphash.String(p.seed, key)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, was := p.keys[h]
+	switch {
+	case active && !was:
+		p.keys[h] = struct{}{}
+		p.n[key[:agentLen]]++
+	case !active && was:
+		delete(p.keys, h)
+		agent := key[:agentLen]
+		if p.n[agent]--; p.n[agent] <= 0 {
+			delete(p.n, agent)
+		}
 	}
 }
 
-func (c *agentCounts) get(agentID string) int {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.n[agentID]
+func (p *presence) get(agentID string) int {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.n[agentID]
+}
+
+// len is how many records are active.
+func (p *presence) len() int {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return len(p.keys)
+}
+
+// reset forgets everything: the bucket is being loaded anew.
+func (p *presence) reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	clear(p.keys)
+	clear(p.n)
 }
 
 // table is the map of timers or of waits.
@@ -123,8 +159,9 @@ func (ix *index) table(wait bool) map[string]*entry {
 	return ix.entries
 }
 
-// shardOf maps a timer key to its shard.
-func shardOf(key string, shards int) int {
+// ShardOf maps a record key (<agent>.<id>) to its shard: the replica
+// holding that shard's lease keeps and fires the record.
+func ShardOf(key string, shards int) int {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(key))
 	return int(h.Sum32() % uint32(shards))
@@ -153,7 +190,6 @@ func (ix *index) remove(wait bool, key string) {
 	if e, ok := t[key]; ok {
 		ix.disarm(e)
 		delete(t, key)
-		ix.counts(wait).add(e.agentID(), -1)
 	}
 }
 

@@ -13,7 +13,7 @@ func TestIndexFiresOnlyOwnedShardsInDueOrder(t *testing.T) {
 	ix := newIndex(4)
 	for i := range 40 {
 		key := fmt.Sprintf("agent.t%d", i)
-		e := &entry{key: key, agentLen: len("agent"), due: int64(100 - i), at: int64(100 - i), occ: 1, shard: shardOf(key, 4), pos: -1}
+		e := &entry{key: key, agentLen: len("agent"), due: int64(100 - i), at: int64(100 - i), occ: 1, shard: ShardOf(key, 4), pos: -1}
 		ix.entries[key] = e
 		ix.arm(e)
 	}
@@ -82,7 +82,7 @@ func TestPerAgentCounts(t *testing.T) {
 	if a, b, w := s.ActiveTimers("a"), s.ActiveTimers("b"), s.ActiveWaits("a"); a != 0 || b != 0 || w != 1 {
 		t.Fatalf("after reloading timers: %d %d, waits %d", a, b, w)
 	}
-	if n := len(s.index.timerCount.n); n != 0 {
+	if n := len(s.timers.n); n != 0 {
 		t.Fatalf("%d agents without timers still counted", n)
 	}
 }

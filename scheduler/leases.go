@@ -168,6 +168,16 @@ func (l *Leases) Owned(now time.Time, owned []bool) {
 	}
 }
 
+// Leased fills leased[s] with whether this replica holds shard s's lease,
+// valid or awaiting its refresh: the shards whose records it keeps.
+func (l *Leases) Leased(leased []bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for s := range leased {
+		_, leased[s] = l.owned[s]
+	}
+}
+
 // Count returns how many shards this replica holds.
 func (l *Leases) Count() int {
 	l.mu.Lock()

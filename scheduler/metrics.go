@@ -6,6 +6,8 @@ import (
 
 type metrics struct {
 	active, waitGauge prometheus.GaugeFunc
+	shardsHeld        prometheus.GaugeFunc
+	shardLoad         prometheus.Histogram
 	fires, failures   prometheus.Counter
 	applied           prometheus.Counter
 	recordFailures    prometheus.Counter
@@ -40,15 +42,23 @@ func newMetrics(s *Scheduler) metrics {
 			Name: "chime_wait_progress_total", Help: "Wait progress messages published by this replica.",
 		}),
 	}
+	m.shardLoad = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "chime_shard_load_seconds",
+		Help:    "Time from gaining a shard's lease to holding its timers and waits, ready to fire.",
+		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	})
 	m.waitGauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "chime_waits_active", Help: "Waiting waits known to this replica (all shards).",
+		Name: "chime_waits_active", Help: "Waiting waits this replica holds: those of the shards it owns.",
 	}, func() float64 { return float64(s.activeCount(true)) })
 	m.active = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "chime_timers_active", Help: "Active timers known to this replica (all shards).",
+		Name: "chime_timers_active", Help: "Active timers this replica holds: those of the shards it owns.",
 	}, func() float64 { return float64(s.activeCount(false)) })
+	m.shardsHeld = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "chime_shards_held", Help: "Shards whose timers and waits this replica holds.",
+	}, func() float64 { return float64(s.ShardsHeld()) })
 	return m
 }
 
 func (m *metrics) register(r prometheus.Registerer) {
-	r.MustRegister(m.active, m.waitGauge, m.fires, m.failures, m.applied, m.recordFailures, m.recovered, m.progress, m.lateness)
+	r.MustRegister(m.active, m.waitGauge, m.shardsHeld, m.shardLoad, m.fires, m.failures, m.applied, m.recordFailures, m.recovered, m.progress, m.lateness)
 }

@@ -30,6 +30,7 @@ func (s *Scheduler) progressLoop(ctx context.Context) {
 		}
 		now := s.cfg.Now()
 		s.cfg.Leases.Owned(now, owned)
+		s.fireable(owned)
 		items = items[:0]
 		s.mu.Lock()
 		for _, en := range s.index.waits {

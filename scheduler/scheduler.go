@@ -65,7 +65,17 @@ type Scheduler struct {
 
 	mu    sync.Mutex
 	index *index
+	// shardStates says which shards' entries are kept and loaded;
+	// loadGen numbers the replays that load gained shards, and watching
+	// says the watches have begun (gains before that load with them).
+	shardStates []shardState
+	loadGen     uint64
+	watching    bool
+	// timers and waits know every active record of all shards, for the
+	// quotas.
+	timers, waits *presence
 
+	ctx     context.Context
 	watches []*kvwatch.Watch
 	ready   chan struct{}
 	pending chan pendingFire
@@ -99,13 +109,17 @@ func New(c Config) *Scheduler {
 		c.RecordWorkers = 16
 	}
 	s := &Scheduler{
-		cfg:     c,
-		log:     c.Log.With("component", "scheduler"),
-		wake:    make(chan struct{}, 1),
-		index:   newIndex(c.Shards),
-		ready:   make(chan struct{}),
-		pending: make(chan pendingFire, 16384),
-		records: newRecordQueue(),
+		cfg:         c,
+		log:         c.Log.With("component", "scheduler"),
+		wake:        make(chan struct{}, 1),
+		index:       newIndex(c.Shards),
+		shardStates: make([]shardState, c.Shards),
+		timers:      newPresence(),
+		waits:       newPresence(),
+		ctx:         context.Background(),
+		ready:       make(chan struct{}),
+		pending:     make(chan pendingFire, 16384),
+		records:     newRecordQueue(),
 	}
 	s.health.now = c.Now
 	s.m = newMetrics(s)
@@ -124,12 +138,16 @@ func (s *Scheduler) Wake() {
 	}
 }
 
-// Ready is closed once the index holds every timer and wait stored at start.
+// Ready is closed once every timer and wait stored at start is counted
+// and the shards leased by then are loaded.
 func (s *Scheduler) Ready() <-chan struct{} { return s.ready }
 
-// Start begins watching the buckets and firing. It does not block.
+// Start begins watching the buckets and firing. It does not block. Start
+// the leases first: the shards they hold by then load with the watches'
+// first pass rather than a replay after it.
 func (s *Scheduler) Start(ctx context.Context) error {
 	ctx, s.cancel = context.WithCancelCause(ctx)
+	s.ctx = ctx
 	s.watches = append(s.watches, kvwatch.New(kvwatch.Config{
 		JS: s.cfg.JS, Bucket: s.cfg.TimersBucket, Heartbeat: s.cfg.Heartbeat, Log: s.cfg.Log,
 		Apply: func(e kvwatch.Entry) { s.applyTimer(e) }, Reset: func() { s.reset(false) },
@@ -140,21 +158,26 @@ func (s *Scheduler) Start(ctx context.Context) error {
 			Apply: func(e kvwatch.Entry) { s.applyWait(e) }, Reset: func() { s.reset(true) },
 		}))
 	}
+	s.mu.Lock()
+	s.watching = true
+	s.mu.Unlock()
 	for _, w := range s.watches {
 		if err := w.Start(ctx); err != nil {
 			return fmt.Errorf("scheduler: %w", err)
 		}
 	}
 	go func() {
+		var loaded []<-chan struct{}
 		for _, w := range s.watches {
-			select {
-			case <-w.Loaded():
-			case <-ctx.Done():
-				return
-			}
+			loaded = append(loaded, w.Loaded())
+		}
+		s.loadedWhen(ctx, 0, loaded...)
+		if ctx.Err() != nil {
+			return
 		}
 		close(s.ready)
-		s.log.Info("index loaded", "timers", s.activeCount(false), "waits", s.activeCount(true))
+		s.log.Info("index loaded", "shards", s.ShardsHeld(), "timers", s.activeCount(false), "waits", s.activeCount(true),
+			"timers_all_shards", s.timers.len(), "waits_all_shards", s.waits.len())
 	}()
 	s.wg.Add(3)
 	go func() { defer s.wg.Done(); s.fireLoop(ctx) }()
@@ -192,14 +215,22 @@ func (s *Scheduler) Healthy() (bool, string) {
 	return s.health.ok()
 }
 
-// ActiveTimers is how many active timers of the agent the index holds:
-// every shard's, as each replica watches the whole bucket, a few
-// milliseconds behind it. It never waits for the firing loop.
-func (s *Scheduler) ActiveTimers(agentID string) int { return s.index.timerCount.get(agentID) }
+// ActiveTimers is how many active timers the agent has in every shard,
+// as each replica watches the whole bucket: a few milliseconds behind it.
+// It never waits for the firing loop.
+func (s *Scheduler) ActiveTimers(agentID string) int { return s.timers.get(agentID) }
 
-// ActiveWaits is how many waiting (or paused) waits of the agent the index
-// holds, as ActiveTimers.
-func (s *Scheduler) ActiveWaits(agentID string) int { return s.index.waitCount.get(agentID) }
+// ActiveWaits is how many waiting (or paused) waits the agent has, as
+// ActiveTimers.
+func (s *Scheduler) ActiveWaits(agentID string) int { return s.waits.get(agentID) }
+
+// presenceOf is the presence of timers or of waits.
+func (s *Scheduler) presenceOf(wait bool) *presence {
+	if wait {
+		return s.waits
+	}
+	return s.timers
+}
 
 func (s *Scheduler) activeCount(wait bool) int {
 	s.mu.Lock()
@@ -209,6 +240,7 @@ func (s *Scheduler) activeCount(wait bool) int {
 
 // reset forgets every timer or wait: their bucket is being reloaded.
 func (s *Scheduler) reset(wait bool) {
+	s.presenceOf(wait).reset()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for key := range s.index.table(wait) {
@@ -224,13 +256,13 @@ func recordKey(key string) (agentLen int, ok bool) {
 }
 
 // entryFor returns the index entry of key, creating it. Called with s.mu held.
-func (s *Scheduler) entryFor(wait bool, key string, agentLen int) *entry {
+func (s *Scheduler) entryFor(wait bool, key string, agentLen, shard int) *entry {
 	t := s.index.table(wait)
 	en, ok := t[key]
 	if !ok {
-		en = &entry{key: key, agentLen: agentLen, wait: wait, shard: shardOf(key, s.cfg.Shards), pos: -1}
+		en = &entry{key: key, agentLen: agentLen, wait: wait, shard: shard, pos: -1}
 		if wait {
-			en.phase = int8(shardOf(key, 10*s.cfg.Shards) % 10)
+			en.phase = int8(ShardOf(key, 10*s.cfg.Shards) % 10)
 		}
 		s.index.insert(en)
 	}
@@ -249,16 +281,27 @@ func (s *Scheduler) armAt(en *entry, due int64) {
 	}
 }
 
-// applyTimer folds one timer record change into the index.
+// removed records that the record at key is gone or finished.
+func (s *Scheduler) removed(wait bool, key string, agentLen int) {
+	s.presenceOf(wait).set(key, agentLen, false)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.index.remove(wait, key)
+}
+
+// applyTimer folds one timer record change into the index: every record
+// counts in the presence, and the record of a held shard gets an entry.
 func (s *Scheduler) applyTimer(e kvwatch.Entry) {
 	agentLen, ok := recordKey(e.Key)
 	if !ok {
 		return
 	}
+	shard := ShardOf(e.Key, s.cfg.Shards)
+	if s.skip(e.Again, shard) {
+		return
+	}
 	if e.Deleted {
-		s.mu.Lock()
-		s.index.remove(false, e.Key)
-		s.mu.Unlock()
+		s.removed(false, e.Key, agentLen)
 		return
 	}
 	var t subjects.Timer
@@ -266,13 +309,17 @@ func (s *Scheduler) applyTimer(e kvwatch.Entry) {
 		s.log.Error("undecodable timer record", "key", e.Key, "err", err)
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if t.Status != subjects.TimerActive || t.NextFireAt == nil {
-		s.index.remove(false, e.Key)
+		s.removed(false, e.Key, agentLen)
 		return
 	}
-	en := s.entryFor(false, e.Key, agentLen)
+	s.timers.set(e.Key, agentLen, true)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.holds(shard) {
+		return
+	}
+	en := s.entryFor(false, e.Key, agentLen, shard)
 	en.text = t.FireText()
 	en.interval = t.Interval()
 	next := t.FireCount + 1
@@ -287,16 +334,18 @@ func (s *Scheduler) applyTimer(e kvwatch.Entry) {
 	s.armAt(en, t.NextFireAt.UnixNano())
 }
 
-// applyWait folds one wait record change into the index.
+// applyWait folds one wait record change into the index, as applyTimer.
 func (s *Scheduler) applyWait(e kvwatch.Entry) {
 	agentLen, ok := recordKey(e.Key)
 	if !ok {
 		return
 	}
+	shard := ShardOf(e.Key, s.cfg.Shards)
+	if s.skip(e.Again, shard) {
+		return
+	}
 	if e.Deleted {
-		s.mu.Lock()
-		s.index.remove(true, e.Key)
-		s.mu.Unlock()
+		s.removed(true, e.Key, agentLen)
 		return
 	}
 	var w subjects.Wait
@@ -304,13 +353,17 @@ func (s *Scheduler) applyWait(e kvwatch.Entry) {
 		s.log.Error("undecodable wait record", "key", e.Key, "err", err)
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if w.Status != subjects.WaitWaiting {
-		s.index.remove(true, e.Key)
+		s.removed(true, e.Key, agentLen)
 		return
 	}
-	en := s.entryFor(true, e.Key, agentLen)
+	s.waits.set(e.Key, agentLen, true)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.holds(shard) {
+		return
+	}
+	en := s.entryFor(true, e.Key, agentLen, shard)
 	if !w.Armed() {
 		en.paused = max(w.Remaining(s.cfg.Now()), time.Nanosecond) // frozen clock
 		en.due = w.TargetTime.UnixNano()

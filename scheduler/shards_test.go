@@ -1,0 +1,205 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/chime-nats/chime/agents"
+	"github.com/chime-nats/chime/consumer"
+	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/internal/kvrec"
+	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
+	"github.com/chime-nats/chime/waits"
+)
+
+// replicaUnderTest is one replica's scheduler and leases; kill ends both
+// the way a SIGKILL does: no lease is handed back.
+type replicaUnderTest struct {
+	sched  *Scheduler
+	leases *Leases
+	kill   func()
+}
+
+func startReplica(t *testing.T, res *engine.Resources, id string, shards int, store *timers.Store) *replicaUnderTest {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &replicaUnderTest{}
+	r.leases = NewLeases(LeasesConfig{
+		KV: res.Leases, ReplicaID: id, Shards: shards, TTL: 2 * time.Second, Renew: 500 * time.Millisecond,
+		OnChange: func() { r.sched.Reshard() }, Healthy: func() (bool, string) { return r.sched.Healthy() },
+	})
+	r.sched = New(Config{
+		JS: res.JS, TimersBucket: engine.TimersBucket, WaitsBucket: engine.WaitsBucket, Records: store,
+		Inbox:  consumer.NewInbox(res.JS, engine.InboxStream, time.Minute, nil),
+		Leases: r.leases, Shards: shards, Registerer: prometheus.NewRegistry(),
+	})
+	if err := r.leases.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.sched.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	r.kill = func() { once.Do(func() { cancel(); r.sched.Stop() }) }
+	t.Cleanup(r.kill)
+	select {
+	case <-r.sched.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("replica %s not ready", id)
+	}
+	return r
+}
+
+// held is what r keeps: its leased shards and the keys of its entries.
+func (r *replicaUnderTest) held() (leased []bool, timerKeys, waitKeys []string) {
+	leased = make([]bool, len(r.sched.shardStates))
+	r.leases.Leased(leased)
+	r.sched.mu.Lock()
+	defer r.sched.mu.Unlock()
+	return leased, slices.Sorted(maps.Keys(r.sched.index.entries)), slices.Sorted(maps.Keys(r.sched.index.waits))
+}
+
+// loaded reports whether every shard r leases is loaded.
+func (r *replicaUnderTest) loaded() bool {
+	leased := make([]bool, len(r.sched.shardStates))
+	r.leases.Leased(leased)
+	for sh, ok := range leased {
+		if ok && r.sched.shardStates[sh].bits.Load() != shardHeld {
+			return false
+		}
+	}
+	return true
+}
+
+func inShards(keys []string, leased []bool) []string {
+	var out []string
+	for _, k := range keys {
+		if leased[ShardOf(k, len(leased))] {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// TestReplicasHoldOnlyTheirShards: two replicas divide the shards and each
+// holds exactly the timers and waits of its own; the quota counts still
+// cover every shard. When one dies, the other takes its shards, loads
+// their records, and fires the timers that fell due meanwhile once.
+func TestReplicasHoldOnlyTheirShards(t *testing.T) {
+	ns := natstest.Server(t)
+	nc, res := natstest.Provisioned(t, ns)
+	ctx := context.Background()
+	const shards = 8
+	tstore := timers.NewStore(res.Timers, nil, kvrec.Retention{})
+	wstore := waits.NewStore(res.Waits, agents.NewStore(res.Agents), time.Now, kvrec.Retention{})
+	var timerKeys, waitKeys []string
+	for i := range 400 {
+		tm, err := tstore.Create(ctx, fmt.Sprintf("agent%d", i%10), subjects.TimerSpec{Duration: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		timerKeys = append(timerKeys, subjects.TimerKey(tm.AgentID, tm.ID))
+	}
+	for i := range 60 {
+		w, err := wstore.Create(ctx, fmt.Sprintf("agent%d", i%10), &subjects.WaitSpec{Mode: subjects.WaitDuration, Target: time.Now().Add(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitKeys = append(waitKeys, w.Key())
+	}
+	slices.Sort(timerKeys)
+	slices.Sort(waitKeys)
+
+	a := startReplica(t, res, "a", shards, tstore)
+	b := startReplica(t, res, "b", shards, tstore)
+	eventually(t, "the shards divided and loaded", func() bool {
+		return a.leases.Count() == shards/2 && b.leases.Count() == shards/2 && a.loaded() && b.loaded()
+	})
+	for _, r := range []*replicaUnderTest{a, b} {
+		leased, gotTimers, gotWaits := r.held()
+		if want := inShards(timerKeys, leased); !slices.Equal(gotTimers, want) {
+			t.Errorf("holds %d timers, want the %d of its shards %v", len(gotTimers), len(want), leased)
+		}
+		if want := inShards(waitKeys, leased); !slices.Equal(gotWaits, want) {
+			t.Errorf("holds %d waits, want the %d of its shards", len(gotWaits), len(want))
+		}
+		if n := r.sched.ActiveTimers("agent3"); n != 40 {
+			t.Errorf("counts %d active timers of agent3 in all shards, want 40", n)
+		}
+		if n := r.sched.ActiveWaits("agent3"); n != 6 {
+			t.Errorf("counts %d waits of agent3 in all shards, want 6", n)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	inbox := make(chan *nats.Msg, 64)
+	sub, err := nc.ChanSubscribe(subjects.Inbox("late"), inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	b.kill()
+	// Due while b's shards have no owner: those fire after the takeover.
+	var due []string
+	for range 10 {
+		tm, err := tstore.Create(ctx, "late", subjects.TimerSpec{Duration: 300 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		due = append(due, tm.ID)
+	}
+	eventually(t, "a takes every shard and loads it", func() bool { return a.leases.Count() == shards && a.loaded() })
+	_, gotTimers, gotWaits := a.held()
+	if len(gotWaits) != len(waitKeys) || len(gotTimers) < len(timerKeys) {
+		t.Fatalf("after the takeover a holds %d timers and %d waits, want %d+ and %d", len(gotTimers), len(gotWaits), len(timerKeys), len(waitKeys))
+	}
+	fired := map[string]int{}
+	deadline := time.After(10 * time.Second)
+	for len(fired) < len(due) {
+		select {
+		case m := <-inbox:
+			var env subjects.Envelope
+			if err := json.Unmarshal(m.Data, &env); err != nil {
+				t.Fatal(err)
+			}
+			fired[env.Source.ID]++
+		case <-deadline:
+			t.Fatalf("fired %v of %v", fired, due)
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // a repeat would come within this
+	for _, id := range due {
+		if fired[id] != 1 {
+			t.Errorf("timer %s fired %d times", id, fired[id])
+		}
+	}
+	select {
+	case m := <-inbox:
+		t.Errorf("one more fire: %s", m.Data)
+	default:
+	}
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 15s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
