@@ -14,7 +14,49 @@ import (
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/scheduler"
 )
+
+// shardOwners reads who holds each of the 32 shards' leases ("" for none).
+func shardOwners(ctx context.Context, leases jetstream.KeyValue) []string {
+	out := make([]string, 32)
+	for s := range out {
+		if e, err := leases.Get(ctx, fmt.Sprintf("shard.%d", s)); err == nil {
+			out[s] = string(e.Value())
+		}
+	}
+	return out
+}
+
+// holdOnlyTheirShards waits until every replica's chime_timers_active is
+// the number of keys (the only active timers) in the shards it owns, so
+// the replicas' sum is the total: each holds its shards' timers and no
+// others.
+func holdOnlyTheirShards(t *testing.T, ctx context.Context, leases jetstream.KeyValue, procs map[string]*proc, keys []string) {
+	t.Helper()
+	var got, want map[string]int
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		owners := shardOwners(ctx, leases)
+		got, want = map[string]int{}, map[string]int{}
+		for _, k := range keys {
+			want[owners[scheduler.ShardOf(k, len(owners))]]++
+		}
+		same := want[""] == 0
+		for id, p := range procs {
+			got[id] = int(p.metric(t, "chime_timers_active"))
+			same = same && got[id] == want[id]
+		}
+		if same {
+			t.Logf("timers held per replica: %v (of %d)", got, len(keys))
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("chime_timers_active per replica %v, want the timers of its shards %v", got, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
 
 // TestReplicasExactlyOnce runs 2 and 3 replicas against one server, creates
 // 2,000 timers through any of them, SIGKILLs a replica that holds shards
@@ -47,9 +89,9 @@ func replicasExactlyOnce(t *testing.T, replicas int) {
 	}
 	owners := func() map[string]int {
 		out := map[string]int{}
-		for s := range 32 {
-			if e, err := leases.Get(ctx, fmt.Sprintf("shard.%d", s)); err == nil {
-				out[string(e.Value())]++
+		for _, id := range shardOwners(ctx, leases) {
+			if id != "" {
+				out[id]++
 			}
 		}
 		return out
@@ -63,6 +105,19 @@ func replicasExactlyOnce(t *testing.T, replicas int) {
 		}
 		return len(o) == replicas && total == 32
 	})
+
+	// Far-future timers stay active all along: each replica must hold
+	// exactly those of the shards it owns, before the kill and after it.
+	c, _ := client.New(nc, "far-agent")
+	var farKeys []string
+	for range 300 {
+		tm, err := c.CreateTimer(ctx, time.Hour.Milliseconds(), 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		farKeys = append(farKeys, "far-agent."+tm.ID)
+	}
+	holdOnlyTheirShards(t, ctx, leases, procs, farKeys)
 
 	const timers = 2000
 	start := time.Now()
@@ -133,6 +188,8 @@ func replicasExactlyOnce(t *testing.T, replicas int) {
 		t.Errorf("%d timers delivered, want %d", len(seen), timers)
 	}
 	t.Logf("max inbox lateness (stored minus due), kill included: %v", maxLate.Round(time.Millisecond))
+	delete(procs, victim)
+	holdOnlyTheirShards(t, ctx, leases, procs, farKeys)
 	if maxLate > 5*time.Second {
 		t.Errorf("takeover took %v, want within 5s", maxLate)
 	}
