@@ -110,7 +110,7 @@ func (s *Scheduler) prepare(batch []*entry, now time.Time) ([]subjects.TimerFire
 		}
 		f := subjects.TimerFired{
 			AgentID: en.agentID(), TimerID: en.itemID(), Occurrence: en.occ,
-			DueAt: due, FiredAt: now.UTC(), Text: en.text,
+			DueAt: due, FiredAt: now.UTC(), Text: (&subjects.Timer{ID: en.itemID(), Summary: en.summary}).FireText(),
 		}
 		en.fired = en.occ
 		if en.interval > 0 {

@@ -14,11 +14,11 @@ type entry struct {
 	key      string // <agent>.<timer> or <agent>.<wait>
 	agentLen int    // key[:agentLen] is the agent ID
 	wait     bool
-	text     string
-	due      int64 // unix nanoseconds the next occurrence is due: its identity
-	at       int64 // unix nanoseconds of the next attempt: due, or later when retrying
-	attempts int   // failed publishes of this occurrence
-	occ      int64 // number of the next occurrence
+	summary  string // the fire's text when set; the default is made at the fire, not kept
+	due      int64  // unix nanoseconds the next occurrence is due: its identity
+	at       int64  // unix nanoseconds of the next attempt: due, or later when retrying
+	attempts int    // failed publishes of this occurrence
+	occ      int64  // number of the next occurrence
 	interval time.Duration
 	// fired is, for a timer, the highest occurrence this replica has
 	// published, and for a wait the target it published: a record update

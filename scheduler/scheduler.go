@@ -320,7 +320,7 @@ func (s *Scheduler) applyTimer(e kvwatch.Entry) {
 		return
 	}
 	en := s.entryFor(false, e.Key, agentLen, shard)
-	en.text = t.FireText()
+	en.summary = t.Summary
 	en.interval = t.Interval()
 	next := t.FireCount + 1
 	if en.fired >= next {
