@@ -15,10 +15,10 @@ import (
 
 // Counter tells how many active timers and waiting waits an agent has,
 // cheaply: a create asks on every call and must not list the agent's
-// records. Today the scheduler answers from the index every replica keeps
-// of all records (fed by KV watches, so a few milliseconds behind the
-// bucket). Once replicas hold only their own shards (a later issue) the
-// counts must come from elsewhere, which is why this is an interface.
+// records. The scheduler answers from what its KV watches saw of every
+// shard (a few milliseconds behind the buckets), though it holds the
+// records of its own shards only; counts kept elsewhere (a counts bucket)
+// could answer instead.
 type Counter interface {
 	ActiveTimers(agentID string) int
 	ActiveWaits(agentID string) int
