@@ -23,7 +23,9 @@ const benchUsage = `chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--
        chime bench waitfor [-n N] [--agents N] [-c C] [--rate R] [--json]
        chime bench notify [--rate R] [--duration D] [--agents N] [--clients N] [--prefill [--limit N]] [--http URL] [--json]
        chime bench chaos [--servers 1|3] [--replicas N] [--duration D] [--rate R] [--every D]
-                         [--kill replica,server,leader] [--down D] [--json] (see chime bench chaos --help)`
+                         [--kill replica,server,leader] [--down D] [--json] (see chime bench chaos --help)
+       chime bench scale [--servers 1|3] [--replicas 1,2,3] [-n N] [--agents A] [-c C] [--lead D] [--json]
+       chime bench capacity [--servers 1|3] [--replicas 1,2,3] [--timers N] [--agents A] [-c C] [--json]`
 
 func (a *App) bench(ctx context.Context, args []string) error {
 	if len(args) == 0 {
@@ -42,6 +44,10 @@ func (a *App) bench(ctx context.Context, args []string) error {
 		return a.benchNotify(ctx, args[1:])
 	case "chaos":
 		return a.benchChaos(ctx, args[1:])
+	case "scale":
+		return a.benchScale(ctx, args[1:])
+	case "capacity":
+		return a.benchCapacity(ctx, args[1:])
 	}
 	return fmt.Errorf("%w: %s", ErrUsage, benchUsage)
 }
@@ -146,6 +152,50 @@ func (a *App) benchChaos(ctx context.Context, args []string) error {
 			}
 		}
 		return bench.Chaos(ctx, o)
+	})
+}
+
+// benchScale runs its own nats-servers and replicas of this binary, as
+// chaos does. chime serve has no pprof endpoint, so the replicas' CPU is
+// read from /proc per phase; --cpuprofile profiles the bench process only.
+func (a *App) benchScale(ctx context.Context, args []string) error {
+	o := bench.ScaleOptions{Progress: a.Stderr}
+	var replicas string
+	return a.runBench(ctx, "scale", args, func(fs *flag.FlagSet) {
+		fs.IntVar(&o.Servers, "servers", 1, "nats-servers: 1 (standalone) or 3 (a JetStream cluster; chime's streams at R3)")
+		fs.StringVar(&replicas, "replicas", "1,2,3", "replica counts to measure, each on fresh nats-servers")
+		fs.IntVar(&o.N, "n", 20000, "one-shot timers created, then fired, per replica count")
+		fs.IntVar(&o.Agents, "agents", 100, "agents the timers are spread over")
+		fs.IntVar(&o.Clients, "c", 64, "creates in flight, over 4 connections")
+		fs.DurationVar(&o.Lead, "lead", 30*time.Second, "the common due time after the first create (must outlast the creates)")
+	}, func(ctx context.Context) (result, error) {
+		var err error
+		if o.Replicas, err = bench.ParseReplicas(replicas); err != nil {
+			return nil, err
+		}
+		return bench.Scale(ctx, o)
+	})
+}
+
+// benchCapacity runs its own nats-servers and replicas of this binary.
+func (a *App) benchCapacity(ctx context.Context, args []string) error {
+	o := bench.CapacityOptions{Progress: a.Stderr}
+	var replicas string
+	return a.runBench(ctx, "capacity", args, func(fs *flag.FlagSet) {
+		fs.IntVar(&o.Servers, "servers", 1, "nats-servers: 1 (standalone) or 3 (a JetStream cluster; chime's streams at R3)")
+		fs.StringVar(&replicas, "replicas", "1,2,3", "replica counts to measure, each on fresh nats-servers")
+		fs.IntVar(&o.Timers, "timers", 300000, "one-shot timers created, due in an hour")
+		fs.IntVar(&o.Agents, "agents", 1000, "agents the timers are spread over")
+		fs.IntVar(&o.Clients, "c", 64, "creates in flight, over 4 connections")
+		fs.DurationVar(&o.Stable, "stable", 3*time.Second, "how long each replica's chime_timers_active must hold still before memory is read")
+		fs.DurationVar(&o.Settle, "settle", 5*time.Second, "waited after that, before memory is read")
+		fs.DurationVar(&o.Takeover, "takeover", 30*time.Second, "how long the survivors are given to hold every timer after one replica is SIGKILLed")
+	}, func(ctx context.Context) (result, error) {
+		var err error
+		if o.Replicas, err = bench.ParseReplicas(replicas); err != nil {
+			return nil, err
+		}
+		return bench.Capacity(ctx, o)
 	})
 }
 

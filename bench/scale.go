@@ -1,0 +1,479 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/chime-nats/chime/internal/backoff"
+	"github.com/chime-nats/chime/internal/natsproc"
+	"github.com/chime-nats/chime/subjects"
+)
+
+// ScaleOptions configures a scale run: for each replica count, fresh
+// nats-servers and that many chime replicas (child processes of Exe), a
+// burst of one-shot creates, and the same timers all due at one instant.
+type ScaleOptions struct {
+	Servers  int           // 1: a standalone nats-server; 3-5: a JetStream cluster, chime's streams at R3
+	Replicas []int         // replica counts, each measured on its own fresh NATS
+	N        int           // one-shot timers created per replica count
+	Agents   int           // agents they are spread over
+	Clients  int           // creates in flight
+	Lead     time.Duration // the common due time after the start of the creates
+	Exe      string        // the chime binary run as `serve`; default os.Executable()
+	Progress io.Writer     // a line per phase; nil: none
+}
+
+// Validate checks the options.
+func (o *ScaleOptions) Validate() error {
+	switch {
+	case o.Servers != 1 && (o.Servers < 3 || o.Servers > 5):
+		return errors.New("bench: --servers must be 1 (standalone) or 3-5 (a cluster)")
+	case len(o.Replicas) == 0:
+		return errors.New("bench: --replicas must name at least one replica count")
+	case o.N <= 0:
+		return errors.New("bench: -n must be positive")
+	case o.Agents <= 0:
+		return errors.New("bench: --agents must be positive")
+	case o.Clients <= 0:
+		return errors.New("bench: -c must be positive")
+	case o.Lead <= 0:
+		return errors.New("bench: --lead must be positive")
+	}
+	for _, r := range o.Replicas {
+		if r < 1 {
+			return fmt.Errorf("bench: --replicas: %d is not a positive replica count", r)
+		}
+	}
+	return nil
+}
+
+// ParseReplicas reads a comma-separated list of replica counts, e.g. "1,2,3".
+func ParseReplicas(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bench: --replicas: %q is not a positive replica count", f)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("bench: --replicas must name at least one replica count")
+	}
+	return out, nil
+}
+
+// ScaleResult is a scale run: one ScaleRun per replica count.
+type ScaleResult struct {
+	Servers    int        `json:"servers"`
+	JSReplicas int        `json:"js_replicas"`
+	N          int        `json:"n"`
+	Agents     int        `json:"agents"`
+	Clients    int        `json:"clients"`
+	LeadMs     int64      `json:"lead_ms"`
+	Runs       []ScaleRun `json:"runs"`
+}
+
+// ScaleRun is what one replica count measured.
+type ScaleRun struct {
+	Replicas      int     `json:"replicas"`
+	CreatesPerS   float64 `json:"creates_per_s"`
+	CreateSeconds float64 `json:"create_s"`
+	// LeadMarginMs is the due time minus the end of the creates: negative
+	// when the creates overran the lead, and the late ones fired at once.
+	LeadMarginMs float64 `json:"lead_margin_ms"`
+	FiresPerS    float64 `json:"fires_per_s"` // first to last arrival
+	// FireSeconds is the fire phase: from just before the due time to the
+	// last arrival (or the give-up deadline when some never came).
+	FireSeconds float64 `json:"fire_s"`
+	LatenessMs  Latency `json:"lateness_ms"`
+	Missed      int     `json:"missed"`
+	Duplicates  int     `json:"duplicates"`
+	// CPU is each process's CPU time (user+system, from /proc) in either
+	// phase: the replicas, the nats-servers and the bench itself.
+	CPU []ProcCPU `json:"cpu"`
+}
+
+// ProcCPU is one process's CPU seconds in the create phase and in the
+// fire phase; divided by the phase's wall seconds it is cores busy.
+type ProcCPU struct {
+	Name    string  `json:"name"` // r1.. (replicas), n1.. (nats-servers), bench
+	CreateS float64 `json:"create_s"`
+	FireS   float64 `json:"fire_s"`
+}
+
+// The scale run's fixed shape.
+const (
+	createTimeout = 10 * time.Second // one create request
+	fireMargin    = 50 * time.Millisecond
+	fireGiveUp    = 30 * time.Second // waited past the due time for arrivals beyond N/1000 s
+	scaleConns    = 4                // connections the creates are spread over
+)
+
+// Scale runs the scale measurements, one replica count after the other,
+// each on fresh nats-servers.
+func Scale(ctx context.Context, o ScaleOptions) (*ScaleResult, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Exe == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("bench: find own binary: %w", err)
+		}
+		o.Exe = exe
+	}
+	res := &ScaleResult{Servers: o.Servers, JSReplicas: jsReplicasFor(o.Servers), N: o.N, Agents: o.Agents, Clients: o.Clients, LeadMs: o.Lead.Milliseconds()}
+	for _, r := range o.Replicas {
+		run, err := scaleOne(ctx, o, r)
+		if err != nil {
+			return nil, fmt.Errorf("bench: %d replicas: %w", r, err)
+		}
+		res.Runs = append(res.Runs, *run)
+	}
+	return res, nil
+}
+
+func scaleOne(ctx context.Context, o ScaleOptions, replicas int) (run *ScaleRun, err error) {
+	progress := progressf(o.Progress, "scale")
+	f, err := startFleet(ctx, fleetOptions{
+		servers: o.Servers, replicas: replicas, exe: o.Exe, progress: progress,
+		// Quotas off: the per-agent count and create rate limits are not
+		// what is measured.
+		env: []string{"CHIME_CREATE_RATE=0", "CHIME_MAX_TIMERS_PER_AGENT=0"},
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { f.close(err != nil) }()
+
+	conns, closeConns, err := connectN(f.urls(), scaleConns, "chime bench scale")
+	if err != nil {
+		return nil, err
+	}
+	defer closeConns()
+	prefix := fmt.Sprintf("s%d-%d", replicas, time.Now().UnixNano()%1e6)
+	agent := func(i int) string { return fmt.Sprintf("%s-%d", prefix, i%o.Agents) }
+
+	// Subscribe first, as an agent would, on a connection of its own.
+	sub, err := nats.Connect(f.urls(), nats.Name("chime bench scale inbox"))
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	defer sub.Close()
+	inbox := newArrivals(subjects.HeaderMsgID, o.N)
+	s, err := sub.Subscribe(subjects.AgentWildcard(subjects.ActionInbox), func(m *nats.Msg) {
+		if strings.HasPrefix(m.Subject, "agent."+prefix+"-") {
+			inbox.add(m)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe: %w", err)
+	}
+	s.SetPendingLimits(-1, -1)
+	if err := sub.Flush(); err != nil {
+		return nil, fmt.Errorf("flush: %w", err)
+	}
+
+	run = &ScaleRun{Replicas: replicas}
+	progress("%d replicas: creating %d one-shot timers over %d agents, %d in flight, all due in %v", replicas, o.N, o.Agents, o.Clients, o.Lead)
+	cpu0 := f.cpu()
+	start := time.Now()
+	due := start.Add(o.Lead)
+	err = createTimers(ctx, conns, o.N, o.Clients, agent, func() int64 { return max(time.Until(due).Milliseconds(), 1) })
+	if err != nil {
+		return nil, err
+	}
+	created := time.Now()
+	cpu1 := f.cpu()
+	run.CreateSeconds = created.Sub(start).Seconds()
+	run.CreatesPerS = float64(o.N) / run.CreateSeconds
+	run.LeadMarginMs = ms(due.Sub(created))
+	progress("%d replicas: %.0f creates/s; due in %v", replicas, run.CreatesPerS, time.Until(due).Round(time.Millisecond))
+
+	// The fire phase: from just before the due time (when the creates
+	// overran it, from their end) to the last arrival.
+	if !backoff.Sleep(ctx, time.Until(due.Add(-fireMargin))) {
+		return nil, ctx.Err()
+	}
+	fireStart := time.Now()
+	cpu2 := f.cpu()
+	giveUp := time.NewTimer(time.Until(due.Add(fireGiveUp + time.Duration(o.N)*time.Millisecond)))
+	defer giveUp.Stop()
+	select {
+	case <-inbox.all:
+	case <-giveUp.C:
+		progress("%d replicas: gave up waiting for fires", replicas)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	cpu3 := f.cpu()
+	run.FireSeconds = time.Since(fireStart).Seconds()
+	run.LatenessMs, run.FiresPerS, run.Missed, run.Duplicates = inbox.summary()
+	for _, p := range cpu0 {
+		run.CPU = append(run.CPU, ProcCPU{
+			Name:    p.name,
+			CreateS: cpuDelta(cpu0, cpu1, p.name),
+			FireS:   cpuDelta(cpu2, cpu3, p.name),
+		})
+	}
+	progress("%d replicas: %.0f fires/s, p50 %.1f ms, p99 %.1f ms, %d missed", replicas, run.FiresPerS, run.LatenessMs.P50, run.LatenessMs.P99, run.Missed)
+	return run, nil
+}
+
+// createTimers creates n timers with `clients` requests in flight, the ith
+// for agent(i), each due in dueMs() milliseconds as it is sent. Any failure
+// ends the run: with quotas off on loopback, none is expected.
+func createTimers(ctx context.Context, conns []*nats.Conn, n, clients int, agent func(int) string, dueMs func() int64) error {
+	g, gctx := errgroup.WithContext(ctx)
+	var next atomic.Int64
+	for c := range clients {
+		nc := conns[c%len(conns)]
+		g.Go(func() error {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return nil
+				}
+				body := []byte(`{"duration_ms":` + strconv.FormatInt(dueMs(), 10) + `}`)
+				rctx, cancel := context.WithTimeout(gctx, createTimeout)
+				msg, err := nc.RequestWithContext(rctx, subjects.Agent(agent(i), subjects.ActionTimerCreate), body)
+				cancel()
+				if err != nil {
+					return fmt.Errorf("create %d: %w", i, err)
+				}
+				var t subjects.Timer
+				if err := subjects.DecodeReply(msg.Data, &t); err != nil {
+					return fmt.Errorf("create %d: %w", i, err)
+				}
+			}
+		})
+	}
+	return g.Wait()
+}
+
+func connectN(url string, n int, name string) ([]*nats.Conn, func(), error) {
+	var conns []*nats.Conn
+	closeAll := func() {
+		for _, nc := range conns {
+			nc.Close()
+		}
+	}
+	for range n {
+		nc, err := nats.Connect(url, nats.Name(name))
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("connect: %w", err)
+		}
+		conns = append(conns, nc)
+	}
+	return conns, closeAll, nil
+}
+
+func progressf(w io.Writer, name string) func(string, ...any) {
+	return func(format string, args ...any) {
+		if w != nil {
+			fmt.Fprintf(w, name+": "+format+"\n", args...)
+		}
+	}
+}
+
+func jsReplicasFor(servers int) int {
+	if servers > 1 {
+		return clusterReplica
+	}
+	return 1
+}
+
+// fleet is one measurement's processes: fresh nats-servers and chime
+// replicas in a work dir of their own.
+type fleet struct {
+	tb       *procTB
+	servers  []*natsproc.Server
+	cluster  *natsproc.ClusterT
+	replicas []*replicaProc
+	progress func(string, ...any)
+}
+
+type fleetOptions struct {
+	servers, replicas int
+	exe               string
+	env               []string // added to each replica's environment
+	progress          func(string, ...any)
+}
+
+// startFleet starts the nats-servers, then the replicas one after the other
+// (the first provisions the streams and buckets), each ready before the
+// next, as chime bench chaos does. On error everything started is stopped.
+func startFleet(ctx context.Context, o fleetOptions) (f *fleet, err error) {
+	f = &fleet{progress: o.progress}
+	if f.tb, err = newProcTB(o.progress); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			f.close(true)
+		}
+	}()
+	begin := time.Now()
+	if o.servers == 1 {
+		err = guard(func() { f.servers = []*natsproc.Server{natsproc.Standalone(f.tb)} })
+	} else {
+		err = guard(func() {
+			f.cluster = natsproc.Cluster(f.tb, o.servers)
+			f.cluster.WaitJetStreamReady(ctx)
+			f.servers = f.cluster.Servers
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("nats-server: %w", err)
+	}
+	var ports []int
+	if err := guard(func() { ports = natsproc.FreePorts(f.tb, o.replicas) }); err != nil {
+		return nil, err
+	}
+	for i := range o.replicas {
+		p := &replicaProc{id: fmt.Sprintf("r%d", i+1), httpAddr: fmt.Sprintf("127.0.0.1:%d", ports[i]), exe: o.exe}
+		p.logPath = filepath.Join(f.tb.dir, p.id+".log")
+		// Later entries win: the run's own settings over the caller's.
+		p.env = append(os.Environ(),
+			"CHIME_NATS_URL="+f.urls(),
+			fmt.Sprintf("CHIME_JS_REPLICAS=%d", jsReplicasFor(o.servers)),
+			"CHIME_HTTP_ADDR="+p.httpAddr,
+			"CHIME_REPLICA_ID="+p.id,
+		)
+		p.env = append(p.env, o.env...)
+		f.tb.Cleanup(func() { _ = p.kill() })
+		f.replicas = append(f.replicas, p)
+		if err := p.start(); err != nil {
+			return nil, err
+		}
+		if err := p.waitReady(ctx, replicaReady); err != nil {
+			return nil, err
+		}
+	}
+	o.progress("%d nats-server(s) and %d replicas ready in %v (work dir %s)", len(f.servers), o.replicas, time.Since(begin).Round(time.Millisecond), f.tb.dir)
+	return f, nil
+}
+
+func (f *fleet) urls() string {
+	if f.cluster != nil {
+		return f.cluster.URLs()
+	}
+	return f.servers[0].ClientURL()
+}
+
+// close stops every process, replicas first; the work dir (stores and
+// logs) is kept when the measurement failed.
+func (f *fleet) close(keep bool) {
+	f.tb.close()
+	if keep {
+		f.progress("work dir kept: %s", f.tb.dir)
+		return
+	}
+	_ = os.RemoveAll(f.tb.dir)
+}
+
+// procTime is one process's CPU time so far.
+type procTime struct {
+	name string
+	cpu  time.Duration // zero when it could not be read (not running)
+}
+
+// cpu reads the CPU time of each replica, each nats-server and the bench.
+func (f *fleet) cpu() []procTime {
+	var out []procTime
+	for _, p := range f.replicas {
+		out = append(out, procTime{p.id, procCPU(p.pid())})
+	}
+	for _, s := range f.servers {
+		out = append(out, procTime{s.Name(), procCPU(s.Pid())})
+	}
+	return append(out, procTime{"bench", procCPU(os.Getpid())})
+}
+
+func cpuDelta(from, to []procTime, name string) float64 {
+	var a, b time.Duration
+	for _, p := range from {
+		if p.name == name {
+			a = p.cpu
+		}
+	}
+	for _, p := range to {
+		if p.name == name {
+			b = p.cpu
+		}
+	}
+	if a == 0 || b == 0 {
+		return 0
+	}
+	return (b - a).Seconds()
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on
+// every Linux build that matters, and Go has no sysconf to ask.
+const clockTicks = 100
+
+// procCPU is the user plus system CPU time of pid from /proc/<pid>/stat,
+// zero when it cannot be read.
+func procCPU(pid int) time.Duration {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name, field 2, is in parentheses and may hold spaces:
+	// count fields from the last ')'. utime and stime are fields 14 and 15.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	fs := strings.Fields(string(b[i+1:]))
+	if len(fs) < 13 {
+		return 0
+	}
+	ut, err1 := strconv.ParseInt(fs[11], 10, 64)
+	st, err2 := strconv.ParseInt(fs[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(ut+st) * time.Second / clockTicks
+}
+
+// WriteText prints a row per replica count, then each one's CPU use.
+func (r *ScaleResult) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "scale: servers=%d (streams R%d) n=%d agents=%d in-flight=%d lead=%dms\n", r.Servers, r.JSReplicas, r.N, r.Agents, r.Clients, r.LeadMs)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "replicas\tcreates/s\tfires/s\tp50 ms\tp99 ms\tmax ms\tmissed\tdups\tlead margin ms\t")
+	for _, x := range r.Runs {
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%.0f\t\n", x.Replicas, x.CreatesPerS, x.FiresPerS,
+			x.LatenessMs.P50, x.LatenessMs.P99, x.LatenessMs.Max, x.Missed, x.Duplicates, x.LeadMarginMs)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w, "cpu seconds per process (cores busy = cpu s / phase s):")
+	for _, x := range r.Runs {
+		var c, f strings.Builder
+		for _, p := range x.CPU {
+			fmt.Fprintf(&c, " %s %.2f", p.Name, p.CreateS)
+			fmt.Fprintf(&f, " %s %.2f", p.Name, p.FireS)
+		}
+		fmt.Fprintf(w, "  %d replicas: create %.1fs:%s | fire %.1fs:%s\n", x.Replicas, x.CreateSeconds, c.String(), x.FireSeconds, f.String())
+	}
+}
