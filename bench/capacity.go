@@ -124,6 +124,7 @@ type ShardLoad struct {
 // Metric names read from a replica's /metrics.
 const (
 	metricActive     = "chime_timers_active"
+	metricApplied    = "chime_timer_fires_applied_total"
 	metricRSS        = "process_resident_memory_bytes"
 	metricHeap       = "go_memstats_heap_inuse_bytes"
 	metricShardSum   = "chime_shard_load_seconds_sum"

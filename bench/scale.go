@@ -104,17 +104,27 @@ type ScaleRun struct {
 	LatenessMs  Latency `json:"lateness_ms"`
 	Missed      int     `json:"missed"`
 	Duplicates  int     `json:"duplicates"`
-	// CPU is each process's CPU time (user+system, from /proc) in either
-	// phase: the replicas, the nats-servers and the bench itself.
+	// The records phase: a fire's record update follows its stored
+	// envelope, held back while fires are in flight. RecordsSeconds is from
+	// the last arrival until the replicas' chime_timer_fires_applied_total
+	// sums to the arrivals (Applied, the last sum read if it never did);
+	// AppliedPerS is the arrivals over the time from the due time to then.
+	RecordsSeconds float64 `json:"records_s"`
+	Applied        int64   `json:"applied"`
+	AppliedPerS    float64 `json:"applied_per_s"`
+	// CPU is each process's CPU time (user+system, from /proc) in each
+	// phase: the replicas, the nats-servers, the bench itself, and the
+	// whole machine (every process on it, ours and others').
 	CPU []ProcCPU `json:"cpu"`
 }
 
-// ProcCPU is one process's CPU seconds in the create phase and in the
-// fire phase; divided by the phase's wall seconds it is cores busy.
+// ProcCPU is one process's CPU seconds in the create, fire and records
+// phases; divided by the phase's wall seconds it is cores busy.
 type ProcCPU struct {
-	Name    string  `json:"name"` // r1.. (replicas), n1.. (nats-servers), bench
-	CreateS float64 `json:"create_s"`
-	FireS   float64 `json:"fire_s"`
+	Name     string  `json:"name"` // r1.. (replicas), n1.. or standalone (nats-servers), bench, machine
+	CreateS  float64 `json:"create_s"`
+	FireS    float64 `json:"fire_s"`
+	RecordsS float64 `json:"records_s"`
 }
 
 // The scale run's fixed shape.
@@ -122,6 +132,7 @@ const (
 	createTimeout = 10 * time.Second // one create request
 	fireMargin    = 50 * time.Millisecond
 	fireGiveUp    = 30 * time.Second // waited past the due time for arrivals beyond N/1000 s
+	recordsBound  = time.Minute      // for the record updates after the last arrival
 	scaleConns    = 4                // connections the creates are spread over
 )
 
@@ -223,17 +234,57 @@ func scaleOne(ctx context.Context, o ScaleOptions, replicas int) (run *ScaleRun,
 		return nil, ctx.Err()
 	}
 	cpu3 := f.cpu()
-	run.FireSeconds = time.Since(fireStart).Seconds()
+	fireEnd := time.Now()
+	run.FireSeconds = fireEnd.Sub(fireStart).Seconds()
 	run.LatenessMs, run.FiresPerS, run.Missed, run.Duplicates = inbox.summary()
+	progress("%d replicas: %.0f fires/s, p50 %.1f ms, p99 %.1f ms, %d missed; waiting for the record updates", replicas, run.FiresPerS, run.LatenessMs.P50, run.LatenessMs.P99, run.Missed)
+
+	arrived := int64(o.N - run.Missed)
+	var done bool
+	if run.Applied, done, err = waitApplied(ctx, f.replicas, arrived, recordsBound); err != nil {
+		return nil, err
+	}
+	cpu4 := f.cpu()
+	run.RecordsSeconds = time.Since(fireEnd).Seconds()
+	if done {
+		run.AppliedPerS = float64(arrived) / time.Since(due).Seconds()
+	} else {
+		progress("%d replicas: %d of %d records updated after %v", replicas, run.Applied, arrived, recordsBound)
+	}
 	for _, p := range cpu0 {
 		run.CPU = append(run.CPU, ProcCPU{
-			Name:    p.name,
-			CreateS: cpuDelta(cpu0, cpu1, p.name),
-			FireS:   cpuDelta(cpu2, cpu3, p.name),
+			Name:     p.name,
+			CreateS:  cpuDelta(cpu0, cpu1, p.name),
+			FireS:    cpuDelta(cpu2, cpu3, p.name),
+			RecordsS: cpuDelta(cpu3, cpu4, p.name),
 		})
 	}
-	progress("%d replicas: %.0f fires/s, p50 %.1f ms, p99 %.1f ms, %d missed", replicas, run.FiresPerS, run.LatenessMs.P50, run.LatenessMs.P99, run.Missed)
 	return run, nil
+}
+
+// waitApplied polls the replicas until their chime_timer_fires_applied_total
+// sums to want, or bound passes; it returns the last sum.
+func waitApplied(ctx context.Context, ps []*replicaProc, want int64, bound time.Duration) (int64, bool, error) {
+	deadline := time.Now().Add(bound)
+	for {
+		var sum int64
+		for _, p := range ps {
+			m, err := scrape(ctx, p.httpAddr)
+			if err != nil {
+				return 0, false, err
+			}
+			sum += int64(m[metricApplied])
+		}
+		if sum >= want {
+			return sum, true, nil
+		}
+		if time.Now().After(deadline) {
+			return sum, false, nil
+		}
+		if !backoff.Sleep(ctx, pollEvery) {
+			return 0, false, ctx.Err()
+		}
+	}
 }
 
 // createTimers creates n timers with `clients` requests in flight, the ith
@@ -404,7 +455,32 @@ func (f *fleet) cpu() []procTime {
 	for _, s := range f.servers {
 		out = append(out, procTime{s.Name(), procCPU(s.Pid())})
 	}
-	return append(out, procTime{"bench", procCPU(os.Getpid())})
+	out = append(out, procTime{"bench", procCPU(os.Getpid())})
+	return append(out, procTime{"machine", machineCPU()})
+}
+
+// machineCPU is the busy time of every CPU of the machine, from the first
+// line of /proc/stat: user, nice, system, irq, softirq and steal (not
+// idle and iowait), zero when it cannot be read.
+func machineCPU() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	fs := strings.Fields(line)
+	if len(fs) < 9 || fs[0] != "cpu" {
+		return 0
+	}
+	var busy int64
+	for _, i := range []int{1, 2, 3, 6, 7, 8} {
+		v, err := strconv.ParseInt(fs[i], 10, 64)
+		if err != nil {
+			return 0
+		}
+		busy += v
+	}
+	return time.Duration(busy) * time.Second / clockTicks
 }
 
 func cpuDelta(from, to []procTime, name string) float64 {
@@ -461,19 +537,22 @@ func procCPU(pid int) time.Duration {
 func (r *ScaleResult) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "scale: servers=%d (streams R%d) n=%d agents=%d in-flight=%d lead=%dms\n", r.Servers, r.JSReplicas, r.N, r.Agents, r.Clients, r.LeadMs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "replicas\tcreates/s\tfires/s\tp50 ms\tp99 ms\tmax ms\tmissed\tdups\tlead margin ms\t")
+	fmt.Fprintln(tw, "replicas\tcreates/s\tfires/s\tp50 ms\tp99 ms\tmax ms\tmissed\tdups\trecorded/s\tlead margin ms\t")
 	for _, x := range r.Runs {
-		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%.0f\t\n", x.Replicas, x.CreatesPerS, x.FiresPerS,
-			x.LatenessMs.P50, x.LatenessMs.P99, x.LatenessMs.Max, x.Missed, x.Duplicates, x.LeadMarginMs)
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.1f\t%.1f\t%.1f\t%d\t%d\t%.0f\t%.0f\t\n", x.Replicas, x.CreatesPerS, x.FiresPerS,
+			x.LatenessMs.P50, x.LatenessMs.P99, x.LatenessMs.Max, x.Missed, x.Duplicates, x.AppliedPerS, x.LeadMarginMs)
 	}
 	_ = tw.Flush()
-	fmt.Fprintln(w, "cpu seconds per process (cores busy = cpu s / phase s):")
+	fmt.Fprintln(w, "recorded/s: fires whose record was updated, per second from the due time to the last update")
+	fmt.Fprintln(w, "cpu seconds per phase (phase wall time in brackets; cores busy = cpu s / wall s; machine = every process on the host):")
 	for _, x := range r.Runs {
-		var c, f strings.Builder
+		var c, f, rec strings.Builder
 		for _, p := range x.CPU {
 			fmt.Fprintf(&c, " %s %.2f", p.Name, p.CreateS)
 			fmt.Fprintf(&f, " %s %.2f", p.Name, p.FireS)
+			fmt.Fprintf(&rec, " %s %.2f", p.Name, p.RecordsS)
 		}
-		fmt.Fprintf(w, "  %d replicas: create %.1fs:%s | fire %.1fs:%s\n", x.Replicas, x.CreateSeconds, c.String(), x.FireSeconds, f.String())
+		fmt.Fprintf(w, "  %d replicas:\n    create [%.2fs]:%s\n    fire [%.2fs]:%s\n    records [%.2fs]:%s\n",
+			x.Replicas, x.CreateSeconds, c.String(), x.FireSeconds, f.String(), x.RecordsSeconds, rec.String())
 	}
 }

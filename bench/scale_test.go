@@ -43,7 +43,7 @@ func TestScaleAndCapacity(t *testing.T) {
 	sc.WriteText(&text)
 	t.Logf("%s", text.String())
 	r := sc.Runs[0]
-	if len(sc.Runs) != 1 || r.Missed != 0 || r.Duplicates != 0 || r.CreatesPerS <= 0 || r.FiresPerS <= 0 || len(r.CPU) != 3 {
+	if len(sc.Runs) != 1 || r.Missed != 0 || r.Duplicates != 0 || r.CreatesPerS <= 0 || r.FiresPerS <= 0 || len(r.CPU) != 4 || r.Applied < 200 {
 		t.Errorf("scale: %+v", sc.Runs)
 	}
 
