@@ -86,7 +86,8 @@ type CapacityRun struct {
 // CapacityReplica is one replica's memory, idle and holding its timers.
 type CapacityReplica struct {
 	Name          string  `json:"name"`
-	Held          int64   `json:"held"` // chime_timers_active
+	Held          int64   `json:"held"`   // chime_timers_active
+	Shards        int64   `json:"shards"` // chime_shards_held; 0 where not served
 	IdleRSSBytes  int64   `json:"idle_rss_bytes"`
 	IdleHeapBytes int64   `json:"idle_heap_bytes"`
 	RSSBytes      int64   `json:"rss_bytes"`
@@ -125,6 +126,7 @@ type ShardLoad struct {
 const (
 	metricActive     = "chime_timers_active"
 	metricApplied    = "chime_timer_fires_applied_total"
+	metricShards     = "chime_shards_held"
 	metricRSS        = "process_resident_memory_bytes"
 	metricHeap       = "go_memstats_heap_inuse_bytes"
 	metricShardSum   = "chime_shard_load_seconds_sum"
@@ -223,7 +225,7 @@ func capacityOne(ctx context.Context, o CapacityOptions, replicas int) (run *Cap
 			return nil, err
 		}
 		pr := &run.PerReplica[i]
-		pr.Held, pr.RSSBytes, pr.HeapBytes = int64(m[metricActive]), int64(m[metricRSS]), int64(m[metricHeap])
+		pr.Held, pr.Shards, pr.RSSBytes, pr.HeapBytes = int64(m[metricActive]), int64(m[metricShards]), int64(m[metricRSS]), int64(m[metricHeap])
 		if pr.Held > 0 {
 			pr.RSSPerHeld = float64(pr.RSSBytes-pr.IdleRSSBytes) / float64(pr.Held)
 			pr.HeapPerHeld = float64(pr.HeapBytes-pr.IdleHeapBytes) / float64(pr.Held)
@@ -417,9 +419,9 @@ func (r *CapacityResult) WriteText(w io.Writer) {
 		}
 		fmt.Fprintf(w, "%d replicas: %.0f creates/s; held sum %d of %d (%s %.1fs after the creates)\n", x.Replicas, x.CreatesPerS, x.HeldSum, r.Timers, settled, x.SettleS)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "  replica\theld\tidle rss MiB\trss MiB\tidle heap MiB\theap MiB\trss B/held\theap B/held\t")
+		fmt.Fprintln(tw, "  replica\tshards\theld\tidle rss MiB\trss MiB\tidle heap MiB\theap MiB\trss B/held\theap B/held\t")
 		for _, p := range x.PerReplica {
-			fmt.Fprintf(tw, "  %s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t\n", p.Name, p.Held,
+			fmt.Fprintf(tw, "  %s\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t\n", p.Name, p.Shards, p.Held,
 				float64(p.IdleRSSBytes)/mib, float64(p.RSSBytes)/mib, float64(p.IdleHeapBytes)/mib, float64(p.HeapBytes)/mib, p.RSSPerHeld, p.HeapPerHeld)
 		}
 		_ = tw.Flush()
