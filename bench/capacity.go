@@ -442,9 +442,13 @@ func (r *CapacityResult) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "; %s not served\n", strings.TrimSuffix(metricShardCount, "_count"))
 			continue
 		}
-		fmt.Fprint(w, "; shard loads:")
+		fmt.Fprint(w, "; shard loads (concurrent):")
 		for _, l := range t.ShardLoads {
-			fmt.Fprintf(w, " %s %.0f in %.3fs", l.Name, l.Loads, l.SumS)
+			mean := 0.0
+			if l.Loads > 0 {
+				mean = l.SumS / l.Loads
+			}
+			fmt.Fprintf(w, " %s %.0f (%.3fs in all, %.3fs each on average)", l.Name, l.Loads, l.SumS, mean)
 		}
 		fmt.Fprintln(w)
 	}
