@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -147,20 +146,14 @@ func Capacity(ctx context.Context, o CapacityOptions) (*CapacityResult, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	if o.Exe == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("bench: find own binary: %w", err)
-		}
-		o.Exe = exe
+	var err error
+	if o.Exe, err = ownExe(o.Exe); err != nil {
+		return nil, err
 	}
 	res := &CapacityResult{Servers: o.Servers, JSReplicas: jsReplicasFor(o.Servers), Timers: o.Timers, Agents: o.Agents}
-	for _, r := range o.Replicas {
-		run, err := capacityOne(ctx, o, r)
-		if err != nil {
-			return nil, fmt.Errorf("bench: %d replicas: %w", r, err)
-		}
-		res.Runs = append(res.Runs, *run)
+	res.Runs, err = forEachCount(o.Replicas, func(r int) (*CapacityRun, error) { return capacityOne(ctx, o, r) })
+	if err != nil {
+		return nil, err
 	}
 	return res, nil
 }

@@ -142,22 +142,43 @@ func Scale(ctx context.Context, o ScaleOptions) (*ScaleResult, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	if o.Exe == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("bench: find own binary: %w", err)
-		}
-		o.Exe = exe
+	var err error
+	if o.Exe, err = ownExe(o.Exe); err != nil {
+		return nil, err
 	}
 	res := &ScaleResult{Servers: o.Servers, JSReplicas: jsReplicasFor(o.Servers), N: o.N, Agents: o.Agents, Clients: o.Clients, LeadMs: o.Lead.Milliseconds()}
-	for _, r := range o.Replicas {
-		run, err := scaleOne(ctx, o, r)
+	res.Runs, err = forEachCount(o.Replicas, func(r int) (*ScaleRun, error) { return scaleOne(ctx, o, r) })
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// ownExe is exe, or this binary when exe is empty: the replicas run it
+// as `chime serve`.
+func ownExe(exe string) (string, error) {
+	if exe != "" {
+		return exe, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("bench: find own binary: %w", err)
+	}
+	return exe, nil
+}
+
+// forEachCount runs one per replica count, in order, each on its own
+// fleet, and stops at the first error.
+func forEachCount[R any](replicas []int, one func(int) (*R, error)) ([]R, error) {
+	var runs []R
+	for _, r := range replicas {
+		run, err := one(r)
 		if err != nil {
 			return nil, fmt.Errorf("bench: %d replicas: %w", r, err)
 		}
-		res.Runs = append(res.Runs, *run)
+		runs = append(runs, *run)
 	}
-	return res, nil
+	return runs, nil
 }
 
 func scaleOne(ctx context.Context, o ScaleOptions, replicas int) (run *ScaleRun, err error) {
