@@ -46,6 +46,10 @@ type Config struct {
 	OperatorTokensFile string `envconfig:"OPERATOR_TOKENS_FILE" desc:"file of hex SHA-256 hashes of operator bearer tokens; unset: control routes open, loopback only"`
 	LogLevel           string `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
 	LogFormat          string `envconfig:"LOG_FORMAT" default:"text" desc:"text or json"`
+	// PprofAddr serves Go's profiles, which show internals (stacks, and
+	// with them record keys), so only on loopback: kubectl port-forward
+	// reaches it.
+	PprofAddr string `envconfig:"PPROF_ADDR" desc:"loopback address serving Go's /debug/pprof profiles; unset: none"`
 
 	// Quotas and limits. Zero turns each off (a Config built in code
 	// without them has none); the defaults protect a 2-core node.
@@ -178,6 +182,11 @@ func (c *Config) Validate() error {
 		}
 		if c.OperatorTokensFile == "" && !Loopback(host) {
 			return fmt.Errorf("config: CHIME_HTTP_ADDR %q is not a loopback address and CHIME_OPERATOR_TOKENS_FILE is unset: the control routes would be open to the network", c.HTTPAddr)
+		}
+	}
+	if c.PprofAddr != "" {
+		if host, _, err := net.SplitHostPort(c.PprofAddr); err != nil || !Loopback(host) {
+			return fmt.Errorf("config: CHIME_PPROF_ADDR %q must be a loopback host:port (127.0.0.1:6060): profiles show chime's internals", c.PprofAddr)
 		}
 	}
 	if c.PublicURL != "" {

@@ -184,3 +184,17 @@ func TestRecordRetention(t *testing.T) {
 		t.Fatalf("default retention %v (%v)", c.RecordRetention, err)
 	}
 }
+
+func TestPprofOnlyOnLoopback(t *testing.T) {
+	for _, tc := range []struct {
+		addr string
+		ok   bool
+	}{{"", true}, {"127.0.0.1:6060", true}, {"localhost:6060", true}, {"[::1]:6060", true}, {":6060", false}, {"0.0.0.0:6060", false}, {"10.0.0.1:6060", false}, {"6060", false}} {
+		c := valid()
+		c.PprofAddr = tc.addr
+		err := c.Validate()
+		if (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), "CHIME_PPROF_ADDR")) {
+			t.Errorf("%q: %v, want ok=%v", tc.addr, err, tc.ok)
+		}
+	}
+}

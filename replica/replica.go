@@ -62,6 +62,7 @@ type Replica struct {
 	callout      *access.Callout
 	notes        *notifications.Service
 	gw           *api.Gateway
+	profiles     *profiles // nil without CHIME_PPROF_ADDR
 	ready        atomic.Bool
 	cancel       context.CancelFunc
 	once         sync.Once
@@ -84,6 +85,12 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if cfg.PprofAddr != "" {
+		// First, so that a slow start can be profiled too.
+		if r.profiles, err = startProfiles(cfg.PprofAddr, log); err != nil {
+			return nil, err
+		}
+	}
 
 	issuer, err := calloutIssuer(cfg)
 	if err != nil {
@@ -337,6 +344,11 @@ func (r *Replica) Stop(ctx context.Context) {
 		var errs []error
 		if r.gw != nil {
 			errs = append(errs, r.gw.Stop(ctx))
+		}
+		if r.profiles != nil {
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			errs = append(errs, r.profiles.stop(pctx))
+			cancel()
 		}
 		if r.svc != nil {
 			errs = append(errs, r.svc.Stop())

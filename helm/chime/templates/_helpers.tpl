@@ -106,7 +106,7 @@ exponent (values read 1000000 as a float).
   "maxOpenQuestionsPerAgent" "CHIME_MAX_OPEN_QUESTIONS_PER_AGENT" "minInterval" "CHIME_MIN_INTERVAL"
   "createRate" "CHIME_CREATE_RATE" "createBurst" "CHIME_CREATE_BURST" "inboxMaxBytes" "CHIME_INBOX_MAX_BYTES"
   "inboxMaxPerAgent" "CHIME_INBOX_MAX_PER_AGENT" "eventMaxBytes" "CHIME_EVENT_MAX_BYTES"
-  "notificationsMax" "CHIME_NOTIFICATIONS_MAX" }}
+  "notificationsMax" "CHIME_NOTIFICATIONS_MAX" "pprofAddr" "CHIME_PPROF_ADDR" }}
 {{- range $key, $v := .Values.config }}
 {{- if not (hasKey $names $key) }}
 {{- if ne $key "publicURL" }}
