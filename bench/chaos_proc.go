@@ -114,6 +114,7 @@ func guard(f func()) (err error) {
 // log file across restarts, each start marked by a line.
 type replicaProc struct {
 	id, httpAddr, logPath, exe string
+	pprofAddr                  string // serving /debug/pprof; empty: not
 	env                        []string
 
 	mu     sync.Mutex

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
@@ -33,6 +34,11 @@ type ScaleOptions struct {
 	Lead     time.Duration // the common due time after the start of the creates
 	Exe      string        // the chime binary run as `serve`; default os.Executable()
 	Progress io.Writer     // a line per phase; nil: none
+	// ProfileDir, when set, receives CPU profiles of every replica
+	// (CHIME_PPROF_ADDR): ProfileSeconds from the first create, and as
+	// long from just before the due time (the fires and their records).
+	ProfileDir     string
+	ProfileSeconds int
 }
 
 // Validate checks the options.
@@ -50,6 +56,8 @@ func (o *ScaleOptions) Validate() error {
 		return errors.New("bench: -c must be positive")
 	case o.Lead <= 0:
 		return errors.New("bench: --lead must be positive")
+	case o.ProfileDir != "" && o.ProfileSeconds < 1:
+		return errors.New("bench: --profile-seconds must be at least 1")
 	}
 	for _, r := range o.Replicas {
 		if r < 1 {
@@ -184,7 +192,7 @@ func forEachCount[R any](replicas []int, one func(int) (*R, error)) ([]R, error)
 func scaleOne(ctx context.Context, o ScaleOptions, replicas int) (run *ScaleRun, err error) {
 	progress := progressf(o.Progress, "scale")
 	f, err := startFleet(ctx, fleetOptions{
-		servers: o.Servers, replicas: replicas, exe: o.Exe, progress: progress,
+		servers: o.Servers, replicas: replicas, exe: o.Exe, progress: progress, pprof: o.ProfileDir != "",
 		// Quotas off: the per-agent count and create rate limits are not
 		// what is measured.
 		env: []string{"CHIME_CREATE_RATE=0", "CHIME_MAX_TIMERS_PER_AGENT=0"},
@@ -224,9 +232,16 @@ func scaleOne(ctx context.Context, o ScaleOptions, replicas int) (run *ScaleRun,
 
 	run = &ScaleRun{Replicas: replicas}
 	progress("%d replicas: creating %d one-shot timers over %d agents, %d in flight, all due in %v", replicas, o.N, o.Agents, o.Clients, o.Lead)
+	profiles := f.profiler(ctx, o.ProfileDir, o.ProfileSeconds, fmt.Sprintf("scale-s%d-r%d", o.Servers, replicas))
+	defer func() {
+		if perr := profiles.wait(); err == nil && perr != nil {
+			err = perr
+		}
+	}()
 	cpu0 := f.cpu()
 	start := time.Now()
 	due := start.Add(o.Lead)
+	profiles.start("create")
 	err = createTimers(ctx, conns, o.N, o.Clients, agent, func() int64 { return max(time.Until(due).Milliseconds(), 1) })
 	if err != nil {
 		return nil, err
@@ -244,6 +259,7 @@ func scaleOne(ctx context.Context, o ScaleOptions, replicas int) (run *ScaleRun,
 		return nil, ctx.Err()
 	}
 	fireStart := time.Now()
+	profiles.start("fire")
 	cpu2 := f.cpu()
 	giveUp := time.NewTimer(time.Until(due.Add(fireGiveUp + time.Duration(o.N)*time.Millisecond)))
 	defer giveUp.Stop()
@@ -357,9 +373,14 @@ func connectN(url string, n int, name string) ([]*nats.Conn, func(), error) {
 	return conns, closeAll, nil
 }
 
+// progressf returns a line printer to w, safe for concurrent use (profiles
+// report from their own goroutines).
 func progressf(w io.Writer, name string) func(string, ...any) {
+	var mu sync.Mutex
 	return func(format string, args ...any) {
 		if w != nil {
+			mu.Lock()
+			defer mu.Unlock()
 			fmt.Fprintf(w, name+": "+format+"\n", args...)
 		}
 	}
@@ -384,6 +405,7 @@ type fleet struct {
 
 type fleetOptions struct {
 	servers, replicas int
+	pprof             bool // each replica serves /debug/pprof (CHIME_PPROF_ADDR)
 	exe               string
 	env               []string // added to each replica's environment
 	progress          func(string, ...any)
@@ -416,11 +438,14 @@ func startFleet(ctx context.Context, o fleetOptions) (f *fleet, err error) {
 		return nil, fmt.Errorf("nats-server: %w", err)
 	}
 	var ports []int
-	if err := guard(func() { ports = natsproc.FreePorts(f.tb, o.replicas) }); err != nil {
+	if err := guard(func() { ports = natsproc.FreePorts(f.tb, 2*o.replicas) }); err != nil {
 		return nil, err
 	}
 	for i := range o.replicas {
 		p := &replicaProc{id: fmt.Sprintf("r%d", i+1), httpAddr: fmt.Sprintf("127.0.0.1:%d", ports[i]), exe: o.exe}
+		if o.pprof {
+			p.pprofAddr = fmt.Sprintf("127.0.0.1:%d", ports[o.replicas+i])
+		}
 		p.logPath = filepath.Join(f.tb.dir, p.id+".log")
 		// Later entries win: the run's own settings over the caller's.
 		p.env = append(os.Environ(),
@@ -428,6 +453,7 @@ func startFleet(ctx context.Context, o fleetOptions) (f *fleet, err error) {
 			fmt.Sprintf("CHIME_JS_REPLICAS=%d", jsReplicasFor(o.servers)),
 			"CHIME_HTTP_ADDR="+p.httpAddr,
 			"CHIME_REPLICA_ID="+p.id,
+			"CHIME_PPROF_ADDR="+p.pprofAddr,
 		)
 		p.env = append(p.env, o.env...)
 		f.tb.Cleanup(func() { _ = p.kill() })

@@ -35,7 +35,9 @@ func TestScaleAndCapacity(t *testing.T) {
 	defer cancel()
 	var progress bytes.Buffer
 
-	sc, err := Scale(ctx, ScaleOptions{Servers: 1, Replicas: []int{1}, N: 200, Agents: 10, Clients: 8, Lead: 2 * time.Second, Exe: exe, Progress: &progress})
+	profiles := t.TempDir()
+	sc, err := Scale(ctx, ScaleOptions{Servers: 1, Replicas: []int{1}, N: 200, Agents: 10, Clients: 8, Lead: 2 * time.Second, Exe: exe, Progress: &progress,
+		ProfileDir: profiles, ProfileSeconds: 1})
 	if err != nil {
 		t.Fatalf("Scale: %v\n%s", err, progress.String())
 	}
@@ -45,6 +47,13 @@ func TestScaleAndCapacity(t *testing.T) {
 	r := sc.Runs[0]
 	if len(sc.Runs) != 1 || r.Missed != 0 || r.Duplicates != 0 || r.CreatesPerS <= 0 || r.FiresPerS <= 0 || len(r.CPU) != 4 || r.Applied < 200 {
 		t.Errorf("scale: %+v", sc.Runs)
+	}
+	for _, phase := range []string{"create", "fire"} {
+		// A CPU profile is gzipped protobuf: it starts with gzip's magic.
+		b, err := os.ReadFile(filepath.Join(profiles, "scale-s1-r1-"+phase+"-r1.pprof"))
+		if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+			t.Errorf("%s profile of r1 from CHIME_PPROF_ADDR: %d bytes, %v", phase, len(b), err)
+		}
 	}
 
 	ca, err := Capacity(ctx, CapacityOptions{Servers: 1, Replicas: []int{2}, Timers: 300, Agents: 10, Clients: 8,
@@ -56,7 +65,7 @@ func TestScaleAndCapacity(t *testing.T) {
 	ca.WriteText(&text)
 	t.Logf("%s", text.String())
 	c := ca.Runs[0]
-	if !c.Settled || c.HeldSum < 300 || len(c.PerReplica) != 2 || c.TakeoverKill == nil || c.PerReplica[0].IdleRSSBytes <= 0 || c.PerReplica[0].HeapBytes <= 0 {
+	if !c.Settled || c.HeldSum != 300 || len(c.PerReplica) != 2 || c.TakeoverKill == nil || c.PerReplica[0].IdleRSSBytes <= 0 || c.PerReplica[0].HeapBytes <= 0 {
 		t.Errorf("capacity: %+v", c)
 	}
 }

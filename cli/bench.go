@@ -24,7 +24,7 @@ const benchUsage = `chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--
        chime bench notify [--rate R] [--duration D] [--agents N] [--clients N] [--prefill [--limit N]] [--http URL] [--json]
        chime bench chaos [--servers 1|3] [--replicas N] [--duration D] [--rate R] [--every D]
                          [--kill replica,server,leader] [--down D] [--json] (see chime bench chaos --help)
-       chime bench scale [--servers 1|3] [--replicas 1,2,3] [-n N] [--agents A] [-c C] [--lead D] [--json]
+       chime bench scale [--servers 1|3] [--replicas 1,2,3] [-n N] [--agents A] [-c C] [--lead D] [--profile DIR] [--json]
        chime bench capacity [--servers 1|3] [--replicas 1,2,3] [--timers N] [--agents A] [-c C] [--json]`
 
 func (a *App) bench(ctx context.Context, args []string) error {
@@ -156,8 +156,9 @@ func (a *App) benchChaos(ctx context.Context, args []string) error {
 }
 
 // benchScale runs its own nats-servers and replicas of this binary, as
-// chaos does. chime serve has no pprof endpoint, so the replicas' CPU is
-// read from /proc per phase; --cpuprofile profiles the bench process only.
+// chaos does. The replicas' CPU is read from /proc per phase; --profile
+// takes their CPU profiles (CHIME_PPROF_ADDR), while --cpuprofile
+// profiles the bench process only.
 func (a *App) benchScale(ctx context.Context, args []string) error {
 	o := bench.ScaleOptions{Progress: a.Stderr}
 	var replicas string
@@ -168,6 +169,8 @@ func (a *App) benchScale(ctx context.Context, args []string) error {
 		fs.IntVar(&o.Agents, "agents", 100, "agents the timers are spread over")
 		fs.IntVar(&o.Clients, "c", 64, "creates in flight, over 4 connections")
 		fs.DurationVar(&o.Lead, "lead", 30*time.Second, "the common due time after the first create (must outlast the creates)")
+		fs.StringVar(&o.ProfileDir, "profile", "", "write CPU profiles of every replica (create phase, fire phase) into this directory")
+		fs.IntVar(&o.ProfileSeconds, "profile-seconds", 3, "length of each replica profile, in seconds")
 	}, func(ctx context.Context) (result, error) {
 		var err error
 		if o.Replicas, err = bench.ParseReplicas(replicas); err != nil {
