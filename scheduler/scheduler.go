@@ -281,9 +281,14 @@ func (s *Scheduler) armAt(en *entry, due int64) {
 	}
 }
 
-// removed records that the record at key is gone or finished.
-func (s *Scheduler) removed(wait bool, key string, agentLen int) {
+// removed records that the record at key is gone or finished. A shard
+// not held has no entry to remove: its records, most of them on every
+// replica, cost no wait behind a firing batch for the scheduler's lock.
+func (s *Scheduler) removed(wait bool, key string, agentLen, shard int) {
 	s.presenceOf(wait).set(key, agentLen, false)
+	if !s.holds(shard) {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.index.remove(wait, key)
@@ -301,7 +306,7 @@ func (s *Scheduler) applyTimer(e kvwatch.Entry) {
 		return
 	}
 	if e.Deleted {
-		s.removed(false, e.Key, agentLen)
+		s.removed(false, e.Key, agentLen, shard)
 		return
 	}
 	var t subjects.Timer
@@ -310,14 +315,17 @@ func (s *Scheduler) applyTimer(e kvwatch.Entry) {
 		return
 	}
 	if t.Status != subjects.TimerActive || t.NextFireAt == nil {
-		s.removed(false, e.Key, agentLen)
+		s.removed(false, e.Key, agentLen, shard)
 		return
 	}
 	s.timers.set(e.Key, agentLen, true)
+	if !s.holds(shard) {
+		return // another replica's: counted, not kept (a gain replays it)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.holds(shard) {
-		return
+		return // dropped meanwhile
 	}
 	en := s.entryFor(false, e.Key, agentLen, shard)
 	en.summary = t.Summary
@@ -345,7 +353,7 @@ func (s *Scheduler) applyWait(e kvwatch.Entry) {
 		return
 	}
 	if e.Deleted {
-		s.removed(true, e.Key, agentLen)
+		s.removed(true, e.Key, agentLen, shard)
 		return
 	}
 	var w subjects.Wait
@@ -354,10 +362,13 @@ func (s *Scheduler) applyWait(e kvwatch.Entry) {
 		return
 	}
 	if w.Status != subjects.WaitWaiting {
-		s.removed(true, e.Key, agentLen)
+		s.removed(true, e.Key, agentLen, shard)
 		return
 	}
 	s.waits.set(e.Key, agentLen, true)
+	if !s.holds(shard) {
+		return // as in applyTimer
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.holds(shard) {

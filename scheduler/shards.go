@@ -100,7 +100,8 @@ func (s *Scheduler) fireable(owned []bool) {
 	}
 }
 
-// holds reports whether shard sh's entries are kept. With mu held.
+// holds reports whether shard sh's entries are kept: exact with mu held,
+// a hint without it (checked again under mu before an entry is made).
 func (s *Scheduler) holds(sh int) bool { return s.shardStates[sh].bits.Load()&shardHeld != 0 }
 
 // skip reports whether a watch entry need not be looked at: applied

@@ -207,9 +207,14 @@ func (w *Watch) startReplay() bool {
 // caughtUp marks the initial load and any replay in progress complete.
 // A queued replay then stops the consumer to start.
 func (w *Watch) caughtUp() {
-	w.markLoaded()
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.caughtUpLocked()
+}
+
+// caughtUpLocked is caughtUp with w.mu held.
+func (w *Watch) caughtUpLocked() {
+	w.markLoaded()
 	if w.replaying != nil {
 		close(w.replaying)
 		w.replaying = nil
@@ -437,18 +442,17 @@ func (w *Watch) consume(ctx context.Context, next uint64) (uint64, error) {
 			Revision: md.Sequence.Stream,
 			Deleted:  deleted(m.Headers()),
 		}
-		w.mu.Lock()
+		// Only this loop writes seen, so it may read it without the lock.
 		e.Again = e.Revision <= w.seen
-		w.mu.Unlock()
 		w.cfg.Apply(e)
 		next = e.Revision + 1
 		w.mu.Lock()
 		w.seen = max(w.seen, e.Revision)
 		w.changed.Broadcast()
-		w.mu.Unlock()
 		if md.NumPending == 0 {
-			w.caughtUp()
+			w.caughtUpLocked()
 		}
+		w.mu.Unlock()
 	}
 }
 
