@@ -209,3 +209,51 @@ func BenchmarkAgentConnect(b *testing.B) {
 		b.Fatalf("%d connects failed", failed.Load())
 	}
 }
+
+func TestReplyAllowed(t *testing.T) {
+	for _, c := range []struct {
+		agent, reply string
+		want         bool
+	}{
+		{"alice", "_INBOX.agent.alice.abc.1", true},
+		{"alice", "_INBOX.agent.alice.x", true},
+		{"alice", "_INBOX.agent.alicex.abc", false},
+		{"alice", "_INBOX.agent.bob.abc", false},
+		{"alice", "_INBOX.agent.alice", false},
+		{"alice", "_INBOX.callback.t1.abc", false},
+		{"alice", "_INBOX.Xyz.1", true}, // an operator's
+		{"alice", "$KV.chime_tokens.tok.abc", false},
+		{"alice", "$JS.API.STREAM.DELETE.CHIME_INBOX", false},
+		{"alice", "agent.bob.inbox", false},
+		{"alice", "agent.alice.inbox", false},
+		{"alice", "_CHIME_INBOX.abc.1", false},
+		{"alice", "_INBOX.*", false},
+		{"alice", "_INBOX.x.>", false},
+		{"alice", "_INBOX..x", false},
+		{"alice", "_INBOX.", false},
+		{"alice", "", false},
+		{"alice", "_INBOX.op1.abc", true},
+	} {
+		if got := access.AgentReplyAllowed(c.agent, c.reply); got != c.want {
+			t.Errorf("AgentReplyAllowed(%q, %q) = %v, want %v", c.agent, c.reply, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		trigger, reply string
+		want           bool
+	}{
+		{"trg_1", "_INBOX.callback.trg_1.abc", true},
+		{"trg_1", "_INBOX.callback.trg_2.abc", false},
+		{"trg_1", "_INBOX.op.abc", true},
+		{"trg_1", "_INBOX.agent.alice.abc", false},
+		{"trg_1", "$KV.chime_agents.bob", false},
+		{"", "_INBOX.callback.trg_2.abc", true}, // unknown token: some callback holder
+		{"", "_INBOX.callback.abc", false},
+		{"", "_INBOX.agent.bob.x", false},
+		{"", "agent.bob.notify", false},
+	} {
+		if got := access.CallbackReplyAllowed(c.trigger, c.reply); got != c.want {
+			t.Errorf("CallbackReplyAllowed(%q, %q) = %v, want %v", c.trigger, c.reply, got, c.want)
+		}
+	}
+}

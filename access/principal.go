@@ -49,13 +49,13 @@ func (p Principal) InboxPrefix() string {
 	case KindAgent:
 		return AgentInboxPrefix(p.AgentID)
 	case KindCallback:
-		return "_INBOX.callback." + p.TriggerID
+		return callbackInboxPrefix + "." + p.TriggerID
 	}
 	return "_INBOX"
 }
 
 // AgentInboxPrefix is the reply prefix of agentID's connections.
-func AgentInboxPrefix(agentID string) string { return "_INBOX.agent." + agentID }
+func AgentInboxPrefix(agentID string) string { return ReplyPrefix + "agent." + agentID }
 
 // InboxConsumer is the name of an agent's own durable consumer on the
 // inbox stream: the one consumer its rights let it create and read.

@@ -6,20 +6,25 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/nats-io/nkeys"
 )
 
 // Key files that `chime nats-config` writes.
 const (
-	UserKeyFile    = "chime-user.nk"    // chime's own connections: CHIME_NATS_NKEY_FILE
-	CalloutKeyFile = "chime-callout.nk" // signs admitted users: CHIME_NATS_CALLOUT_KEY_FILE
+	UserKeyFile      = "chime-user.nk"      // chime's own connections: CHIME_NATS_NKEY_FILE
+	CalloutKeyFile   = "chime-callout.nk"   // signs admitted users: CHIME_NATS_CALLOUT_KEY_FILE
+	ResponderKeyFile = "chime-responder.nk" // answers requests: CHIME_NATS_RESPONDER_NKEY_FILE
 )
 
-// ServerKeys are the public halves of chime's two keys.
+// ServerKeys are the public halves of chime's keys.
 type ServerKeys struct {
 	User   string // U...: chime's service user, exempt from the callout
 	Issuer string // A...: the callout's issuer
+	// Responder (U...) serves the requests and may publish only replies
+	// into inboxes, exempt from the callout.
+	Responder string
 }
 
 // EnsureKeys writes chime's user and callout seeds into dir (mode 0600),
@@ -37,7 +42,11 @@ func EnsureKeys(dir string) (ServerKeys, error) {
 	if err != nil {
 		return ServerKeys{}, err
 	}
-	return ServerKeys{User: user, Issuer: issuer}, nil
+	responder, err := ensureKey(filepath.Join(dir, ResponderKeyFile), nkeys.CreateUser)
+	if err != nil {
+		return ServerKeys{}, err
+	}
+	return ServerKeys{User: user, Issuer: issuer, Responder: responder}, nil
 }
 
 func ensureKey(path string, create func() (nkeys.KeyPair, error)) (string, error) {
@@ -65,22 +74,37 @@ func ensureKey(path string, create func() (nkeys.KeyPair, error)) (string, error
 }
 
 // ServerConfig is the authorization block every nats-server of the
-// cluster needs: chime's user, exempt from the callout, and the callout
-// that decides every other connection by its token.
+// cluster needs: chime's user and its responder, both exempt from the
+// callout, and the callout that decides every other connection by its
+// token.
 func ServerConfig(k ServerKeys) string {
 	return fmt.Sprintf(`# chime: NATS authorization through chime's auth callout (CHIME_NATS_AUTH=true).
-# chime connects as the nkey user below (CHIME_NATS_NKEY_FILE=%[3]s) and
-# signs the users it admits with the issuer's seed (CHIME_NATS_CALLOUT_KEY_FILE=%[4]s).
+# chime connects as the nkey user below (CHIME_NATS_NKEY_FILE=%[3]s),
+# answers requests as its responder (CHIME_NATS_RESPONDER_NKEY_FILE=%[6]s),
+# which may publish only replies into inboxes, and signs the users it admits
+# with the issuer's seed (CHIME_NATS_CALLOUT_KEY_FILE=%[4]s).
 # Every other client connects with a token (nats --token): an operator token,
 # an agent token (chime agent token) or a callback token, and gets exactly
 # that principal's permissions.
 authorization {
   timeout: 2
-  users: [ { nkey: %[1]q } ]
+  users: [
+    { nkey: %[1]q }
+    { nkey: %[5]q, permissions: { publish: { allow: [%[7]s] }, subscribe: { allow: [%[8]s] } } }
+  ]
   auth_callout {
     issuer: %[2]q
-    auth_users: [ %[1]q ]
+    auth_users: [ %[1]q, %[5]q ]
   }
 }
-`, k.User, k.Issuer, UserKeyFile, CalloutKeyFile)
+`, k.User, k.Issuer, UserKeyFile, CalloutKeyFile, k.Responder, ResponderKeyFile,
+		quoteAll(ResponderPublish()), quoteAll(ResponderSubscribe()))
+}
+
+func quoteAll(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return strings.Join(q, ", ")
 }

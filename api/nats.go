@@ -3,28 +3,65 @@ package api
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 
+	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/subjects"
 )
 
+// ServiceConfig configures the micro service.
+type ServiceConfig struct {
+	// NC receives the requests and publishes the replies. With NATS
+	// authorization it is the responder's connection, which the server
+	// lets publish only into inboxes: the actions themselves run on
+	// chime's own connection, inside Ops.
+	NC      *nats.Conn
+	Ops     *Operations
+	Version string
+	// Confine answers a request only on the inbox of a principal that may
+	// have sent it (access.AgentReplyAllowed, access.CallbackReplyAllowed),
+	// and refuses, unserved, one whose reply subject is elsewhere. On with
+	// NATS authorization; without it every client is trusted and may
+	// publish anywhere itself.
+	Confine bool
+	// Triggers names a callback token's trigger, for Confine.
+	Triggers access.CallbackResolver
+	Log      *slog.Logger
+	// Registerer receives chime_requests_refused_total; nil registers none.
+	Registerer prometheus.Registerer
+}
+
 // Service is the micro service every replica registers.
 type Service struct {
-	ops  *Operations
-	nc   *nats.Conn
-	svc  micro.Service
-	sem  chan struct{}
-	ctx  context.Context
-	once sync.Once
-	err  error
+	cfg     ServiceConfig
+	ops     *Operations
+	nc      *nats.Conn
+	svc     micro.Service
+	sem     chan struct{}
+	ctx     context.Context
+	once    sync.Once
+	err     error
+	log     *slog.Logger
+	refused *prometheus.CounterVec
+	// refusedLog paces the log of refused requests: a flood of them is
+	// one line per interval, with the count since the last.
+	refusedLog      rate.Sometimes
+	refusedUnlogged atomic.Int64
 }
+
+// refusedLogInterval is how often refused requests are logged at most.
+const refusedLogInterval = 10 * time.Second
 
 // maxConcurrent bounds requests in flight per replica. micro calls a
 // handler serially per subscription, so each request moves to its own
@@ -37,18 +74,38 @@ const maxConcurrent = 1024
 // flushTimeout bounds the round trip that registers the endpoints.
 const flushTimeout = 10 * time.Second
 
-// StartService registers the chime micro service on nc.
-func StartService(ctx context.Context, nc *nats.Conn, ops *Operations, version string) (*Service, error) {
+// StartService registers the chime micro service on cfg.NC.
+func StartService(ctx context.Context, cfg ServiceConfig) (*Service, error) {
+	nc, ops := cfg.NC, cfg.Ops
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Confine && cfg.Triggers == nil {
+		return nil, fmt.Errorf("api: a confined service needs the callback triggers")
+	}
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        subjects.ServiceName,
-		Version:     version,
+		Version:     cfg.Version,
 		Description: "chime: timers, waits and callbacks for AI agents",
 		QueueGroup:  subjects.QueueGroup,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("api: micro service: %w", err)
 	}
-	s := &Service{ops: ops, nc: nc, svc: svc, sem: make(chan struct{}, maxConcurrent), ctx: ctx}
+	s := &Service{
+		cfg: cfg, ops: ops, nc: nc, svc: svc, sem: make(chan struct{}, maxConcurrent), ctx: ctx,
+		log: cfg.Log.With("component", "service"), refusedLog: rate.Sometimes{Interval: refusedLogInterval},
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chime_requests_refused_total",
+			Help: "NATS requests refused unserved, by reason (reply_subject: the reply subject is no inbox of a principal that may send the request).",
+		}, []string{"reason"}),
+	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(s.refused); err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("api: metrics: %w", err)
+		}
+	}
 	add := func(subject string, h func(micro.Request) *nats.Msg) error {
 		name := strings.ReplaceAll(strings.TrimPrefix(subject, "agent.*."), ".", "_")
 		if err := svc.AddEndpoint(name, micro.HandlerFunc(s.handler(h)), micro.WithEndpointSubject(subject)); err != nil {
@@ -87,7 +144,11 @@ func (s *Service) handler(h func(micro.Request) *nats.Msg) func(micro.Request) {
 		s.sem <- struct{}{}
 		go func() {
 			defer func() { <-s.sem }()
-			_ = s.nc.PublishMsg(h(req))
+			// A request without a reply subject is served and answered
+			// nowhere; a refused one is not served.
+			if m := h(req); m != nil && m.Subject != "" {
+				_ = s.nc.PublishMsg(m)
+			}
 		}()
 	}
 }
@@ -95,6 +156,9 @@ func (s *Service) handler(h func(micro.Request) *nats.Msg) func(micro.Request) {
 // reply runs action for the subject's agent.
 func (s *Service) reply(action string, req micro.Request) *nats.Msg {
 	agentID, err := subjects.ParseAgent(req.Subject())
+	if err == nil && !s.replyAllowed(req, func(reply string) bool { return access.AgentReplyAllowed(agentID, reply) }) {
+		return nil
+	}
 	var res any
 	if err == nil {
 		res, err = s.ops.Do(s.ctx, "nats", action, agentID, req.Data())
@@ -105,11 +169,40 @@ func (s *Service) reply(action string, req micro.Request) *nats.Msg {
 // callback accepts a callback whose token is in its header.
 func (s *Service) callback(mode subjects.DeliveryMode, req micro.Request) *nats.Msg {
 	h := req.Headers()
+	token := h.Get(subjects.HeaderCallbackToken)
+	if !s.replyAllowed(req, func(reply string) bool {
+		var trigger string
+		if t, err := s.cfg.Triggers.Resolve(token, mode); err == nil {
+			trigger = t.ID
+		}
+		return access.CallbackReplyAllowed(trigger, reply)
+	}) {
+		return nil
+	}
 	res, err := s.ops.Callback(s.ctx, "nats", callbacks.Request{
-		Mode: mode, Token: h.Get(subjects.HeaderCallbackToken), ContentType: h.Get(subjects.HeaderContentType),
+		Mode: mode, Token: token, ContentType: h.Get(subjects.HeaderContentType),
 		IdempotencyKey: h.Get(subjects.HeaderIdempotencyKey), Body: req.Data(),
 	})
 	return answer(req, res, err)
+}
+
+// replyAllowed reports whether req may be served: always without
+// confinement or without a reply subject, else when allowed says its reply
+// subject is a requester's inbox. A refusal is counted and logged, at most
+// once per refusedLogInterval.
+func (s *Service) replyAllowed(req micro.Request, allowed func(reply string) bool) bool {
+	reply := req.Reply()
+	if !s.cfg.Confine || reply == "" || allowed(reply) {
+		return true
+	}
+	s.refused.WithLabelValues("reply_subject").Inc()
+	n := s.refusedUnlogged.Add(1)
+	s.refusedLog.Do(func() {
+		s.refusedUnlogged.Add(-n)
+		s.log.Warn("refused requests whose reply subject is no inbox of a principal that may send them",
+			"subject", req.Subject(), "reply", reply, "refused", n)
+	})
+	return false
 }
 
 // answer builds a reply: the result, or the wire error with micro's error

@@ -66,23 +66,24 @@ func TestDedupWindowBounds(t *testing.T) {
 
 func TestNATSAuthRequiredBeyondLoopback(t *testing.T) {
 	for _, tc := range []struct {
-		listen, url, key string
-		auth             bool
-		err              string
+		listen, url, key, responder string
+		auth                        bool
+		err                         string
 	}{
 		{listen: "127.0.0.1:4222"},
 		{listen: "0.0.0.0:4222", err: `CHIME_NATS_LISTEN "0.0.0.0:4222" is not a loopback address and CHIME_NATS_AUTH is not true`},
 		{listen: ":4222", err: "is not a loopback address"},
 		{listen: "0.0.0.0:4222", auth: true},
 		{url: "nats://nats:4222", auth: true, err: "needs CHIME_NATS_CALLOUT_KEY_FILE"},
-		{url: "nats://nats:4222", auth: true, key: "/keys/chime-callout.nk"},
+		{url: "nats://nats:4222", auth: true, key: "/keys/chime-callout.nk", err: "needs CHIME_NATS_RESPONDER_NKEY_FILE"},
+		{url: "nats://nats:4222", auth: true, key: "/keys/chime-callout.nk", responder: "/keys/chime-responder.nk"},
 		{url: "nats://nats:4222"},
 	} {
 		c := valid()
 		if tc.listen != "" {
 			c.NATSListen = tc.listen
 		}
-		c.NATSURL, c.NATSAuth, c.NATSCalloutKeyFile = tc.url, tc.auth, tc.key
+		c.NATSURL, c.NATSAuth, c.NATSCalloutKeyFile, c.NATSResponderNkeyFile = tc.url, tc.auth, tc.key, tc.responder
 		err := c.Validate()
 		if (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
 			t.Errorf("%+v: %v, want %q", tc, err, tc.err)

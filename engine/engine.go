@@ -69,12 +69,23 @@ type EmbeddedOptions struct {
 // server.
 const ServiceUser = "chime"
 
+// ResponderUser is the user name of the connection that serves requests:
+// it may subscribe to the request subjects and publish only the replies
+// (EmbeddedAuth.ResponderPermissions), so no request can make it write
+// anywhere else.
+const ResponderUser = "chime-responder"
+
 // EmbeddedAuth is the embedded server's authorization.
 type EmbeddedAuth struct {
 	// Password of ServiceUser: made afresh at each start, kept in memory.
 	Password string
 	// Issuer is the public account nkey that signs admitted users.
 	Issuer string
+	// ResponderPassword is ResponderUser's, made like Password; empty: no
+	// responder user.
+	ResponderPassword string
+	// ResponderPublish and ResponderSubscribe are the responder's rights.
+	ResponderPublish, ResponderSubscribe []string
 }
 
 // StartEmbedded runs a JetStream nats-server inside this process and waits
@@ -103,7 +114,18 @@ func StartEmbedded(ctx context.Context, o EmbeddedOptions, log *slog.Logger) (*s
 	}
 	if o.Auth != nil {
 		opts.Users = []*server.User{{Username: ServiceUser, Password: o.Auth.Password}}
-		opts.AuthCallout = &server.AuthCallout{Issuer: o.Auth.Issuer, AuthUsers: []string{ServiceUser}}
+		authUsers := []string{ServiceUser}
+		if o.Auth.ResponderPassword != "" {
+			opts.Users = append(opts.Users, &server.User{
+				Username: ResponderUser, Password: o.Auth.ResponderPassword,
+				Permissions: &server.Permissions{
+					Publish:   &server.SubjectPermission{Allow: o.Auth.ResponderPublish},
+					Subscribe: &server.SubjectPermission{Allow: o.Auth.ResponderSubscribe},
+				},
+			})
+			authUsers = append(authUsers, ResponderUser)
+		}
+		opts.AuthCallout = &server.AuthCallout{Issuer: o.Auth.Issuer, AuthUsers: authUsers}
 		opts.AuthTimeout = 2 // seconds: a callout answer is one KV read away
 	}
 	ns, err := server.NewServer(opts)
@@ -417,6 +439,8 @@ type ConnectOptions struct {
 	Password  string
 	Name      string
 	Embedded  *server.Server // when set, connect in-process
+	// InboxPrefix replaces _INBOX for this connection's reply subjects.
+	InboxPrefix string
 }
 
 // Connect opens chime's connection, retrying reconnects forever: a replica
@@ -455,6 +479,9 @@ func Connect(o ConnectOptions, log *slog.Logger) (*nats.Conn, error) {
 	}
 	if o.User != "" {
 		opts = append(opts, nats.UserInfo(o.User, o.Password))
+	}
+	if o.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(o.InboxPrefix))
 	}
 	url := o.URL
 	if o.Embedded != nil {

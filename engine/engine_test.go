@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -9,8 +10,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"go.uber.org/goleak"
 
+	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/natstest"
 	"github.com/chime-nats/chime/subjects"
@@ -215,5 +218,112 @@ func TestProvisionEnablesTTLsInPlace(t *testing.T) {
 	}
 	if s, err := js.Stream(ctx, "KV_"+engine.WaitsBucket); err != nil || !s.CachedInfo().Config.AllowMsgTTL {
 		t.Fatalf("healed waits bucket: %v", err)
+	}
+}
+
+// TestEmbeddedResponderMayOnlyReply: with authorization on, the
+// responder's connection may subscribe to the request subjects and publish
+// into inboxes, and the server refuses it everything else; chime's own
+// connection, under its private inbox prefix, provisions as before.
+func TestEmbeddedResponderMayOnlyReply(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	issuer, err := nkeys.CreateAccount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := issuer.PublicKey()
+	auth := &engine.EmbeddedAuth{
+		Password: "svc-pass", Issuer: pub, ResponderPassword: "resp-pass",
+		ResponderPublish: access.ResponderPublish(), ResponderSubscribe: access.ResponderSubscribe(),
+	}
+	log := slog.New(slog.DiscardHandler)
+	ns, err := engine.StartEmbedded(ctx, engine.EmbeddedOptions{Listen: "127.0.0.1:-1", DataDir: t.TempDir(), Auth: auth}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+
+	nc, err := engine.Connect(engine.ConnectOptions{
+		Embedded: ns, User: engine.ServiceUser, Password: auth.Password, InboxPrefix: access.ServiceInboxPrefix,
+	}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	if _, err := engine.Provision(ctx, js, topo); err != nil {
+		t.Fatalf("provision under %s: %v", access.ServiceInboxPrefix, err)
+	}
+
+	errs := make(chan error, 16)
+	resp, err := nats.Connect(ns.ClientURL(), nats.UserInfo(engine.ResponderUser, auth.ResponderPassword),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(resp.Close)
+	requests, err := resp.SubscribeSync(subjects.AgentWildcard(subjects.ActionTimerCreate))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := resp.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// A request reaches it, and its answer reaches the requester's inbox.
+	go func() {
+		m, err := requests.NextMsg(10 * time.Second)
+		if err == nil {
+			_ = m.Respond([]byte(`{}`))
+		}
+	}()
+	if _, err := nc.Request(subjects.Agent("alice", subjects.ActionTimerCreate), nil, time.Second); err == nil {
+		t.Fatal("chime's own connection, under its private prefix, got an answer from the responder")
+	}
+	select {
+	case err := <-errs:
+		if !strings.Contains(err.Error(), "Permissions Violation for Publish to \""+access.ServiceInboxPrefix+".") {
+			t.Fatalf("an answer into chime's inbox: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("an answer into chime's inbox: no violation")
+	}
+	opReq, err := nats.Connect(ns.ClientURL(), nats.UserInfo(engine.ServiceUser, auth.Password))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(opReq.Close)
+	go func() {
+		m, err := requests.NextMsg(10 * time.Second)
+		if err == nil {
+			_ = m.Respond([]byte(`{}`))
+		}
+	}()
+	if _, err := opReq.Request(subjects.Agent("alice", subjects.ActionTimerCreate), nil, 10*time.Second); err != nil {
+		t.Fatalf("a request answered into _INBOX: %v", err)
+	}
+	for _, subj := range []string{"$KV." + engine.TokensBucket + ".tok.x", subjects.Inbox("bob"), subjects.TimerFire} {
+		if err := resp.Publish(subj, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-errs:
+			if !strings.Contains(err.Error(), "Permissions Violation for Publish to \""+subj+"\"") {
+				t.Fatalf("publish to %s: %v", subj, err)
+			}
+		case <-ctx.Done():
+			t.Fatalf("publish to %s: no violation", subj)
+		}
+	}
+	if _, err := resp.SubscribeSync(subjects.Inbox("bob")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errs:
+		if !strings.Contains(err.Error(), "Permissions Violation for Subscription to \""+subjects.Inbox("bob")+"\"") {
+			t.Fatalf("subscribe: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("subscribe to an inbox: no violation")
 	}
 }

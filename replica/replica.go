@@ -43,14 +43,17 @@ import (
 
 // Replica is one running chime.
 type Replica struct {
-	cfg     *config.Config
-	log     *slog.Logger
-	ns      *server.Server
-	nc      *nats.Conn
-	healer  *engine.Healer
-	waits   *waits.Consumer
-	waitFor *waitfor.Consumer
-	settler *tasks.Settler
+	cfg *config.Config
+	log *slog.Logger
+	ns  *server.Server
+	nc  *nats.Conn
+	// responder serves the requests: with NATS authorization a connection
+	// that may publish only into inboxes, else nc.
+	responder *nats.Conn
+	healer    *engine.Healer
+	waits     *waits.Consumer
+	waitFor   *waitfor.Consumer
+	settler   *tasks.Settler
 	// waitForIndex is this replica's view of WaitFor's scope index.
 	waitForIndex *waitfor.Index
 	callbacks    *callbacks.Consumer
@@ -97,23 +100,40 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		return nil, err
 	}
 	url := cfg.NATSURL
-	conn := engine.ConnectOptions{URL: url, CredsFile: cfg.NATSCreds, Token: cfg.NATSToken, NkeyFile: cfg.NATSNkeyFile, Name: "chime " + cfg.ReplicaID}
+	// chime's own replies come back under a prefix no principal may read
+	// or be answered into.
+	conn := engine.ConnectOptions{
+		URL: url, CredsFile: cfg.NATSCreds, Token: cfg.NATSToken, NkeyFile: cfg.NATSNkeyFile,
+		Name: "chime " + cfg.ReplicaID, InboxPrefix: access.ServiceInboxPrefix,
+	}
+	responder := conn
+	responder.Name, responder.NkeyFile = "chime responder "+cfg.ReplicaID, cfg.NATSResponderNkeyFile
 	if url == "" {
 		eo := engine.EmbeddedOptions{Listen: cfg.NATSListen, DataDir: cfg.DataDir}
 		if issuer != nil {
-			// chime's own password lives as long as the process; no one
-			// else needs it.
+			// chime's own passwords live as long as the process; no one
+			// else needs them.
 			pub, _ := issuer.PublicKey()
-			eo.Auth = &engine.EmbeddedAuth{Password: secret.NewToken(""), Issuer: pub}
+			eo.Auth = &engine.EmbeddedAuth{
+				Password: secret.NewToken(""), Issuer: pub, ResponderPassword: secret.NewToken(""),
+				ResponderPublish: access.ResponderPublish(), ResponderSubscribe: access.ResponderSubscribe(),
+			}
 			conn.User, conn.Password = engine.ServiceUser, eo.Auth.Password
+			responder.User, responder.Password = engine.ResponderUser, eo.Auth.ResponderPassword
 		}
 		if r.ns, err = engine.StartEmbedded(ctx, eo, log); err != nil {
 			return nil, err
 		}
-		conn.Embedded = r.ns
+		conn.Embedded, responder.Embedded = r.ns, r.ns
 	}
 	if r.nc, err = engine.Connect(conn, log); err != nil {
 		return nil, err
+	}
+	r.responder = r.nc
+	if issuer != nil {
+		if r.responder, err = engine.Connect(responder, log); err != nil {
+			return nil, err
+		}
 	}
 	// An async publish whose ack never comes fails after the timeout, so
 	// the fire it carried is retried instead of waited on forever.
@@ -264,7 +284,9 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	} else {
 		log.Warn("NATS authorization is off (CHIME_NATS_AUTH): every client of the NATS server may act as any agent or operator")
 	}
-	if r.svc, err = api.StartService(ctx, r.nc, ops, version); err != nil {
+	if r.svc, err = api.StartService(ctx, api.ServiceConfig{
+		NC: r.responder, Ops: ops, Version: version, Confine: issuer != nil, Triggers: triggerStore, Log: log, Registerer: reg,
+	}); err != nil {
 		return nil, err
 	}
 	if ln != nil {
@@ -313,6 +335,8 @@ func (r *Replica) Readiness() (bool, string) {
 		return false, "starting or stopping"
 	case !r.nc.IsConnected():
 		return false, "not connected to NATS (" + r.nc.Status().String() + ")"
+	case !r.responder.IsConnected():
+		return false, "the responder is not connected to NATS (" + r.responder.Status().String() + ")"
 	}
 	if ok, why := r.sched.Healthy(); !ok {
 		return false, "cannot fire: " + why
@@ -395,6 +419,11 @@ func (r *Replica) Stop(ctx context.Context) {
 		}
 		if r.waitForIndex != nil {
 			r.waitForIndex.Stop()
+		}
+		if r.responder != nil && r.responder != r.nc {
+			// Its service stopped above: the answers left are buffered.
+			_ = r.responder.FlushTimeout(time.Second)
+			r.responder.Close()
 		}
 		if r.nc != nil {
 			if err := r.nc.Drain(); err != nil {
