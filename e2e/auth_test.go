@@ -57,7 +57,13 @@ func (v *violations) handler(_ *nats.Conn, _ *nats.Subscription, err error) {
 // seen waits until a violation naming subject has been reported.
 func (v *violations) seen(t *testing.T, op, subject string) {
 	t.Helper()
-	want := strings.ToLower("permissions violation for " + op + ` to "` + subject + `"`)
+	v.reported(t, "permissions violation for "+op+` to "`+subject+`"`)
+}
+
+// reported waits until a violation containing text has been reported.
+func (v *violations) reported(t *testing.T, text string) {
+	t.Helper()
+	want := strings.ToLower(text)
 	eventually(t, 5*time.Second, "violation "+want, func() bool {
 		v.mu.Lock()
 		defer v.mu.Unlock()
@@ -250,13 +256,7 @@ func TestNATSAuthorization(t *testing.T) {
 		if err := opAlice.Intervene(ctx, subjects.ActionMessage, "from the operator"); err != nil {
 			t.Fatal(err)
 		}
-		var trig subjects.TriggerView
-		for _, tv := range start.Triggers {
-			if tv.Mode == subjects.ModeWakeHint {
-				trig = tv
-			}
-		}
-		token := trig.TriggerURL[strings.LastIndex(trig.TriggerURL, "/")+1:]
+		trig, token := wakeTrigger(start)
 		cv := &violations{}
 		cb := connectAs(t, url, cv, nats.Token(token), nats.CustomInboxPrefix("_INBOX.callback."+trig.ID))
 		m := nats.NewMsg(subjects.CallbackWake)
@@ -317,6 +317,17 @@ func TestNATSAuthorization(t *testing.T) {
 		// bob's token still works.
 		connectAs(t, url, nil, client.ConnectOptions("bob", bobTok)...)
 	})
+}
+
+// wakeTrigger is the default wake trigger a start handed out, and its token.
+func wakeTrigger(start *subjects.LifecycleReply) (subjects.TriggerView, string) {
+	var trig subjects.TriggerView
+	for _, tv := range start.Triggers {
+		if tv.Mode == subjects.ModeWakeHint {
+			trig = tv
+		}
+	}
+	return trig, trig.TriggerURL[strings.LastIndex(trig.TriggerURL, "/")+1:]
 }
 
 func issueOverHTTP(t *testing.T, httpAddr, op, agentID string) string {

@@ -42,8 +42,19 @@ func (p *proc) readyz() int {
 	return res.StatusCode
 }
 
-// metric reads one unlabelled metric of the replica.
+// metric reads one metric of the replica: a name, with its labels if it
+// has any (`name{label="value"}`).
 func (p *proc) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	v, ok := p.metricIf(t, name)
+	if !ok {
+		t.Fatalf("no metric %s", name)
+	}
+	return v
+}
+
+// metricIf is metric, reporting whether the replica has it.
+func (p *proc) metricIf(t *testing.T, name string) (float64, bool) {
 	t.Helper()
 	res, err := http.Get("http://" + p.httpAddr + "/metrics")
 	if err != nil {
@@ -54,11 +65,10 @@ func (p *proc) metric(t *testing.T, name string) float64 {
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return f
+			return f, true
 		}
 	}
-	t.Fatalf("no metric %s", name)
-	return 0
+	return 0, false
 }
 
 // retrying calls fn until it succeeds or ctx ends, riding out the

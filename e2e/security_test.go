@@ -1,0 +1,243 @@
+package e2e_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/chime-nats/chime/access"
+	"github.com/chime-nats/chime/client"
+	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/internal/natsproc"
+	"github.com/chime-nats/chime/subjects"
+)
+
+// The security suite: one test per class of attack a principal can try
+// through chime itself, with NATS authorization on. The server refuses
+// every direct publish outside a principal's lane (TestNATSAuthorization);
+// these are the requests that are allowed, aimed so that chime's own
+// answer would write elsewhere.
+
+// refusedReplies is the metric of requests refused for their reply subject.
+const refusedReplies = `chime_requests_refused_total{reason="reply_subject"}`
+
+// quiet subscribes to subjects and fails the test at cleanup if any
+// message arrived there.
+func quiet(t *testing.T, nc *nats.Conn, subs ...string) func() {
+	t.Helper()
+	got := make(chan *nats.Msg, 64)
+	for _, s := range subs {
+		sub, err := nc.ChanSubscribe(s, got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		select {
+		case m := <-got:
+			t.Errorf("%s received %q", m.Subject, m.Data)
+		default:
+		}
+	}
+}
+
+// TestSecurityReplySubjects: an agent's requests to its own subjects,
+// and a callback sender's callbacks, with reply subjects aimed at chime's
+// state, at other agents' inboxes and request subjects, and at chime's own
+// inboxes, are refused unserved: no token minted, no lease taken, nothing
+// delivered or stored for another agent, nothing done for the attacker.
+func TestSecurityReplySubjects(t *testing.T) {
+	url, op, p := authedChime(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	opConn := connectAs(t, url, nil, nats.Token(op))
+	opAlice, _ := client.New(opConn, "alice")
+	opBob, _ := client.New(opConn, "bob")
+	aliceTok, err := opAlice.IssueToken(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bobTok, err := opBob.IssueToken(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := connectAs(t, url, nil, client.ConnectOptions("alice", aliceTok.Token)...)
+	ac, _ := client.New(alice, "alice")
+	bob := connectAs(t, url, nil, client.ConnectOptions("bob", bobTok.Token)...)
+	bc, _ := client.New(bob, "bob")
+	started, err := opBob.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wake, bobWakeToken := wakeTrigger(started)
+	if _, err := bc.Notify(ctx, client.Notification{Message: "deploying", ID: "deploy-7"}); err != nil {
+		t.Fatal(err)
+	}
+	bobQuiet := quiet(t, bob, subjects.Inbox("bob"), subjects.Agent("bob", subjects.ActionWaitProgress),
+		subjects.Agent("bob", subjects.ActionNotifications), access.AgentInboxPrefix("bob")+".abc.>")
+	inboxBefore := streamMsgs(t, ctx, opConn, engine.InboxStream)
+
+	// A token alice would like to make valid for herself.
+	minted := access.AgentTokenPrefix + strings.Repeat("m", 43)
+	sum := sha256.Sum256([]byte(minted))
+	attacks := []struct{ action, body, reply string }{
+		{subjects.ActionTaskStart, `{"task_id":"t1"}`, "$KV." + engine.TokensBucket + ".tok." + hex.EncodeToString(sum[:])},
+		{subjects.ActionTaskStart, `{"task_id":"t2"}`, "$KV." + engine.LeasesBucket + ".replica.evil"},
+		{subjects.ActionTimerList, `{}`, "$KV." + engine.AgentsBucket + ".bob"},
+		{subjects.ActionNotify, `{"message":"planted"}`, "$KV." + engine.NotificationsBucket + ".bob.x"},
+		{subjects.ActionNotify, `{"message":"overwrite","id":"deploy-7"}`, subjects.Agent("bob", subjects.ActionNotify)},
+		{subjects.ActionTimerList, `{}`, subjects.Inbox("bob")},
+		{subjects.ActionTimerList, `{}`, subjects.Agent("bob", subjects.ActionWaitProgress)},
+		{subjects.ActionTimerList, `{}`, subjects.Agent("bob", subjects.ActionNotifications)},
+		{subjects.ActionTimerList, `{}`, access.AgentInboxPrefix("bob") + ".abc.1"},
+		{subjects.ActionTimerList, `{}`, "_INBOX.callback." + wake.ID + ".abc"},
+		{subjects.ActionTimerList, `{}`, access.ServiceInboxPrefix + ".abc.1"},
+		{subjects.ActionTimerCreate, `{"duration_ms":1000}`, subjects.TimerFire},
+	}
+	for _, a := range attacks {
+		if err := alice.PublishRequest(subjects.Agent("alice", a.action), a.reply, []byte(a.body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A callback sender with bob's wake token, and one with a wrong token.
+	cb := connectAs(t, url, nil, nats.Token(bobWakeToken), nats.CustomInboxPrefix("_INBOX.callback."+wake.ID))
+	cbAttacks := []struct{ token, reply string }{
+		{bobWakeToken, "$KV." + engine.AgentsBucket + ".bob"},
+		{bobWakeToken, subjects.Inbox("bob")},
+		{bobWakeToken, "_INBOX.callback.other.abc"},
+		{"cb_wrong", subjects.Agent("bob", subjects.ActionNotify)},
+		{"cb_wrong", "$KV." + engine.TriggersBucket + ".x"},
+	}
+	for _, a := range cbAttacks {
+		m := nats.NewMsg(subjects.CallbackWake)
+		m.Reply = a.reply
+		m.Header.Set(subjects.HeaderCallbackToken, a.token)
+		if err := cb.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The server itself refuses a reply into the JetStream API.
+	v := &violations{}
+	aliceV := connectAs(t, url, v, client.ConnectOptions("alice", aliceTok.Token)...)
+	purge := "$JS.API.STREAM.PURGE." + engine.InboxStream
+	if err := aliceV.PublishRequest(subjects.Agent("alice", subjects.ActionTimerList), purge, []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	v.reported(t, `permissions violation for publish with reply of "`+purge+`"`)
+	want := float64(len(attacks) + len(cbAttacks))
+	// Every attack has been handled once the count is reached; without the
+	// count (chime serving them), a moment for their effects to land.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if got, _ := p.metricIf(t, refusedReplies); got >= want {
+			break
+		}
+	}
+	if got, _ := p.metricIf(t, refusedReplies); got != want {
+		t.Errorf("%s = %v, want %v", refusedReplies, got, want)
+	}
+
+	// Nothing was done for alice.
+	if tasks, err := ac.ListTasks(ctx, 10); err != nil || len(tasks) != 0 {
+		t.Errorf("alice's tasks: %+v %v", tasks, err)
+	}
+	if h, err := ac.Notifications(ctx, nil); err != nil || h.Count != 0 {
+		t.Errorf("alice's notifications: %+v %v", h, err)
+	}
+	if list, err := ac.ListTimers(ctx, 10); err != nil || len(list) != 0 {
+		t.Errorf("alice's timers: %+v %v", list, err)
+	}
+	// No token was minted.
+	refusedAtConnect(t, url, "the token alice tried to mint", client.ConnectOptions("alice", minted)...)
+	// Bob got nothing, his notification is his, his callback still works.
+	h, err := bc.Notifications(ctx, nil)
+	if err != nil || h.Count != 1 || h.Notifications[0].Message != "deploying" {
+		t.Errorf("bob's notifications: %+v %v", h, err)
+	}
+	if after := streamMsgs(t, ctx, opConn, engine.InboxStream); after != inboxBefore {
+		t.Errorf("inbox stream went from %d to %d messages", inboxBefore, after)
+	}
+	bobQuiet()
+	m := nats.NewMsg(subjects.CallbackWake)
+	m.Header.Set(subjects.HeaderCallbackToken, bobWakeToken)
+	res, err := cb.RequestMsgWithContext(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reply subjects.CallbackReply
+	if err := subjects.DecodeReply(res.Data, &reply); err != nil || reply.Result.Disposition != subjects.DispositionTriggered {
+		t.Errorf("bob's wake after the attacks: %+v %v", reply, err)
+	}
+	// Every shard is still held.
+	if held := p.metric(t, "chime_shards_held"); held != 32 {
+		t.Errorf("chime_shards_held = %v, want 32", held)
+	}
+	// Alice's own requests, answered on her own inbox, still work.
+	if _, err := ac.CreateTimer(ctx, 60_000, 0, "fine"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSecurityExternalServer: the same confinement against a standalone
+// nats-server configured with `chime nats-config`'s block: chime answers
+// through its responder nkey user, and a reply aimed into chime's state is
+// refused unserved.
+func TestSecurityExternalServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	keys, err := access.EnsureKeys(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	userSeed := filepath.Join(dir, access.UserKeyFile)
+	creds, err := nats.NkeyOptionFromSeed(userSeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := natsproc.New(t, natsproc.Options{Config: access.ServerConfig(keys), ConnectOptions: []nats.Option{creds}})
+	srv.Start()
+	op := "op-external-" + strings.Repeat("y", 16)
+	sum := sha256.Sum256([]byte(op))
+	opsFile := filepath.Join(dir, "operators")
+	if err := os.WriteFile(opsFile, []byte(hex.EncodeToString(sum[:])+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startServe(t, "external", "CHIME_NATS_URL="+srv.ClientURL(), "CHIME_NATS_AUTH=true",
+		"CHIME_NATS_NKEY_FILE="+userSeed, "CHIME_NATS_CALLOUT_KEY_FILE="+filepath.Join(dir, access.CalloutKeyFile),
+		"CHIME_NATS_RESPONDER_NKEY_FILE="+filepath.Join(dir, access.ResponderKeyFile), "CHIME_OPERATOR_TOKENS_FILE="+opsFile)
+
+	opConn := connectAs(t, srv.ClientURL(), nil, nats.Token(op))
+	opAlice, _ := client.New(opConn, "alice")
+	tok, err := opAlice.IssueToken(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := connectAs(t, srv.ClientURL(), nil, client.ConnectOptions("alice", tok.Token)...)
+	ac, _ := client.New(alice, "alice")
+	if _, err := ac.CreateTimer(ctx, 60_000, 0, "answered on her inbox"); err != nil {
+		t.Fatal(err)
+	}
+	minted := access.AgentTokenPrefix + strings.Repeat("n", 43)
+	msum := sha256.Sum256([]byte(minted))
+	if err := alice.PublishRequest(subjects.Agent("alice", subjects.ActionTaskStart), "$KV."+engine.TokensBucket+".tok."+hex.EncodeToString(msum[:]), []byte(`{"task_id":"t1"}`)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the attack refused", func() bool { v, _ := p.metricIf(t, refusedReplies); return v == 1 })
+	refusedAtConnect(t, srv.ClientURL(), "the token alice tried to mint", client.ConnectOptions("alice", minted)...)
+	if tasks, err := ac.ListTasks(ctx, 10); err != nil || len(tasks) != 0 {
+		t.Errorf("alice's tasks: %+v %v", tasks, err)
+	}
+}
