@@ -41,6 +41,10 @@ type CalloutConfig struct {
 	// the server config has no accounts.
 	Account  string
 	Resolver Resolver
+	// Sessions, when set, records where each agent and callback sender is
+	// admitted, so that revoking its token ends its connections, and
+	// bounds each admitted user by its MaxAge.
+	Sessions *Sessions
 	Log      *slog.Logger
 	// Registerer receives chime_auth_connects_total; nil registers none.
 	Registerer prometheus.Registerer
@@ -131,6 +135,9 @@ func (c *Callout) answer(m *nats.Msg) {
 	ctx, cancel := context.WithTimeout(c.ctx, lookupTimeout)
 	defer cancel()
 	p, err := c.cfg.Resolver.Resolve(ctx, req.ConnectOptions.Token)
+	if err == nil && c.cfg.Sessions != nil {
+		err = c.record(ctx, req, p)
+	}
 	kind := string(p.Kind)
 	if kind == "" {
 		kind = "none"
@@ -167,12 +174,38 @@ func (c *Callout) answer(m *nats.Msg) {
 	}
 }
 
-// user is the signed user JWT that admits nkey as p.
+// record writes down where p is being admitted, then resolves its token
+// again: a revocation that listed p's sessions before this record was
+// written has by then removed the token, so the connect is refused here
+// instead of outliving it (see Sessions).
+func (c *Callout) record(ctx context.Context, req *jwt.AuthorizationRequestClaims, p Principal) error {
+	if err := c.cfg.Sessions.Record(ctx, p, req.Server.ID, req.ClientInformation.ID); err != nil {
+		return err
+	}
+	if sessionPrefix(p) == "" {
+		return nil
+	}
+	again, err := c.cfg.Resolver.Resolve(ctx, req.ConnectOptions.Token)
+	if err != nil {
+		return err
+	}
+	if again != p {
+		return ErrUnknownToken
+	}
+	return nil
+}
+
+// user is the signed user JWT that admits nkey as p, valid for the
+// sessions' MaxAge: the server disconnects it then, and its reconnect is
+// decided again.
 func (c *Callout) user(nkey string, p Principal) (string, error) {
 	uc := jwt.NewUserClaims(nkey)
 	uc.Name = p.Name()
 	uc.Audience = c.cfg.Account
 	uc.Permissions = p.Permissions()
+	if c.cfg.Sessions != nil && c.cfg.Sessions.MaxAge() > 0 {
+		uc.Expires = time.Now().Add(c.cfg.Sessions.MaxAge()).Unix()
+	}
 	return uc.Encode(c.cfg.Issuer)
 }
 

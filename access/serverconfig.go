@@ -16,6 +16,7 @@ const (
 	UserKeyFile      = "chime-user.nk"      // chime's own connections: CHIME_NATS_NKEY_FILE
 	CalloutKeyFile   = "chime-callout.nk"   // signs admitted users: CHIME_NATS_CALLOUT_KEY_FILE
 	ResponderKeyFile = "chime-responder.nk" // answers requests: CHIME_NATS_RESPONDER_NKEY_FILE
+	SystemKeyFile    = "chime-system.nk"    // ends revoked sessions: CHIME_NATS_SYSTEM_NKEY_FILE
 )
 
 // ServerKeys are the public halves of chime's keys.
@@ -25,6 +26,9 @@ type ServerKeys struct {
 	// Responder (U...) serves the requests and may publish only replies
 	// into inboxes, exempt from the callout.
 	Responder string
+	// System (U...) is chime's user in the system account, which asks the
+	// servers to disconnect a revoked token's clients.
+	System string
 }
 
 // EnsureKeys writes chime's user and callout seeds into dir (mode 0600),
@@ -46,7 +50,11 @@ func EnsureKeys(dir string) (ServerKeys, error) {
 	if err != nil {
 		return ServerKeys{}, err
 	}
-	return ServerKeys{User: user, Issuer: issuer, Responder: responder}, nil
+	system, err := ensureKey(filepath.Join(dir, SystemKeyFile), nkeys.CreateUser)
+	if err != nil {
+		return ServerKeys{}, err
+	}
+	return ServerKeys{User: user, Issuer: issuer, Responder: responder, System: system}, nil
 }
 
 func ensureKey(path string, create func() (nkeys.KeyPair, error)) (string, error) {
@@ -75,14 +83,18 @@ func ensureKey(path string, create func() (nkeys.KeyPair, error)) (string, error
 
 // ServerConfig is the authorization block every nats-server of the
 // cluster needs: chime's user and its responder, both exempt from the
-// callout, and the callout that decides every other connection by its
-// token.
+// callout, the callout that decides every other connection by its token,
+// and chime's user in the system account, through which a revocation
+// disconnects the revoked token's clients.
 func ServerConfig(k ServerKeys) string {
 	return fmt.Sprintf(`# chime: NATS authorization through chime's auth callout (CHIME_NATS_AUTH=true).
 # chime connects as the nkey user below (CHIME_NATS_NKEY_FILE=%[3]s),
 # answers requests as its responder (CHIME_NATS_RESPONDER_NKEY_FILE=%[6]s),
 # which may publish only replies into inboxes, and signs the users it admits
-# with the issuer's seed (CHIME_NATS_CALLOUT_KEY_FILE=%[4]s).
+# with the issuer's seed (CHIME_NATS_CALLOUT_KEY_FILE=%[4]s). Its user in the
+# system account (CHIME_NATS_SYSTEM_NKEY_FILE=%[10]s) disconnects the clients
+# of a revoked token; if your servers have a system account already, add that
+# user to it instead of the accounts block below.
 # Every other client connects with a token (nats --token): an operator token,
 # an agent token (chime agent token) or a callback token, and gets exactly
 # that principal's permissions.
@@ -94,11 +106,15 @@ authorization {
   ]
   auth_callout {
     issuer: %[2]q
-    auth_users: [ %[1]q, %[5]q ]
+    auth_users: [ %[1]q, %[5]q, %[9]q ]
   }
 }
+system_account: SYS
+accounts {
+  SYS: { users: [ { nkey: %[9]q } ] }
+}
 `, k.User, k.Issuer, UserKeyFile, CalloutKeyFile, k.Responder, ResponderKeyFile,
-		quoteAll(ResponderPublish()), quoteAll(ResponderSubscribe()))
+		quoteAll(ResponderPublish()), quoteAll(ResponderSubscribe()), k.System, SystemKeyFile)
 }
 
 func quoteAll(ss []string) string {

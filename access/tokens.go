@@ -103,9 +103,10 @@ type RevokedTokens struct {
 // tok.<sha256> holds the AgentToken, agt.<agent>.<token_id> the hash, so
 // that all of an agent's tokens can be revoked without reading the others'.
 type Tokens struct {
-	kv      jetstream.KeyValue
-	markers time.Duration
-	now     func() time.Time
+	kv       jetstream.KeyValue
+	markers  time.Duration
+	now      func() time.Time
+	sessions *Sessions // nil: a revoke ends no connection
 }
 
 // NewTokens returns the agent token store over the tokens bucket. A
@@ -117,6 +118,9 @@ func NewTokens(kv jetstream.KeyValue, markers time.Duration, now func() time.Tim
 	}
 	return &Tokens{kv: kv, markers: markers, now: now}
 }
+
+// EndSessions makes Revoke end the agent's open connections too.
+func (t *Tokens) EndSessions(s *Sessions) { t.sessions = s }
 
 func tokKey(hash string) string             { return "tok." + hash }
 func agtKey(agentID, tokenID string) string { return "agt." + agentID + "." + tokenID }
@@ -186,5 +190,8 @@ func (t *Tokens) Revoke(ctx context.Context, agentID string) (*RevokedTokens, er
 		}
 		out.Revoked++
 	}
+	// Even with no token left: a connection may outlive a revoke that
+	// failed half-way.
+	t.sessions.End(ctx, Principal{Kind: KindAgent, AgentID: agentID})
 	return out, nil
 }

@@ -43,7 +43,13 @@ type Store struct {
 	now         func() time.Time
 	index       *Index
 	retention   kvrec.Retention
+	// onRevoke runs after a trigger is revoked: the callback sender's
+	// open connections are ended there (package access).
+	onRevoke func(ctx context.Context, t *subjects.Trigger)
 }
+
+// OnRevoke sets what runs after each trigger revocation.
+func (s *Store) OnRevoke(fn func(ctx context.Context, t *subjects.Trigger)) { s.onRevoke = fn }
 
 // NewStore returns a Store. Callbacks are resolved in index, and writes
 // wait until index has them; idempotency (a TTL bucket) remembers stored
@@ -308,7 +314,13 @@ func (s *Store) Revoke(ctx context.Context, agentID, triggerID string) (*subject
 	if err := s.retention.Purge(ctx, s.triggers, tokKey(t.TokenHash)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, fmt.Errorf("triggers: drop token: %w", err)
 	}
-	return t, s.seen(ctx, s.triggers, rev)
+	if err := s.seen(ctx, s.triggers, rev); err != nil {
+		return nil, err
+	}
+	if s.onRevoke != nil {
+		s.onRevoke(ctx, t)
+	}
+	return t, nil
 }
 
 // Sweep gives the revoked triggers, and the markers of dropped tokens,

@@ -34,17 +34,23 @@ type Config struct {
 	NATSCalloutKeyFile string `envconfig:"NATS_CALLOUT_KEY_FILE" desc:"account nkey seed file that signs admitted users (NATS_AUTH with NATS_URL; see chime nats-config)"`
 	// NATSResponderNkeyFile is the user that answers requests and may
 	// publish only into inboxes (access.ResponderPublish).
-	NATSResponderNkeyFile string        `envconfig:"NATS_RESPONDER_NKEY_FILE" desc:"nkey seed file of chime's responder, the user that answers requests and may publish only replies into inboxes (NATS_AUTH with NATS_URL; see chime nats-config)"`
-	JSReplicas            int           `envconfig:"JS_REPLICAS" default:"1" desc:"replicas of chime's streams and buckets"`
-	HTTPAddr              string        `envconfig:"HTTP_ADDR" default:"127.0.0.1:8080" desc:"HTTP gateway, /metrics, /healthz, /readyz"`
-	ReplicaID             string        `envconfig:"REPLICA_ID" desc:"name of this replica (default: host-pid)"`
-	Shards                int           `envconfig:"SHARDS" default:"32" desc:"timer shards; every replica must agree"`
-	LeaseTTL              time.Duration `envconfig:"LEASE_TTL" default:"2s" desc:"shard lease TTL: a dead replica's timers move after about this"`
-	InboxMaxAge           time.Duration `envconfig:"INBOX_MAX_AGE" default:"168h" desc:"how long inbox deliveries are kept"`
-	EventMaxAge           time.Duration `envconfig:"EVENT_MAX_AGE" default:"24h" desc:"how long internal events are kept"`
-	DedupWindow           time.Duration `envconfig:"DEDUP_WINDOW" default:"10m" desc:"how long the streams remember message IDs; older repeats are looked up in the inbox"`
-	TimeZone              string        `envconfig:"TIMEZONE" desc:"IANA zone naive wait times are read in when a request has no tz (default UTC)"`
-	PublicURL             string        `envconfig:"PUBLIC_URL" desc:"base URL of callback trigger URLs (default: http://HTTP_ADDR)"`
+	NATSResponderNkeyFile string `envconfig:"NATS_RESPONDER_NKEY_FILE" desc:"nkey seed file of chime's responder, the user that answers requests and may publish only replies into inboxes (NATS_AUTH with NATS_URL; see chime nats-config)"`
+	// NATSSystemNkeyFile is a system account user: revoking a token ends
+	// its open connections through the servers' kick service.
+	NATSSystemNkeyFile string `envconfig:"NATS_SYSTEM_NKEY_FILE" desc:"nkey seed file of chime's system account user, through which a revoked token's open connections are ended (NATS_AUTH with NATS_URL; see chime nats-config)"`
+	// NATSSessionMaxAge bounds an admitted connection: it must connect,
+	// and be decided, again after it.
+	NATSSessionMaxAge time.Duration `envconfig:"NATS_SESSION_MAX_AGE" default:"1h" desc:"how long an admitted NATS connection of an agent or callback sender lasts before it must authorize again (NATS_AUTH)"`
+	JSReplicas        int           `envconfig:"JS_REPLICAS" default:"1" desc:"replicas of chime's streams and buckets"`
+	HTTPAddr          string        `envconfig:"HTTP_ADDR" default:"127.0.0.1:8080" desc:"HTTP gateway, /metrics, /healthz, /readyz"`
+	ReplicaID         string        `envconfig:"REPLICA_ID" desc:"name of this replica (default: host-pid)"`
+	Shards            int           `envconfig:"SHARDS" default:"32" desc:"timer shards; every replica must agree"`
+	LeaseTTL          time.Duration `envconfig:"LEASE_TTL" default:"2s" desc:"shard lease TTL: a dead replica's timers move after about this"`
+	InboxMaxAge       time.Duration `envconfig:"INBOX_MAX_AGE" default:"168h" desc:"how long inbox deliveries are kept"`
+	EventMaxAge       time.Duration `envconfig:"EVENT_MAX_AGE" default:"24h" desc:"how long internal events are kept"`
+	DedupWindow       time.Duration `envconfig:"DEDUP_WINDOW" default:"10m" desc:"how long the streams remember message IDs; older repeats are looked up in the inbox"`
+	TimeZone          string        `envconfig:"TIMEZONE" desc:"IANA zone naive wait times are read in when a request has no tz (default UTC)"`
+	PublicURL         string        `envconfig:"PUBLIC_URL" desc:"base URL of callback trigger URLs (default: http://HTTP_ADDR)"`
 	// OperatorTokensFile holds hex SHA-256 hashes of operator bearer tokens.
 	OperatorTokensFile string `envconfig:"OPERATOR_TOKENS_FILE" desc:"file of hex SHA-256 hashes of operator bearer tokens; unset: control routes open, loopback only"`
 	LogLevel           string `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
@@ -163,6 +169,11 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: CHIME_NATS_AUTH with CHIME_NATS_URL needs CHIME_NATS_CALLOUT_KEY_FILE, the seed whose public key is the servers' auth_callout issuer (see chime nats-config)")
 	} else if c.NATSAuth && c.NATSResponderNkeyFile == "" {
 		return fmt.Errorf("config: CHIME_NATS_AUTH with CHIME_NATS_URL needs CHIME_NATS_RESPONDER_NKEY_FILE, the seed of the user that answers requests and may publish only into inboxes (see chime nats-config)")
+	} else if c.NATSAuth && c.NATSSystemNkeyFile == "" {
+		return fmt.Errorf("config: CHIME_NATS_AUTH with CHIME_NATS_URL needs CHIME_NATS_SYSTEM_NKEY_FILE, the seed of chime's system account user, which ends a revoked token's connections (see chime nats-config)")
+	}
+	if c.NATSSessionMaxAge < time.Minute {
+		return fmt.Errorf("config: CHIME_NATS_SESSION_MAX_AGE must be at least 1m, not %v", c.NATSSessionMaxAge)
 	}
 	if c.JSReplicas < 1 || c.JSReplicas > 5 {
 		return fmt.Errorf("config: CHIME_JS_REPLICAS must be 1-5, not %d", c.JSReplicas)

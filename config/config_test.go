@@ -9,7 +9,7 @@ import (
 
 func valid() *Config {
 	return &Config{DataDir: "d", NATSListen: "127.0.0.1:4222", JSReplicas: 1, HTTPAddr: "127.0.0.1:8080",
-		Shards: 32, LeaseTTL: 2e9, LogLevel: "info", LogFormat: "text", InboxMaxAge: 168 * time.Hour, DedupWindow: 10 * time.Minute}
+		Shards: 32, LeaseTTL: 2e9, LogLevel: "info", LogFormat: "text", InboxMaxAge: 168 * time.Hour, DedupWindow: 10 * time.Minute, NATSSessionMaxAge: time.Hour}
 }
 
 func TestHTTPListenerNeedsTokensBeyondLoopback(t *testing.T) {
@@ -66,9 +66,9 @@ func TestDedupWindowBounds(t *testing.T) {
 
 func TestNATSAuthRequiredBeyondLoopback(t *testing.T) {
 	for _, tc := range []struct {
-		listen, url, key, responder string
-		auth                        bool
-		err                         string
+		listen, url, key, responder, system string
+		auth                                bool
+		err                                 string
 	}{
 		{listen: "127.0.0.1:4222"},
 		{listen: "0.0.0.0:4222", err: `CHIME_NATS_LISTEN "0.0.0.0:4222" is not a loopback address and CHIME_NATS_AUTH is not true`},
@@ -76,14 +76,15 @@ func TestNATSAuthRequiredBeyondLoopback(t *testing.T) {
 		{listen: "0.0.0.0:4222", auth: true},
 		{url: "nats://nats:4222", auth: true, err: "needs CHIME_NATS_CALLOUT_KEY_FILE"},
 		{url: "nats://nats:4222", auth: true, key: "/keys/chime-callout.nk", err: "needs CHIME_NATS_RESPONDER_NKEY_FILE"},
-		{url: "nats://nats:4222", auth: true, key: "/keys/chime-callout.nk", responder: "/keys/chime-responder.nk"},
+		{url: "nats://nats:4222", auth: true, key: "/keys/chime-callout.nk", responder: "/keys/chime-responder.nk", err: "needs CHIME_NATS_SYSTEM_NKEY_FILE"},
+		{url: "nats://nats:4222", auth: true, key: "/keys/chime-callout.nk", responder: "/keys/chime-responder.nk", system: "/keys/chime-system.nk"},
 		{url: "nats://nats:4222"},
 	} {
 		c := valid()
 		if tc.listen != "" {
 			c.NATSListen = tc.listen
 		}
-		c.NATSURL, c.NATSAuth, c.NATSCalloutKeyFile, c.NATSResponderNkeyFile = tc.url, tc.auth, tc.key, tc.responder
+		c.NATSURL, c.NATSAuth, c.NATSCalloutKeyFile, c.NATSResponderNkeyFile, c.NATSSystemNkeyFile = tc.url, tc.auth, tc.key, tc.responder, tc.system
 		err := c.Validate()
 		if (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
 			t.Errorf("%+v: %v, want %q", tc, err, tc.err)

@@ -52,6 +52,10 @@ const (
 	// sequence UIs follow; the removal markers stay until the notifications
 	// package compacts them.
 	NotificationsBucket = "chime_notifications"
+	// SessionsBucket holds where each agent and callback sender is
+	// connected, <agent|callback>.<id>.<server id>.<client id>, so that a
+	// revocation can end its connections; kept as long as a session lasts.
+	SessionsBucket = "chime_sessions"
 )
 
 // EmbeddedOptions configures the embedded nats-server.
@@ -164,6 +168,21 @@ type Topology struct {
 	// MarkerTTL is how long the record buckets keep the marker of a key
 	// removed (expired or purged); zero is DefaultMarkerTTL.
 	MarkerTTL time.Duration
+	// SessionMaxAge is how long an admitted NATS user lasts, and so its
+	// session record; zero is DefaultSessionMaxAge.
+	SessionMaxAge time.Duration
+}
+
+// DefaultSessionMaxAge is how long an admitted NATS user lasts when the
+// topology does not say.
+const DefaultSessionMaxAge = time.Hour
+
+// Sessions is the session lifetime: SessionMaxAge, or DefaultSessionMaxAge.
+func (t Topology) Sessions() time.Duration {
+	if t.SessionMaxAge > 0 {
+		return t.SessionMaxAge
+	}
+	return DefaultSessionMaxAge
 }
 
 // DefaultMarkerTTL is how long a removed record's marker stays: watches
@@ -211,6 +230,8 @@ type Resources struct {
 	TaskOutputs jetstream.ObjectStore
 	// Notifications holds notifications and their update sequence.
 	Notifications jetstream.KeyValue
+	// Sessions holds where agents and callback senders are connected.
+	Sessions jetstream.KeyValue
 }
 
 // buckets are the KV buckets chime keeps, as configured for t. The record
@@ -243,6 +264,10 @@ func buckets(t Topology) []jetstream.KeyValueConfig {
 		{
 			Bucket: IdempotencyBucket, Description: "callback Idempotency-Keys already stored, key <trigger>.<key sha256>; kept a day",
 			History: 1, TTL: IdempotencyTTL, Replicas: t.Replicas,
+		},
+		{
+			Bucket: SessionsBucket, Description: "chime sessions: <agent|callback>.<id>.<server id>.<client id>, kept as long as a session lasts",
+			History: 1, TTL: t.Sessions(), Replicas: t.Replicas,
 		},
 		{
 			// File-stored like the rest: a memory bucket is gone after a
@@ -347,7 +372,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Resour
 		JS: js, Timers: kvs[TimersBucket], Waits: kvs[WaitsBucket], Agents: kvs[AgentsBucket],
 		Leases: kvs[LeasesBucket], Triggers: kvs[TriggersBucket], Idempotency: kvs[IdempotencyBucket],
 		Tokens: kvs[TokensBucket], WaitFor: kvs[WaitForBucket], Questions: kvs[QuestionsBucket],
-		Notifications: kvs[NotificationsBucket],
+		Notifications: kvs[NotificationsBucket], Sessions: kvs[SessionsBucket],
 	}, nil
 }
 

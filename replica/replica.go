@@ -35,6 +35,7 @@ import (
 	"github.com/chime-nats/chime/questions"
 	"github.com/chime-nats/chime/quotas"
 	"github.com/chime-nats/chime/scheduler"
+	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
 	"github.com/chime-nats/chime/timers"
 	"github.com/chime-nats/chime/waitfor"
@@ -50,10 +51,14 @@ type Replica struct {
 	// responder serves the requests: with NATS authorization a connection
 	// that may publish only into inboxes, else nc.
 	responder *nats.Conn
-	healer    *engine.Healer
-	waits     *waits.Consumer
-	waitFor   *waitfor.Consumer
-	settler   *tasks.Settler
+	// system is chime's system account connection to an external cluster
+	// (the kick service); nil otherwise.
+	system   *nats.Conn
+	sessions *access.Sessions
+	healer   *engine.Healer
+	waits    *waits.Consumer
+	waitFor  *waitfor.Consumer
+	settler  *tasks.Settler
 	// waitForIndex is this replica's view of WaitFor's scope index.
 	waitForIndex *waitfor.Index
 	callbacks    *callbacks.Consumer
@@ -134,6 +139,13 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		if r.responder, err = engine.Connect(responder, log); err != nil {
 			return nil, err
 		}
+		if url != "" {
+			system := conn
+			system.Name, system.NkeyFile, system.InboxPrefix = "chime system "+cfg.ReplicaID, cfg.NATSSystemNkeyFile, ""
+			if r.system, err = engine.Connect(system, log); err != nil {
+				return nil, err
+			}
+		}
 	}
 	// An async publish whose ack never comes fails after the timeout, so
 	// the fire it carried is retried instead of waited on forever.
@@ -151,7 +163,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		Replicas: cfg.JSReplicas, LeaseTTL: cfg.LeaseTTL,
 		InboxMaxAge: cfg.InboxMaxAge, EventMaxAge: cfg.EventMaxAge, DedupWindow: dedup,
 		InboxMaxBytes: int64(cfg.InboxMaxBytes), EventMaxBytes: int64(cfg.EventMaxBytes), InboxMaxPerAgent: cfg.InboxMaxPerAgent,
-		TaskOutputMaxAge: cfg.RecordRetention,
+		TaskOutputMaxAge: cfg.RecordRetention, SessionMaxAge: cfg.NATSSessionMaxAge,
 	}
 	retention := kvrec.Retention{JS: js, After: cfg.RecordRetention, Markers: topo.Markers()}
 	res, err := engine.Provision(pctx, js, topo)
@@ -276,8 +288,17 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	})
 	resolver := access.Resolver{Operators: operators, Tokens: tokens, Callbacks: triggerStore}
 	if issuer != nil {
+		var kick access.Kicker = access.ServerKicker{Server: r.ns}
+		if r.system != nil {
+			kick = access.SystemKicker{NC: r.system}
+		}
+		r.sessions = access.NewSessions(access.SessionsConfig{KV: res.Sessions, Kick: kick, MaxAge: topo.Sessions(), Log: log})
+		tokens.EndSessions(r.sessions)
+		triggerStore.OnRevoke(func(ctx context.Context, t *subjects.Trigger) {
+			r.sessions.End(ctx, access.Principal{Kind: access.KindCallback, AgentID: t.AgentID, TriggerID: t.ID})
+		})
 		if r.callout, err = access.StartCallout(ctx, access.CalloutConfig{
-			NC: r.nc, Issuer: issuer, Resolver: resolver, Log: log, Registerer: reg,
+			NC: r.nc, Issuer: issuer, Resolver: resolver, Sessions: r.sessions, Log: log, Registerer: reg,
 		}); err != nil {
 			return nil, err
 		}
@@ -378,6 +399,7 @@ func (r *Replica) Stop(ctx context.Context) {
 			errs = append(errs, r.svc.Stop())
 		}
 		r.callout.Stop()
+		r.sessions.Stop()
 		if r.leases != nil {
 			// Handing leases back saves the others a TTL; it is not worth
 			// more of the shutdown limit than that.
@@ -419,6 +441,9 @@ func (r *Replica) Stop(ctx context.Context) {
 		}
 		if r.waitForIndex != nil {
 			r.waitForIndex.Stop()
+		}
+		if r.system != nil {
+			r.system.Close()
 		}
 		if r.responder != nil && r.responder != r.nc {
 			// Its service stopped above: the answers left are buffered.

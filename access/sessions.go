@@ -1,0 +1,209 @@
+package access
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A revoked token must end the connections it opened, not only the next
+// connect: the server keeps an admitted client's rights for as long as it
+// stays connected. The callout writes down where it admitted each client
+// (the server's ID and the client's ID there) under its principal, and a
+// revocation asks those servers to disconnect them; the client's reconnect
+// then meets the callout again, which refuses the revoked token. Users are
+// also issued with an expiry (SessionsConfig.MaxAge), which bounds a
+// session whose record was lost.
+
+// Kicker disconnects one client of one server.
+type Kicker interface {
+	Kick(ctx context.Context, serverID string, cid uint64) error
+}
+
+// ServerKicker kicks the clients of an embedded server, in process.
+type ServerKicker struct{ Server *server.Server }
+
+// Kick disconnects cid if serverID is this server; a session of another
+// server (this one before a restart) is gone.
+func (k ServerKicker) Kick(_ context.Context, serverID string, cid uint64) error {
+	if serverID != k.Server.ID() {
+		return errNoSuchClient
+	}
+	if err := k.Server.DisconnectClientByID(cid); err != nil {
+		return fmt.Errorf("%w: %v", errNoSuchClient, err)
+	}
+	return nil
+}
+
+// SystemKicker kicks clients through the system account's service
+// ($SYS.REQ.SERVER.<id>.KICK), on a connection of a system account user.
+type SystemKicker struct{ NC *nats.Conn }
+
+// Kick asks serverID to disconnect cid.
+func (k SystemKicker) Kick(ctx context.Context, serverID string, cid uint64) error {
+	body, _ := json.Marshal(server.KickClientReq{CID: cid})
+	res, err := k.NC.RequestWithContext(ctx, "$SYS.REQ.SERVER."+serverID+".KICK", body)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return nil // that server is gone, and its clients with it
+	}
+	if err != nil {
+		return fmt.Errorf("access: kick %d on %s: %w", cid, serverID, err)
+	}
+	var reply server.ServerAPIResponse
+	if err := json.Unmarshal(res.Data, &reply); err != nil {
+		return fmt.Errorf("access: kick %d on %s: %w", cid, serverID, err)
+	}
+	if reply.Error != nil {
+		return fmt.Errorf("%w: %s", errNoSuchClient, reply.Error.Description)
+	}
+	return nil
+}
+
+// errNoSuchClient is a kick of a client already gone: nothing to end.
+var errNoSuchClient = errors.New("access: no such client")
+
+// SessionsConfig configures Sessions.
+type SessionsConfig struct {
+	// KV holds one key per admitted connection,
+	// <kind>.<agent|trigger>.<server id>.<client id>, kept MaxAge.
+	KV   jetstream.KeyValue
+	Kick Kicker
+	// MaxAge is how long an admitted user is valid: the server disconnects
+	// it then, and it must connect (and be decided) again.
+	MaxAge time.Duration
+	// Recheck is how long after a revocation its sessions are looked for
+	// once more, for connects decided while it was made.
+	Recheck time.Duration
+	Log     *slog.Logger
+}
+
+// Sessions remembers who is connected where and ends a principal's
+// connections when its token is revoked.
+type Sessions struct {
+	cfg SessionsConfig
+	log *slog.Logger
+	// pending are the rechecks after revocations, waited for by Stop.
+	pending sync.WaitGroup
+	ctx     context.Context
+	cancel  context.CancelFunc
+}
+
+// NewSessions returns Sessions; Stop ends its rechecks.
+func NewSessions(cfg SessionsConfig) *Sessions {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Recheck <= 0 {
+		cfg.Recheck = 2 * time.Second
+	}
+	s := &Sessions{cfg: cfg, log: cfg.Log.With("component", "sessions")}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s
+}
+
+// Stop cancels the rechecks in flight and waits for them. Idempotent.
+func (s *Sessions) Stop() {
+	if s == nil {
+		return
+	}
+	s.cancel()
+	s.pending.Wait()
+}
+
+// MaxAge is how long an admitted user is valid.
+func (s *Sessions) MaxAge() time.Duration { return s.cfg.MaxAge }
+
+// sessionPrefix is the key prefix of p's sessions; empty for principals
+// whose tokens are not revoked (operators: their tokens live in a file).
+func sessionPrefix(p Principal) string {
+	switch p.Kind {
+	case KindAgent:
+		return "agent." + p.AgentID
+	case KindCallback:
+		return "callback." + p.TriggerID
+	}
+	return ""
+}
+
+// Record writes down that p was admitted as client cid of serverID.
+func (s *Sessions) Record(ctx context.Context, p Principal, serverID string, cid uint64) error {
+	prefix := sessionPrefix(p)
+	if prefix == "" || serverID == "" || strings.ContainsAny(serverID, ".*> ") {
+		return nil
+	}
+	key := prefix + "." + serverID + "." + strconv.FormatUint(cid, 10)
+	if _, err := s.cfg.KV.Put(ctx, key, nil); err != nil {
+		return fmt.Errorf("access: record session: %w", err)
+	}
+	return nil
+}
+
+// End disconnects every connection admitted as p and says how many it
+// ended, then looks again after Recheck for connects decided meanwhile. A
+// failure is logged, not returned: the token is revoked already, and the
+// second look, or else the users' MaxAge, ends what this one could not.
+// Nil Sessions end nothing.
+func (s *Sessions) End(ctx context.Context, p Principal) int {
+	if s == nil {
+		return 0
+	}
+	n, err := s.end(ctx, p)
+	if err != nil {
+		s.log.Warn("ending a revoked principal's sessions", "principal", p.Name(), "ended", n, "err", err)
+	}
+	s.pending.Go(func() {
+		select {
+		case <-time.After(s.cfg.Recheck):
+		case <-s.ctx.Done():
+			return
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+		defer cancel()
+		if _, err := s.end(ctx, p); err != nil && s.ctx.Err() == nil {
+			s.log.Warn("second look for a revoked principal's sessions", "principal", p.Name(), "err", err)
+		}
+	})
+	return n
+}
+
+func (s *Sessions) end(ctx context.Context, p Principal) (int, error) {
+	prefix := sessionPrefix(p)
+	if prefix == "" {
+		return 0, nil
+	}
+	keys, err := s.cfg.KV.ListKeysFiltered(ctx, prefix+".>")
+	if err != nil {
+		return 0, fmt.Errorf("access: sessions of %s: %w", p.Name(), err)
+	}
+	var ended int
+	var errs []error
+	for key := range keys.Keys() {
+		serverID, cidText, _ := strings.Cut(strings.TrimPrefix(key, prefix+"."), ".")
+		cid, perr := strconv.ParseUint(cidText, 10, 64)
+		if perr != nil {
+			continue
+		}
+		switch err := s.cfg.Kick.Kick(ctx, serverID, cid); {
+		case err == nil:
+			ended++
+		case errors.Is(err, errNoSuchClient):
+		default:
+			errs = append(errs, err)
+			continue // kept, for the recheck to try again
+		}
+		if err := s.cfg.KV.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	return ended, errors.Join(errs...)
+}
