@@ -217,7 +217,8 @@ func TestSecurityExternalServer(t *testing.T) {
 	}
 	p := startServe(t, "external", "CHIME_NATS_URL="+srv.ClientURL(), "CHIME_NATS_AUTH=true",
 		"CHIME_NATS_NKEY_FILE="+userSeed, "CHIME_NATS_CALLOUT_KEY_FILE="+filepath.Join(dir, access.CalloutKeyFile),
-		"CHIME_NATS_RESPONDER_NKEY_FILE="+filepath.Join(dir, access.ResponderKeyFile), "CHIME_OPERATOR_TOKENS_FILE="+opsFile)
+		"CHIME_NATS_RESPONDER_NKEY_FILE="+filepath.Join(dir, access.ResponderKeyFile), "CHIME_OPERATOR_TOKENS_FILE="+opsFile,
+		"CHIME_NATS_SYSTEM_NKEY_FILE="+filepath.Join(dir, access.SystemKeyFile))
 
 	opConn := connectAs(t, srv.ClientURL(), nil, nats.Token(op))
 	opAlice, _ := client.New(opConn, "alice")
@@ -239,5 +240,96 @@ func TestSecurityExternalServer(t *testing.T) {
 	refusedAtConnect(t, srv.ClientURL(), "the token alice tried to mint", client.ConnectOptions("alice", minted)...)
 	if tasks, err := ac.ListTasks(ctx, 10); err != nil || len(tasks) != 0 {
 		t.Errorf("alice's tasks: %+v %v", tasks, err)
+	}
+	// Revoking her token ends her connection, through the system account.
+	_, closed := closes(t, srv.ClientURL(), client.ConnectOptions("alice", tok.Token)...)
+	if _, err := opAlice.RevokeTokens(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := closed(); d > 2*time.Second {
+		t.Errorf("alice's connection closed %v after the revoke, want within 2s", d)
+	}
+}
+
+// closes connects with opts and returns a func that waits until the
+// connection is closed and says how long after it was called.
+func closes(t *testing.T, url string, opts ...nats.Option) (*nats.Conn, func() time.Duration) {
+	t.Helper()
+	closed := make(chan time.Time, 1)
+	nc := connectAs(t, url, nil, append(opts, nats.ClosedHandler(func(*nats.Conn) { closed <- time.Now() }))...)
+	// Its rights are live: a subscription of its own is accepted.
+	if _, err := nc.SubscribeSync(nc.NewRespInbox()); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return nc, func() time.Duration {
+		t.Helper()
+		start := time.Now()
+		select {
+		case at := <-closed:
+			return at.Sub(start)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s still connected 10 s after its revocation", nc.Opts.Name)
+			return 0
+		}
+	}
+}
+
+// TestSecurityRevocationEndsSessions: revoking an agent's tokens, or a
+// callback trigger, closes the NATS connections they opened, and their
+// reconnects are refused.
+func TestSecurityRevocationEndsSessions(t *testing.T) {
+	url, op, _ := authedChime(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	opConn := connectAs(t, url, nil, nats.Token(op))
+	opAlice, _ := client.New(opConn, "alice")
+	tok, err := opAlice.IssueToken(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, err := opAlice.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wake, wakeToken := wakeTrigger(started)
+	agentOpts := append(client.ConnectOptions("alice", tok.Token), nats.Name("alice"))
+	_, aliceClosed := closes(t, url, agentOpts...)
+	_, aliceClosed2 := closes(t, url, agentOpts...)
+	_, cbClosed := closes(t, url, nats.Token(wakeToken), nats.CustomInboxPrefix("_INBOX.callback."+wake.ID), nats.Name("callback"))
+	// Another agent's connection is not touched.
+	bobTok, err := client.New(opConn, "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bt, err := bobTok.IssueToken(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob := connectAs(t, url, nil, client.ConnectOptions("bob", bt.Token)...)
+
+	if _, err := opAlice.RevokeTokens(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, closed := range []func() time.Duration{aliceClosed, aliceClosed2} {
+		if d := closed(); d > 2*time.Second {
+			t.Errorf("an agent connection closed %v after the revoke, want within 2s", d)
+		} else {
+			t.Logf("agent connection closed %v after the revoke returned", d)
+		}
+	}
+	if _, err := opAlice.ResetCallback(ctx, subjects.ModeWakeHint); err != nil {
+		t.Fatal(err)
+	}
+	if d := cbClosed(); d > 2*time.Second {
+		t.Errorf("the callback sender's connection closed %v after the reset, want within 2s", d)
+	}
+	refusedAtConnect(t, url, "the revoked agent token", client.ConnectOptions("alice", tok.Token)...)
+	refusedAtConnect(t, url, "the revoked callback token", nats.Token(wakeToken))
+	bc, _ := client.New(bob, "bob")
+	if _, err := bc.ListTimers(ctx, 1); err != nil || !bob.IsConnected() {
+		t.Errorf("bob after alice's revocation: connected %v, %v", bob.IsConnected(), err)
 	}
 }
