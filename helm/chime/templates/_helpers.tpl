@@ -75,7 +75,7 @@ chart, its servers are given chime's authorization block.
 {{- define "chime.natsAuthCheck" -}}
 {{- if .Values.natsAuth.enabled }}
 {{- if not .Values.natsAuth.existingSecret }}
-{{- fail "natsAuth.enabled needs natsAuth.existingSecret: a Secret with the seeds chime nats-config wrote (chime-user.nk, chime-callout.nk, chime-responder.nk)" }}
+{{- fail "natsAuth.enabled needs natsAuth.existingSecret: a Secret with the seeds chime nats-config wrote (chime-user.nk, chime-callout.nk, chime-responder.nk, chime-system.nk)" }}
 {{- end }}
 {{- if .Values.nats.enabled }}
 {{- $auth := dig "config" "merge" "authorization" dict .Values.nats }}
