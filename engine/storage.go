@@ -19,6 +19,10 @@ import (
 // (shard.*, replica.*).
 const probePrefix = "probe."
 
+// sizesEvery is how many probes go by between two reads of the buckets'
+// sizes: a stream info each, and sizes move slowly.
+const sizesEvery = 5
+
 // StorageConfig configures a Storage monitor.
 type StorageConfig struct {
 	JS jetstream.JetStream
@@ -98,10 +102,12 @@ func (s *Storage) Start(ctx context.Context) error {
 		defer close(s.done)
 		t := time.NewTicker(s.c.Every)
 		defer t.Stop()
-		for {
+		for n := 0; ; n++ {
 			pctx, cancel := context.WithTimeout(ctx, s.c.Every)
 			s.probe(pctx)
-			s.sizes(pctx)
+			if n%sizesEvery == 0 {
+				s.sizes(pctx)
+			}
 			cancel()
 			select {
 			case <-ctx.Done():

@@ -84,7 +84,7 @@ func TestStorageFull(t *testing.T) {
 	r, err := replica.Start(ctx, &config.Config{
 		NATSURL: ns.ClientURL(), JSReplicas: 1, HTTPAddr: "127.0.0.1:0", ReplicaID: "full", Shards: 4,
 		LeaseTTL: 2 * time.Second, InboxMaxAge: time.Hour, EventMaxAge: time.Hour, DedupWindow: time.Minute,
-		NotificationsMax: 100, RecordRetention: time.Hour,
+		NotificationsMax: 100, RecordRetention: time.Hour, TasksMaxBytes: 1 << 20,
 	}, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})), "0.0.0-test")
 	if err != nil {
 		t.Fatal(err)
@@ -175,6 +175,10 @@ func TestStorageFull(t *testing.T) {
 	_, m := httpDo(t, "GET", base+"/metrics", "")
 	if !strings.Contains(m, `chime_requests_total{endpoint="nats:timer.create",outcome="storage_full"}`) {
 		t.Errorf("refused writes not counted by outcome:\n%s", metricLines(m, "chime_requests_total"))
+	}
+	if !strings.Contains(m, `chime_storage_bucket_limit_bytes{bucket="KV_chime_tasks"} 1.048576e+06`) ||
+		!strings.Contains(m, `chime_storage_bucket_bytes{bucket="KV_chime_tasks"}`) {
+		t.Errorf("the tasks bucket's size and limit not exported:\n%s", metricLines(m, "chime_storage_bucket"))
 	}
 	// Hold the store full past the due timer's time: its fire must wait,
 	// not be lost.
