@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 
 	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/subjects"
@@ -61,6 +62,10 @@ type Callout struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	connects *prometheus.CounterVec
+	// unrecorded counts connects admitted without a session record, and
+	// unrecordedLog paces their log lines.
+	unrecorded    prometheus.Counter
+	unrecordedLog rate.Sometimes
 }
 
 // calloutConcurrency bounds connects resolved at once per replica; a
@@ -84,9 +89,14 @@ func StartCallout(ctx context.Context, cfg CalloutConfig) (*Callout, error) {
 			Name: "chime_auth_connects_total",
 			Help: "NATS connects chime's auth callout decided, by principal kind (agent, operator, callback, none) and outcome (admitted, refused, error).",
 		}, []string{"principal", "outcome"}),
+		unrecorded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "chime_auth_sessions_unrecorded_total",
+			Help: "NATS connects admitted whose session record could not be written: a revocation ends them only at their expiry.",
+		}),
+		unrecordedLog: rate.Sometimes{Interval: 10 * time.Second},
 	}
 	if cfg.Registerer != nil {
-		cfg.Registerer.MustRegister(c.connects)
+		cfg.Registerer.MustRegister(c.connects, c.unrecorded)
 	}
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	sub, err := cfg.NC.QueueSubscribe(CalloutSubject, calloutQueue, func(m *nats.Msg) {
@@ -178,9 +188,18 @@ func (c *Callout) answer(m *nats.Msg) {
 // again: a revocation that listed p's sessions before this record was
 // written has by then removed the token, so the connect is refused here
 // instead of outliving it (see Sessions).
+//
+// A record that cannot be written does not refuse the connect: the user's
+// expiry (Sessions.MaxAge) still bounds it, and refusing would let a full
+// or unreachable sessions bucket lock every agent out.
 func (c *Callout) record(ctx context.Context, req *jwt.AuthorizationRequestClaims, p Principal) error {
 	if err := c.cfg.Sessions.Record(ctx, p, req.Server.ID, req.ClientInformation.ID); err != nil {
-		return err
+		c.unrecorded.Inc()
+		c.unrecordedLog.Do(func() {
+			c.log.Warn("admitted a connection without its session record: a revocation ends it only at its expiry",
+				"principal", p.Name(), "err", err)
+		})
+		return nil
 	}
 	if sessionPrefix(p) == "" {
 		return nil

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/chime-nats/chime/internal/kvrec"
+	"github.com/chime-nats/chime/internal/storefull"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -17,6 +18,19 @@ const retryAfter = time.Second
 
 // unavailableMessage is the text of a storage outage.
 const unavailableMessage = "chime storage is unavailable (a NATS leader election?); retry in 1s"
+
+// storageFullMessage is the text of a write refused because JetStream's
+// store is full.
+const storageFullMessage = "chime storage is full: nothing can be written until an operator frees space; what is stored is kept"
+
+// bucketFullMessage is the text of a write refused because its bucket is
+// at its byte limit.
+func bucketFullMessage(bucket string) string {
+	if bucket == "" {
+		return "chime's store for this is full (at its byte limit); retry once older records end and expire, or ask an operator to raise the limit"
+	}
+	return "chime's store for this (" + bucket + ") is full (at its byte limit); retry once older records end and expire, or ask an operator to raise the limit"
+}
 
 // canceledMessage is the text of a request cut short by its caller
 // leaving or by this replica stopping.
@@ -42,7 +56,8 @@ type retryHinted interface {
 }
 
 // answerError maps an operation's error to what the caller is told: the
-// *subjects.Error the operation chose; unavailable, with a retry hint,
+// *subjects.Error the operation chose; storage_full or bucket_full when a
+// write was refused for room (see storefull.Of); unavailable, with a retry hint,
 // when storage did not get through before the deadline (a leader election,
 // a server restart: a wait, not a bug); internal for anything else.
 func answerError(err error) error {
@@ -51,6 +66,19 @@ func answerError(err error) error {
 			return &retryError{wire: e, after: h.RetryAfter()}
 		}
 		return e
+	}
+	// Room before outage: a full store's error is also JetStream's
+	// "insufficient resources", which looks transient.
+	// A read retried until its deadline is no write, whatever it last saw
+	// (storefull.Of).
+	if full := storefull.Of(err); full != nil && !errors.Is(err, kvrec.ErrUnavailable) {
+		if b, ok := errors.AsType[*storefull.BucketFullError](full); ok {
+			return &subjects.Error{Code: subjects.CodeBucketFull, Message: bucketFullMessage(b.Bucket)}
+		}
+		if errors.Is(full, storefull.ErrBucketFull) {
+			return &subjects.Error{Code: subjects.CodeBucketFull, Message: bucketFullMessage("")}
+		}
+		return &subjects.Error{Code: subjects.CodeStorageFull, Message: storageFullMessage}
 	}
 	// A missing bucket or stream is being re-created by the healer.
 	if kvrec.Transient(err) || errors.Is(err, context.DeadlineExceeded) ||
@@ -89,6 +117,10 @@ func (o *Operations) finish(endpoint, what string, err error, attrs ...any) erro
 			} else {
 				o.log.Warn(what+" hit unavailable storage", append(attrs, "err", err)...)
 			}
+		} else if outcome == subjects.CodeStorageFull || outcome == subjects.CodeBucketFull {
+			// Debug: a full store refuses every write, and the storage
+			// monitor already warns once; the count is in the metric.
+			o.log.Debug(what+" refused: no room", append(attrs, "err", err)...)
 		} else if outcome == subjects.CodeInternal {
 			o.log.Error(what+" failed", append(attrs, "err", err)...)
 		}

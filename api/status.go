@@ -31,6 +31,10 @@ func httpStatus(code string) int {
 		return http.StatusRequestEntityTooLarge
 	case subjects.CodeUnavailable:
 		return http.StatusServiceUnavailable
+	case subjects.CodeStorageFull, subjects.CodeBucketFull:
+		// 507: the server cannot store what the request needs; not 503,
+		// which says "a moment, then retry".
+		return http.StatusInsufficientStorage
 	default:
 		return http.StatusInternalServerError
 	}

@@ -71,6 +71,23 @@ type Config struct {
 	InboxMaxBytes     ByteSize      `envconfig:"INBOX_MAX_BYTES" default:"1GiB" desc:"size of the inbox stream; the oldest deliveries go beyond it; 0: no limit"`
 	InboxMaxPerAgent  int64         `envconfig:"INBOX_MAX_PER_AGENT" default:"10000" desc:"deliveries kept per agent inbox; its oldest go beyond it; 0: no limit"`
 	EventMaxBytes     ByteSize      `envconfig:"EVENT_MAX_BYTES" default:"256MiB" desc:"size of the internal events stream; the oldest events go beyond it; 0: no limit"`
+	// Byte limits of the buckets and the store chime writes on agents'
+	// behalf, so that agent data never takes the room timers, leases and
+	// inboxes need. Each is reserved in the JetStream store; full, a
+	// bucket refuses what would grow it (bucket_full) and keeps every
+	// record. Defaults: far above one agent's normal use, 1.67 GiB in all; timers and
+	// waits none (bounded per agent by count).
+	TimersMaxBytes        ByteSize `envconfig:"TIMERS_MAX_BYTES" default:"0" desc:"size of the timers bucket (chime_timers); full, timer creates are refused, and fires whose record grows wait; 0: no limit (the default: timers are bounded per agent by MAX_TIMERS_PER_AGENT, and their room is what the other limits leave)"`
+	WaitsMaxBytes         ByteSize `envconfig:"WAITS_MAX_BYTES" default:"0" desc:"size of the waits bucket (chime_waits); full, wait requests are refused; 0: no limit (the default, as TIMERS_MAX_BYTES)"`
+	TasksMaxBytes         ByteSize `envconfig:"TASKS_MAX_BYTES" default:"256MiB" desc:"size of the task records bucket (chime_tasks), outputs up to 16 KiB included; 0: no limit"`
+	TaskOutputsMaxBytes   ByteSize `envconfig:"TASK_OUTPUTS_MAX_BYTES" default:"1GiB" desc:"size of the task outputs object store (chime_task_outputs, outputs over 16 KiB); 0: no limit"`
+	NotificationsMaxBytes ByteSize `envconfig:"NOTIFICATIONS_MAX_BYTES" default:"128MiB" desc:"size of the notifications bucket (chime_notifications); 0: no limit"`
+	QuestionsMaxBytes     ByteSize `envconfig:"QUESTIONS_MAX_BYTES" default:"32MiB" desc:"size of the questions bucket (chime_questions); 0: no limit"`
+	WaitForMaxBytes       ByteSize `envconfig:"WAITFOR_MAX_BYTES" default:"64MiB" desc:"size of the WaitFor registrations bucket (chime_waitfor); 0: no limit"`
+	IdempotencyMaxBytes   ByteSize `envconfig:"IDEMPOTENCY_MAX_BYTES" default:"128MiB" desc:"size of the callback Idempotency-Key bucket (chime_idempotency, keys kept a day); 0: no limit"`
+	TokensMaxBytes        ByteSize `envconfig:"TOKENS_MAX_BYTES" default:"16MiB" desc:"size of the agent tokens bucket (chime_tokens); 0: no limit"`
+	TriggersMaxBytes      ByteSize `envconfig:"TRIGGERS_MAX_BYTES" default:"32MiB" desc:"size of the external triggers bucket (chime_triggers); 0: no limit"`
+	AgentsMaxBytes        ByteSize `envconfig:"AGENTS_MAX_BYTES" default:"32MiB" desc:"size of the per-agent state bucket (chime_agents); 0: no limit"`
 	// NotificationsMax is how many notifications each agent keeps (Agent
 	// Zero's max_notifications); 0 in a Config built in code is the default.
 	NotificationsMax int `envconfig:"NOTIFICATIONS_MAX" default:"100" desc:"notifications kept per agent; the oldest go beyond it (1 to 10000)"`
@@ -253,7 +270,15 @@ func (c *Config) validateLimits() error {
 	for _, l := range []struct {
 		name string
 		v    ByteSize
-	}{{"CHIME_INBOX_MAX_BYTES", c.InboxMaxBytes}, {"CHIME_EVENT_MAX_BYTES", c.EventMaxBytes}} {
+	}{
+		{"CHIME_INBOX_MAX_BYTES", c.InboxMaxBytes}, {"CHIME_EVENT_MAX_BYTES", c.EventMaxBytes},
+		{"CHIME_TIMERS_MAX_BYTES", c.TimersMaxBytes}, {"CHIME_WAITS_MAX_BYTES", c.WaitsMaxBytes},
+		{"CHIME_TASKS_MAX_BYTES", c.TasksMaxBytes}, {"CHIME_TASK_OUTPUTS_MAX_BYTES", c.TaskOutputsMaxBytes},
+		{"CHIME_NOTIFICATIONS_MAX_BYTES", c.NotificationsMaxBytes}, {"CHIME_QUESTIONS_MAX_BYTES", c.QuestionsMaxBytes},
+		{"CHIME_WAITFOR_MAX_BYTES", c.WaitForMaxBytes}, {"CHIME_IDEMPOTENCY_MAX_BYTES", c.IdempotencyMaxBytes},
+		{"CHIME_TOKENS_MAX_BYTES", c.TokensMaxBytes}, {"CHIME_TRIGGERS_MAX_BYTES", c.TriggersMaxBytes},
+		{"CHIME_AGENTS_MAX_BYTES", c.AgentsMaxBytes},
+	} {
 		if l.v != 0 && l.v < minStreamBytes {
 			return fmt.Errorf("config: %s must be 0 (no limit) or at least %v, not %v", l.name, ByteSize(minStreamBytes), l.v)
 		}

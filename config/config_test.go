@@ -95,7 +95,7 @@ func TestNATSAuthRequiredBeyondLoopback(t *testing.T) {
 // TestLimitDefaults: the environment's defaults are the documented ones.
 func TestLimitDefaults(t *testing.T) {
 	for _, v := range []string{"MAX_TIMERS_PER_AGENT", "MAX_WAITS_PER_AGENT", "MAX_OPEN_QUESTIONS_PER_AGENT", "MIN_INTERVAL", "CREATE_RATE", "CREATE_BURST",
-		"INBOX_MAX_BYTES", "INBOX_MAX_PER_AGENT", "EVENT_MAX_BYTES", "NOTIFICATIONS_MAX"} {
+		"INBOX_MAX_BYTES", "INBOX_MAX_PER_AGENT", "EVENT_MAX_BYTES", "NOTIFICATIONS_MAX", "TASKS_MAX_BYTES", "TASK_OUTPUTS_MAX_BYTES"} {
 		t.Setenv("CHIME_"+v, "") // unset counts as default only when absent
 		os.Unsetenv("CHIME_" + v)
 	}
@@ -108,6 +108,22 @@ func TestLimitDefaults(t *testing.T) {
 		c.NotificationsMax != 100 {
 		t.Fatalf("defaults: %+v", c)
 	}
+	// The buckets' byte limits: 1.67 GiB in all, with the streams' 2.92 GiB;
+	// timers and waits, bounded per agent by count, take what is left.
+	buckets := []ByteSize{c.TimersMaxBytes, c.WaitsMaxBytes, c.TasksMaxBytes, c.TaskOutputsMaxBytes, c.NotificationsMaxBytes,
+		c.QuestionsMaxBytes, c.WaitForMaxBytes, c.IdempotencyMaxBytes, c.TokensMaxBytes, c.TriggersMaxBytes, c.AgentsMaxBytes}
+	var sum ByteSize
+	for _, b := range buckets {
+		sum += b
+	}
+	if c.TasksMaxBytes != 256<<20 || c.TaskOutputsMaxBytes != 1<<30 || sum != 1712<<20 || c.TimersMaxBytes != 0 || c.WaitsMaxBytes != 0 {
+		t.Fatalf("bucket limits %v, in all %v", buckets, sum)
+	}
+	t.Setenv("CHIME_TASK_OUTPUTS_MAX_BYTES", "64MiB")
+	if c, err = Load(); err != nil || c.TaskOutputsMaxBytes != 64<<20 {
+		t.Fatalf("CHIME_TASK_OUTPUTS_MAX_BYTES=64MiB: %v %+v", err, c)
+	}
+	os.Unsetenv("CHIME_TASK_OUTPUTS_MAX_BYTES")
 	t.Setenv("CHIME_INBOX_MAX_BYTES", "512MiB")
 	t.Setenv("CHIME_EVENT_MAX_BYTES", "16777216")
 	if c, err = Load(); err != nil || c.InboxMaxBytes != 512<<20 || c.EventMaxBytes != 16<<20 {
@@ -154,6 +170,10 @@ func TestLimitValidation(t *testing.T) {
 		{func(c *Config) { c.EventMaxBytes = -1 }, "CHIME_EVENT_MAX_BYTES"},
 		{func(c *Config) { c.InboxMaxBytes, c.EventMaxBytes = 8<<20, 1<<40 }, ""},
 		{func(c *Config) { c.InboxMaxPerAgent = -1 }, "CHIME_INBOX_MAX_PER_AGENT"},
+		{func(c *Config) { c.TasksMaxBytes = 4 << 20 }, "CHIME_TASKS_MAX_BYTES must be 0 (no limit) or at least 8MiB, not 4MiB"},
+		{func(c *Config) { c.AgentsMaxBytes = -1 }, "CHIME_AGENTS_MAX_BYTES"},
+		{func(c *Config) { c.IdempotencyMaxBytes = 1 }, "CHIME_IDEMPOTENCY_MAX_BYTES"},
+		{func(c *Config) { c.TaskOutputsMaxBytes, c.TimersMaxBytes = 0, 8<<20 }, ""},
 		{func(c *Config) { c.NotificationsMax = -1 }, "CHIME_NOTIFICATIONS_MAX must be from 1 to 10000, not -1"},
 		{func(c *Config) { c.NotificationsMax = 10001 }, "CHIME_NOTIFICATIONS_MAX"},
 		{func(c *Config) { c.NotificationsMax = 0 }, ""}, // in code: the default

@@ -63,6 +63,9 @@ type EmbeddedOptions struct {
 	Listen  string // host:port; port -1 picks a free one
 	DataDir string // JetStream store directory
 	Name    string // server name; stable across restarts of one data dir
+	// MaxStore bounds the JetStream store; 0 is the server's default (75 %
+	// of the free disk at start).
+	MaxStore int64
 	// Auth, when set, turns on authorization: the service user connects
 	// with its password, every other client is decided by chime's auth
 	// callout (package access).
@@ -114,7 +117,8 @@ func StartEmbedded(ctx context.Context, o EmbeddedOptions, log *slog.Logger) (*s
 		StoreDir:   o.DataDir,
 		NoSigs:     true,
 		// The default 64 MiB pending limit stalls bursts of fires to one subscriber.
-		MaxPending: 256 << 20,
+		MaxPending:        256 << 20,
+		JetStreamMaxStore: o.MaxStore,
 	}
 	if o.Auth != nil {
 		opts.Users = []*server.User{{Username: ServiceUser, Password: o.Auth.Password}}
@@ -171,7 +175,15 @@ type Topology struct {
 	// SessionMaxAge is how long an admitted NATS user lasts, and so its
 	// session record; zero is DefaultSessionMaxAge.
 	SessionMaxAge time.Duration
+	// MaxBytes bounds each bucket and store chime writes on agents'
+	// behalf, by bucket name (see LimitVars); missing or zero is no limit.
+	// The leases bucket and CHIME_WAITFOR are chime's own, bounded by
+	// the shards and the WaitFor records, and stay unlimited.
+	MaxBytes map[string]int64
 }
+
+// SessionsMaxBytes bounds chime_sessions: about 400,000 sessions.
+const SessionsMaxBytes = 64 << 20
 
 // DefaultSessionMaxAge is how long an admitted NATS user lasts when the
 // topology does not say.
@@ -183,6 +195,66 @@ func (t Topology) Sessions() time.Duration {
 		return t.SessionMaxAge
 	}
 	return DefaultSessionMaxAge
+}
+
+// LimitVar names the variable that sets a bucket's or stream's byte
+// limit: what to lower when the limits do not fit the store, what to
+// raise when one is full. Empty for one without a limit.
+func LimitVar(name string) string {
+	switch name {
+	case TimersBucket:
+		return "CHIME_TIMERS_MAX_BYTES"
+	case WaitsBucket:
+		return "CHIME_WAITS_MAX_BYTES"
+	case TasksBucket:
+		return "CHIME_TASKS_MAX_BYTES"
+	case TaskOutputsBucket:
+		return "CHIME_TASK_OUTPUTS_MAX_BYTES"
+	case NotificationsBucket:
+		return "CHIME_NOTIFICATIONS_MAX_BYTES"
+	case QuestionsBucket:
+		return "CHIME_QUESTIONS_MAX_BYTES"
+	case WaitForBucket:
+		return "CHIME_WAITFOR_MAX_BYTES"
+	case IdempotencyBucket:
+		return "CHIME_IDEMPOTENCY_MAX_BYTES"
+	case TokensBucket:
+		return "CHIME_TOKENS_MAX_BYTES"
+	case TriggersBucket:
+		return "CHIME_TRIGGERS_MAX_BYTES"
+	case AgentsBucket:
+		return "CHIME_AGENTS_MAX_BYTES"
+	case InboxStream:
+		return "CHIME_INBOX_MAX_BYTES"
+	case EventsStream:
+		return "CHIME_EVENT_MAX_BYTES"
+	}
+	return ""
+}
+
+// maxBytes is bucket's limit in JetStream's terms (-1: none).
+func (t Topology) maxBytes(bucket string) int64 { return noLimit(t.MaxBytes[bucket]) }
+
+// limitedStreams are the streams under chime's byte-limited buckets,
+// stores and streams, by stream name: their limits.
+func (t Topology) limitedStreams() map[string]int64 {
+	out := map[string]int64{}
+	for _, c := range buckets(t) {
+		if c.MaxBytes > 0 {
+			out["KV_"+c.Bucket] = c.MaxBytes
+		}
+	}
+	for _, c := range objectStores(t) {
+		if c.MaxBytes > 0 {
+			out["OBJ_"+c.Bucket] = c.MaxBytes
+		}
+	}
+	for _, c := range streams(t) {
+		if c.MaxBytes > 0 {
+			out[c.Name] = c.MaxBytes
+		}
+	}
+	return out
 }
 
 // DefaultMarkerTTL is how long a removed record's marker stays: watches
@@ -239,35 +311,59 @@ type Resources struct {
 // see kvrec.Retention); Provision turns that on in buckets made before,
 // in place. The server cannot turn it off again, so an older chime no
 // longer starts against these buckets.
+//
+// Every bucket written on agents' behalf has a byte limit (MaxBytes, in
+// place on buckets made before) and discards new: at its limit it refuses
+// what would grow it and the writer gets bucket_full, while every record
+// already stored stays. A key's update that is no larger than what it
+// replaces, and a removal, still go through (the server lets a key's new
+// message replace its last one then). Discarding old would silently drop
+// other agents' records: never that for records. Per bucket, what a full
+// one refuses:
+//   - timers, waits: creates; and fires whose record grows (a finished one
+//     takes a TTL header), which the scheduler retries until there is room:
+//     the alert on chime_storage_bucket_bytes comes well before.
+//   - tasks, questions, notifications, WaitFor: the agent's new ones, and
+//     growing updates (a task's output, an answer).
+//   - triggers, tokens, agents: new triggers, tokens, lifecycle changes; an
+//     operator's revoke is a removal and goes through.
+//   - idempotency: callbacks with a new Idempotency-Key (the sender retries);
+//     keys go after a day.
+//
+// The leases bucket is chime's own, bounded by shards and replicas, and
+// has no limit: a renewal must never be refused for an agent's data.
 func buckets(t Topology) []jetstream.KeyValueConfig {
 	return []jetstream.KeyValueConfig{
-		{Bucket: TimersBucket, Description: "chime timer records, key <agent>.<timer>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers()},
-		{Bucket: WaitsBucket, Description: "chime managed waits, key <agent>.<wait>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers()},
-		{Bucket: QuestionsBucket, Description: "chime questions to operators, key <agent>.<question>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers()},
-		{Bucket: TasksBucket, Description: "chime task records, key <agent>.<task>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers()},
+		{Bucket: TimersBucket, Description: "chime timer records, key <agent>.<timer>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(), MaxBytes: t.maxBytes(TimersBucket)},
+		{Bucket: WaitsBucket, Description: "chime managed waits, key <agent>.<wait>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(), MaxBytes: t.maxBytes(WaitsBucket)},
+		{Bucket: QuestionsBucket, Description: "chime questions to operators, key <agent>.<question>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(), MaxBytes: t.maxBytes(QuestionsBucket)},
+		{Bucket: TasksBucket, Description: "chime task records, key <agent>.<task>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(), MaxBytes: t.maxBytes(TasksBucket)},
 		// No TTL and no marker TTL: a removal's marker is how a follower
 		// behind learns of it, so it stays until compacted on purpose.
-		{Bucket: NotificationsBucket, Description: "chime notifications: <agent>.<notification>, <agent> (its guid)", History: 1, Replicas: t.Replicas},
-		{Bucket: AgentsBucket, Description: "chime per-agent state (lifecycle, pause, pending wake), key <agent>", History: 1, Replicas: t.Replicas},
+		{Bucket: NotificationsBucket, Description: "chime notifications: <agent>.<notification>, <agent> (its guid)", History: 1, Replicas: t.Replicas, MaxBytes: t.maxBytes(NotificationsBucket)},
+		{Bucket: AgentsBucket, Description: "chime per-agent state (lifecycle, pause, pending wake), key <agent>", History: 1, Replicas: t.Replicas, MaxBytes: t.maxBytes(AgentsBucket)},
 		{
 			Bucket: TriggersBucket, Description: "chime external triggers: rec.<agent>.<trigger>, tok.<token sha256>",
-			History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(),
+			History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(), MaxBytes: t.maxBytes(TriggersBucket),
 		},
 		{
 			Bucket: TokensBucket, Description: "chime agent tokens: tok.<token sha256>, agt.<agent>.<token id>",
-			History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(),
+			History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(), MaxBytes: t.maxBytes(TokensBucket),
 		},
 		{
 			Bucket: WaitForBucket, Description: "chime WaitFor registrations: rec.<agent>.<wait>, idx.<agent>.<scope> (the live one per scope)",
-			History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(),
+			History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(), MaxBytes: t.maxBytes(WaitForBucket),
 		},
 		{
 			Bucket: IdempotencyBucket, Description: "callback Idempotency-Keys already stored, key <trigger>.<key sha256>; kept a day",
-			History: 1, TTL: IdempotencyTTL, Replicas: t.Replicas,
+			History: 1, TTL: IdempotencyTTL, Replicas: t.Replicas, MaxBytes: t.maxBytes(IdempotencyBucket),
 		},
 		{
 			Bucket: SessionsBucket, Description: "chime sessions: <agent|callback>.<id>.<server id>.<client id>, kept as long as a session lasts",
-			History: 1, TTL: t.Sessions(), Replicas: t.Replicas,
+			// Bounded like the agents' buckets: a connect flood fills it, and
+			// then connects are admitted unrecorded (their expiry bounds them)
+			// rather than refused.
+			History: 1, TTL: t.Sessions(), Replicas: t.Replicas, MaxBytes: SessionsMaxBytes,
 		},
 		{
 			// File-stored like the rest: a memory bucket is gone after a
@@ -282,7 +378,7 @@ func buckets(t Topology) []jetstream.KeyValueConfig {
 func objectStores(t Topology) []jetstream.ObjectStoreConfig {
 	return []jetstream.ObjectStoreConfig{{
 		Bucket: TaskOutputsBucket, Description: "chime task outputs over 16 KiB, name <agent>/<task>/<result hash>",
-		TTL: t.TaskOutputMaxAge, Replicas: t.Replicas,
+		TTL: t.TaskOutputMaxAge, Replicas: t.Replicas, MaxBytes: t.maxBytes(TaskOutputsBucket),
 	}}
 }
 
@@ -363,7 +459,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Resour
 	for _, c := range objectStores(t) {
 		o, err := js.CreateOrUpdateObjectStore(ctx, c)
 		if err != nil {
-			return nil, fmt.Errorf("engine: object store %s: %w", c.Bucket, err)
+			return nil, fmt.Errorf("engine: %w", sizedError("object store", c.Bucket, c.MaxBytes, err))
 		}
 		obs[c.Bucket] = o
 	}
@@ -384,11 +480,18 @@ const storageExceeded jetstream.ErrorCode = 10047
 // streamError says which stream could not be made, and what to change when
 // its size limit does not fit the store.
 func streamError(c jetstream.StreamConfig, err error) error {
+	return sizedError("stream", c.Name, c.MaxBytes, err)
+}
+
+// sizedError is the error of making what (a "stream", "bucket" or "object
+// store") name with maxBytes: when its max bytes cannot be reserved, it
+// names the variable to lower.
+func sizedError(what, name string, maxBytes int64, err error) error {
 	if apiErr, ok := errors.AsType[*jetstream.APIError](err); ok && apiErr.ErrorCode == storageExceeded {
-		return fmt.Errorf("stream %s: %w: its max bytes (%d) are reserved in the JetStream store, which has less room: "+
-			"lower CHIME_INBOX_MAX_BYTES or CHIME_EVENT_MAX_BYTES, or give the store more", c.Name, err, c.MaxBytes)
+		return fmt.Errorf("%s %s: %w: its max bytes (%d) are reserved in the JetStream store, which has less room: "+
+			"lower %s or another CHIME_*_MAX_BYTES, or give the store more", what, name, err, maxBytes, LimitVar(name))
 	}
-	return fmt.Errorf("stream %s: %w", c.Name, err)
+	return fmt.Errorf("%s %s: %w", what, name, err)
 }
 
 // createBucket creates or updates a bucket. The leases bucket of older
@@ -404,7 +507,7 @@ func createBucket(ctx context.Context, js jetstream.JetStream, c jetstream.KeyVa
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("engine: bucket %s: %w", c.Bucket, err)
+		return nil, fmt.Errorf("engine: %w", sizedError("bucket", c.Bucket, c.MaxBytes, err))
 	}
 	return kv, nil
 }
@@ -445,7 +548,7 @@ func Heal(ctx context.Context, js jetstream.JetStream, t Topology) ([]string, er
 			}
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("object store %s: %w", c.Bucket, err))
+			errs = append(errs, sizedError("object store", c.Bucket, c.MaxBytes, err))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -2,6 +2,8 @@ package engine_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/internal/storefull"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -325,5 +328,97 @@ func TestEmbeddedResponderMayOnlyReply(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("subscribe to an inbox: no violation")
+	}
+}
+
+// TestProvisionLimitsBucketsInPlace: buckets and the object store made
+// before without byte limits get theirs in place, discarding new, and
+// keep their records, even a bucket that already holds more than its new
+// limit: it then refuses what would grow it and drops nothing. The
+// leases bucket stays unlimited.
+func TestProvisionLimitsBucketsInPlace(t *testing.T) {
+	js := connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := engine.Provision(ctx, js, topo) // as before: no limits
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := strings.Repeat("q", 1000)
+	for i := range 40 { // 40 KB, over the 16 KiB limit below
+		if _, err := res.Questions.Put(ctx, fmt.Sprintf("a.q%d", i), []byte(record)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := res.TaskOutputs.PutBytes(ctx, "a/t/1", []byte("output")); err != nil {
+		t.Fatal(err)
+	}
+	limited := topo
+	limited.MaxBytes = map[string]int64{}
+	for _, b := range []string{engine.TimersBucket, engine.WaitsBucket, engine.TasksBucket, engine.TaskOutputsBucket, engine.NotificationsBucket,
+		engine.WaitForBucket, engine.IdempotencyBucket, engine.TokensBucket, engine.TriggersBucket, engine.AgentsBucket} {
+		limited.MaxBytes[b] = 8 << 20
+	}
+	limited.MaxBytes[engine.QuestionsBucket] = 16 << 10
+	res, err = engine.Provision(ctx, js, limited)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b, want := range limited.MaxBytes {
+		name := "KV_" + b
+		if b == engine.TaskOutputsBucket {
+			name = "OBJ_" + b
+		}
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := s.CachedInfo().Config; c.MaxBytes != want || c.Discard != jetstream.DiscardNew {
+			t.Errorf("%s: max bytes %d discard %v, want %d and new", name, c.MaxBytes, c.Discard, want)
+		}
+	}
+	if s, err := js.Stream(ctx, "KV_"+engine.LeasesBucket); err != nil || s.CachedInfo().Config.MaxBytes != -1 {
+		t.Errorf("leases bucket limited: %v", err)
+	}
+	for i := range 40 {
+		if e, err := res.Questions.Get(ctx, fmt.Sprintf("a.q%d", i)); err != nil || string(e.Value()) != record {
+			t.Fatalf("question %d after the limit: %v", i, err)
+		}
+	}
+	if b, err := res.TaskOutputs.GetBytes(ctx, "a/t/1"); err != nil || string(b) != "output" {
+		t.Fatalf("task output after the limit: %q %v", b, err)
+	}
+	// Over its limit: a new record is refused, an update no larger and a
+	// removal go through.
+	if _, err := res.Questions.Create(ctx, "b.q0", []byte("new")); !errors.Is(storefull.Of(err), storefull.ErrBucketFull) {
+		t.Fatalf("create in a bucket over its limit: %v, want the bucket full", err)
+	}
+	if _, err := res.Questions.Put(ctx, "a.q0", []byte(strings.Repeat("r", 1000))); err != nil {
+		t.Fatalf("same-size update in a full bucket: %v", err)
+	}
+	if err := res.Questions.Delete(ctx, "a.q1"); err != nil {
+		t.Fatalf("removal in a full bucket: %v", err)
+	}
+}
+
+// TestBucketLimitBeyondTheStore: a bucket's byte limit that the JetStream
+// store cannot reserve refuses to start, naming the variable to lower.
+func TestBucketLimitBeyondTheStore(t *testing.T) {
+	ns := natstest.SmallServer(t, 64<<20)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for bucket, v := range map[string]string{engine.TasksBucket: "CHIME_TASKS_MAX_BYTES", engine.TaskOutputsBucket: "CHIME_TASK_OUTPUTS_MAX_BYTES"} {
+		big := topo
+		big.MaxBytes = map[string]int64{bucket: 1 << 30}
+		_, err := engine.Provision(ctx, js, big)
+		if err == nil || !strings.Contains(err.Error(), "lower "+v) {
+			t.Errorf("provision with %s at 1 GiB in a 64 MiB store: %v", bucket, err)
+		}
 	}
 }

@@ -59,6 +59,7 @@ type Replica struct {
 	waits    *waits.Consumer
 	waitFor  *waitfor.Consumer
 	settler  *tasks.Settler
+	storage  *engine.Storage
 	// waitForIndex is this replica's view of WaitFor's scope index.
 	waitForIndex *waitfor.Index
 	callbacks    *callbacks.Consumer
@@ -164,6 +165,14 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		InboxMaxAge: cfg.InboxMaxAge, EventMaxAge: cfg.EventMaxAge, DedupWindow: dedup,
 		InboxMaxBytes: int64(cfg.InboxMaxBytes), EventMaxBytes: int64(cfg.EventMaxBytes), InboxMaxPerAgent: cfg.InboxMaxPerAgent,
 		TaskOutputMaxAge: cfg.RecordRetention, SessionMaxAge: cfg.NATSSessionMaxAge,
+		MaxBytes: map[string]int64{
+			engine.TimersBucket: int64(cfg.TimersMaxBytes), engine.WaitsBucket: int64(cfg.WaitsMaxBytes),
+			engine.TasksBucket: int64(cfg.TasksMaxBytes), engine.TaskOutputsBucket: int64(cfg.TaskOutputsMaxBytes),
+			engine.NotificationsBucket: int64(cfg.NotificationsMaxBytes), engine.QuestionsBucket: int64(cfg.QuestionsMaxBytes),
+			engine.WaitForBucket: int64(cfg.WaitForMaxBytes), engine.IdempotencyBucket: int64(cfg.IdempotencyMaxBytes),
+			engine.TokensBucket: int64(cfg.TokensMaxBytes), engine.TriggersBucket: int64(cfg.TriggersMaxBytes),
+			engine.AgentsBucket: int64(cfg.AgentsMaxBytes),
+		},
 	}
 	retention := kvrec.Retention{JS: js, After: cfg.RecordRetention, Markers: topo.Markers()}
 	res, err := engine.Provision(pctx, js, topo)
@@ -172,6 +181,12 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	}
 	r.healer = engine.NewHealer(js, topo, 2*time.Second, log)
 	if err := r.healer.Start(ctx); err != nil {
+		return nil, err
+	}
+	r.storage = engine.NewStorage(engine.StorageConfig{
+		JS: js, Probe: res.Leases, ReplicaID: cfg.ReplicaID, Topology: topo, Log: log, Registerer: reg,
+	})
+	if err := r.storage.Start(ctx); err != nil {
 		return nil, err
 	}
 	store := timers.NewStore(res.Timers, time.Now, retention)
@@ -348,8 +363,9 @@ func (r *Replica) Ready() bool {
 }
 
 // Readiness is Ready with the reason when not: still starting, NATS
-// unreachable, or the scheduler unable to fire (its watches stale, its
-// publishes failing), in which case it has given its shards away.
+// unreachable, JetStream's store full (writes refused), or the scheduler
+// unable to fire (its watches stale, its publishes failing), in which
+// case it has given its shards away.
 func (r *Replica) Readiness() (bool, string) {
 	switch {
 	case !r.ready.Load():
@@ -358,6 +374,9 @@ func (r *Replica) Readiness() (bool, string) {
 		return false, "not connected to NATS (" + r.nc.Status().String() + ")"
 	case !r.responder.IsConnected():
 		return false, "the responder is not connected to NATS (" + r.responder.Status().String() + ")"
+	}
+	if full, why := r.storage.Full(); full {
+		return false, "storage full: " + why
 	}
 	if ok, why := r.sched.Healthy(); !ok {
 		return false, "cannot fire: " + why
@@ -412,6 +431,9 @@ func (r *Replica) Stop(ctx context.Context) {
 		}
 		if r.healer != nil {
 			r.healer.Stop()
+		}
+		if r.storage != nil {
+			r.storage.Stop()
 		}
 		if r.notes != nil {
 			r.notes.Stop()

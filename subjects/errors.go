@@ -21,6 +21,14 @@ const (
 	// CodeRateLimited refuses a create beyond the agent's create rate:
 	// retrying after the hint it carries helps.
 	CodeRateLimited = "rate_limited"
+	// CodeStorageFull refuses a write because JetStream's store is full
+	// (HTTP 507): nothing of chime's can be written until an operator
+	// frees space; what is stored stays.
+	CodeStorageFull = "storage_full"
+	// CodeBucketFull refuses a write because the bucket it goes to is at
+	// its byte limit (HTTP 507): others still take writes; this one again
+	// once older records end and expire, or the limit is raised.
+	CodeBucketFull = "bucket_full"
 )
 
 // Error is the one error shape of chime's replies:
@@ -48,6 +56,8 @@ var (
 	ErrTimerCompleted = &Error{Code: CodeTimerCompleted}
 	ErrQuotaExceeded  = &Error{Code: CodeQuotaExceeded}
 	ErrRateLimited    = &Error{Code: CodeRateLimited}
+	ErrStorageFull    = &Error{Code: CodeStorageFull}
+	ErrBucketFull     = &Error{Code: CodeBucketFull}
 )
 
 // MaxRequestBody is the largest body of a request other than a callback

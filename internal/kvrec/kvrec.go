@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chime-nats/chime/internal/storefull"
 )
 
 // casAttempts bounds the writes of an update that keeps losing the race to
@@ -218,6 +220,10 @@ func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, cr
 			}
 			continue
 		}
+		if full := storefull.Mark(kv.Bucket(), err); full != nil {
+			// Refused for room: nothing landed, and a retry would not fit.
+			return nil, 0, false, fmt.Errorf("update %s: %w", key, full)
+		}
 		writes = append(writes, unsure{base: rev, data: data})
 		if again, err := p.retry(ctx, err); !again {
 			return nil, 0, false, fmt.Errorf("update %s: %w", key, err)
@@ -258,6 +264,9 @@ func create[T any](ctx context.Context, kv jetstream.KeyValue, key string, v *T,
 			return rev, nil, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
+			if full := storefull.Mark(kv.Bucket(), err); full != nil {
+				return 0, nil, fmt.Errorf("create %s: %w", key, full)
+			}
 			if again, err := p.retry(ctx, err); !again {
 				return 0, nil, fmt.Errorf("create %s: %w", key, err)
 			}

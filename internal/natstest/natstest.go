@@ -56,3 +56,17 @@ func ProvisionedAs(t testing.TB, ns *server.Server, topo engine.Topology) (*nats
 	}
 	return nc, res
 }
+
+// SmallServer is Server with a JetStream store of maxStore bytes: tests
+// fill it to see what chime does with no room left.
+func SmallServer(t testing.TB, maxStore int64) *server.Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ns, err := engine.StartEmbedded(ctx, engine.EmbeddedOptions{Listen: "127.0.0.1:-1", DataDir: t.TempDir(), MaxStore: maxStore}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	return ns
+}

@@ -106,7 +106,13 @@ exponent (values read 1000000 as a float).
   "maxOpenQuestionsPerAgent" "CHIME_MAX_OPEN_QUESTIONS_PER_AGENT" "minInterval" "CHIME_MIN_INTERVAL"
   "createRate" "CHIME_CREATE_RATE" "createBurst" "CHIME_CREATE_BURST" "inboxMaxBytes" "CHIME_INBOX_MAX_BYTES"
   "inboxMaxPerAgent" "CHIME_INBOX_MAX_PER_AGENT" "eventMaxBytes" "CHIME_EVENT_MAX_BYTES"
-  "notificationsMax" "CHIME_NOTIFICATIONS_MAX" "pprofAddr" "CHIME_PPROF_ADDR" }}
+  "notificationsMax" "CHIME_NOTIFICATIONS_MAX" "pprofAddr" "CHIME_PPROF_ADDR"
+  "timersMaxBytes" "CHIME_TIMERS_MAX_BYTES" "waitsMaxBytes" "CHIME_WAITS_MAX_BYTES"
+  "tasksMaxBytes" "CHIME_TASKS_MAX_BYTES" "taskOutputsMaxBytes" "CHIME_TASK_OUTPUTS_MAX_BYTES"
+  "notificationsMaxBytes" "CHIME_NOTIFICATIONS_MAX_BYTES" "questionsMaxBytes" "CHIME_QUESTIONS_MAX_BYTES"
+  "waitForMaxBytes" "CHIME_WAITFOR_MAX_BYTES" "idempotencyMaxBytes" "CHIME_IDEMPOTENCY_MAX_BYTES"
+  "tokensMaxBytes" "CHIME_TOKENS_MAX_BYTES" "triggersMaxBytes" "CHIME_TRIGGERS_MAX_BYTES"
+  "agentsMaxBytes" "CHIME_AGENTS_MAX_BYTES" }}
 {{- range $key, $v := .Values.config }}
 {{- if not (hasKey $names $key) }}
 {{- if ne $key "publicURL" }}
