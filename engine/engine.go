@@ -182,7 +182,8 @@ type Topology struct {
 	MaxBytes map[string]int64
 }
 
-// SessionsMaxBytes bounds chime_sessions: about 400,000 sessions.
+// SessionsMaxBytes is the byte limit a replica gives chime_sessions
+// (Topology.MaxBytes): about 400,000 sessions.
 const SessionsMaxBytes = 64 << 20
 
 // DefaultSessionMaxAge is how long an admitted NATS user lasts when the
@@ -363,7 +364,7 @@ func buckets(t Topology) []jetstream.KeyValueConfig {
 			// Bounded like the agents' buckets: a connect flood fills it, and
 			// then connects are admitted unrecorded (their expiry bounds them)
 			// rather than refused.
-			History: 1, TTL: t.Sessions(), Replicas: t.Replicas, MaxBytes: SessionsMaxBytes,
+			History: 1, TTL: t.Sessions(), Replicas: t.Replicas, MaxBytes: t.maxBytes(SessionsBucket),
 		},
 		{
 			// File-stored like the rest: a memory bucket is gone after a

@@ -174,6 +174,11 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 			engine.AgentsBucket: int64(cfg.AgentsMaxBytes),
 		},
 	}
+	if cfg.NATSAuth {
+		// Only the callout writes sessions: without it the bucket stays
+		// empty and needs no room reserved.
+		topo.MaxBytes[engine.SessionsBucket] = engine.SessionsMaxBytes
+	}
 	retention := kvrec.Retention{JS: js, After: cfg.RecordRetention, Markers: topo.Markers()}
 	res, err := engine.Provision(pctx, js, topo)
 	if err != nil {
