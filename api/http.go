@@ -232,13 +232,17 @@ func StartGateway(ln net.Listener, h http.Handler, log *slog.Logger, t Timeouts)
 	// streams watch this channel, closed as the shutdown begins.
 	stopping := make(chan struct{})
 	base := context.WithValue(context.Background(), stoppingKey{}, stopping)
+	log = log.With("component", "http")
 	g := &Gateway{
 		srv: &http.Server{
 			Handler: h, ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.Read, WriteTimeout: t.Write, IdleTimeout: t.Idle,
 			BaseContext: func(net.Listener) context.Context { return base },
+			// The server's own errors (a failed TLS handshake, a handler's
+			// panic) go to chime's log, not the process-wide one.
+			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		},
 		ln:   ln,
-		log:  log.With("component", "http"),
+		log:  log,
 		done: make(chan error, 1),
 	}
 	g.srv.RegisterOnShutdown(func() { close(stopping) })

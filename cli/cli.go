@@ -20,6 +20,7 @@ import (
 
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
+	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/replica"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -72,6 +73,7 @@ Usage:
   chime version
 
 Commands that speak NATS take --token T (default CHIME_NATS_TOKEN): an agent's or an operator's.
+Over TLS they verify the server with CHIME_NATS_TLS_CA and present CHIME_NATS_TLS_CLIENT_CERT/_KEY.
 `
 
 // Run executes one command line (without the program name).
@@ -173,6 +175,9 @@ func (a *App) connect(opts ...nats.Option) (*nats.Conn, error) {
 	if a.token != "" {
 		opts = append(opts, nats.Token(a.token))
 	}
+	// The CA that verifies the server and the client certificate, as serve
+	// uses them for CHIME_NATS_URL.
+	opts = append(opts, engine.TLSOptions(os.Getenv("CHIME_NATS_TLS_CA"), os.Getenv("CHIME_NATS_TLS_CLIENT_CERT"), os.Getenv("CHIME_NATS_TLS_CLIENT_KEY"))...)
 	nc, err := nats.Connect(natsURL(), append(opts, nats.Name("chime cli"), nats.Timeout(5*time.Second))...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", natsURL(), err)

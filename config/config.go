@@ -50,7 +50,7 @@ type Config struct {
 	EventMaxAge       time.Duration `envconfig:"EVENT_MAX_AGE" default:"24h" desc:"how long internal events are kept"`
 	DedupWindow       time.Duration `envconfig:"DEDUP_WINDOW" default:"10m" desc:"how long the streams remember message IDs; older repeats are looked up in the inbox"`
 	TimeZone          string        `envconfig:"TIMEZONE" desc:"IANA zone naive wait times are read in when a request has no tz (default UTC)"`
-	PublicURL         string        `envconfig:"PUBLIC_URL" desc:"base URL of callback trigger URLs (default: http://HTTP_ADDR)"`
+	PublicURL         string        `envconfig:"PUBLIC_URL" desc:"base URL of callback trigger URLs (default: http://HTTP_ADDR, https:// with HTTP_TLS_CERT)"`
 	// OperatorTokensFile holds hex SHA-256 hashes of operator bearer tokens.
 	OperatorTokensFile string `envconfig:"OPERATOR_TOKENS_FILE" desc:"file of hex SHA-256 hashes of operator bearer tokens; unset: control routes open, loopback only"`
 	LogLevel           string `envconfig:"LOG_LEVEL" default:"info" desc:"debug, info, warn or error"`
@@ -59,6 +59,16 @@ type Config struct {
 	// with them record keys), so only on loopback: kubectl port-forward
 	// reaches it.
 	PprofAddr string `envconfig:"PPROF_ADDR" desc:"loopback address serving Go's /debug/pprof profiles; unset: none"`
+
+	// TLS (config/tls.go): PEM files, read at start, so a renewed
+	// certificate takes a restart.
+	NATSTLSCert       string `envconfig:"NATS_TLS_CERT" desc:"certificate of the embedded server's client listener, which then serves TLS only (with NATS_TLS_KEY)"`
+	NATSTLSKey        string `envconfig:"NATS_TLS_KEY" desc:"private key of NATS_TLS_CERT"`
+	NATSTLSCA         string `envconfig:"NATS_TLS_CA" desc:"CA certificates: with NATS_URL (and for the CLI) the CA that verifies the server; embedded, the CA every client's certificate must chain to (clients then need one)"`
+	NATSTLSClientCert string `envconfig:"NATS_TLS_CLIENT_CERT" desc:"client certificate chime and the CLI present to NATS_URL (with NATS_TLS_CLIENT_KEY)"`
+	NATSTLSClientKey  string `envconfig:"NATS_TLS_CLIENT_KEY" desc:"private key of NATS_TLS_CLIENT_CERT"`
+	HTTPTLSCert       string `envconfig:"HTTP_TLS_CERT" desc:"certificate (chain) of the HTTP gateway, which then serves HTTPS only (with HTTP_TLS_KEY)"`
+	HTTPTLSKey        string `envconfig:"HTTP_TLS_KEY" desc:"private key of HTTP_TLS_CERT"`
 
 	// Quotas and limits. Zero turns each off (a Config built in code
 	// without them has none); the defaults protect a 2-core node.
@@ -227,6 +237,9 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("config: CHIME_PUBLIC_URL %q must be an http or https URL", c.PublicURL)
 		}
 	}
+	if err := c.validateTLS(); err != nil {
+		return err
+	}
 	if err := c.validateLimits(); err != nil {
 		return err
 	}
@@ -300,10 +313,13 @@ func Loopback(host string) bool {
 }
 
 // CallbackBaseURL is where trigger URLs point: CHIME_PUBLIC_URL, or the
-// HTTP gateway's own address.
+// HTTP gateway's own address (https with CHIME_HTTP_TLS_CERT).
 func (c *Config) CallbackBaseURL(boundAddr string) string {
 	if c.PublicURL != "" {
 		return c.PublicURL
+	}
+	if c.HTTPTLSCert != "" {
+		return "https://" + boundAddr
 	}
 	return "http://" + boundAddr
 }

@@ -84,6 +84,8 @@ type proc struct {
 	id       string
 	logs     *syncBuffer
 	exited   chan error
+	// https, when set, is the client of an HTTPS gateway (CHIME_HTTP_TLS_CERT).
+	https *http.Client
 }
 
 func startServe(t testing.TB, id string, env ...string) *proc {
@@ -94,6 +96,14 @@ func startServe(t testing.TB, id string, env ...string) *proc {
 // startServeAt starts `chime serve` with its HTTP API on httpAddr, as a
 // restart where clients reconnect to the same address.
 func startServeAt(t testing.TB, id, httpAddr string, env ...string) *proc {
+	t.Helper()
+	p := spawnServe(t, id, httpAddr, env...)
+	p.waitReady(t)
+	return p
+}
+
+// spawnServe starts `chime serve` without waiting for it to be ready.
+func spawnServe(t testing.TB, id, httpAddr string, env ...string) *proc {
 	t.Helper()
 	p := &proc{httpAddr: httpAddr, id: id, logs: &syncBuffer{}, exited: make(chan error, 1)}
 	p.cmd = exec.Command(binary, "serve")
@@ -113,7 +123,6 @@ func startServeAt(t testing.TB, id, httpAddr string, env ...string) *proc {
 			t.Logf("--- %s log ---\n%s", id, p.logs.String())
 		}
 	})
-	p.waitReady(t)
 	return p
 }
 
@@ -128,8 +137,12 @@ func (p *proc) kill() {
 
 func (p *proc) waitReady(t testing.TB) {
 	t.Helper()
+	get, url := http.Get, "http://"+p.httpAddr+"/readyz"
+	if p.https != nil {
+		get, url = p.https.Get, "https://"+p.httpAddr+"/readyz"
+	}
 	eventually(t, 20*time.Second, "replica "+p.id+" ready", func() bool {
-		res, err := http.Get("http://" + p.httpAddr + "/readyz")
+		res, err := get(url)
 		if err != nil {
 			return false
 		}

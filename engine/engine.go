@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -70,6 +71,17 @@ type EmbeddedOptions struct {
 	// with its password, every other client is decided by chime's auth
 	// callout (package access).
 	Auth *EmbeddedAuth
+	// TLS, when set, makes the client listener serve TLS only. chime's own
+	// connection is in-process and needs none.
+	TLS *EmbeddedTLS
+}
+
+// EmbeddedTLS is the embedded server's client TLS: PEM files, read at start.
+type EmbeddedTLS struct {
+	CertFile, KeyFile string
+	// CAFile, when set, makes every client present a certificate that
+	// chains to it.
+	CAFile string
 }
 
 // ServiceUser is the user name of chime's own connections to the embedded
@@ -120,6 +132,15 @@ func StartEmbedded(ctx context.Context, o EmbeddedOptions, log *slog.Logger) (*s
 		MaxPending:        256 << 20,
 		JetStreamMaxStore: o.MaxStore,
 	}
+	if o.TLS != nil {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{
+			CertFile: o.TLS.CertFile, KeyFile: o.TLS.KeyFile, CaFile: o.TLS.CAFile, Verify: o.TLS.CAFile != "", Timeout: tlsTimeout,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("engine: embedded server TLS: %w", err)
+		}
+		opts.TLSConfig, opts.TLS, opts.TLSVerify, opts.TLSTimeout = tc, true, o.TLS.CAFile != "", tlsTimeout
+	}
 	if o.Auth != nil {
 		opts.Users = []*server.User{{Username: ServiceUser, Password: o.Auth.Password}}
 		authUsers := []string{ServiceUser}
@@ -149,9 +170,13 @@ func StartEmbedded(ctx context.Context, o EmbeddedOptions, log *slog.Logger) (*s
 		ns.Shutdown()
 		return nil, errors.New("engine: embedded server not ready")
 	}
-	log.Info("embedded nats-server started", "url", ns.ClientURL(), "store_dir", o.DataDir)
+	log.Info("embedded nats-server started", "url", ns.ClientURL(), "store_dir", o.DataDir, "tls", o.TLS != nil, "verify_clients", opts.TLSVerify)
 	return ns, nil
 }
+
+// tlsTimeout is the seconds a client has for its TLS handshake: nats-server's
+// default, 2 s, is short for a client far away or a busy CPU.
+const tlsTimeout = 5
 
 // Topology is what chime provisions: replicas and retention.
 type Topology struct {
@@ -570,6 +595,23 @@ type ConnectOptions struct {
 	Embedded  *server.Server // when set, connect in-process
 	// InboxPrefix replaces _INBOX for this connection's reply subjects.
 	InboxPrefix string
+	// CAFile verifies the server (NATS_URL); CertFile and KeyFile are the
+	// client certificate it may require. PEM files; not used in-process.
+	CAFile, CertFile, KeyFile string
+}
+
+// TLSOptions are the nats.go options of a CA that verifies the server and a
+// client certificate, each when set. Any of them makes the connection TLS.
+// nats.go reads the files again at every reconnect.
+func TLSOptions(caFile, certFile, keyFile string) []nats.Option {
+	var opts []nats.Option
+	if caFile != "" {
+		opts = append(opts, nats.RootCAs(caFile))
+	}
+	if certFile != "" || keyFile != "" {
+		opts = append(opts, nats.ClientCert(certFile, keyFile))
+	}
+	return opts
 }
 
 // Connect opens chime's connection, retrying reconnects forever: a replica
@@ -615,7 +657,11 @@ func Connect(o ConnectOptions, log *slog.Logger) (*nats.Conn, error) {
 	url := o.URL
 	if o.Embedded != nil {
 		opts = append(opts, nats.InProcessServer(o.Embedded))
-		url = o.Embedded.ClientURL()
+		// In-process nothing crosses a network, and the server lets such
+		// a client skip TLS; a tls:// URL would ask for a handshake.
+		url = strings.Replace(o.Embedded.ClientURL(), "tls://", "nats://", 1)
+	} else {
+		opts = append(opts, TLSOptions(o.CAFile, o.CertFile, o.KeyFile)...)
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {

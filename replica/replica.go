@@ -5,6 +5,7 @@ package replica
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -111,11 +112,18 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	conn := engine.ConnectOptions{
 		URL: url, CredsFile: cfg.NATSCreds, Token: cfg.NATSToken, NkeyFile: cfg.NATSNkeyFile,
 		Name: "chime " + cfg.ReplicaID, InboxPrefix: access.ServiceInboxPrefix,
+		CAFile: cfg.NATSTLSCA, CertFile: cfg.NATSTLSClientCert, KeyFile: cfg.NATSTLSClientKey,
 	}
 	responder := conn
 	responder.Name, responder.NkeyFile = "chime responder "+cfg.ReplicaID, cfg.NATSResponderNkeyFile
+	for _, w := range cfg.Warnings() {
+		log.Warn(w)
+	}
 	if url == "" {
 		eo := engine.EmbeddedOptions{Listen: cfg.NATSListen, DataDir: cfg.DataDir}
+		if cfg.NATSTLSCert != "" {
+			eo.TLS = &engine.EmbeddedTLS{CertFile: cfg.NATSTLSCert, KeyFile: cfg.NATSTLSKey, CAFile: cfg.NATSTLSCA}
+		}
 		if issuer != nil {
 			// chime's own passwords live as long as the process; no one
 			// else needs them.
@@ -204,8 +212,15 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	var ln net.Listener
 	publicURL := cfg.PublicURL
 	if cfg.HTTPAddr != "" {
+		var tlsConfig *tls.Config
+		if tlsConfig, err = cfg.HTTPTLS(); err != nil {
+			return nil, fmt.Errorf("replica: %w", err)
+		}
 		if ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 			return nil, fmt.Errorf("replica: http listen %s: %w", cfg.HTTPAddr, err)
+		}
+		if tlsConfig != nil {
+			ln = tls.NewListener(ln, tlsConfig)
 		}
 		defer func() {
 			if r.gw == nil {

@@ -30,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
 
@@ -150,11 +151,13 @@ func describe(doc []byte) string {
 func checkObjects(objs []runtime.Object) error {
 	var errs []error
 	var pods []labels.Set
+	var templates []corev1.PodTemplateSpec
 	var services []labels.Set
 	for _, o := range objs {
 		switch o := o.(type) {
 		case *appsv1.Deployment:
 			pods = append(pods, o.Spec.Template.Labels)
+			templates = append(templates, o.Spec.Template)
 			errs = append(errs, checkDeployment(o)...)
 		case *corev1.Service:
 			services = append(services, o.Labels)
@@ -174,6 +177,8 @@ func checkObjects(objs []runtime.Object) error {
 			if err := selects("ServiceMonitor "+o.Name, &o.Spec.Selector, services); err != nil {
 				errs = append(errs, err)
 			}
+		case *networkingv1.NetworkPolicy:
+			errs = append(errs, checkNetworkPolicy(o, templates)...)
 		}
 	}
 	return errors.Join(errs...)
@@ -199,6 +204,57 @@ func checkDeployment(d *appsv1.Deployment) []error {
 		errs = append(errs, hardened(where+" container "+c.Name, c.SecurityContext, pod.SecurityContext)...)
 	}
 	return errs
+}
+
+// checkNetworkPolicy holds a NetworkPolicy to what the chart means: it
+// selects some pods, not every pod of the namespace (an empty selector);
+// its peers' selectors parse; and a port named in a rule is a port of the
+// rendered pods it selects (pods of another chart, such as NATS, are not
+// rendered here and are not checked).
+func checkNetworkPolicy(np *networkingv1.NetworkPolicy, templates []corev1.PodTemplateSpec) []error {
+	where := "NetworkPolicy " + np.Name
+	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+	if err != nil {
+		return []error{fmt.Errorf("%s: podSelector: %w", where, err)}
+	}
+	if sel.Empty() {
+		return []error{fmt.Errorf("%s: an empty podSelector selects every pod of the namespace", where)}
+	}
+	var errs []error
+	for i, rule := range np.Spec.Ingress {
+		for j, peer := range rule.From {
+			for name, ls := range map[string]*metav1.LabelSelector{"podSelector": peer.PodSelector, "namespaceSelector": peer.NamespaceSelector} {
+				if ls == nil {
+					continue
+				}
+				if _, err := metav1.LabelSelectorAsSelector(ls); err != nil {
+					errs = append(errs, fmt.Errorf("%s: ingress[%d].from[%d].%s: %w", where, i, j, name, err))
+				}
+			}
+		}
+		for _, p := range rule.Ports {
+			if p.Port == nil || p.Port.Type != intstr.String {
+				continue
+			}
+			for _, t := range templates {
+				if sel.Matches(labels.Set(t.Labels)) && !namedPort(t.Spec, p.Port.StrVal) {
+					errs = append(errs, fmt.Errorf("%s: ingress[%d] names port %q, which the pods it selects do not have", where, i, p.Port.StrVal))
+				}
+			}
+		}
+	}
+	return errs
+}
+
+func namedPort(pod corev1.PodSpec, name string) bool {
+	for _, c := range pod.Containers {
+		for _, p := range c.Ports {
+			if p.Name == name {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // hardened checks a container's security context: no privilege escalation,

@@ -6,8 +6,9 @@ import (
 	"testing"
 )
 
-// valid is a small rendered chart: a hardened Deployment, the Service and
-// PodDisruptionBudget that select it, and a ServiceMonitor on the Service.
+// valid is a small rendered chart: a hardened Deployment, the Service,
+// PodDisruptionBudget and NetworkPolicy that select it, and a
+// ServiceMonitor on the Service.
 const valid = `---
 # Source: chime/templates/service.yaml
 apiVersion: v1
@@ -33,6 +34,18 @@ spec:
   selector: {matchLabels: {app: chime}}
   endpoints: [{port: http, path: /metrics}]
 ---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: chime}
+spec:
+  podSelector: {matchLabels: {app: chime}}
+  policyTypes: [Ingress]
+  ingress:
+    - ports: [{port: http, protocol: TCP}]
+      from:
+        - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: ingress-nginx}}
+          podSelector: {matchLabels: {app.kubernetes.io/name: ingress-nginx}}
+---
 apiVersion: apps/v1
 kind: Deployment
 metadata: {name: chime}
@@ -48,6 +61,7 @@ spec:
       containers:
         - name: chime
           image: chime:1
+          ports: [{name: http, containerPort: 8080}]
           securityContext:
             allowPrivilegeEscalation: false
             readOnlyRootFilesystem: true
@@ -63,8 +77,8 @@ func TestValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(objs) != 4 {
-		t.Fatalf("%d objects, want 4", len(objs))
+	if len(objs) != 5 {
+		t.Fatalf("%d objects, want 5", len(objs))
 	}
 }
 
@@ -91,6 +105,10 @@ func TestRejects(t *testing.T) {
 		{"privilege escalation", "allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true", "allowPrivilegeEscalation must be false"},
 		{"capabilities kept", "capabilities: {drop: [ALL]}", "capabilities: {drop: [NET_RAW]}", "capabilities must drop ALL"},
 		{"capability added", "capabilities: {drop: [ALL]}", "capabilities: {drop: [ALL], add: [NET_ADMIN]}", "adds capabilities"},
+		{"unknown NetworkPolicy field", "  policyTypes: [Ingress]", "  policyType: [Ingress]", `unknown field "spec.policyType"`},
+		{"NetworkPolicy selects every pod", "  podSelector: {matchLabels: {app: chime}}\n  policyTypes", "  podSelector: {}\n  policyTypes", "NetworkPolicy chime: an empty podSelector selects every pod"},
+		{"NetworkPolicy names a port the pods lack", "[{port: http, protocol: TCP}]", "[{port: https, protocol: TCP}]", `NetworkPolicy chime: ingress[0] names port "https"`},
+		{"NetworkPolicy peer selector invalid", "podSelector: {matchLabels: {app.kubernetes.io/name: ingress-nginx}}", "podSelector: {matchExpressions: [{key: app, operator: Sometimes}]}", "ingress[0].from[0].podSelector"},
 		{"no seccomp", "        seccompProfile: {type: RuntimeDefault}\n", "", "seccompProfile must be RuntimeDefault"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

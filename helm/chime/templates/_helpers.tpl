@@ -36,12 +36,26 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
-{{/* The Secret of operator token hashes: the user's, or the chart's. */}}
+{{/*
+The Secret of operator token hashes: the user's, or the chart's (from
+hashes, or generated). Exactly one of the three ways: without any, chime
+would not start (pods stuck in ContainerCreating on a missing Secret).
+*/}}
 {{- define "chime.operatorTokensSecret" -}}
-{{- if and .Values.operatorTokens.existingSecret .Values.operatorTokens.hashes }}
-{{- fail "operatorTokens: set hashes or existingSecret, not both" }}
+{{- $o := .Values.operatorTokens }}
+{{- $ways := 0 }}
+{{- if $o.hashes }}{{ $ways = add1 $ways }}{{ end }}
+{{- if $o.existingSecret }}{{ $ways = add1 $ways }}{{ end }}
+{{- if $o.generate }}{{ $ways = add1 $ways }}{{ end }}
+{{- if eq $ways 0 }}
+{{- fail "operatorTokens: chime requires operator tokens in a pod. Set operatorTokens.hashes (printf %s \"$TOKEN\" | sha256sum), operatorTokens.existingSecret (a Secret with one hash a line), or operatorTokens.generate=true (the chart makes a token; NOTES.txt says how to read it)" }}
+{{- else if gt $ways 1 }}
+{{- fail "operatorTokens: set one of hashes, existingSecret and generate, not several" }}
 {{- end }}
-{{- default (printf "%s-operator-tokens" (include "chime.fullname" .)) .Values.operatorTokens.existingSecret }}
+{{- if and $o.generate (eq $o.key "token") }}
+{{- fail "operatorTokens.generate: the generated Secret keeps the token under the key token; choose another operatorTokens.key" }}
+{{- end }}
+{{- default (printf "%s-operator-tokens" (include "chime.fullname" .)) $o.existingSecret }}
 {{- end }}
 
 {{/*
@@ -62,7 +76,8 @@ externalNats.url. Exactly one of the two.
 {{- else }}
 {{- $name = printf "%s-nats" .Release.Name }}
 {{- end }}
-{{- printf "nats://%s.%s.svc:4222" ($name | trunc 63 | trimSuffix "-") .Release.Namespace }}
+{{- $port := dig "config" "nats" "port" 4222 .Values.nats }}
+{{- printf "%s://%s.%s.svc:%v" (ternary "tls" "nats" .Values.natsTLS.enabled) ($name | trunc 63 | trimSuffix "-") .Release.Namespace $port }}
 {{- else }}
 {{- required "NATS: set nats.enabled=true (the NATS chart) or externalNats.url (an existing cluster)" .Values.externalNats.url }}
 {{- end }}
@@ -75,7 +90,7 @@ chart, its servers are given chime's authorization block.
 {{- define "chime.natsAuthCheck" -}}
 {{- if .Values.natsAuth.enabled }}
 {{- if not .Values.natsAuth.existingSecret }}
-{{- fail "natsAuth.enabled needs natsAuth.existingSecret: a Secret with the seeds chime nats-config wrote (chime-user.nk, chime-callout.nk, chime-responder.nk, chime-system.nk)" }}
+{{- fail "natsAuth.enabled (the default: NATS authorization through chime's auth callout) needs natsAuth.existingSecret: run chime nats-config --dir DIR and put the seeds it wrote (chime-user.nk, chime-callout.nk, chime-responder.nk, chime-system.nk) in a Secret (see docs/runbook.md); or set natsAuth.enabled=false for a NATS that nothing but chime reaches" }}
 {{- end }}
 {{- if .Values.nats.enabled }}
 {{- $auth := dig "config" "merge" "authorization" dict .Values.nats }}
@@ -128,6 +143,36 @@ exponent (values read 1000000 as a float).
 {{- end }}
 {{- end }}
 
+{{/*
+TLS checks: each TLS setting names its Secret, and chime's side of NATS
+TLS agrees with the NATS chart's.
+*/}}
+{{- define "chime.tlsCheck" -}}
+{{- if and .Values.http.tls.enabled (not .Values.http.tls.existingSecret) }}
+{{- fail "http.tls.enabled needs http.tls.existingSecret: a kubernetes.io/tls Secret (tls.crt, tls.key) with chime's HTTPS certificate" }}
+{{- end }}
+{{- if and .Values.natsTLS.enabled (not .Values.natsTLS.existingSecret) }}
+{{- fail "natsTLS.enabled needs natsTLS.existingSecret: a Secret with the CA of the NATS servers (natsTLS.caKey) and, with natsTLS.clientCert, chime's client certificate and key" }}
+{{- end }}
+{{- if .Values.nats.enabled }}
+{{- $serverTLS := dig "config" "nats" "tls" "enabled" false .Values.nats }}
+{{- if and $serverTLS (not .Values.natsTLS.enabled) }}
+{{- fail "nats.config.nats.tls.enabled: the NATS servers serve TLS, so chime needs natsTLS (the CA that signed their certificate)" }}
+{{- else if and .Values.natsTLS.enabled (not $serverTLS) }}
+{{- fail "natsTLS.enabled with nats.enabled needs nats.config.nats.tls.enabled: the NATS chart's servers serve plain NATS" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The labels of the NATS chart's server pods (its nats.selectorLabels).
+*/}}
+{{- define "chime.natsSelectorLabels" -}}
+app.kubernetes.io/name: {{ default "nats" .Values.nats.nameOverride | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: nats
+{{- end }}
+
 {{/* CHIME_PUBLIC_URL: config.publicURL, else the first ingress host. */}}
 {{- define "chime.publicURL" -}}
 {{- if .Values.config.publicURL }}
@@ -138,6 +183,6 @@ exponent (values read 1000000 as a float).
 {{- range .Values.ingress.tls }}{{ if has $host .hosts }}{{ $tls = true }}{{ end }}{{ end }}
 {{- printf "%s://%s" (ternary "https" "http" $tls) $host }}
 {{- else }}
-{{- printf "http://%s.%s.svc:%v" (include "chime.fullname" .) .Release.Namespace .Values.service.port }}
+{{- printf "%s://%s.%s.svc:%v" (ternary "https" "http" .Values.http.tls.enabled) (include "chime.fullname" .) .Release.Namespace .Values.service.port }}
 {{- end }}
 {{- end }}
