@@ -106,7 +106,10 @@ exponent (values read 1000000 as a float).
   "maxOpenQuestionsPerAgent" "CHIME_MAX_OPEN_QUESTIONS_PER_AGENT" "minInterval" "CHIME_MIN_INTERVAL"
   "createRate" "CHIME_CREATE_RATE" "createBurst" "CHIME_CREATE_BURST" "inboxMaxBytes" "CHIME_INBOX_MAX_BYTES"
   "inboxMaxPerAgent" "CHIME_INBOX_MAX_PER_AGENT" "eventMaxBytes" "CHIME_EVENT_MAX_BYTES"
-  "notificationsMax" "CHIME_NOTIFICATIONS_MAX" "pprofAddr" "CHIME_PPROF_ADDR" }}
+  "notificationsMax" "CHIME_NOTIFICATIONS_MAX" "pprofAddr" "CHIME_PPROF_ADDR"
+  "maxRunningTasksPerAgent" "CHIME_MAX_RUNNING_TASKS_PER_AGENT" "taskStartRate" "CHIME_TASK_START_RATE"
+  "maxTaskOutputBytesPerAgent" "CHIME_MAX_TASK_OUTPUT_BYTES_PER_AGENT" "maxWaitForsPerAgent" "CHIME_MAX_WAITFORS_PER_AGENT"
+  "notifyRate" "CHIME_NOTIFY_RATE" "maxStreamsPerPrincipal" "CHIME_MAX_STREAMS_PER_PRINCIPAL" }}
 {{- range $key, $v := .Values.config }}
 {{- if not (hasKey $names $key) }}
 {{- if ne $key "publicURL" }}
