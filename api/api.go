@@ -312,10 +312,16 @@ func (o *Operations) doWaitFor(ctx context.Context, action, agentID string, body
 		if err != nil {
 			return nil, err
 		}
+		if err := o.quotas.WaitFor(agentID, spec.WorkItemID); err != nil {
+			return nil, err
+		}
 		return o.waitFor.WaitFor(ctx, agentID, spec)
 	case subjects.ActionWaitTasks:
 		spec, err := subjects.DecodeWaitTasks(body)
 		if err != nil {
+			return nil, err
+		}
+		if err := o.quotas.WaitFor(agentID, spec.WorkItemID); err != nil {
 			return nil, err
 		}
 		return o.waitFor.WaitTasks(ctx, agentID, spec)

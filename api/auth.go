@@ -11,6 +11,7 @@ import (
 
 	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/config"
+	"github.com/chime-nats/chime/internal/secret"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -50,7 +51,7 @@ func (g guard) wrap(next http.Handler) http.Handler {
 		case err != nil:
 			writeError(w, answerError(err))
 		case p.Kind == access.KindOperator, p.Kind == access.KindAgent && r.Method == http.MethodGet && ownRead(r.URL.Path, p.AgentID) && !operatorOnly(r.URL.Path):
-			next.ServeHTTP(w, r)
+			next.ServeHTTP(w, withPrincipal(r, principalName(p, token)))
 		default:
 			writeError(w, &subjects.Error{Code: subjects.CodeForbidden, Message: p.Name() + " may not call " + r.Method + " " + r.URL.Path})
 		}
@@ -70,7 +71,7 @@ func loopbackOnly(next http.Handler) http.Handler {
 				"the API answers only requests to a loopback host (localhost, 127.0.0.1, [::1]), not " + strconv.Quote(r.Host)})
 			return
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, withPrincipal(r, loopbackPrincipal))
 	})
 }
 
@@ -112,4 +113,35 @@ func operatorOnly(path string) bool { return strings.HasSuffix(path, "/inbox/eve
 func ownRead(path, agentID string) bool {
 	rest, ok := strings.CutPrefix(path, "/api/agents/"+agentID)
 	return ok && (rest == "" || strings.HasPrefix(rest, "/"))
+}
+
+// principalKey holds, in a request's context, the name of the principal
+// the guard let through, for the limits kept per principal.
+type principalKey struct{}
+
+// loopbackPrincipal is everyone calling without operator tokens configured:
+// one principal, as nothing tells them apart.
+const loopbackPrincipal = "loopback"
+
+func withPrincipal(r *http.Request, name string) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), principalKey{}, name))
+}
+
+// principalName names a principal without a secret: an agent by its ID
+// (all its tokens are the agent), an operator token by the start of its
+// hash, as each operator token is a principal of its own.
+func principalName(p access.Principal, token string) string {
+	if p.Kind == access.KindOperator {
+		return "operator token " + secret.Hash(token)[:12]
+	}
+	return p.Name()
+}
+
+// requestPrincipal is the name withPrincipal gave the request; a handler
+// reached without the guard (none is) counts as loopback.
+func requestPrincipal(r *http.Request) string {
+	if name, ok := r.Context().Value(principalKey{}).(string); ok {
+		return name
+	}
+	return loopbackPrincipal
 }

@@ -28,6 +28,14 @@ type eventStream struct {
 	buf []byte
 }
 
+// openStream takes one of the request's principal's event stream places
+// (CHIME_MAX_STREAMS_PER_PRINCIPAL); release gives it back when the
+// stream ends. A refusal is counted, not logged: a client retrying in a
+// loop would flood the log.
+func (o *Operations) openStream(r *http.Request) (release func(), err error) {
+	return o.quotas.OpenStream(requestPrincipal(r))
+}
+
 // startEventStream opens an event stream: its headers and a ": connected"
 // comment go out at once, so the client knows it is open before the first
 // event. The gateway's write timeout bounds a whole reply, which a stream

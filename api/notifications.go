@@ -24,6 +24,12 @@ func (o *Operations) notification(ctx context.Context, action, agentID string, b
 		if err != nil {
 			return nil, err
 		}
+		// The agent's own notify is paced; an operator's create is not.
+		if action == subjects.ActionNotify {
+			if err := o.quotas.Notify(agentID); err != nil {
+				return nil, err
+			}
+		}
 		item, err := o.notifications.Notify(ctx, agentID, n)
 		if err != nil {
 			return nil, err
@@ -104,6 +110,12 @@ func (o *Operations) serveEvents(w http.ResponseWriter, r *http.Request, agentID
 	} else if ok {
 		since = &n
 	}
+	release, err := o.openStream(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer release()
 	ctx, cancel := streamContext(r)
 	defer cancel()
 	feed, err := o.notifications.Follow(ctx, agentID, since)

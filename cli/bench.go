@@ -25,7 +25,8 @@ const benchUsage = `chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--
        chime bench chaos [--servers 1|3] [--replicas N] [--duration D] [--rate R] [--every D]
                          [--kill replica,server,leader] [--down D] [--json] (see chime bench chaos --help)
        chime bench scale [--servers 1|3] [--replicas 1,2,3] [-n N] [--agents A] [-c C] [--lead D] [--profile DIR] [--json]
-       chime bench capacity [--servers 1|3] [--replicas 1,2,3] [--timers N] [--agents A] [-c C] [--json]`
+       chime bench capacity [--servers 1|3] [--replicas 1,2,3] [--timers N] [--agents A] [-c C] [--json]
+       chime bench tasks [--output-mib N] [--concurrent N] [--timer-every D] [--embedded] [--exe PATH] [--json]`
 
 func (a *App) bench(ctx context.Context, args []string) error {
 	if len(args) == 0 {
@@ -48,6 +49,8 @@ func (a *App) bench(ctx context.Context, args []string) error {
 		return a.benchScale(ctx, args[1:])
 	case "capacity":
 		return a.benchCapacity(ctx, args[1:])
+	case "tasks":
+		return a.benchTasks(ctx, args[1:])
 	}
 	return fmt.Errorf("%w: %s", ErrUsage, benchUsage)
 }
@@ -200,6 +203,20 @@ func (a *App) benchCapacity(ctx context.Context, args []string) error {
 		}
 		return bench.Capacity(ctx, o)
 	})
+}
+
+// benchTasks runs a replica of this binary (or --exe) as a child, so
+// that its memory is its own, and ignores CHIME_NATS_URL.
+func (a *App) benchTasks(ctx context.Context, args []string) error {
+	o := bench.TasksOptions{Progress: a.Stderr}
+	return a.runBench(ctx, "tasks", args, func(fs *flag.FlagSet) {
+		fs.IntVar(&o.OutputMiB, "output-mib", 64, "each task's output, appended in 48 KiB parts")
+		fs.IntVar(&o.Concurrent, "concurrent", 3, "tasks of one agent appending, reporting and reading back at once")
+		fs.DurationVar(&o.TimerEvery, "timer-every", 100*time.Millisecond, "another agent creates a one-shot timer this often meanwhile")
+		fs.DurationVar(&o.TimerLead, "timer-lead", time.Second, "each such timer is due this long after its create")
+		fs.BoolVar(&o.Embedded, "embedded", false, "the replica embeds its NATS server (its RSS holds the server's); default a nats-server of its own, as the chart deploys")
+		fs.StringVar(&o.Exe, "exe", "", "the chime binary run as `serve` (default: this one), to measure another build")
+	}, func(ctx context.Context) (result, error) { return bench.Tasks(ctx, o) })
 }
 
 const authUsage = "run twice in this process, with NATS authorization off and then on (the bench connects as an operator through chime's auth callout), and report both"

@@ -78,9 +78,17 @@ type Config struct {
 	MinInterval       time.Duration `envconfig:"MIN_INTERVAL" default:"1s" desc:"shortest interval of a repeating timer; 0: any"`
 	CreateRate        float64       `envconfig:"CREATE_RATE" default:"50" desc:"timer creates and wait requests per second per agent, on each replica; 0: no limit"`
 	CreateBurst       int           `envconfig:"CREATE_BURST" default:"100" desc:"creates an agent may make at once before CREATE_RATE paces it"`
-	InboxMaxBytes     ByteSize      `envconfig:"INBOX_MAX_BYTES" default:"1GiB" desc:"size of the inbox stream; the oldest deliveries go beyond it; 0: no limit"`
-	InboxMaxPerAgent  int64         `envconfig:"INBOX_MAX_PER_AGENT" default:"10000" desc:"deliveries kept per agent inbox; its oldest go beyond it; 0: no limit"`
-	EventMaxBytes     ByteSize      `envconfig:"EVENT_MAX_BYTES" default:"256MiB" desc:"size of the internal events stream; the oldest events go beyond it; 0: no limit"`
+	// Per-agent bounds of tasks, WaitFor, notify and event streams
+	// (package quotas): defaults an agent never meets in normal use.
+	MaxRunningTasks    int      `envconfig:"MAX_RUNNING_TASKS_PER_AGENT" default:"1000" desc:"running tasks one agent may have; 0: no limit"`
+	TaskStartRate      float64  `envconfig:"TASK_START_RATE" default:"50" desc:"tasks one agent may start per second, on each replica, in bursts of twice as many; 0: no limit"`
+	MaxTaskOutputBytes ByteSize `envconfig:"MAX_TASK_OUTPUT_BYTES_PER_AGENT" default:"1GiB" desc:"task output one agent may keep stored (appended parts and outputs over 16 KiB, until their tasks expire); 0: no limit"`
+	MaxWaitFors        int      `envconfig:"MAX_WAITFORS_PER_AGENT" default:"1000" desc:"live WaitFor registrations (one a scope) one agent may have; 0: no limit"`
+	NotifyRate         float64  `envconfig:"NOTIFY_RATE" default:"50" desc:"notifies one agent may send per second, on each replica, in bursts of twice as many; 0: no limit"`
+	MaxStreams         int      `envconfig:"MAX_STREAMS_PER_PRINCIPAL" default:"32" desc:"event streams (SSE) one principal (an agent, an operator token, loopback without a token) may hold open on each replica; 0: no limit"`
+	InboxMaxBytes      ByteSize `envconfig:"INBOX_MAX_BYTES" default:"1GiB" desc:"size of the inbox stream; the oldest deliveries go beyond it; 0: no limit"`
+	InboxMaxPerAgent   int64    `envconfig:"INBOX_MAX_PER_AGENT" default:"10000" desc:"deliveries kept per agent inbox; its oldest go beyond it; 0: no limit"`
+	EventMaxBytes      ByteSize `envconfig:"EVENT_MAX_BYTES" default:"256MiB" desc:"size of the internal events stream; the oldest events go beyond it; 0: no limit"`
 	// Byte limits of the buckets and the store chime writes on agents'
 	// behalf, so that agent data never takes the room timers, leases and
 	// inboxes need. Each is reserved in the JetStream store; full, a
@@ -294,6 +302,22 @@ func (c *Config) validateLimits() error {
 	} {
 		if l.v != 0 && l.v < minStreamBytes {
 			return fmt.Errorf("config: %s must be 0 (no limit) or at least %v, not %v", l.name, ByteSize(minStreamBytes), l.v)
+		}
+	}
+	for _, l := range []struct {
+		name string
+		v    int
+	}{{"CHIME_MAX_RUNNING_TASKS_PER_AGENT", c.MaxRunningTasks}, {"CHIME_MAX_WAITFORS_PER_AGENT", c.MaxWaitFors}, {"CHIME_MAX_STREAMS_PER_PRINCIPAL", c.MaxStreams}} {
+		if l.v < 0 {
+			return fmt.Errorf("config: %s must be 0 (no limit) or positive, not %d", l.name, l.v)
+		}
+	}
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"CHIME_TASK_START_RATE", c.TaskStartRate}, {"CHIME_NOTIFY_RATE", c.NotifyRate}} {
+		if r.v < 0 || math.IsNaN(r.v) || math.IsInf(r.v, 0) {
+			return fmt.Errorf("config: %s must be 0 (no limit) or a positive number per second, not %v", r.name, r.v)
 		}
 	}
 	if c.InboxMaxPerAgent < 0 {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -166,6 +167,12 @@ func TestLimitValidation(t *testing.T) {
 		{func(c *Config) { c.CreateRate = -1 }, "CHIME_CREATE_RATE"},
 		{func(c *Config) { c.CreateRate = 5 }, "CHIME_CREATE_BURST"},
 		{func(c *Config) { c.CreateRate, c.CreateBurst = 0.5, 1 }, ""},
+		{func(c *Config) { c.MaxRunningTasks = -1 }, "CHIME_MAX_RUNNING_TASKS_PER_AGENT must be 0 (no limit) or positive, not -1"},
+		{func(c *Config) { c.MaxWaitFors = -2 }, "CHIME_MAX_WAITFORS_PER_AGENT must be 0 (no limit) or positive, not -2"},
+		{func(c *Config) { c.MaxStreams = -1 }, "CHIME_MAX_STREAMS_PER_PRINCIPAL"},
+		{func(c *Config) { c.TaskStartRate = -0.5 }, "CHIME_TASK_START_RATE must be 0 (no limit) or a positive number per second, not -0.5"},
+		{func(c *Config) { c.NotifyRate = math.Inf(1) }, "CHIME_NOTIFY_RATE"},
+		{func(c *Config) { c.TaskStartRate, c.NotifyRate, c.MaxTaskOutputBytes = 0.1, 1000, 1 }, ""},
 		{func(c *Config) { c.InboxMaxBytes = 1 << 20 }, "CHIME_INBOX_MAX_BYTES must be 0 (no limit) or at least 8MiB, not 1MiB"},
 		{func(c *Config) { c.EventMaxBytes = -1 }, "CHIME_EVENT_MAX_BYTES"},
 		{func(c *Config) { c.InboxMaxBytes, c.EventMaxBytes = 8<<20, 1<<40 }, ""},

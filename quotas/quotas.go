@@ -1,7 +1,12 @@
-// Package quotas owns the per-agent admission limits of creates: how many
-// active timers, waiting waits and open questions an agent may have, and
-// how fast it may ask for more timers and waits. The API checks them before a store's Create, so a refused
-// create stores nothing and costs no storage round trip.
+// Package quotas owns the per-agent admission limits: how many active
+// timers, waiting waits, open questions, running tasks and live WaitFor
+// registrations an agent may have, how many bytes of task output it may
+// store, how fast it may ask for more timers and waits, start tasks and
+// notify, and how many event streams (SSE) a principal may hold open. The
+// API and the stores check them before they write, so a refused request
+// stores nothing. Each refusal is quota_exceeded (a count: retrying helps
+// once some end) or rate_limited (with how long until the next is taken),
+// names its variable, and is counted in chime_quota_refusals_total.
 package quotas
 
 import (
@@ -26,12 +31,21 @@ type Counter interface {
 
 // Refusal kinds, the quota label of chime_quota_refusals_total.
 const (
-	Timers    = "timers"
-	Waits     = "waits"
-	Interval  = "interval"
-	Rate      = "rate"
-	Questions = "questions"
+	Timers       = "timers"
+	Waits        = "waits"
+	Interval     = "interval"
+	Rate         = "rate"
+	Questions    = "questions"
+	RunningTasks = "running_tasks"
+	TaskStarts   = "task_starts"
+	TaskOutput   = "task_output"
+	WaitFors     = "waitfors"
+	Notifies     = "notifies"
+	Streams      = "streams"
 )
+
+// kinds are every refusal kind, each a series from the start.
+var kinds = []string{Timers, Waits, Interval, Rate, Questions, RunningTasks, TaskStarts, TaskOutput, WaitFors, Notifies, Streams}
 
 // Config sets the limits; a zero limit is off.
 type Config struct {
@@ -50,7 +64,29 @@ type Config struct {
 	Rate  float64
 	Burst int
 	// MaxAgents bounds the agents whose rate is remembered (default 65536).
-	MaxAgents  int
+	MaxAgents int
+
+	// MaxRunningTasks bounds an agent's running tasks
+	// (CHIME_MAX_RUNNING_TASKS_PER_AGENT); MaxTaskOutputBytes its stored
+	// task output (CHIME_MAX_TASK_OUTPUT_BYTES_PER_AGENT). Tasks counts
+	// both; needed when either is set.
+	MaxRunningTasks    int
+	MaxTaskOutputBytes int64
+	Tasks              TaskCounter
+	// TaskStartRate is the tasks per second an agent may start on this
+	// replica (CHIME_TASK_START_RATE), in bursts of twice as many.
+	TaskStartRate float64
+	// MaxWaitFors bounds an agent's live WaitFor registrations
+	// (CHIME_MAX_WAITFORS_PER_AGENT); WaitFors counts them.
+	MaxWaitFors int
+	WaitFors    WaitForCounter
+	// NotifyRate is the notifies per second an agent may send on this
+	// replica (CHIME_NOTIFY_RATE), in bursts of twice as many.
+	NotifyRate float64
+	// MaxStreams bounds the event streams (SSE) one principal holds open
+	// on this replica (CHIME_MAX_STREAMS_PER_PRINCIPAL).
+	MaxStreams int
+
 	Now        func() time.Time
 	Registerer prometheus.Registerer
 }
@@ -60,6 +96,10 @@ type Quotas struct {
 	cfg      Config
 	rate     *limiter // nil: no rate limit
 	refusals *prometheus.CounterVec
+	// taskStarts and notifies pace task starts and notifies (nil: no
+	// limit); streams counts open event streams.
+	taskStarts, notifies *limiter
+	streams              streams
 }
 
 // New returns the checks of c.
@@ -76,12 +116,15 @@ func New(c Config) *Quotas {
 			Name: "chime_quota_refusals_total", Help: "Creates refused by a per-agent quota or limit, by quota.",
 		}, []string{"quota"}),
 	}
-	for _, k := range []string{Timers, Waits, Interval, Rate, Questions} {
+	for _, k := range kinds {
 		q.refusals.WithLabelValues(k) // every series from the start, at 0
 	}
 	if c.Rate > 0 {
 		q.rate = newLimiter(c.Rate, max(c.Burst, 1), c.MaxAgents)
 	}
+	q.taskStarts = pace(c.TaskStartRate, c.MaxAgents)
+	q.notifies = pace(c.NotifyRate, c.MaxAgents)
+	q.streams.open = map[string]int{}
 	if c.Registerer != nil {
 		c.Registerer.MustRegister(q.refusals)
 	}

@@ -63,7 +63,9 @@ type Replica struct {
 	storage  *engine.Storage
 	// waitForIndex is this replica's view of WaitFor's scope index.
 	waitForIndex *waitfor.Index
-	callbacks    *callbacks.Consumer
+	// taskIndex counts running tasks and stored output, for the quotas.
+	taskIndex *tasks.Index
+	callbacks *callbacks.Consumer
 	// triggerIndex resolves callback tokens in memory.
 	triggerIndex *callbacks.Index
 	sched        *scheduler.Scheduler
@@ -252,10 +254,32 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	if err := r.waits.Start(ctx); err != nil {
 		return nil, err
 	}
+	// Made here, started below: the quotas count its timers and waits.
+	r.leases = scheduler.NewLeases(scheduler.LeasesConfig{
+		KV: res.Leases, ReplicaID: cfg.ReplicaID, Shards: cfg.Shards, TTL: cfg.LeaseTTL, Renew: cfg.LeaseTTL / 4,
+		Log: log, OnChange: func() { r.sched.Reshard() }, Healthy: func() (bool, string) { return r.sched.Healthy() },
+	})
+	r.sched = scheduler.New(scheduler.Config{
+		JS: js, TimersBucket: engine.TimersBucket, WaitsBucket: engine.WaitsBucket, Inbox: inbox, Records: store,
+		Leases: r.leases, Shards: cfg.Shards, Log: log, Registerer: reg,
+	})
+	if r.waitForIndex, err = waitfor.StartIndex(pctx, js, engine.WaitForBucket, log); err != nil {
+		return nil, err
+	}
+	if r.taskIndex, err = tasks.StartIndex(pctx, js, engine.TasksBucket, log); err != nil {
+		return nil, err
+	}
+	limits := quotas.New(quotas.Config{
+		MaxTimers: cfg.MaxTimersPerAgent, MaxWaits: cfg.MaxWaitsPerAgent, MaxQuestions: cfg.MaxOpenQuestions, Counter: r.sched, MinInterval: cfg.MinInterval,
+		Rate: cfg.CreateRate, Burst: cfg.CreateBurst,
+		MaxRunningTasks: cfg.MaxRunningTasks, MaxTaskOutputBytes: int64(cfg.MaxTaskOutputBytes), Tasks: r.taskIndex, TaskStartRate: cfg.TaskStartRate,
+		MaxWaitFors: cfg.MaxWaitFors, WaitFors: r.waitForIndex, NotifyRate: cfg.NotifyRate, MaxStreams: cfg.MaxStreams,
+		Registerer: reg,
+	})
 	// WaitFor's task check is wired where tasks are (waitfor.TaskLookup).
 	waitForStore := waitfor.NewStore(res.WaitFor, time.Now, retention)
 	taskStore := tasks.NewStore(tasks.Config{
-		KV: res.Tasks, Outputs: res.TaskOutputs, Inbox: inbox, JS: js, Now: time.Now, Retention: retention, Log: log,
+		KV: res.Tasks, Outputs: res.TaskOutputs, Inbox: inbox, JS: js, Now: time.Now, Retention: retention, Log: log, Admit: limits,
 	})
 	r.settler = tasks.NewSettler(tasks.SettlerConfig{JS: js, Stream: engine.EventsStream, Store: taskStore, Log: log, Registerer: reg})
 	if err := r.settler.Start(ctx); err != nil {
@@ -265,9 +289,6 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		Store: waitForStore, Timers: store, TimersKV: res.Timers, Tasks: waitfor.Tasks{Store: taskStore}, Inbox: inbox, JS: js,
 		InboxStream: engine.InboxStream, EventsStream: engine.EventsStream, Log: log,
 	})
-	if r.waitForIndex, err = waitfor.StartIndex(pctx, js, engine.WaitForBucket, log); err != nil {
-		return nil, err
-	}
 	r.waitFor = waitfor.NewConsumer(waitfor.ConsumerConfig{
 		JS: js, Service: waitForSvc, Store: waitForStore, Index: r.waitForIndex,
 		InboxStream: engine.InboxStream, WaitForStream: engine.WaitForStream, Log: log, Registerer: reg,
@@ -275,14 +296,6 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	if err := r.waitFor.Start(ctx); err != nil {
 		return nil, err
 	}
-	r.leases = scheduler.NewLeases(scheduler.LeasesConfig{
-		KV: res.Leases, ReplicaID: cfg.ReplicaID, Shards: cfg.Shards, TTL: cfg.LeaseTTL, Renew: cfg.LeaseTTL / 4,
-		Log: log, OnChange: func() { r.sched.Reshard() }, Healthy: func() (bool, string) { return r.sched.Healthy() },
-	})
-	r.sched = scheduler.New(scheduler.Config{
-		JS: js, TimersBucket: engine.TimersBucket, WaitsBucket: engine.WaitsBucket, Inbox: inbox, Records: store,
-		Leases: r.leases, Shards: cfg.Shards, Log: log, Registerer: reg,
-	})
 	// Leases first: the shards of the first round load with the
 	// scheduler's first pass over the buckets instead of a second one.
 	if err := r.leases.Start(ctx); err != nil {
@@ -297,10 +310,6 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		return nil, fmt.Errorf("replica: loading the timer index: %w", pctx.Err())
 	}
 	tokens := access.NewTokens(res.Tokens, topo.Markers(), time.Now)
-	limits := quotas.New(quotas.Config{
-		MaxTimers: cfg.MaxTimersPerAgent, MaxWaits: cfg.MaxWaitsPerAgent, MaxQuestions: cfg.MaxOpenQuestions, Counter: r.sched, MinInterval: cfg.MinInterval,
-		Rate: cfg.CreateRate, Burst: cfg.CreateBurst, Registerer: reg,
-	})
 	questionService := questions.NewService(questions.NewStore(res.Questions, time.Now, retention), inbox, log)
 	r.notes = notifications.New(notifications.Config{
 		JS: js, KV: res.Notifications, Max: cfg.NotificationsMax, Now: time.Now, Log: log, SanitizeDetail: console.SanitizeDetail,
@@ -483,6 +492,9 @@ func (r *Replica) Stop(ctx context.Context) {
 		}
 		if r.waitForIndex != nil {
 			r.waitForIndex.Stop()
+		}
+		if r.taskIndex != nil {
+			r.taskIndex.Stop()
 		}
 		if r.system != nil {
 			r.system.Close()

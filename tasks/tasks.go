@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -49,6 +50,20 @@ type Store struct {
 	log       *slog.Logger
 	// settleAfter is when a result's settle work item is due.
 	settleAfter time.Duration
+	admit       Admission
+	// seqs keeps where the chunks of interleaved objects are.
+	seqs seqCache
+}
+
+// Admission decides whether an agent may have more: the per-agent limits,
+// which quotas.Quotas owns. Each method returns the refusal to answer.
+type Admission interface {
+	// StartTask admits a new task of the agent's: one that will run
+	// (task.start), or, running false, one registered finished by its
+	// first result.
+	StartTask(agentID string, running bool) error
+	// AddOutput admits n more bytes of the agent's stored task output.
+	AddOutput(agentID string, n int64) error
 }
 
 // Config says what a Store works on.
@@ -64,6 +79,8 @@ type Config struct {
 	// SettleAfter is when a result's settle work item is due (default
 	// DefaultSettleAfter; see Settler).
 	SettleAfter time.Duration
+	// Admit, when set, admits new tasks and output bytes.
+	Admit Admission
 }
 
 // NewStore returns a Store.
@@ -78,7 +95,21 @@ func NewStore(c Config) *Store {
 		c.SettleAfter = DefaultSettleAfter
 	}
 	return &Store{kv: c.KV, outputs: c.Outputs, inbox: c.Inbox, js: c.JS, now: c.Now, retention: c.Retention, log: c.Log.With("component", "tasks"),
-		settleAfter: c.SettleAfter}
+		settleAfter: c.SettleAfter, admit: c.Admit}
+}
+
+func (s *Store) admitStart(agentID string, running bool) error {
+	if s.admit == nil {
+		return nil
+	}
+	return s.admit.StartTask(agentID, running)
+}
+
+func (s *Store) admitOutput(agentID string, n int64) error {
+	if s.admit == nil {
+		return nil
+	}
+	return s.admit.AddOutput(agentID, n)
 }
 
 // owner records which agent holds a task ID. Its key, owner=<task_id>, is
@@ -129,6 +160,18 @@ func (s *Store) Start(ctx context.Context, agentID string, req *subjects.StartTa
 	id := req.TaskID
 	if id == "" {
 		id = "task_" + nuid.Next()
+	} else {
+		// A retry answers the record and starts nothing: no limit applies.
+		t, _, err := kvrec.Get[subjects.Task](ctx, s.kv, subjects.TaskKey(agentID, id))
+		if err == nil {
+			return t, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, fmt.Errorf("tasks: start %s: %w", id, err)
+		}
+	}
+	if err := s.admitStart(agentID, true); err != nil {
+		return nil, err
 	}
 	if err := s.claim(ctx, agentID, id); err != nil {
 		return nil, err
@@ -227,6 +270,9 @@ func (s *Store) Result(ctx context.Context, agentID string, req *subjects.TaskRe
 		return nil, fmt.Errorf("tasks: result %s: %w", req.TaskID, err)
 	}
 	if cur == nil {
+		if err := s.admitStart(agentID, false); err != nil {
+			return nil, err
+		}
 		if err := s.claim(ctx, agentID, req.TaskID); err != nil {
 			return nil, err
 		}
@@ -251,15 +297,27 @@ func (s *Store) Result(ctx context.Context, agentID string, req *subjects.TaskRe
 	switch {
 	case req.Output != nil:
 		output = []byte(*req.Output)
-	case req.OutputAppended:
+	case req.OutputAppended && size <= subjects.MaxInlineOutput:
 		if output, err = s.assemble(ctx, agentID, req.TaskID, parts); err != nil {
 			return nil, err
 		}
 	}
-	preview, ref := string(output), ""
-	if len(output) > subjects.MaxInlineOutput || !utf8.Valid(output) {
+	preview, ref, outSize := string(output), "", int64(len(output))
+	switch {
+	case req.OutputAppended && size > subjects.MaxInlineOutput:
+		// Streamed part by part: memory does not grow with the output.
+		ref, outSize = agentID+"/"+req.TaskID+"/"+hash, size
+		if preview, err = s.streamOutput(ctx, agentID, req.TaskID, parts, size, ref); err != nil {
+			return nil, err
+		}
+	case len(output) > subjects.MaxInlineOutput || !utf8.Valid(output):
+		if req.Output != nil { // appended output was admitted part by part
+			if err := s.admitOutput(agentID, int64(len(output))); err != nil {
+				return nil, err
+			}
+		}
 		ref = agentID + "/" + req.TaskID + "/" + hash
-		if err := s.putOutput(ctx, ref, output); err != nil {
+		if err := s.putOutput(ctx, ref, int64(len(output)), func() io.Reader { return bytes.NewReader(output) }); err != nil {
 			return nil, err
 		}
 		preview = subjects.Preview(output)
@@ -279,7 +337,7 @@ func (s *Store) Result(ctx context.Context, agentID string, req *subjects.TaskRe
 			t.ID, t.AgentID, t.CreatedAt = req.TaskID, agentID, at
 		}
 		t.Status, t.EndedAt, t.ExitCode, t.Error = req.Status, &at, req.ExitCode, req.Error
-		t.Output, t.OutputSize, t.OutputRef, t.ResultHash = preview, int64(len(output)), ref, hash
+		t.Output, t.OutputSize, t.OutputRef, t.ResultHash = preview, outSize, ref, hash
 		return true, nil
 	}, cur, rev)
 	if err != nil {
@@ -387,6 +445,9 @@ func (s *Store) Append(ctx context.Context, agentID string, req *subjects.Append
 	case t.AppendedBytes+int64(len(req.Data)) > subjects.MaxTaskOutput:
 		return nil, &subjects.Error{Code: subjects.CodePayloadTooLarge, Message: fmt.Sprintf("task output larger than %d MiB", subjects.MaxTaskOutput>>20)}
 	}
+	if err := s.admitOutput(agentID, int64(len(req.Data))); err != nil {
+		return nil, err
+	}
 	// The record does not count this chunk yet, so writing it over a
 	// lost earlier attempt is safe; it expires with the retention if the
 	// task never finishes.
@@ -422,17 +483,64 @@ func (s *Store) putChunk(ctx context.Context, key string, data []byte) error {
 	return nil
 }
 
-// assemble reads the appended chunks 0..parts-1 in order.
+// assemble reads the appended chunks 0..parts-1 of a small output
+// (at most subjects.MaxInlineOutput bytes) into memory.
 func (s *Store) assemble(ctx context.Context, agentID, taskID string, parts int64) ([]byte, error) {
-	var out []byte
-	for seq := range parts {
-		e, err := s.kv.Get(ctx, chunkKey(agentID, taskID, seq))
-		if err != nil {
-			return nil, fmt.Errorf("tasks: read output chunk %d of %s: %w", seq, taskID, err)
+	return io.ReadAll(s.chunks(ctx, agentID, taskID, parts))
+}
+
+// chunks reads the appended chunks 0..parts-1 in order, one at a time.
+func (s *Store) chunks(ctx context.Context, agentID, taskID string, parts int64) *chunkReader {
+	return &chunkReader{ctx: ctx, kv: s.kv, agentID: agentID, taskID: taskID, parts: parts}
+}
+
+// chunkReader is an output read chunk record by chunk record: it holds one
+// chunk at a time. A Read fills p whole unless the output ends, so that
+// the object store, which stores each Read as one of its chunks, stores
+// full chunks (readChunks relies on it).
+type chunkReader struct {
+	ctx             context.Context
+	kv              jetstream.KeyValue
+	agentID, taskID string
+	parts, next     int64
+	buf             []byte // the unread rest of the current chunk
+}
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		if len(r.buf) == 0 {
+			if r.next == r.parts {
+				if n == 0 {
+					return 0, io.EOF
+				}
+				return n, nil
+			}
+			e, err := r.kv.Get(r.ctx, chunkKey(r.agentID, r.taskID, r.next))
+			if err != nil {
+				return n, fmt.Errorf("tasks: read output chunk %d of %s: %w", r.next, r.taskID, err)
+			}
+			r.buf, r.next = e.Value(), r.next+1
 		}
-		out = append(out, e.Value()...)
+		c := copy(p[n:], r.buf)
+		r.buf, n = r.buf[c:], n+c
 	}
-	return out, nil
+	return n, nil
+}
+
+// streamOutput stores the appended output of size bytes under ref,
+// streamed from its chunks into the object store, and returns its
+// preview, read from its first chunks.
+func (s *Store) streamOutput(ctx context.Context, agentID, taskID string, parts, size int64, ref string) (string, error) {
+	// One byte past the preview tells Preview where a character ends.
+	head, err := io.ReadAll(io.LimitReader(s.chunks(ctx, agentID, taskID, parts), subjects.OutputPreview+1))
+	if err != nil {
+		return "", err
+	}
+	if err := s.putOutput(ctx, ref, size, func() io.Reader { return s.chunks(ctx, agentID, taskID, parts) }); err != nil {
+		return "", err
+	}
+	return subjects.Preview(head), nil
 }
 
 // dropChunks removes the chunks of an assembled output; best effort, as
@@ -446,14 +554,21 @@ func (s *Store) dropChunks(ctx context.Context, agentID, taskID string, parts in
 	}
 }
 
-// putOutput stores a whole output under ref, unless an earlier attempt of
-// the same result did (ref holds the result's hash).
-func (s *Store) putOutput(ctx context.Context, ref string, output []byte) error {
-	if info, err := s.outputs.GetInfo(ctx, ref); err == nil && info.Size == uint64(len(output)) {
+// putOutput stores a whole output of size bytes, read from what open
+// returns, under ref, unless an earlier attempt of the same result did
+// (ref holds the result's hash). An object of another size (chunks not
+// as counted) is removed and refused.
+func (s *Store) putOutput(ctx context.Context, ref string, size int64, open func() io.Reader) error {
+	if info, err := s.outputs.GetInfo(ctx, ref); err == nil && info.Size == uint64(size) {
 		return nil
 	}
-	if _, err := s.outputs.Put(ctx, jetstream.ObjectMeta{Name: ref}, bytes.NewReader(output)); err != nil {
+	info, err := s.outputs.Put(ctx, jetstream.ObjectMeta{Name: ref}, open())
+	if err != nil {
 		return fmt.Errorf("tasks: store output %s: %w", ref, err)
+	}
+	if info.Size != uint64(size) {
+		s.dropOutput(ctx, ref)
+		return fmt.Errorf("tasks: store output %s: %d bytes read, %d appended", ref, info.Size, size)
 	}
 	return nil
 }
@@ -554,9 +669,13 @@ func (s *Store) readChunks(ctx context.Context, info *jetstream.ObjectInfo, offs
 	chunks := int64(info.Chunks)
 	seqOf := func(k int64) uint64 { return first.Sequence + uint64(k) }
 	if last.Sequence-first.Sequence != uint64(chunks-1) {
-		seqs, err := chunkSeqs(ctx, st, subject, first.Sequence, int(chunks))
-		if err != nil {
-			return nil, false, err
+		// Listed once an object: a reader asks range after range.
+		seqs, ok := s.seqs.get(info.NUID)
+		if !ok || len(seqs) != int(chunks) {
+			if seqs, err = chunkSeqs(ctx, st, subject, first.Sequence, int(chunks)); err != nil {
+				return nil, false, err
+			}
+			s.seqs.put(info.NUID, seqs)
 		}
 		seqOf = func(k int64) uint64 { return seqs[k] }
 	}
@@ -576,6 +695,39 @@ func (s *Store) readChunks(ctx context.Context, info *jetstream.ObjectInfo, offs
 		out = append(out, data[:min(int64(len(data)), limit-int64(len(out)))]...)
 	}
 	return out, true, nil
+}
+
+// seqCache keeps the chunk sequences of the objects last listed (see
+// readChunks), by object NUID, which a new put of a name changes: a
+// chunk list is 8 bytes a chunk, 4 KiB for a 64 MiB output.
+type seqCache struct {
+	mu   sync.Mutex
+	objs map[string][]uint64
+}
+
+// seqCacheSize bounds the objects whose chunks are kept.
+const seqCacheSize = 64
+
+func (c *seqCache) get(nuid string) ([]uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	seqs, ok := c.objs[nuid]
+	return seqs, ok
+}
+
+func (c *seqCache) put(nuid string, seqs []uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.objs == nil {
+		c.objs = map[string][]uint64{}
+	}
+	for k := range c.objs { // any one goes: a miss costs one listing
+		if len(c.objs) < seqCacheSize {
+			break
+		}
+		delete(c.objs, k)
+	}
+	c.objs[nuid] = seqs
 }
 
 // chunkSeqs lists the stream sequences of the n chunks on subject from

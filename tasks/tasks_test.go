@@ -356,3 +356,107 @@ func TestOutputRanges(t *testing.T) {
 	put(shortReads{bytes.NewReader(want)})
 	check("short chunks")
 }
+
+// TestStreamedOutputIrregularParts: outputs of several MiB appended in
+// parts of uneven sizes (1 byte, odd lengths, the most), reported at once
+// so their objects interleave, are streamed into the object store in full
+// chunks (so a range reads only its chunks), read back byte-exact, carry
+// the preview of their first bytes, and leave no chunk record behind.
+func TestStreamedOutputIrregularParts(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	sizes := []int{1, 4095, subjects.MaxAppendChunk, 7, 100_003, subjects.MaxAppendChunk - 1, 2}
+	outputs := map[string][]byte{}
+	for n, id := range []string{"s1", "s2", "s3"} {
+		want := make([]byte, 3<<20+n*1001)
+		for i := range want {
+			want[i] = byte(i*131 + i>>13 + n) // not UTF-8
+		}
+		outputs[id] = want
+		if _, err := e.store.Start(ctx, "a1", &subjects.StartTaskRequest{TaskID: id}); err != nil {
+			t.Fatal(err)
+		}
+		rest := want
+		for seq := int64(0); len(rest) > 0; seq++ {
+			k := min(len(rest), sizes[int(seq)%len(sizes)])
+			if _, err := e.store.Append(ctx, "a1", &subjects.AppendOutputRequest{TaskID: id, Seq: &seq, Data: rest[:k]}); err != nil {
+				t.Fatalf("%s: append %d: %v", id, seq, err)
+			}
+			rest = rest[k:]
+		}
+	}
+	var wg sync.WaitGroup
+	done := map[string]*subjects.Task{}
+	var mu sync.Mutex
+	for id := range outputs {
+		wg.Go(func() {
+			task, err := e.store.Result(ctx, "a1", &subjects.TaskResultRequest{TaskID: id, Status: subjects.TaskCompleted, OutputAppended: true})
+			if err != nil {
+				t.Errorf("%s: result: %v", id, err)
+				return
+			}
+			mu.Lock()
+			done[id] = task
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	for id, want := range outputs {
+		task := done[id]
+		if task == nil {
+			t.FailNow()
+		}
+		if task.OutputSize != int64(len(want)) || task.Output != subjects.Preview(want) {
+			t.Fatalf("%s: size %d, preview of %d bytes", id, task.OutputSize, len(task.Output))
+		}
+		info, err := e.res.TaskOutputs.GetInfo(ctx, task.OutputRef)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const chunk = 128 << 10
+		if full := (len(want) + chunk - 1) / chunk; int(info.Chunks) != full || info.Size != uint64(len(want)) {
+			t.Fatalf("%s: %d chunks of %d bytes, want %d full ones", id, info.Chunks, info.Size, full)
+		}
+		if got := readAll(t, e.store, "a1", id); !bytes.Equal(got, want) {
+			t.Fatalf("%s: read %d bytes, not the %d appended", id, len(got), len(want))
+		}
+		got, err := e.store.Output(ctx, "a1", &subjects.OutputRange{TaskID: id, Offset: 2*chunk - 3, Limit: 10})
+		if err != nil || !bytes.Equal(got.Data, want[2*chunk-3:2*chunk+7]) {
+			t.Fatalf("%s: a range across a chunk boundary: %v", id, err)
+		}
+		if _, err := e.res.Tasks.Get(ctx, "a1."+id+".0"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Fatalf("%s: the first chunk record is left: %v", id, err)
+		}
+	}
+}
+
+// TestStreamedOutputChunkLost: a result whose appended chunk is gone (its
+// retention passed) is refused, no object is stored, the task stays
+// running and its other chunks stay.
+func TestStreamedOutputChunkLost(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if _, err := e.store.Start(ctx, "a1", &subjects.StartTaskRequest{TaskID: "lost"}); err != nil {
+		t.Fatal(err)
+	}
+	appendAll(t, e.store, "a1", "lost", bytes.Repeat([]byte{0xff}, 200<<10))
+	if err := e.res.Tasks.Purge(ctx, "a1.lost.2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Result(ctx, "a1", &subjects.TaskResultRequest{TaskID: "lost", Status: subjects.TaskCompleted, OutputAppended: true}); err == nil {
+		t.Fatal("a result with a chunk missing was stored")
+	}
+	if task, err := e.store.Get(ctx, "a1", "lost"); err != nil || task.Status != subjects.TaskRunning {
+		t.Fatalf("task after the refused result: %+v %v", task, err)
+	}
+	if _, err := e.res.Tasks.Get(ctx, "a1.lost.0"); err != nil {
+		t.Fatalf("chunk 0 after the refused result: %v", err)
+	}
+	names, err := e.res.TaskOutputs.List(ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
+		t.Fatal(err)
+	}
+	if len(names) != 0 {
+		t.Fatalf("objects stored: %d", len(names))
+	}
+}

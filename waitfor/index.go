@@ -148,6 +148,24 @@ func (ix *Index) entries(agentID string) []scope {
 	return out
 }
 
+// ActiveWaitFors is how many live registrations the agent has: one a
+// scope at most, as the view holds them (for the per-agent limit,
+// quotas.WaitForCounter).
+func (ix *Index) ActiveWaitFors(agentID string) int {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return len(ix.agents[agentID])
+}
+
+// HasWaitFor reports a live registration in the agent's scope of
+// workItemID ("": the agent scope), which a new one there replaces.
+func (ix *Index) HasWaitFor(agentID, workItemID string) bool {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	_, ok := ix.agents[agentID][workItemID]
+	return ok
+}
+
 // Fresh returns once the view holds every index entry written before it
 // was called.
 func (ix *Index) Fresh(ctx context.Context) error {
