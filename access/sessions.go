@@ -25,6 +25,11 @@ import (
 // also issued with an expiry (SessionsConfig.MaxAge), which bounds a
 // session whose record was lost.
 
+// RevokedSubject is where a replica that revoked a principal's token says
+// so (the body: the principal's Name), for every replica to end the
+// principal's event streams. Only chime may publish it.
+const RevokedSubject = "chime.revoked"
+
 // Kicker disconnects one client of one server.
 type Kicker interface {
 	Kick(ctx context.Context, serverID string, cid uint64) error

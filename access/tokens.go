@@ -106,7 +106,7 @@ type Tokens struct {
 	kv       jetstream.KeyValue
 	markers  time.Duration
 	now      func() time.Time
-	sessions *Sessions // nil: a revoke ends no connection
+	onRevoke func(ctx context.Context, agentID string)
 }
 
 // NewTokens returns the agent token store over the tokens bucket. A
@@ -119,8 +119,9 @@ func NewTokens(kv jetstream.KeyValue, markers time.Duration, now func() time.Tim
 	return &Tokens{kv: kv, markers: markers, now: now}
 }
 
-// EndSessions makes Revoke end the agent's open connections too.
-func (t *Tokens) EndSessions(s *Sessions) { t.sessions = s }
+// OnRevoke sets what runs after each revocation of an agent's tokens:
+// ending its open connections and streams.
+func (t *Tokens) OnRevoke(fn func(ctx context.Context, agentID string)) { t.onRevoke = fn }
 
 func tokKey(hash string) string             { return "tok." + hash }
 func agtKey(agentID, tokenID string) string { return "agt." + agentID + "." + tokenID }
@@ -192,6 +193,8 @@ func (t *Tokens) Revoke(ctx context.Context, agentID string) (*RevokedTokens, er
 	}
 	// Even with no token left: a connection may outlive a revoke that
 	// failed half-way.
-	t.sessions.End(ctx, Principal{Kind: KindAgent, AgentID: agentID})
+	if t.onRevoke != nil {
+		t.onRevoke(ctx, agentID)
+	}
 	return out, nil
 }

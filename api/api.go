@@ -87,6 +87,9 @@ type Operations struct {
 	deliveries *deliveries.Reader
 	// notifications serves notify and the notification routes.
 	notifications *notifications.Service
+	// streams are the event streams open on this replica, by principal,
+	// so that a revocation ends them (EndStreams).
+	streams openStreams
 }
 
 // NewOperations returns the operations.
@@ -105,7 +108,7 @@ func NewOperations(c Config) *Operations {
 		store: c.Timers, waits: c.Waits, waitOps: c.WaitRequests, triggers: c.Triggers, callbacks: c.Callbacks, tokens: c.Tokens, quotas: c.Quotas, tz: c.TimeZone, now: c.Now,
 		waitFor: c.WaitFor, tasks: c.Tasks, notifications: c.Notifications,
 		agents: c.Agents, deliveries: c.Deliveries,
-		log: c.Log.With("component", "api"),
+		log: c.Log.With("component", "api"), streams: openStreams{byPrincipal: map[string]map[uint64]context.CancelFunc{}},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chime_requests_total", Help: "Requests by endpoint and outcome (ok or the error code).",
 		}, []string{"endpoint", "outcome"}),

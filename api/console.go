@@ -189,14 +189,12 @@ func (o *Operations) inboxEvents(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	release, err := o.openStream(r)
+	ctx, release, err := o.openStream(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	defer release()
-	ctx, cancel := streamContext(r)
-	defer cancel()
 	// The feed lives as long as the stream, not the view's request timeout.
 	res, err := o.view(ctx, "inbox.events", agentID, func(context.Context) (any, error) {
 		return o.deliveries.Follow(ctx, agentID, after, inboxBuffer)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/chime-nats/chime/subjects"
@@ -29,11 +30,61 @@ type eventStream struct {
 }
 
 // openStream takes one of the request's principal's event stream places
-// (CHIME_MAX_STREAMS_PER_PRINCIPAL); release gives it back when the
-// stream ends. A refusal is counted, not logged: a client retrying in a
-// loop would flood the log.
-func (o *Operations) openStream(r *http.Request) (release func(), err error) {
-	return o.quotas.OpenStream(requestPrincipal(r))
+// (CHIME_MAX_STREAMS_PER_PRINCIPAL) and returns the stream's context,
+// which ends with the request, when the gateway stops, or when the
+// principal's token is revoked (EndStreams); release gives the place back
+// when the stream ends. A refusal is counted, not logged: a client
+// retrying in a loop would flood the log.
+func (o *Operations) openStream(r *http.Request) (_ context.Context, release func(), err error) {
+	principal := requestPrincipal(r)
+	free, err := o.quotas.OpenStream(principal)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := streamContext(r)
+	forget := o.streams.add(principal, cancel)
+	return ctx, func() { forget(); cancel(); free() }, nil
+}
+
+// EndStreams ends every event stream this replica serves to principal (an
+// access.Principal's Name): its token was revoked.
+func (o *Operations) EndStreams(principal string) int { return o.streams.end(principal) }
+
+// openStreams are event streams' cancels, by principal.
+type openStreams struct {
+	mu          sync.Mutex
+	next        uint64
+	byPrincipal map[string]map[uint64]context.CancelFunc
+}
+
+func (s *openStreams) add(principal string, cancel context.CancelFunc) (forget func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.next++
+	id := s.next
+	if s.byPrincipal[principal] == nil {
+		s.byPrincipal[principal] = map[uint64]context.CancelFunc{}
+	}
+	s.byPrincipal[principal][id] = cancel
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.byPrincipal[principal], id)
+		if len(s.byPrincipal[principal]) == 0 {
+			delete(s.byPrincipal, principal)
+		}
+	}
+}
+
+func (s *openStreams) end(principal string) int {
+	s.mu.Lock()
+	cancels := s.byPrincipal[principal]
+	delete(s.byPrincipal, principal)
+	s.mu.Unlock()
+	for _, cancel := range cancels {
+		cancel()
+	}
+	return len(cancels)
 }
 
 // startEventStream opens an event stream: its headers and a ": connected"

@@ -110,14 +110,12 @@ func (o *Operations) serveEvents(w http.ResponseWriter, r *http.Request, agentID
 	} else if ok {
 		since = &n
 	}
-	release, err := o.openStream(r)
+	ctx, release, err := o.openStream(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	defer release()
-	ctx, cancel := streamContext(r)
-	defer cancel()
 	feed, err := o.notifications.Follow(ctx, agentID, since)
 	if err != nil {
 		writeError(w, answerError(err))

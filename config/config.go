@@ -207,7 +207,7 @@ func (c *Config) Validate() error {
 	} else if c.NATSAuth && c.NATSSystemNkeyFile == "" {
 		return fmt.Errorf("config: CHIME_NATS_AUTH with CHIME_NATS_URL needs CHIME_NATS_SYSTEM_NKEY_FILE, the seed of chime's system account user, which ends a revoked token's connections (see chime nats-config)")
 	}
-	if c.NATSSessionMaxAge < time.Minute {
+	if c.NATSSessionMaxAge != 0 && c.NATSSessionMaxAge < time.Minute {
 		return fmt.Errorf("config: CHIME_NATS_SESSION_MAX_AGE must be at least 1m, not %v", c.NATSSessionMaxAge)
 	}
 	if c.JSReplicas < 1 || c.JSReplicas > 5 {

@@ -227,3 +227,17 @@ func TestPprofOnlyOnLoopback(t *testing.T) {
 		}
 	}
 }
+
+func TestSessionMaxAge(t *testing.T) {
+	for _, tc := range []struct {
+		age time.Duration
+		ok  bool
+	}{{0, true}, {time.Minute, true}, {time.Hour, true}, {30 * time.Second, false}} {
+		c := valid()
+		c.NATSSessionMaxAge = tc.age
+		err := c.Validate()
+		if (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), "CHIME_NATS_SESSION_MAX_AGE")) {
+			t.Errorf("%v: %v", tc.age, err)
+		}
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -281,7 +283,7 @@ func closes(t *testing.T, url string, opts ...nats.Option) (*nats.Conn, func() t
 // callback trigger, closes the NATS connections they opened, and their
 // reconnects are refused.
 func TestSecurityRevocationEndsSessions(t *testing.T) {
-	url, op, _ := authedChime(t)
+	url, op, p := authedChime(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	opConn := connectAs(t, url, nil, nats.Token(op))
@@ -310,8 +312,31 @@ func TestSecurityRevocationEndsSessions(t *testing.T) {
 	}
 	bob := connectAs(t, url, nil, client.ConnectOptions("bob", bt.Token)...)
 
+	// Her event stream over HTTP, open before the revoke.
+	streamEnded := make(chan time.Time, 1)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.httpAddr+"/api/agents/alice/notifications/events", nil)
+	req.Header.Set("Authorization", "Bearer "+tok.Token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("alice's event stream: %v %v", res, err)
+	}
+	defer res.Body.Close()
+	go func() {
+		_, _ = io.Copy(io.Discard, res.Body)
+		streamEnded <- time.Now()
+	}()
+
+	revoked := time.Now()
 	if _, err := opAlice.RevokeTokens(ctx); err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case at := <-streamEnded:
+		if d := at.Sub(revoked); d > 2*time.Second {
+			t.Errorf("alice's event stream ended %v after the revoke, want within 2s", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("alice's event stream still open 10 s after the revoke")
 	}
 	for _, closed := range []func() time.Duration{aliceClosed, aliceClosed2} {
 		if d := closed(); d > 2*time.Second {

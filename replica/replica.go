@@ -56,11 +56,13 @@ type Replica struct {
 	// (the kick service); nil otherwise.
 	system   *nats.Conn
 	sessions *access.Sessions
-	healer   *engine.Healer
-	waits    *waits.Consumer
-	waitFor  *waitfor.Consumer
-	settler  *tasks.Settler
-	storage  *engine.Storage
+	// revoked ends this replica's event streams of revoked principals.
+	revoked *nats.Subscription
+	healer  *engine.Healer
+	waits   *waits.Consumer
+	waitFor *waitfor.Consumer
+	settler *tasks.Settler
+	storage *engine.Storage
 	// waitForIndex is this replica's view of WaitFor's scope index.
 	waitForIndex *waitfor.Index
 	// taskIndex counts running tasks and stored output, for the quotas.
@@ -337,7 +339,6 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 			kick = access.SystemKicker{NC: r.system}
 		}
 		r.sessions = access.NewSessions(access.SessionsConfig{KV: res.Sessions, Kick: kick, MaxAge: topo.Sessions(), Log: log})
-		tokens.EndSessions(r.sessions)
 		triggerStore.OnRevoke(func(ctx context.Context, t *subjects.Trigger) {
 			r.sessions.End(ctx, access.Principal{Kind: access.KindCallback, AgentID: t.AgentID, TriggerID: t.ID})
 		})
@@ -348,6 +349,22 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		}
 	} else {
 		log.Warn("NATS authorization is off (CHIME_NATS_AUTH): every client of the NATS server may act as any agent or operator")
+	}
+	// A revocation ends the agent's connections here (through its session
+	// records) and its event streams on every replica.
+	tokens.OnRevoke(func(ctx context.Context, agentID string) {
+		p := access.Principal{Kind: access.KindAgent, AgentID: agentID}
+		r.sessions.End(ctx, p)
+		if err := r.nc.Publish(access.RevokedSubject, []byte(p.Name())); err != nil {
+			log.Warn("announcing a revocation: its event streams on other replicas stay open", "principal", p.Name(), "err", err)
+		}
+	})
+	if r.revoked, err = r.nc.Subscribe(access.RevokedSubject, func(m *nats.Msg) {
+		if n := ops.EndStreams(string(m.Data)); n > 0 {
+			log.Info("ended the event streams of a revoked principal", "principal", string(m.Data), "streams", n)
+		}
+	}); err != nil {
+		return nil, fmt.Errorf("replica: revocations: %w", err)
 	}
 	if r.svc, err = api.StartService(ctx, api.ServiceConfig{
 		NC: r.responder, Ops: ops, Version: version, Confine: issuer != nil, Triggers: triggerStore, Log: log, Registerer: reg,
