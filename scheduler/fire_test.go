@@ -13,6 +13,7 @@ import (
 	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/kvrec"
+	"github.com/chime-nats/chime/internal/metrictest"
 	"github.com/chime-nats/chime/internal/natstest"
 	"github.com/chime-nats/chime/scheduler"
 	"github.com/chime-nats/chime/subjects"
@@ -118,5 +119,78 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 5s")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestForeignRecordsAreNotFired: a timer record that chime did not write
+// (undecodable, or naming another agent or ID than its key) is passed over
+// and counted; chime's own timers go on firing.
+func TestForeignRecordsAreNotFired(t *testing.T) {
+	ns := natstest.Server(t)
+	nc, res := natstest.Provisioned(t, ns)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	const shards = 4
+	store := timers.NewStore(res.Timers, nil, kvrec.Retention{})
+	var sched *scheduler.Scheduler
+	leases := scheduler.NewLeases(scheduler.LeasesConfig{
+		KV: res.Leases, ReplicaID: "r1", Shards: shards, TTL: 2 * time.Second, Renew: 500 * time.Millisecond,
+		OnChange: func() { sched.Reshard() },
+	})
+	reg := prometheus.NewRegistry()
+	sched = scheduler.New(scheduler.Config{
+		JS: res.JS, TimersBucket: engine.TimersBucket, Records: store,
+		Inbox:  consumer.NewInbox(res.JS, engine.InboxStream, time.Minute, nil),
+		Leases: leases, Shards: shards, Registerer: reg,
+	})
+	for _, start := range []func(context.Context) error{leases.Start, sched.Start} {
+		if err := start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() { leases.Stop(context.Background()); sched.Stop() }()
+
+	inbox := make(chan *nats.Msg, 64)
+	sub, err := nc.ChanSubscribe(subjects.InboxWildcard, inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+
+	due := time.Now().Add(50 * time.Millisecond).UTC()
+	foreign := func(agentID, id string) []byte {
+		b, _ := json.Marshal(subjects.Timer{ID: id, AgentID: agentID, CreatedAt: time.Now(), DurationMs: 50, Status: subjects.TimerActive, NextFireAt: &due})
+		return b
+	}
+	for key, value := range map[string][]byte{
+		"alice.tmr_a": foreign("bob", "tmr_a"),   // another agent
+		"alice.tmr_b": foreign("alice", "tmr_x"), // another ID
+		"alice.tmr_c": []byte("not json"),
+	} {
+		if _, err := res.Timers.Put(ctx, key, value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	own, err := store.Create(ctx, "alice", subjects.TimerSpec{Duration: 200 * time.Millisecond, Summary: "mine"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-inbox:
+		var env subjects.Envelope
+		if err := json.Unmarshal(m.Data, &env); err != nil || env.Source.ID != own.ID {
+			t.Fatalf("first delivery %s: %v, want alice's own timer", m.Data, err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("alice's own timer did not fire")
+	}
+	select {
+	case m := <-inbox:
+		t.Fatalf("a foreign record fired: %s", m.Data)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if got := metrictest.Counter(t, reg, "chime_records_refused_total", map[string]string{"bucket": engine.TimersBucket}); got != 3 {
+		t.Errorf("chime_records_refused_total = %v, want 3", got)
 	}
 }

@@ -14,6 +14,7 @@ type metrics struct {
 	recovered         prometheus.Counter
 	progress          prometheus.Counter
 	lateness          prometheus.Histogram
+	refused           *prometheus.CounterVec
 }
 
 func newMetrics(s *Scheduler) metrics {
@@ -41,6 +42,10 @@ func newMetrics(s *Scheduler) metrics {
 		progress: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "chime_wait_progress_total", Help: "Wait progress messages published by this replica.",
 		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chime_records_refused_total",
+			Help: "Records passed over by the index, by bucket: undecodable, or naming another agent or ID than their key. Chime wrote none of them.",
+		}, []string{"bucket"}),
 	}
 	m.shardLoad = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "chime_shard_load_seconds",
@@ -60,5 +65,5 @@ func newMetrics(s *Scheduler) metrics {
 }
 
 func (m *metrics) register(r prometheus.Registerer) {
-	r.MustRegister(m.active, m.waitGauge, m.shardsHeld, m.shardLoad, m.fires, m.failures, m.applied, m.recordFailures, m.recovered, m.progress, m.lateness)
+	r.MustRegister(m.active, m.waitGauge, m.shardsHeld, m.shardLoad, m.fires, m.failures, m.applied, m.recordFailures, m.recovered, m.progress, m.lateness, m.refused)
 }

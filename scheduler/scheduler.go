@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 
 	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/internal/kvwatch"
@@ -89,6 +90,8 @@ type Scheduler struct {
 	stop       sync.Once
 
 	m metrics
+	// refusedLog paces the log of records passed over (refuse).
+	refusedLog rate.Sometimes
 }
 
 // New returns a Scheduler; Start begins its work.
@@ -123,6 +126,7 @@ func New(c Config) *Scheduler {
 	}
 	s.health.now = c.Now
 	s.m = newMetrics(s)
+	s.refusedLog = rate.Sometimes{Interval: refusedLogInterval}
 	if c.Registerer != nil {
 		s.m.register(c.Registerer)
 	}
@@ -310,8 +314,9 @@ func (s *Scheduler) applyTimer(e kvwatch.Entry) {
 		return
 	}
 	var t subjects.Timer
-	if err := json.Unmarshal(e.Value, &t); err != nil {
-		s.log.Error("undecodable timer record", "key", e.Key, "err", err)
+	if err := s.decode(e, &t, func() (string, string) { return t.AgentID, t.ID }); err != nil {
+		s.refuse(s.cfg.TimersBucket, e.Key, err)
+		s.removed(false, e.Key, agentLen, shard)
 		return
 	}
 	if t.Status != subjects.TimerActive || t.NextFireAt == nil {
@@ -342,6 +347,32 @@ func (s *Scheduler) applyTimer(e kvwatch.Entry) {
 	s.armAt(en, t.NextFireAt.UnixNano())
 }
 
+// decode reads a record strictly: it must decode, and name the agent and
+// ID its key does. Only chime writes these buckets; a record that fails
+// is not chime's, and firing it would act on whatever it claims.
+func (s *Scheduler) decode(e kvwatch.Entry, rec any, names func() (agentID, id string)) error {
+	if err := json.Unmarshal(e.Value, rec); err != nil {
+		return err
+	}
+	agentID, id, _ := subjects.ParseRecordKey(e.Key)
+	if a, i := names(); a != agentID || i != id {
+		return fmt.Errorf("the record names agent %q and ID %q", a, i)
+	}
+	return nil
+}
+
+// refuse counts and logs a record passed over, at most one line per
+// refusedLogInterval: a flood of them must not flood the log.
+func (s *Scheduler) refuse(bucket, key string, err error) {
+	s.m.refused.WithLabelValues(bucket).Inc()
+	s.refusedLog.Do(func() {
+		s.log.Error("record passed over: it is not one chime wrote", "bucket", bucket, "key", key, "err", err)
+	})
+}
+
+// refusedLogInterval paces the log of records passed over.
+const refusedLogInterval = 10 * time.Second
+
 // applyWait folds one wait record change into the index, as applyTimer.
 func (s *Scheduler) applyWait(e kvwatch.Entry) {
 	agentLen, ok := recordKey(e.Key)
@@ -357,8 +388,9 @@ func (s *Scheduler) applyWait(e kvwatch.Entry) {
 		return
 	}
 	var w subjects.Wait
-	if err := json.Unmarshal(e.Value, &w); err != nil {
-		s.log.Error("undecodable wait record", "key", e.Key, "err", err)
+	if err := s.decode(e, &w, func() (string, string) { return w.AgentID, w.ID }); err != nil {
+		s.refuse(s.cfg.WaitsBucket, e.Key, err)
+		s.removed(true, e.Key, agentLen, shard)
 		return
 	}
 	if w.Status != subjects.WaitWaiting {
