@@ -114,3 +114,19 @@ func (s *Store) List(ctx context.Context) ([]subjects.AgentState, error) {
 	}
 	return out, nil
 }
+
+// InboxAck moves the agent's inbox cursor up to seq and returns it; a seq
+// at or below the cursor changes nothing (acks may arrive out of order).
+func (s *Store) InboxAck(ctx context.Context, agentID string, seq uint64) (uint64, error) {
+	st, _, err := s.Update(ctx, agentID, func(st *subjects.AgentState) (bool, error) {
+		if seq <= st.InboxAcked {
+			return false, nil
+		}
+		st.InboxAcked = seq
+		return true, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return st.InboxAcked, nil
+}

@@ -1,8 +1,10 @@
-// Package deliveries reads what chime delivered to agents, for operators:
+// Package deliveries reads what chime delivered to agents: for operators,
 // the last envelopes of an agent's inbox, a live feed of the next ones, and
-// which agents have an inbox. Every read goes through a consumer that
-// holds no durable state (ephemeral, in memory, deleted or expired when
-// the read ends), so looking never changes what an agent is given.
+// which agents have an inbox, each through a consumer that holds no
+// durable state (ephemeral, in memory, deleted or expired when the read
+// ends), so looking never changes what an agent is given; for agents
+// themselves, their reliable read (Inbox: fetch from the cursor chime
+// keeps, ack), by subject, with no consumer at all.
 package deliveries
 
 import (
@@ -31,6 +33,8 @@ type Delivery struct {
 type Reader struct {
 	js     jetstream.JetStream
 	stream string
+	mu     sync.Mutex
+	st     jetstream.Stream // looked up once, for agents' fetches
 }
 
 // NewReader returns a Reader of the inbox stream named stream.

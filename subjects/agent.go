@@ -21,6 +21,9 @@ type AgentState struct {
 	// creation time, Unix nanoseconds): a stream made anew restarts its
 	// sequences, and an old cursor would skip the new interventions.
 	InterventionEpoch int64 `json:"intervention_epoch,omitempty"`
+	// InboxAcked is the agent's inbox cursor (inbox.ack): the last inbox
+	// stream sequence it has handled; a fetch starts after it.
+	InboxAcked uint64 `json:"inbox_acked,omitempty"`
 }
 
 // PendingWake is a delivered (or in-flight) wake hint.

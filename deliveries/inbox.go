@@ -1,0 +1,170 @@
+package deliveries
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chime-nats/chime/agents"
+	"github.com/chime-nats/chime/subjects"
+)
+
+// Inbox serves an agent's own reliable read of its inbox (inbox.fetch,
+// inbox.ack): deliveries after the cursor chime keeps in the agent's
+// record, read by subject from the stream, so no JetStream right of the
+// agent's and no consumer per agent is involved. What is not acked comes
+// again at the next fetch; an envelope's ID tells a repeat.
+type Inbox struct {
+	reader *Reader
+	agents *agents.Store
+
+	mu      sync.Mutex
+	waiting map[string]int // fetches waiting for a delivery, by agent
+	total   int
+}
+
+// Waits a fetch may hold open for a first delivery: per agent, and in
+// all on this replica. Beyond them a fetch answers at once, empty.
+const (
+	maxWaitsPerAgent = 4
+	maxWaits         = 256
+)
+
+// NewInbox returns the agents' inbox reads over reader and the agents'
+// records.
+func NewInbox(reader *Reader, agents *agents.Store) *Inbox {
+	return &Inbox{reader: reader, agents: agents, waiting: map[string]int{}}
+}
+
+// Fetch returns up to req.Max of the agent's deliveries after req.After
+// (or after its cursor), oldest first; with req.Wait and none there, it
+// waits that long for the next one.
+func (i *Inbox) Fetch(ctx context.Context, agentID string, req *subjects.InboxFetch) (*subjects.InboxFetchReply, error) {
+	st, _, err := i.agents.Get(ctx, agentID)
+	if err != nil {
+		return nil, err
+	}
+	after := st.InboxAcked
+	if req.After != nil {
+		after = *req.After
+	}
+	out := &subjects.InboxFetchReply{Acked: st.InboxAcked, Deliveries: []subjects.InboxDelivery{}}
+	if out.Deliveries, err = i.reader.after(ctx, agentID, after, req.Max); err != nil || len(out.Deliveries) > 0 || req.Wait <= 0 {
+		return out, err
+	}
+	if !i.reserve(agentID) {
+		return out, nil
+	}
+	defer i.release(agentID)
+	sub, err := i.reader.js.Conn().SubscribeSync(subjects.Inbox(agentID))
+	if err != nil {
+		return nil, fmt.Errorf("deliveries: wait for %s: %w", agentID, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := i.reader.js.Conn().FlushWithContext(ctx); err != nil {
+		return nil, fmt.Errorf("deliveries: wait for %s: %w", agentID, err)
+	}
+	// Stored between the first read and the subscription: read again.
+	if out.Deliveries, err = i.reader.after(ctx, agentID, after, req.Max); err != nil || len(out.Deliveries) > 0 {
+		return out, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, req.Wait)
+	defer cancel()
+	if _, err := sub.NextMsgWithContext(wctx); err != nil {
+		return out, nil // nothing came: an empty answer, not an error
+	}
+	out.Deliveries, err = i.reader.after(ctx, agentID, after, req.Max)
+	return out, err
+}
+
+func (i *Inbox) reserve(agentID string) bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.waiting[agentID] >= maxWaitsPerAgent || i.total >= maxWaits {
+		return false
+	}
+	i.waiting[agentID]++
+	i.total++
+	return true
+}
+
+func (i *Inbox) release(agentID string) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.waiting[agentID]--; i.waiting[agentID] == 0 {
+		delete(i.waiting, agentID)
+	}
+	i.total--
+}
+
+// Ack moves the agent's cursor up to seq, which must be a sequence the
+// inbox stream has reached.
+func (i *Inbox) Ack(ctx context.Context, agentID string, seq uint64) (*subjects.InboxAckReply, error) {
+	st, err := i.reader.inboxStream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("deliveries: inbox stream: %w", err)
+	}
+	if last := info.State.LastSeq; seq > last {
+		return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "seq " + strconv.FormatUint(seq, 10) +
+			" is beyond the inbox's last delivery " + strconv.FormatUint(last, 10)}
+	}
+	acked, err := i.agents.InboxAck(ctx, agentID, seq)
+	if err != nil {
+		return nil, err
+	}
+	return &subjects.InboxAckReply{Acked: acked}, nil
+}
+
+// inboxStream is the inbox stream's handle, looked up once.
+func (r *Reader) inboxStream(ctx context.Context) (jetstream.Stream, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.st != nil {
+		return r.st, nil
+	}
+	st, err := r.js.Stream(ctx, r.stream)
+	if err != nil {
+		return nil, fmt.Errorf("deliveries: inbox stream: %w", err)
+	}
+	r.st = st
+	return st, nil
+}
+
+// after reads up to max of the agent's deliveries after seq, by subject,
+// one message get each: the cost of a fetch is what it returns, however
+// many deliveries other agents have.
+func (r *Reader) after(ctx context.Context, agentID string, seq uint64, max int) ([]subjects.InboxDelivery, error) {
+	st, err := r.inboxStream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []subjects.InboxDelivery{}
+	subject := subjects.Inbox(agentID)
+	for len(out) < max {
+		m, err := st.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("deliveries: inbox of %s after %d: %w", agentID, seq, err)
+		}
+		out = append(out, subjects.InboxDelivery{Seq: m.Sequence, StoredAt: m.Time, Envelope: m.Data})
+		seq = m.Sequence
+	}
+	return out, nil
+}
+
+// Waiting reports how many fetches wait for a delivery on this replica.
+func (i *Inbox) Waiting() int {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.total
+}
