@@ -62,6 +62,8 @@ type Config struct {
 	// agent list, an agent's recent deliveries and their live feed.
 	Agents     *agents.Store
 	Deliveries *deliveries.Reader
+	// Inbox serves agents' own reads of their inboxes (inbox.fetch, inbox.ack).
+	Inbox *deliveries.Inbox
 	// Notifications, when set, serves notify and the notification
 	// history, mark-read, clear and feeds.
 	Notifications *notifications.Service
@@ -85,6 +87,7 @@ type Operations struct {
 	tasks      *tasks.Store
 	agents     *agents.Store
 	deliveries *deliveries.Reader
+	inbox      *deliveries.Inbox
 	// notifications serves notify and the notification routes.
 	notifications *notifications.Service
 	// streams are the event streams open on this replica, by principal,
@@ -107,7 +110,7 @@ func NewOperations(c Config) *Operations {
 	o := &Operations{
 		store: c.Timers, waits: c.Waits, waitOps: c.WaitRequests, triggers: c.Triggers, callbacks: c.Callbacks, tokens: c.Tokens, quotas: c.Quotas, tz: c.TimeZone, now: c.Now,
 		waitFor: c.WaitFor, tasks: c.Tasks, notifications: c.Notifications,
-		agents: c.Agents, deliveries: c.Deliveries,
+		agents: c.Agents, deliveries: c.Deliveries, inbox: c.Inbox,
 		log: c.Log.With("component", "api"), streams: openStreams{byPrincipal: map[string]map[uint64]context.CancelFunc{}},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chime_requests_total", Help: "Requests by endpoint and outcome (ok or the error code).",
@@ -159,6 +162,8 @@ func (o *Operations) do(ctx context.Context, surface, action, agentID string, bo
 			}
 		}
 		return o.store.Create(ctx, agentID, spec)
+	case subjects.ActionInboxFetch, subjects.ActionInboxAck:
+		return o.doInbox(ctx, action, agentID, body)
 	case subjects.ActionTimerList:
 		limit, err := subjects.DecodeListTimers(body)
 		if err != nil {
@@ -301,7 +306,27 @@ func Actions() []string {
 		subjects.ActionTaskStart, subjects.ActionTaskResult, subjects.ActionTaskGet, subjects.ActionTaskList,
 		subjects.ActionTaskCancel, subjects.ActionTaskOutput, subjects.ActionTaskOutputAppend,
 		subjects.ActionNotify, subjects.ActionNotificationsList, subjects.ActionNotificationsMark, subjects.ActionNotificationsClear,
+		subjects.ActionInboxFetch, subjects.ActionInboxAck,
 	}
+}
+
+// doInbox serves an agent's own read of its inbox.
+func (o *Operations) doInbox(ctx context.Context, action, agentID string, body []byte) (any, error) {
+	if o.inbox == nil {
+		return nil, &subjects.Error{Code: subjects.CodeUnavailable, Message: "inbox reads are not configured"}
+	}
+	if action == subjects.ActionInboxFetch {
+		req, err := subjects.DecodeInboxFetch(body)
+		if err != nil {
+			return nil, err
+		}
+		return o.inbox.Fetch(ctx, agentID, req)
+	}
+	seq, err := subjects.DecodeInboxAck(body)
+	if err != nil {
+		return nil, err
+	}
+	return o.inbox.Ack(ctx, agentID, seq)
 }
 
 // doWaitFor serves the WaitFor actions.

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -106,6 +107,29 @@ func (c *Client) SubscribeInbox(fn func(subjects.Envelope)) (*nats.Subscription,
 			fn(env)
 		}
 	})
+}
+
+// FetchInbox returns up to max of the agent's deliveries it has not acked
+// (max 0: chime's default), oldest first, waiting up to wait (at most
+// subjects.MaxInboxWait) for one when there are none. What is not acked
+// comes again at the next fetch: an envelope's ID tells a repeat.
+func (c *Client) FetchInbox(ctx context.Context, max int, wait time.Duration) (*subjects.InboxFetchReply, error) {
+	req := map[string]any{}
+	if max > 0 {
+		req["max"] = max
+	}
+	if wait > 0 {
+		req["wait_ms"] = wait.Milliseconds()
+	}
+	var r subjects.InboxFetchReply
+	return &r, c.call(ctx, subjects.ActionInboxFetch, req, &r)
+}
+
+// AckInbox marks every delivery up to and including seq handled.
+func (c *Client) AckInbox(ctx context.Context, seq uint64) (uint64, error) {
+	var r subjects.InboxAckReply
+	err := c.call(ctx, subjects.ActionInboxAck, map[string]any{"seq": seq}, &r)
+	return r.Acked, err
 }
 
 // ConnectOptions are what an agent's connection needs when NATS

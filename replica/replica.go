@@ -324,13 +324,14 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	case <-pctx.Done():
 		return nil, fmt.Errorf("replica: loading the notifications: %w", pctx.Err())
 	}
+	reader := deliveries.NewReader(js, engine.InboxStream)
 	ops := api.NewOperations(api.Config{
 		Tokens: tokens, Questions: questionService,
 		Timers: store, Waits: waitStore, WaitRequests: waits.NewRequests(waitStore, inbox, js, time.Now, log),
 		Triggers: triggerStore, Callbacks: callbacks.NewService(triggerStore, inbox, js, engine.InboxStream, time.Now, log), Log: log, TimeZone: cfg.TimeZone,
 		Quotas: limits, Registerer: reg, WaitFor: waitForSvc,
 		Tasks: taskStore, Notifications: r.notes,
-		Agents: agentStore, Deliveries: deliveries.NewReader(js, engine.InboxStream),
+		Agents: agentStore, Deliveries: reader, Inbox: deliveries.NewInbox(reader, agentStore),
 	})
 	resolver := access.Resolver{Operators: operators, Tokens: tokens, Callbacks: triggerStore}
 	if issuer != nil {
