@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/subjects"
@@ -731,5 +732,63 @@ func TestConcurrentResets(t *testing.T) {
 	}
 	if active[subjects.ModeWakeHint] != 1 || active[subjects.ModeEnqueueMessage] != 1 || len(list.Triggers) != 10 {
 		t.Errorf("after 8 concurrent resets: active %v of %d triggers", active, len(list.Triggers))
+	}
+}
+
+// TestCallbackCoalescingWithChimesCursor: an agent that reads its inbox
+// through chime (inbox.fetch, inbox.ack) has its wakes folded into the
+// hint it has not acked yet, as one with its own consumer.
+func TestCallbackCoalescingWithChimesCursor(t *testing.T) {
+	_, nc := startChime(t)
+	urls := startAgent(t, nc, "cur")
+	wake, enqueue := urls[subjects.ModeWakeHint], urls[subjects.ModeEnqueueMessage]
+	ctx := context.Background()
+	c, _ := client.New(nc, "cur")
+	fetch := func(want int) []subjects.InboxDelivery {
+		t.Helper()
+		var got []subjects.InboxDelivery
+		for deadline := time.Now().Add(5 * time.Second); len(got) < want && time.Now().Before(deadline); {
+			r, err := c.FetchInbox(ctx, 0, time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = r.Deliveries
+		}
+		return got
+	}
+	text := func(d subjects.InboxDelivery) string {
+		var env subjects.Envelope
+		_ = json.Unmarshal(d.Envelope, &env)
+		return env.Text
+	}
+	// Until it first acks, it reads nothing reliably: every wake is
+	// delivered.
+	status, body := post(t, enqueue, "text/plain", []byte("hello"))
+	accepted(t, status, body, "cur", subjects.ModeEnqueueMessage, subjects.DispositionEnqueued)
+	hello := fetch(1)
+	if len(hello) != 1 {
+		t.Fatalf("fetched %d", len(hello))
+	}
+	if _, err := c.AckInbox(ctx, hello[0].Seq); err != nil {
+		t.Fatal(err)
+	}
+	status, body = post(t, wake, "text/plain", []byte("first"))
+	accepted(t, status, body, "cur", subjects.ModeWakeHint, subjects.DispositionTriggered)
+	status, body = post(t, wake, "text/plain", []byte("second"))
+	accepted(t, status, body, "cur", subjects.ModeWakeHint, subjects.DispositionCoalesced)
+	first := fetch(1)
+	if len(first) != 1 || text(first[0]) != "first" {
+		t.Fatalf("pending hint %+v", first)
+	}
+	// Fetched but not acked: still pending.
+	status, body = post(t, wake, "text/plain", []byte("third"))
+	accepted(t, status, body, "cur", subjects.ModeWakeHint, subjects.DispositionCoalesced)
+	if _, err := c.AckInbox(ctx, first[0].Seq); err != nil {
+		t.Fatal(err)
+	}
+	status, body = post(t, wake, "text/plain", []byte("fourth"))
+	accepted(t, status, body, "cur", subjects.ModeWakeHint, subjects.DispositionTriggered)
+	if rest := fetch(1); len(rest) != 1 || text(rest[0]) != "fourth" {
+		t.Errorf("after the ack the inbox holds %+v, want only the fourth (second and third coalesced)", rest)
 	}
 }

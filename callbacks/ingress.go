@@ -136,22 +136,31 @@ func (o *Service) Accept(ctx context.Context, req Request) (*subjects.CallbackRe
 }
 
 // claimWake decides whether a wake is delivered or coalesced into the
-// hint the agent has not consumed yet. Only an agent with an inbox
-// consumer can have one pending; for the others nothing is written. For
-// them, claimed reports whether this wake took the pending slot (by CAS on
-// the agent's record); a coalesced wake names the pending hint it folded
-// into and the ack floor it saw (see subjects.CallbackEvent).
+// hint the agent has not consumed yet. Only an agent that reads its inbox
+// reliably can have one pending: through chime (its cursor, inbox.ack), or
+// where NATS authorization is off through an inbox consumer of its own
+// (its ack floor); for the others nothing is written. For them, claimed
+// reports whether this wake took the pending slot (by CAS on the agent's
+// record); a coalesced wake names the pending hint it folded into and the
+// ack floor it saw (see subjects.CallbackEvent).
 func (o *Service) claimWake(ctx context.Context, agentID, eventID string) (disposition, into string, ackFloor uint64, claimed bool, err error) {
 	c, err := o.js.Consumer(ctx, o.inboxStream, subjects.InboxConsumer(agentID))
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return subjects.DispositionTriggered, "", 0, false, nil
-	}
-	if err != nil {
+	consumer := err == nil
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return "", "", 0, false, fmt.Errorf("callbacks: inbox consumer: %w", err)
 	}
-	ackFloor = c.CachedInfo().AckFloor.Stream
+	if consumer {
+		ackFloor = c.CachedInfo().AckFloor.Stream
+	}
 	landed := map[string]uint64{}
+	reads := true
 	_, err = o.store.UpdateAgent(ctx, agentID, func(st *subjects.AgentState) (bool, error) {
+		if !consumer {
+			if reads = st.InboxAcked > 0; !reads {
+				return false, nil
+			}
+			ackFloor = st.InboxAcked
+		}
 		pw := st.PendingWake
 		if pw != nil && pw.InboxSeq == 0 {
 			// The hint may be in the inbox, even taken, before chime has
@@ -176,6 +185,9 @@ func (o *Service) claimWake(ctx context.Context, agentID, eventID string) (dispo
 		st.PendingWake = &subjects.PendingWake{EventID: eventID, ClaimedAt: o.now().UTC()}
 		return true, nil
 	})
+	if err == nil && !reads {
+		return subjects.DispositionTriggered, "", 0, false, nil
+	}
 	return disposition, into, ackFloor, claimed, err
 }
 
