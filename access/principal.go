@@ -57,16 +57,13 @@ func (p Principal) InboxPrefix() string {
 // AgentInboxPrefix is the reply prefix of agentID's connections.
 func AgentInboxPrefix(agentID string) string { return ReplyPrefix + "agent." + agentID }
 
-// InboxConsumer is the name of an agent's own durable consumer on the
-// inbox stream: the one consumer its rights let it create and read.
-func InboxConsumer(agentID string) string { return "inbox-" + agentID }
-
 // agentActions are what an agent may request of its own subjects, and an
 // operator of any agent's.
 var agentActions = []string{
 	subjects.ActionTimerCreate, subjects.ActionTimerList, subjects.ActionTimerGet, subjects.ActionTimerCancel,
 	subjects.ActionWaitRequest, subjects.ActionWaitCancel, subjects.ActionWaitList, subjects.ActionWaitFor, "wait.tasks", "wait.report",
 	subjects.ActionNotify, "task.>", "question.ask", "question.list", subjects.ActionNotificationsList,
+	subjects.ActionInboxFetch, subjects.ActionInboxAck,
 }
 
 // operatorActions are what only operators may request.
@@ -78,19 +75,13 @@ var operatorActions = []string{
 // agentReads are the agent's subjects it may subscribe to.
 var agentReads = []string{subjects.ActionInbox, subjects.ActionWaitProgress, subjects.ActionNotifications}
 
-// inboxAPI are the JetStream API subjects for one consumer of the inbox
-// stream; name may be a wildcard.
-func inboxAPI(name string) []string {
-	s := "CHIME_INBOX." + name
-	return []string{
-		"$JS.API.CONSUMER.INFO." + s, "$JS.API.CONSUMER.MSG.NEXT." + s,
-		"$JS.API.CONSUMER.DELETE." + s, "$JS.ACK." + s + ".>",
-	}
-}
-
 // Permissions are exactly the principal's NATS rights. Nothing else is
 // allowed: not the internal subjects, not publishing into any inbox, not
-// $KV, and not the JetStream API beyond what is listed.
+// $KV, and no JetStream API at all. A JetStream request writes its answer,
+// and a consumer its messages, to a subject the requester names (a reply,
+// a deliver subject) with the stream's own rights, so any JetStream right
+// would let a principal write into chime's buckets: agents and operators
+// read inboxes through chime instead (inbox.fetch, inbox.ack, HTTP).
 func (p Principal) Permissions() jwt.Permissions {
 	var perm jwt.Permissions
 	switch p.Kind {
@@ -98,12 +89,6 @@ func (p Principal) Permissions() jwt.Permissions {
 		for _, a := range agentActions {
 			perm.Pub.Allow.Add(subjects.Agent(p.AgentID, a))
 		}
-		// Its own durable consumer, created only with its own inbox as
-		// the filter: the filter is part of the create subject, and the
-		// server checks the config against it.
-		name := InboxConsumer(p.AgentID)
-		perm.Pub.Allow.Add("$JS.API.CONSUMER.CREATE.CHIME_INBOX." + name + "." + subjects.Inbox(p.AgentID))
-		perm.Pub.Allow.Add(inboxAPI(name)...)
 		for _, r := range agentReads {
 			perm.Sub.Allow.Add(subjects.Agent(p.AgentID, r))
 		}
@@ -112,9 +97,7 @@ func (p Principal) Permissions() jwt.Permissions {
 			perm.Pub.Allow.Add(subjects.AgentWildcard(a))
 		}
 		perm.Pub.Allow.Add(subjects.CallbackWake, subjects.CallbackEnqueue)
-		perm.Pub.Allow.Add("$JS.API.CONSUMER.CREATE.CHIME_INBOX.>", "$JS.API.STREAM.INFO.CHIME_INBOX",
-			"$JS.API.STREAM.MSG.GET.CHIME_INBOX", "$JS.API.DIRECT.GET.CHIME_INBOX.>", "$JS.API.INFO", "$SRV.>")
-		perm.Pub.Allow.Add(inboxAPI("*")...)
+		perm.Pub.Allow.Add("$SRV.>")
 		for _, r := range agentReads {
 			perm.Sub.Allow.Add(subjects.AgentWildcard(r))
 		}

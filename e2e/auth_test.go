@@ -178,43 +178,33 @@ func TestNATSAuthorization(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("no fire on the plain subscription")
 		}
-		// And from the stream, through her own durable consumer.
+		// And from the stream, through chime: fetch, ack, and the acked
+		// delivery does not come again.
+		got, err := ac.FetchInbox(ctx, 10, 5*time.Second)
+		if err != nil || len(got.Deliveries) != 1 || !strings.Contains(string(got.Deliveries[0].Envelope), tm.ID) {
+			t.Fatalf("fetched %+v: %v", got, err)
+		}
+		if acked, err := ac.AckInbox(ctx, got.Deliveries[0].Seq); err != nil || acked != got.Deliveries[0].Seq {
+			t.Fatalf("ack: %d %v", acked, err)
+		}
+		if again, err := ac.FetchInbox(ctx, 10, 0); err != nil || len(again.Deliveries) != 0 {
+			t.Fatalf("after the ack: %+v %v", again, err)
+		}
+		// No JetStream right of her own, not even for a consumer of her
+		// own inbox: its deliver subject would be hers to choose.
 		js, _ := jetstream.New(alice)
-		cons, err := js.CreateOrUpdateConsumer(ctx, engine.InboxStream, jetstream.ConsumerConfig{
-			Durable: access.InboxConsumer("alice"), FilterSubject: subjects.Inbox("alice"), AckPolicy: jetstream.AckExplicitPolicy,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			if err := m.Ack(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if got != 1 {
-			t.Fatalf("fetched %d from her consumer", got)
-		}
-		// Her consumer name with bob's inbox as its filter is refused: the
-		// filter is part of the create subject.
 		short, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		_, err = js.CreateOrUpdateConsumer(short, engine.InboxStream, jetstream.ConsumerConfig{
-			Durable: access.InboxConsumer("alice"), FilterSubject: subjects.Inbox("bob"),
-		})
-		if err == nil {
-			t.Fatal("a consumer of bob's inbox was created")
+		if _, err := js.CreateOrUpdateConsumer(short, engine.InboxStream, jetstream.ConsumerConfig{
+			Durable: subjects.InboxConsumer("alice"), FilterSubject: subjects.Inbox("alice"),
+		}); err == nil {
+			t.Fatal("a consumer of her inbox was created")
 		}
-		v.seen(t, "publish", "$JS.API.CONSUMER.CREATE.CHIME_INBOX.inbox-alice.agent.bob.inbox")
+		v.seen(t, "publish", "$JS.API.CONSUMER.CREATE.CHIME_INBOX.inbox-alice.agent.alice.inbox")
 	})
 
 	t.Run("agent refused everything else", func(t *testing.T) {
-		inboxBefore := streamMsgs(t, ctx, opConn, engine.InboxStream)
+		inboxBefore := inboxCount(t, p.httpAddr, op)
 		for _, subj := range []string{subjects.Inbox("bob"), ">", "agent.*.inbox", "_INBOX.>", "$KV.chime_triggers.>", "timer.fire",
 			subjects.Agent("bob", subjects.ActionNotifications)} {
 			if _, err := alice.SubscribeSync(subj); err != nil {
@@ -243,7 +233,7 @@ func TestNATSAuthorization(t *testing.T) {
 		if got, err := bc.GetTimer(ctx, bobTimer.ID); err != nil || got.Status != subjects.TimerActive {
 			t.Fatalf("bob's timer after the attempts: %+v %v", got, err)
 		}
-		if after := streamMsgs(t, ctx, opConn, engine.InboxStream); after != inboxBefore {
+		if after := inboxCount(t, p.httpAddr, op); after != inboxBefore {
 			t.Fatalf("inbox stream went from %d to %d messages", inboxBefore, after)
 		}
 	})
@@ -346,14 +336,26 @@ func issueOverHTTP(t *testing.T, httpAddr, op, agentID string) string {
 	return tok.Token
 }
 
-func streamMsgs(t *testing.T, ctx context.Context, nc *nats.Conn, stream string) uint64 {
+// inboxCount is how many deliveries the inbox stream holds, summed over
+// the agents an operator lists.
+func inboxCount(t *testing.T, httpAddr, op string) uint64 {
 	t.Helper()
-	js, _ := jetstream.New(nc)
-	s, err := js.Stream(ctx, stream)
+	req, _ := http.NewRequest(http.MethodGet, "http://"+httpAddr+"/api/agents", nil)
+	req.Header.Set("Authorization", "Bearer "+op)
+	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s.CachedInfo().State.Msgs
+	defer res.Body.Close()
+	var list subjects.ListAgentsReply
+	if err := json.NewDecoder(res.Body).Decode(&list); err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("GET /api/agents: %d %v", res.StatusCode, err)
+	}
+	var n uint64
+	for _, a := range list.Agents {
+		n += a.Deliveries
+	}
+	return n
 }
 
 // TestCLIWithTokens: an operator issues a token with the CLI, the agent

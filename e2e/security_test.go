@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -90,7 +91,7 @@ func TestSecurityReplySubjects(t *testing.T) {
 	}
 	bobQuiet := quiet(t, bob, subjects.Inbox("bob"), subjects.Agent("bob", subjects.ActionWaitProgress),
 		subjects.Agent("bob", subjects.ActionNotifications), access.AgentInboxPrefix("bob")+".abc.>")
-	inboxBefore := streamMsgs(t, ctx, opConn, engine.InboxStream)
+	inboxBefore := inboxCount(t, p.httpAddr, op)
 
 	// A token alice would like to make valid for herself.
 	minted := access.AgentTokenPrefix + strings.Repeat("m", 43)
@@ -168,7 +169,7 @@ func TestSecurityReplySubjects(t *testing.T) {
 	if err != nil || h.Count != 1 || h.Notifications[0].Message != "deploying" {
 		t.Errorf("bob's notifications: %+v %v", h, err)
 	}
-	if after := streamMsgs(t, ctx, opConn, engine.InboxStream); after != inboxBefore {
+	if after := inboxCount(t, p.httpAddr, op); after != inboxBefore {
 		t.Errorf("inbox stream went from %d to %d messages", inboxBefore, after)
 	}
 	bobQuiet()
@@ -356,5 +357,54 @@ func TestSecurityRevocationEndsSessions(t *testing.T) {
 	bc, _ := client.New(bob, "bob")
 	if _, err := bc.ListTimers(ctx, 1); err != nil || !bob.IsConnected() {
 		t.Errorf("bob after alice's revocation: connected %v, %v", bob.IsConnected(), err)
+	}
+}
+
+// TestSecurityNoJetStreamForPrincipals: a JetStream request answers, and a
+// consumer delivers, to a subject the requester names, with the stream's
+// rights. So no principal has any JetStream right: an agent's consumer
+// with another agent's subject as its deliver subject, a pull or a stream
+// info whose reply is a bucket's subject, are refused by the server, for
+// agents and operators alike; agents read their inbox through chime.
+func TestSecurityNoJetStreamForPrincipals(t *testing.T) {
+	url, op, p := authedChime(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	opConn := connectAs(t, url, nil, nats.Token(op))
+	opAlice, _ := client.New(opConn, "alice")
+	tok, err := opAlice.IssueToken(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &violations{}
+	alice := connectAs(t, url, v, client.ConnectOptions("alice", tok.Token)...)
+	ov := &violations{}
+	operator := connectAs(t, url, ov, nats.Token(op))
+	inboxBefore := inboxCount(t, p.httpAddr, op)
+
+	push, _ := json.Marshal(map[string]any{"stream_name": engine.InboxStream, "config": map[string]any{
+		"durable_name": "inbox-alice", "filter_subject": subjects.Inbox("alice"), "deliver_subject": subjects.Agent("bob", subjects.ActionWaitProgress),
+	}})
+	for who, conn := range map[*violations]*nats.Conn{v: alice, ov: operator} {
+		for _, req := range []struct{ subject, reply string }{
+			{"$JS.API.CONSUMER.CREATE.CHIME_INBOX.inbox-alice." + subjects.Inbox("alice"), "_INBOX.agent.alice.x"},
+			{"$JS.API.CONSUMER.MSG.NEXT.CHIME_INBOX.inbox-alice", "$KV." + engine.NotificationsBucket + ".bob.x"},
+			{"$JS.API.STREAM.INFO.CHIME_INBOX", "$KV." + engine.TokensBucket + ".tok.x"},
+			{"$JS.API.DIRECT.GET.CHIME_INBOX", "$KV." + engine.AgentsBucket + ".bob"},
+		} {
+			if err := conn.PublishRequest(req.subject, req.reply, push); err != nil {
+				t.Fatal(err)
+			}
+			who.seen(t, "publish", req.subject)
+		}
+	}
+	// alice reads her inbox through chime instead, and everyone's reads
+	// go on.
+	ac, _ := client.New(alice, "alice")
+	if got, err := ac.FetchInbox(ctx, 0, 0); err != nil || len(got.Deliveries) != 0 {
+		t.Fatalf("alice's fetch: %+v %v", got, err)
+	}
+	if after := inboxCount(t, p.httpAddr, op); after != inboxBefore {
+		t.Errorf("inbox stream went from %d to %d messages", inboxBefore, after)
 	}
 }
