@@ -11,11 +11,13 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/time/rate"
 
 	"github.com/chime-nats/chime/subjects"
 )
@@ -627,13 +629,7 @@ func Connect(o ConnectOptions, log *slog.Logger) (*nats.Conn, error) {
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted()) }),
-		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-			subj := ""
-			if sub != nil {
-				subj = sub.Subject
-			}
-			log.Error("nats async error", "subject", subj, "err", err)
-		}),
+		nats.ErrorHandler(asyncErrors(log)),
 	}
 	if o.CredsFile != "" {
 		opts = append(opts, nats.UserCredentials(o.CredsFile))
@@ -668,6 +664,33 @@ func Connect(o ConnectOptions, log *slog.Logger) (*nats.Conn, error) {
 		return nil, fmt.Errorf("engine: connect: %w", err)
 	}
 	return nc, nil
+}
+
+// asyncErrors logs a connection's async errors. Permission violations are
+// caused by whoever sends the requests (a reply subject the responder may
+// not publish to): a flood of them is one line per interval, with the
+// count since the last.
+func asyncErrors(log *slog.Logger) nats.ErrHandler {
+	var (
+		violations rate.Sometimes
+		unlogged   atomic.Int64
+	)
+	violations.Interval = 10 * time.Second
+	return func(_ *nats.Conn, sub *nats.Subscription, err error) {
+		subj := ""
+		if sub != nil {
+			subj = sub.Subject
+		}
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			log.Error("nats async error", "subject", subj, "err", err)
+			return
+		}
+		n := unlogged.Add(1)
+		violations.Do(func() {
+			unlogged.Add(-n)
+			log.Warn("nats permission violations", "subject", subj, "last", err, "violations", n)
+		})
+	}
 }
 
 // Schedule is a message schedule (nats-server 2.12+): stored on subject

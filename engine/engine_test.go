@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -421,4 +422,63 @@ func TestBucketLimitBeyondTheStore(t *testing.T) {
 			t.Errorf("provision with %s at 1 GiB in a 64 MiB store: %v", bucket, err)
 		}
 	}
+}
+
+// TestPermissionViolationsLoggedOncePerInterval: a flood of refused
+// publishes (replies aimed where the responder may not publish) is one log
+// line, not one each.
+func TestPermissionViolationsLoggedOncePerInterval(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	issuer, _ := nkeys.CreateAccount()
+	pub, _ := issuer.PublicKey()
+	auth := &engine.EmbeddedAuth{
+		Password: "svc-pass", Issuer: pub, ResponderPassword: "resp-pass",
+		ResponderPublish: access.ResponderPublish(), ResponderSubscribe: access.ResponderSubscribe(),
+	}
+	ns, err := engine.StartEmbedded(ctx, engine.EmbeddedOptions{Listen: "127.0.0.1:-1", DataDir: t.TempDir(), Auth: auth}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	var logs syncBuffer
+	resp, err := engine.Connect(engine.ConnectOptions{URL: ns.ClientURL(), User: engine.ResponderUser, Password: auth.ResponderPassword},
+		slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(resp.Close)
+	for i := range 200 {
+		if err := resp.Publish(fmt.Sprintf("$KV.chime_tokens.tok.%d", i), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := resp.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(logs.String(), "nats permission violations") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // the rest of the flood arrives
+	if n := strings.Count(logs.String(), `msg="nats permission violations"`); n != 1 {
+		t.Errorf("%d log lines for 200 violations, want 1:\n%s", n, logs.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
