@@ -99,7 +99,8 @@ func (c *Client) CancelTimer(ctx context.Context, timerID string) (*subjects.Tim
 }
 
 // SubscribeInbox delivers the agent's inbox envelopes to fn as they are
-// published (core NATS: for the durable history, consume the inbox stream).
+// published (core NATS: for the durable history, resuming where it left off, use
+// FetchInbox and AckInbox).
 func (c *Client) SubscribeInbox(fn func(subjects.Envelope)) (*nats.Subscription, error) {
 	return c.nc.Subscribe(subjects.Inbox(c.agentID), func(m *nats.Msg) {
 		var env subjects.Envelope
