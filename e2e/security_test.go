@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -190,6 +191,42 @@ func TestSecurityReplySubjects(t *testing.T) {
 	// Alice's own requests, answered on her own inbox, still work.
 	if _, err := ac.CreateTimer(ctx, 60_000, 0, "fine"); err != nil {
 		t.Fatal(err)
+	}
+
+	// A flood aimed at many inboxes (it filled CHIME_INBOX in 14 s and
+	// evicted every agent's deliveries): every request refused, bob's
+	// stored delivery kept, and his timer due meanwhile delivered.
+	stored := inboxCount(t, p.httpAddr, op)
+	bobTimer, err := bc.CreateTimer(ctx, 1000, 0, "during the flood")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const flood = 2000
+	before, _ := p.metricIf(t, refusedReplies)
+	big := `{"message":"` + strings.Repeat("x", 4000) + `"}`
+	for i := range flood {
+		if err := alice.PublishRequest(subjects.Agent("alice", subjects.ActionNotify), subjects.Inbox(fmt.Sprintf("n%d", i)), []byte(big)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 30*time.Second, "the flood refused", func() bool { v, _ := p.metricIf(t, refusedReplies); return v >= before+flood })
+	var fired *subjects.Envelope
+	eventually(t, 10*time.Second, "bob's timer delivered", func() bool {
+		got, err := bc.FetchInbox(ctx, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range got.Deliveries {
+			var env subjects.Envelope
+			if json.Unmarshal(d.Envelope, &env) == nil && env.Source.ID == bobTimer.ID {
+				fired = &env
+				t.Logf("bob's timer, due during a flood of %d refused requests, stored %v after its due time", flood, d.StoredAt.Sub(*bobTimer.NextFireAt).Round(time.Millisecond))
+			}
+		}
+		return fired != nil
+	})
+	if after := inboxCount(t, p.httpAddr, op); after != stored+1 {
+		t.Errorf("inbox stream holds %d deliveries after the flood, want %d (bob's timer only)", after, stored+1)
 	}
 }
 
