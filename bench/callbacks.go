@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -30,7 +31,15 @@ type CallbacksOptions struct {
 	// bench connects as an operator.
 	Auth    bool
 	NATSURL string
-	Log     *slog.Logger
+	// Token connects to NATSURL (CHIME_NATS_TOKEN): an operator's where
+	// NATS authorization is on.
+	Token string
+	// NATS sends the callbacks as NATS requests (callback.enqueue,
+	// callback.wake, the trigger's token in the header) from connections
+	// that present the trigger's token, as a callback sender does, instead
+	// of HTTP POSTs.
+	NATS bool
+	Log  *slog.Logger
 }
 
 // Validate checks the options.
@@ -50,6 +59,7 @@ func (o *CallbacksOptions) Validate() error {
 type CallbacksResult struct {
 	N            int     `json:"n"`
 	Conns        int     `json:"conns"`
+	Via          string  `json:"via"` // http or nats
 	RequestsPerS float64 `json:"requests_per_s"`
 	// LatencyMs is the HTTP round trip of an enqueue: stored in JetStream
 	// when it returns.
@@ -72,7 +82,7 @@ func Callbacks(ctx context.Context, o CallbacksOptions) (*CallbacksResult, error
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	url, auth, stop, err := target(ctx, o.NATSURL, o.Auth, o.Log)
+	url, auth, stop, err := target(ctx, o.NATSURL, o.Token, o.Auth, o.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -92,9 +102,30 @@ func Callbacks(ctx context.Context, o CallbacksOptions) (*CallbacksResult, error
 		return nil, fmt.Errorf("bench: agent start: %w", err)
 	}
 	defer func() { _, _ = c.Stop(context.Background()) }()
+	httpc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		MaxIdleConns: o.Conns, MaxIdleConnsPerHost: o.Conns, MaxConnsPerHost: o.Conns,
+	}}
+	defer httpc.CloseIdleConnections()
 	urls := map[subjects.DeliveryMode]string{}
+	triggers := map[subjects.DeliveryMode]subjects.TriggerView{}
 	for _, tr := range started.Triggers {
 		urls[tr.Mode] = tr.TriggerURL
+		triggers[tr.Mode] = tr
+	}
+	send := func(ctx context.Context, i int, mode subjects.DeliveryMode, contentType, body string) error {
+		return postCallback(ctx, httpc, urls[mode], contentType, body)
+	}
+	if o.NATS {
+		senders, err := callbackSenders(url, triggers, min(o.Conns, 4))
+		if err != nil {
+			return nil, err
+		}
+		defer closeAll(senders[subjects.ModeWakeHint])
+		defer closeAll(senders[subjects.ModeEnqueueMessage])
+		send = func(ctx context.Context, i int, mode subjects.DeliveryMode, contentType, body string) error {
+			conns := senders[mode]
+			return requestCallback(ctx, conns[i%len(conns)], mode, triggerToken(triggers[mode]), contentType, body)
+		}
 	}
 
 	// The agent's subscriber: counts messages, times wake hints.
@@ -117,11 +148,10 @@ func Callbacks(ctx context.Context, o CallbacksOptions) (*CallbacksResult, error
 		return nil, fmt.Errorf("bench: flush: %w", err)
 	}
 
-	httpc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		MaxIdleConns: o.Conns, MaxIdleConnsPerHost: o.Conns, MaxConnsPerHost: o.Conns,
-	}}
-	defer httpc.CloseIdleConnections()
-	res := &CallbacksResult{N: o.N, Conns: o.Conns}
+	res := &CallbacksResult{N: o.N, Conns: o.Conns, Via: "http"}
+	if o.NATS {
+		res.Via = "nats"
+	}
 	lat := make([]time.Duration, o.N)
 	var errs atomic.Int64
 	start := time.Now()
@@ -130,7 +160,7 @@ func Callbacks(ctx context.Context, o CallbacksOptions) (*CallbacksResult, error
 		g.Go(func() error {
 			for i := w; i < o.N; i += o.Conns {
 				t0 := time.Now()
-				if err := postCallback(gctx, httpc, urls[subjects.ModeEnqueueMessage], "text/plain", "bench "+strconv.Itoa(i)); err != nil {
+				if err := send(gctx, w, subjects.ModeEnqueueMessage, "text/plain", "bench "+strconv.Itoa(i)); err != nil {
 					if gctx.Err() != nil {
 						return gctx.Err()
 					}
@@ -156,9 +186,9 @@ func Callbacks(ctx context.Context, o CallbacksOptions) (*CallbacksResult, error
 
 	// One wake at a time, each waiting for its hint, so none coalesce.
 	wl := make([]time.Duration, 0, o.Wakes)
-	for range o.Wakes {
+	for i := range o.Wakes {
 		t0 := time.Now()
-		if err := postCallback(ctx, httpc, urls[subjects.ModeWakeHint], "", ""); err != nil {
+		if err := send(ctx, i, subjects.ModeWakeHint, "", ""); err != nil {
 			return nil, fmt.Errorf("bench: wake: %w", err)
 		}
 		select {
@@ -198,9 +228,62 @@ func postCallback(ctx context.Context, c *http.Client, url, contentType, body st
 	return nil
 }
 
+// triggerToken is the token at the end of a trigger's URL.
+func triggerToken(t subjects.TriggerView) string {
+	return t.TriggerURL[strings.LastIndex(t.TriggerURL, "/")+1:]
+}
+
+// callbackSenders connects n times for each trigger, presenting its token
+// and using its inbox prefix, as a callback sender over NATS does.
+func callbackSenders(url string, triggers map[subjects.DeliveryMode]subjects.TriggerView, n int) (map[subjects.DeliveryMode][]*nats.Conn, error) {
+	senders := map[subjects.DeliveryMode][]*nats.Conn{}
+	for mode, t := range triggers {
+		for range n {
+			nc, err := nats.Connect(url, nats.Token(triggerToken(t)), nats.CustomInboxPrefix(access.Principal{Kind: access.KindCallback, TriggerID: t.ID}.InboxPrefix()), nats.Name("chime bench callback"))
+			if err != nil {
+				for _, conns := range senders {
+					closeAll(conns)
+				}
+				return nil, fmt.Errorf("bench: connect as the %s trigger: %w", mode, err)
+			}
+			senders[mode] = append(senders[mode], nc)
+		}
+	}
+	return senders, nil
+}
+
+// requestCallback sends one callback as a NATS request and wants a stored
+// result (triggered or enqueued).
+func requestCallback(ctx context.Context, nc *nats.Conn, mode subjects.DeliveryMode, token, contentType, body string) error {
+	subject := subjects.CallbackWake
+	if mode == subjects.ModeEnqueueMessage {
+		subject = subjects.CallbackEnqueue
+	}
+	m := nats.NewMsg(subject)
+	m.Header.Set(subjects.HeaderCallbackToken, token)
+	if contentType != "" {
+		m.Header.Set(subjects.HeaderContentType, contentType)
+	}
+	m.Data = []byte(body)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	res, err := nc.RequestMsgWithContext(ctx, m)
+	if err != nil {
+		return err
+	}
+	var reply subjects.CallbackReply
+	if err := subjects.DecodeReply(res.Data, &reply); err != nil {
+		return fmt.Errorf("callback: %w", err)
+	}
+	if reply.Result.Disposition != reply.Result.Mode.Accepted() {
+		return fmt.Errorf("callback: %s", strings.TrimSpace(string(res.Data)))
+	}
+	return nil
+}
+
 // WriteText prints a result for people.
 func (r *CallbacksResult) WriteText(w io.Writer) {
-	fmt.Fprintf(w, "callbacks: n=%d conns=%d\n", r.N, r.Conns)
+	fmt.Fprintf(w, "callbacks: n=%d conns=%d via %s\n", r.N, r.Conns, r.Via)
 	fmt.Fprintf(w, "enqueue requests/s: %.0f\n", r.RequestsPerS)
 	fmt.Fprintf(w, "enqueue latency ms: p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n", r.LatencyMs.P50, r.LatencyMs.P90, r.LatencyMs.P99, r.LatencyMs.Max)
 	fmt.Fprintf(w, "errors: %d  delivered: %d  missed: %d\n", r.Errors, r.Delivered, r.Missed)

@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/internal/secret"
 	"github.com/chime-nats/chime/replica"
@@ -40,6 +41,14 @@ type TimersOptions struct {
 	Hold    bool          // create far-future timers and measure memory instead of fires
 	Peer    bool          // then measure JetStream's own message schedules the same way
 	NATSURL string        // empty: run an in-process chime on an embedded server
+	// Token connects to NATSURL (CHIME_NATS_TOKEN): an operator's where
+	// NATS authorization is on.
+	Token string
+	// AgentTokens makes each client its agent: a token issued for it (an
+	// operator's right), a connection of its own with the agent's inbox
+	// prefix, so that creates pass the auth callout and reply check an
+	// agent meets. Fires are still read by one operator connection.
+	AgentTokens bool
 	// Auth runs the in-process chime with NATS authorization on; the
 	// bench connects as an operator.
 	Auth bool
@@ -63,6 +72,10 @@ func (o *TimersOptions) Validate() error {
 		return errors.New("bench: --spread must not be negative")
 	case o.Auth && o.Peer:
 		return errors.New("bench: --peer needs the JetStream API, which an operator's rights do not cover: not with --auth")
+	case o.Token != "" && o.Peer:
+		return errors.New("bench: --peer needs the JetStream API, which an operator's rights do not cover: not with a token")
+	case o.AgentTokens && o.Token == "" && !o.Auth:
+		return errors.New("bench: --agent-tokens needs an operator to issue them: --auth, or CHIME_NATS_TOKEN with CHIME_NATS_URL")
 	}
 	return nil
 }
@@ -87,6 +100,8 @@ type TimersResult struct {
 	Missed       int     `json:"missed"`
 	Duplicates   int     `json:"duplicates"`
 	PeakRSSBytes int64   `json:"peak_rss_bytes"`
+	// AgentTokens: each client created as its agent, with a token of its own.
+	AgentTokens bool `json:"agent_tokens,omitempty"`
 	// Hold mode only: memory per active timer.
 	RSSPerTimerBytes  float64 `json:"rss_per_timer_bytes,omitempty"`
 	HeapPerTimerBytes float64 `json:"heap_per_timer_bytes,omitempty"`
@@ -106,22 +121,29 @@ func Timers(ctx context.Context, o TimersOptions) (*TimersResult, error) {
 	if o.Hold {
 		o.Lead = time.Hour
 	}
-	url, auth, stop, err := target(ctx, o.NATSURL, o.Auth, o.Log)
+	url, auth, stop, err := target(ctx, o.NATSURL, o.Token, o.Auth, o.Log)
 	if err != nil {
 		return nil, err
 	}
 	defer stop()
-	conns := make([]*nats.Conn, min(o.Clients, 4))
-	for i := range conns {
-		nc, err := nats.Connect(url, append(auth, nats.Name("chime bench"))...)
-		if err != nil {
-			return nil, fmt.Errorf("bench: connect: %w", err)
-		}
-		defer nc.Close()
-		conns[i] = nc
-	}
-	res := &TimersResult{N: o.N, Clients: o.Clients, LeadMs: o.Lead.Milliseconds(), SpreadMs: o.Spread.Milliseconds()}
+	res := &TimersResult{N: o.N, Clients: o.Clients, LeadMs: o.Lead.Milliseconds(), SpreadMs: o.Spread.Milliseconds(), AgentTokens: o.AgentTokens}
 	run := fmt.Sprintf("b%d", time.Now().UnixNano()%1e9)
+	agent := func(c int) string { return fmt.Sprintf("%s-%d", run, c) }
+	var conns []*nats.Conn
+	if o.AgentTokens {
+		if conns, err = agentConns(ctx, url, auth, o.Clients, agent); err != nil {
+			return nil, err
+		}
+	} else {
+		conns = make([]*nats.Conn, min(o.Clients, 4))
+		for i := range conns {
+			if conns[i], err = nats.Connect(url, append(auth, nats.Name("chime bench"))...); err != nil {
+				closeAll(conns)
+				return nil, fmt.Errorf("bench: connect: %w", err)
+			}
+		}
+	}
+	defer closeAll(conns)
 
 	// Subscribe first, as an agent would, on its own connection.
 	sub, err := nats.Connect(url, append(auth, nats.Name("chime bench inbox"))...)
@@ -153,7 +175,7 @@ func Timers(ctx context.Context, o TimersOptions) (*TimersResult, error) {
 	g, gctx := errgroup.WithContext(ctx)
 	for c := range o.Clients {
 		nc := conns[c%len(conns)]
-		subject := subjects.Agent(fmt.Sprintf("%s-%d", run, c), subjects.ActionTimerCreate)
+		subject := subjects.Agent(agent(c), subjects.ActionTimerCreate)
 		g.Go(func() error {
 			for i := c; i < o.N; i += o.Clients {
 				due := start.Add(o.Lead + time.Duration(int64(o.Spread)*int64(i)/int64(o.N)))
@@ -312,52 +334,109 @@ func profileFrom(ctx context.Context, path string, at time.Time) (func(), error)
 	return func() { once.Do(func() { pprof.StopCPUProfile(); _ = f.Close() }) }, nil
 }
 
-// target returns the NATS URL of the chime to drive: url itself, or an
-// in-process replica (with its HTTP gateway) on an embedded server when url
-// is empty, stopped by the returned func.
-func target(ctx context.Context, url string, auth bool, log *slog.Logger) (string, []nats.Option, func(), error) {
+// agentConns issues a token for each of n agents, named by agent, with
+// the operator's rights in auth, and connects as each of them.
+func agentConns(ctx context.Context, url string, auth []nats.Option, n int, agent func(int) string) ([]*nats.Conn, error) {
+	op, err := nats.Connect(url, append(auth, nats.Name("chime bench operator"))...)
+	if err != nil {
+		return nil, fmt.Errorf("bench: connect: %w", err)
+	}
+	defer op.Close()
+	conns := make([]*nats.Conn, 0, n)
+	for i := range n {
+		tok, err := issueToken(ctx, op, agent(i))
+		if err == nil {
+			var nc *nats.Conn
+			if nc, err = nats.Connect(url, append(client.ConnectOptions(agent(i), tok), nats.Name("chime bench agent"))...); err == nil {
+				conns = append(conns, nc)
+				continue
+			}
+			err = fmt.Errorf("bench: connect as agent %s: %w", agent(i), err)
+		}
+		closeAll(conns)
+		return nil, err
+	}
+	return conns, nil
+}
+
+// issueToken issues a token for agentID over op, an operator's connection.
+func issueToken(ctx context.Context, op *nats.Conn, agentID string) (string, error) {
+	c, err := client.New(op, agentID)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	tok, err := c.IssueToken(ctx)
+	if err != nil {
+		return "", fmt.Errorf("bench: issue a token for %s: %w", agentID, err)
+	}
+	return tok.Token, nil
+}
+
+func closeAll(conns []*nats.Conn) {
+	for _, nc := range conns {
+		if nc != nil {
+			nc.Close()
+		}
+	}
+}
+
+// target returns the NATS URL of the chime to drive and the options to
+// connect as an operator: url itself with token (if any), or an in-process
+// replica (with its HTTP gateway) on an embedded server when url is empty,
+// stopped by the returned func.
+func target(ctx context.Context, url, token string, auth bool, log *slog.Logger) (string, []nats.Option, func(), error) {
 	if url != "" {
 		if auth {
 			return "", nil, nil, errors.New("bench: --auth runs its own chime: unset CHIME_NATS_URL")
 		}
-		return url, nil, func() {}, nil
+		var opts []nats.Option
+		if token != "" {
+			opts = append(opts, nats.Token(token))
+		}
+		return url, opts, func() {}, nil
 	}
-	r, opts, stop, err := local(ctx, auth, log)
+	if token != "" {
+		return "", nil, nil, errors.New("bench: a token (CHIME_NATS_TOKEN) is for the chime at CHIME_NATS_URL, which is unset")
+	}
+	r, token, stop, err := local(ctx, auth, log)
 	if err != nil {
 		return "", nil, nil, err
+	}
+	var opts []nats.Option
+	if token != "" {
+		opts = append(opts, nats.Token(token))
 	}
 	return r.NATSURL(), opts, stop, nil
 }
 
 // local runs an in-process replica with its HTTP gateway on an embedded
 // server, in a directory of its own, until the returned func; with auth,
-// NATS authorization is on and opts connect as an operator.
-func local(ctx context.Context, auth bool, log *slog.Logger) (*replica.Replica, []nats.Option, func(), error) {
+// NATS authorization is on and token is an operator's, for this run only.
+func local(ctx context.Context, auth bool, log *slog.Logger) (r *replica.Replica, token string, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "chime-bench-")
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("bench: %w", err)
+		return nil, "", nil, fmt.Errorf("bench: %w", err)
 	}
 	cfg := &config.Config{
 		DataDir: dir, NATSListen: "127.0.0.1:-1", HTTPAddr: "127.0.0.1:0", JSReplicas: 1, ReplicaID: "bench", Shards: 32,
 		LeaseTTL: 2 * time.Second, InboxMaxAge: time.Hour, EventMaxAge: time.Hour, LogLevel: "warn", LogFormat: "text",
 	}
-	var opts []nats.Option
 	if auth {
-		// A token for this run only: its hash is all the file holds.
-		token := secret.NewToken("bench_op_")
+		// Its hash is all the file holds.
+		token = secret.NewToken("bench_op_")
 		cfg.NATSAuth, cfg.OperatorTokensFile = true, filepath.Join(dir, "operators")
 		if err := os.WriteFile(cfg.OperatorTokensFile, []byte(secret.Hash(token)+"\n"), 0o600); err != nil {
 			_ = os.RemoveAll(dir)
-			return nil, nil, nil, fmt.Errorf("bench: %w", err)
+			return nil, "", nil, fmt.Errorf("bench: %w", err)
 		}
-		opts = append(opts, nats.Token(token))
 	}
-	r, err := replica.Start(ctx, cfg, log, "0.0.0-bench")
-	if err != nil {
+	if r, err = replica.Start(ctx, cfg, log, "0.0.0-bench"); err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, nil, nil, err
+		return nil, "", nil, err
 	}
-	return r, opts, func() { r.Stop(context.Background()); _ = os.RemoveAll(dir) }, nil
+	return r, token, func() { r.Stop(context.Background()); _ = os.RemoveAll(dir) }, nil
 }
 
 // summarize sorts d and returns its quantiles in milliseconds.
@@ -406,7 +485,11 @@ func peakRSS() int64 {
 
 // WriteText prints a result for people.
 func (r *TimersResult) WriteText(w io.Writer) {
-	fmt.Fprintf(w, "timers: n=%d clients=%d lead=%dms spread=%dms\n", r.N, r.Clients, r.LeadMs, r.SpreadMs)
+	as := ""
+	if r.AgentTokens {
+		as = " (each client its agent, with an agent token)"
+	}
+	fmt.Fprintf(w, "timers: n=%d clients=%d lead=%dms spread=%dms%s\n", r.N, r.Clients, r.LeadMs, r.SpreadMs, as)
 	fmt.Fprintf(w, "creates/s: %.0f\n", r.CreatesPerS)
 	if r.RSSPerTimerBytes != 0 || r.HeapPerTimerBytes != 0 {
 		fmt.Fprintf(w, "rss per active timer: %.0f B (heap %.0f B)\n", r.RSSPerTimerBytes, r.HeapPerTimerBytes)

@@ -80,7 +80,7 @@ func WaitFor(ctx context.Context, o WaitForOptions) (*WaitForResult, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	url, _, stop, err := target(ctx, o.NATSURL, false, o.Log)
+	url, _, stop, err := target(ctx, o.NATSURL, "", false, o.Log)
 	if err != nil {
 		return nil, err
 	}

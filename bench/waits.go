@@ -80,7 +80,7 @@ func Waits(ctx context.Context, o WaitsOptions) (*WaitsResult, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	url, _, stop, err := target(ctx, o.NATSURL, false, o.Log)
+	url, _, stop, err := target(ctx, o.NATSURL, "", false, o.Log)
 	if err != nil {
 		return nil, err
 	}

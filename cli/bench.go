@@ -17,16 +17,21 @@ import (
 	"github.com/chime-nats/chime/notifications"
 )
 
-const benchUsage = `chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--peer] [--auth] [--fire-cpuprofile F] [--json]
+const benchUsage = `chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--peer] [--auth] [--agent-tokens] [--fire-cpuprofile F] [--json]
        chime bench waits [-n N] [--agents N] [-c C] [--lead D] [--spread D] [--timers N] [--json]
-       chime bench callbacks [-n N] [-c CONNS] [--wakes N] [--auth] [--json]
+       chime bench callbacks [-n N] [-c CONNS] [--wakes N] [--auth] [--nats] [--json]
+       chime bench connect [-n N] [-c C] [--as agent|operator] [--json]
        chime bench waitfor [-n N] [--agents N] [-c C] [--rate R] [--json]
        chime bench notify [--rate R] [--duration D] [--agents N] [--clients N] [--prefill [--limit N]] [--http URL] [--json]
        chime bench chaos [--servers 1|3] [--replicas N] [--duration D] [--rate R] [--every D]
                          [--kill replica,server,leader] [--down D] [--json] (see chime bench chaos --help)
        chime bench scale [--servers 1|3] [--replicas 1,2,3] [-n N] [--agents A] [-c C] [--lead D] [--profile DIR] [--json]
        chime bench capacity [--servers 1|3] [--replicas 1,2,3] [--timers N] [--agents A] [-c C] [--json]
-       chime bench tasks [--output-mib N] [--concurrent N] [--timer-every D] [--embedded] [--exe PATH] [--json]`
+       chime bench tasks [--output-mib N] [--concurrent N] [--timer-every D] [--embedded] [--exe PATH] [--json]
+
+timers, callbacks, waits and waitfor drive the chime at CHIME_NATS_URL when it is set (else one of
+their own); timers, callbacks and connect connect to it with CHIME_NATS_TOKEN, an operator's token
+where NATS authorization is on.`
 
 func (a *App) bench(ctx context.Context, args []string) error {
 	if len(args) == 0 {
@@ -51,12 +56,14 @@ func (a *App) bench(ctx context.Context, args []string) error {
 		return a.benchCapacity(ctx, args[1:])
 	case "tasks":
 		return a.benchTasks(ctx, args[1:])
+	case "connect":
+		return a.benchConnect(ctx, args[1:])
 	}
 	return fmt.Errorf("%w: %s", ErrUsage, benchUsage)
 }
 
 func (a *App) benchTimers(ctx context.Context, args []string) error {
-	o := bench.TimersOptions{NATSURL: os.Getenv("CHIME_NATS_URL"), Log: a.benchLog()}
+	o := bench.TimersOptions{NATSURL: os.Getenv("CHIME_NATS_URL"), Token: os.Getenv("CHIME_NATS_TOKEN"), Log: a.benchLog()}
 	var compare bool
 	return a.runBench(ctx, "timers", args, func(fs *flag.FlagSet) {
 		fs.IntVar(&o.N, "n", 10000, "timers to create")
@@ -67,9 +74,17 @@ func (a *App) benchTimers(ctx context.Context, args []string) error {
 		fs.BoolVar(&o.Peer, "peer", false, "then schedule as many messages, due alike, with JetStream's own message schedules (@at) on the same server and report both")
 		fs.StringVar(&o.FireProfile, "fire-cpuprofile", "", "write a CPU profile of the fire window alone (first due time to last fire) to this file")
 		fs.BoolVar(&compare, "auth", false, authUsage)
+		fs.BoolVar(&o.AgentTokens, "agent-tokens", false, "each client creates as its agent, on a connection of its own with a token issued for it (needs an operator: --auth, or CHIME_NATS_TOKEN)")
 	}, func(ctx context.Context) (result, error) {
 		return authRuns(ctx, compare, func(ctx context.Context, auth bool) (result, error) {
 			o.Auth = auth
+			if compare && !auth && o.AgentTokens {
+				// No one to issue tokens without authorization: the
+				// agents' own connections are measured with it on.
+				off := o
+				off.AgentTokens = false
+				return bench.Timers(ctx, off)
+			}
 			return bench.Timers(ctx, o)
 		})
 	})
@@ -88,13 +103,14 @@ func (a *App) benchWaits(ctx context.Context, args []string) error {
 }
 
 func (a *App) benchCallbacks(ctx context.Context, args []string) error {
-	o := bench.CallbacksOptions{NATSURL: os.Getenv("CHIME_NATS_URL"), Log: a.benchLog()}
+	o := bench.CallbacksOptions{NATSURL: os.Getenv("CHIME_NATS_URL"), Token: os.Getenv("CHIME_NATS_TOKEN"), Log: a.benchLog()}
 	var compare bool
 	return a.runBench(ctx, "callbacks", args, func(fs *flag.FlagSet) {
 		fs.IntVar(&o.N, "n", 20000, "enqueue callbacks to send")
 		fs.IntVar(&o.Conns, "c", 64, "concurrent HTTP connections")
 		fs.IntVar(&o.Wakes, "wakes", 1000, "wakes sent one at a time for wake-to-inbox latency")
 		fs.BoolVar(&compare, "auth", false, authUsage)
+		fs.BoolVar(&o.NATS, "nats", false, "send the callbacks as NATS requests (callback.enqueue, callback.wake) with the trigger's token, from connections presenting it, instead of HTTP; -c requesters over up to 4 connections")
 	}, func(ctx context.Context) (result, error) {
 		return authRuns(ctx, compare, func(ctx context.Context, auth bool) (result, error) {
 			o.Auth = auth
@@ -203,6 +219,17 @@ func (a *App) benchCapacity(ctx context.Context, args []string) error {
 		}
 		return bench.Capacity(ctx, o)
 	})
+}
+
+// benchConnect measures NATS connects through chime's auth callout: its
+// own chime with authorization on, or CHIME_NATS_URL with CHIME_NATS_TOKEN.
+func (a *App) benchConnect(ctx context.Context, args []string) error {
+	o := bench.ConnectOptions{NATSURL: os.Getenv("CHIME_NATS_URL"), Token: os.Getenv("CHIME_NATS_TOKEN"), Log: a.benchLog()}
+	return a.runBench(ctx, "connect", args, func(fs *flag.FlagSet) {
+		fs.IntVar(&o.N, "n", 2000, "connects, each closed once admitted")
+		fs.IntVar(&o.Clients, "c", 16, "connects in flight")
+		fs.StringVar(&o.As, "as", "agent", "whose token the connects present: agent (one issued for a bench agent; the callout records each session) or operator")
+	}, func(ctx context.Context) (result, error) { return bench.Connect(ctx, o) })
 }
 
 // benchTasks runs a replica of this binary (or --exe) as a child, so
