@@ -27,6 +27,7 @@ import (
 	"github.com/chime-nats/chime/internal/backoff"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/time/rate"
 )
 
 // Entry is one change of a key, in revision order.
@@ -92,10 +93,27 @@ type Watch struct {
 	replaying, queued chan struct{}
 	stopConsumer      func()
 
+	// lastGap is the consumer-sequence gap the previous consumer stopped
+	// at; the same gap again is deliveries the client library drops
+	// (statusShaped), not changes lost in transit. Only the loop uses it.
+	lastGap gap
+	// skipped counts status-shaped messages passed over, and skipLog
+	// paces their log.
+	skipped atomic.Int64
+	skipLog rate.Sometimes
+	// probing holds off a second probe while one runs: many waiters
+	// stuck behind a lagging watch must not each read the stream.
+	probing atomic.Bool
+
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
 }
+
+// gap is where a consumer saw deliveries go missing: resuming from next,
+// after delivered, the next delivery was consumer sequence to, stream
+// sequence at.
+type gap struct{ next, delivered, to, at uint64 }
 
 // New returns a Watch; Start begins it.
 func New(c Config) *Watch {
@@ -109,6 +127,7 @@ func New(c Config) *Watch {
 		loaded: make(chan struct{}), problem: "not started", done: make(chan struct{}),
 	}
 	w.changed = sync.NewCond(&w.mu)
+	w.skipLog.Interval = 10 * time.Second
 	return w
 }
 
@@ -237,12 +256,34 @@ var ErrStopped = errors.New("kvwatch: stopped")
 // WaitSeen blocks until revision rev is applied, ctx ends or the watch
 // stops.
 func (w *Watch) WaitSeen(ctx context.Context, rev uint64) error {
+	if w.Seen() >= rev {
+		return nil
+	}
 	stop := context.AfterFunc(ctx, func() {
 		w.mu.Lock()
 		w.changed.Broadcast()
 		w.mu.Unlock()
 	})
 	defer stop()
+	// A waiter still behind after a while may be behind messages the
+	// consumer never surfaces: look at them (probe), every probeAfter
+	// while it waits.
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		t := time.NewTicker(probeAfter)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				w.probe(ctx, rev)
+			}
+		}
+	}()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for w.seen < rev {
@@ -256,6 +297,105 @@ func (w *Watch) WaitSeen(ctx context.Context, rev uint64) error {
 	}
 	return nil
 }
+
+// probeAfter is how long a waiter waits before its revisions are looked
+// at directly, and maxProbe how many it looks at: more than that behind
+// is a watch lagging, not one stuck behind dropped messages.
+const (
+	probeAfter = time.Second
+	maxProbe   = 64
+)
+
+// probe reads the revisions after the last applied up to rev from the
+// stream itself: when none of them is a change the watch will deliver
+// (gone, outside its keys, or status-shaped: dropped by the client
+// library), they are passed over and the waiter released. Any other
+// message among them is still to come, and the waiter waits for it.
+func (w *Watch) probe(ctx context.Context, rev uint64) {
+	if !w.probing.CompareAndSwap(false, true) {
+		return
+	}
+	defer w.probing.Store(false)
+	w.mu.Lock()
+	from, live := w.seen+1, w.live
+	w.mu.Unlock()
+	if !live || rev < from || rev-from >= maxProbe {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := w.cfg.JS.Stream(ctx, w.stream)
+	if err != nil {
+		return
+	}
+	var dropped int64
+	for seq := from; seq <= rev; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return
+		}
+		if !w.watches(m.Subject) {
+			continue
+		}
+		if !statusShaped(m.Header, m.Data) {
+			return
+		}
+		dropped++
+	}
+	w.mu.Lock()
+	if w.live && w.seen < rev {
+		w.seen = rev
+		w.changed.Broadcast()
+	}
+	w.mu.Unlock()
+	w.passOver(dropped, "status-shaped messages last in the bucket")
+}
+
+// statusShaped is a message the client library takes for a server
+// status and drops: no body, a Status header. No KV client writes one; a
+// JetStream reply (a pull's "404 No Messages") aimed into the bucket does.
+func statusShaped(h nats.Header, data []byte) bool {
+	return len(data) == 0 && h.Get("Status") != ""
+}
+
+// watches reports whether subject is one of the watched keys'.
+func (w *Watch) watches(subject string) bool {
+	key, ok := strings.CutPrefix(subject, w.prefix)
+	if !ok {
+		return false
+	}
+	filter := cmp.Or(w.cfg.Keys, ">")
+	ft, kt := strings.Split(filter, "."), strings.Split(key, ".")
+	for i, f := range ft {
+		switch {
+		case f == ">":
+			return len(kt) > i
+		case i >= len(kt):
+			return false
+		case f != "*" && f != kt[i]:
+			return false
+		}
+	}
+	return len(kt) == len(ft)
+}
+
+// passOver counts and logs, at most once per interval, messages the watch
+// never applies because the client library dropped them.
+func (w *Watch) passOver(n int64, why string) {
+	if n <= 0 {
+		return
+	}
+	total := w.skipped.Add(n)
+	w.skipLog.Do(func() {
+		w.log.Warn("passed over messages in the bucket that are no change: a JetStream reply was aimed into it", "why", why, "messages", total)
+	})
+}
+
+// Skipped is how many messages the watch has passed over (statusShaped).
+func (w *Watch) Skipped() int64 { return w.skipped.Load() }
 
 func (w *Watch) setLive(live bool, problem string) {
 	w.mu.Lock()
@@ -314,6 +454,7 @@ var (
 // consume runs one consumer from revision next (0: the current values)
 // until it fails; it returns the revision to resume from.
 func (w *Watch) consume(ctx context.Context, next uint64) (uint64, error) {
+	resumedFrom := next
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	nc := w.cfg.JS.Conn()
@@ -431,9 +572,17 @@ func (w *Watch) consume(ctx context.Context, next uint64) (uint64, error) {
 			return next, fmt.Errorf("metadata: %w", err)
 		}
 		if md.Sequence.Consumer != delivered+1 {
-			// A gap: the server lost our consumer's state. Resume from
-			// what we have.
-			return next, fmt.Errorf("consumer sequence %d after %d", md.Sequence.Consumer, delivered)
+			// A gap: deliveries went missing. Resume from what we have,
+			// unless the previous consumer stopped at this very gap:
+			// then the client library drops them every time, as it drops
+			// a message it takes for a server status (statusShaped).
+			// Changes lost in transit do not go missing twice alike.
+			g := gap{next: resumedFrom, delivered: delivered, to: md.Sequence.Consumer, at: md.Sequence.Stream}
+			if g != w.lastGap || md.Sequence.Consumer < delivered {
+				w.lastGap = g
+				return next, fmt.Errorf("consumer sequence %d after %d", md.Sequence.Consumer, delivered)
+			}
+			w.passOver(int64(md.Sequence.Consumer-delivered-1), "a repeated gap in the deliveries")
 		}
 		delivered = md.Sequence.Consumer
 		e := Entry{

@@ -488,3 +488,78 @@ func TestReplayQueuedBehindReplay(t *testing.T) {
 		t.Fatalf("k1999 applied %d times, want 2 or 3", got)
 	}
 }
+
+// TestStatusShapedMessages: a message with no body and a Status header
+// (what a JetStream pull stores when its reply subject is a bucket's) looks
+// to the client library like a server status, which it drops. The watch
+// passes such a message over, wherever it is: in the load, between
+// changes, last in the bucket; it neither stalls nor loses a change.
+func TestStatusShapedMessages(t *testing.T) {
+	srv := startServer(t)
+	js := connect(t, srv.ns.ClientURL())
+	kv := bucket(t, js, "s")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc := js.Conn()
+	junk := func(key string) uint64 {
+		t.Helper()
+		m := &nats.Msg{Subject: "$KV.s." + key, Header: nats.Header{"Status": []string{"404"}, "Description": []string{"No Messages"}}}
+		ack, err := js.PublishMsg(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ack.Sequence
+	}
+	if _, err := kv.Put(ctx, "a", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	junk("loaded")
+	if _, err := kv.Put(ctx, "b", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	v := &view{vals: map[string]string{}}
+	w := kvwatch.New(kvwatch.Config{JS: js, Bucket: "s", Apply: v.apply, Reset: v.reset})
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	waitLoaded(t, w)
+	if a, _ := v.get("a"); a != "1" {
+		t.Fatalf("a = %q", a)
+	}
+	if b, _ := v.get("b"); b != "1" {
+		t.Fatalf("b = %q", b)
+	}
+	// Between two changes, then last of all.
+	junk("between")
+	rev, err := kv.Put(ctx, "c", []byte("1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WaitSeen(ctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := v.get("c"); c != "1" {
+		t.Fatalf("c = %q", c)
+	}
+	last := junk("last")
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	if err := w.WaitSeen(wctx, last); err != nil {
+		t.Fatalf("waiting past a status-shaped message last in the bucket: %v", err)
+	}
+	rev, err = kv.Put(ctx, "d", []byte("1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WaitSeen(ctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := v.get("d"); d != "1" {
+		t.Fatalf("d = %q", d)
+	}
+	if live, why := w.Live(); !live {
+		t.Fatalf("not live: %s", why)
+	}
+	_ = nc
+}
