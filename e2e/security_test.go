@@ -57,6 +57,17 @@ func quiet(t *testing.T, nc *nats.Conn, subs ...string) func() {
 	}
 }
 
+// issue has an operator issue an agent token for agentID.
+func issue(t *testing.T, ctx context.Context, opConn *nats.Conn, agentID string) string {
+	t.Helper()
+	c, _ := client.New(opConn, agentID)
+	tok, err := c.IssueToken(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok.Token
+}
+
 // TestSecurityReplySubjects: an agent's requests to its own subjects,
 // and a callback sender's callbacks, with reply subjects aimed at chime's
 // state, at other agents' inboxes and request subjects, and at chime's own
@@ -68,19 +79,11 @@ func TestSecurityReplySubjects(t *testing.T) {
 	defer cancel()
 
 	opConn := connectAs(t, url, nil, nats.Token(op))
-	opAlice, _ := client.New(opConn, "alice")
 	opBob, _ := client.New(opConn, "bob")
-	aliceTok, err := opAlice.IssueToken(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bobTok, err := opBob.IssueToken(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	alice := connectAs(t, url, nil, client.ConnectOptions("alice", aliceTok.Token)...)
+	aliceTok, bobTok := issue(t, ctx, opConn, "alice"), issue(t, ctx, opConn, "bob")
+	alice := connectAs(t, url, nil, client.ConnectOptions("alice", aliceTok)...)
 	ac, _ := client.New(alice, "alice")
-	bob := connectAs(t, url, nil, client.ConnectOptions("bob", bobTok.Token)...)
+	bob := connectAs(t, url, nil, client.ConnectOptions("bob", bobTok)...)
 	bc, _ := client.New(bob, "bob")
 	started, err := opBob.Start(ctx)
 	if err != nil {
@@ -135,7 +138,7 @@ func TestSecurityReplySubjects(t *testing.T) {
 	}
 	// The server itself refuses a reply into the JetStream API.
 	v := &violations{}
-	aliceV := connectAs(t, url, v, client.ConnectOptions("alice", aliceTok.Token)...)
+	aliceV := connectAs(t, url, v, client.ConnectOptions("alice", aliceTok)...)
 	purge := "$JS.API.STREAM.PURGE." + engine.InboxStream
 	if err := aliceV.PublishRequest(subjects.Agent("alice", subjects.ActionTimerList), purge, []byte(`{}`)); err != nil {
 		t.Fatal(err)
@@ -262,11 +265,8 @@ func TestSecurityExternalServer(t *testing.T) {
 
 	opConn := connectAs(t, srv.ClientURL(), nil, nats.Token(op))
 	opAlice, _ := client.New(opConn, "alice")
-	tok, err := opAlice.IssueToken(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	alice := connectAs(t, srv.ClientURL(), nil, client.ConnectOptions("alice", tok.Token)...)
+	tok := issue(t, ctx, opConn, "alice")
+	alice := connectAs(t, srv.ClientURL(), nil, client.ConnectOptions("alice", tok)...)
 	ac, _ := client.New(alice, "alice")
 	if _, err := ac.CreateTimer(ctx, 60_000, 0, "answered on her inbox"); err != nil {
 		t.Fatal(err)
@@ -282,7 +282,7 @@ func TestSecurityExternalServer(t *testing.T) {
 		t.Errorf("alice's tasks: %+v %v", tasks, err)
 	}
 	// Revoking her token ends her connection, through the system account.
-	_, closed := closes(t, srv.ClientURL(), client.ConnectOptions("alice", tok.Token)...)
+	_, closed := closes(t, srv.ClientURL(), client.ConnectOptions("alice", tok)...)
 	if _, err := opAlice.RevokeTokens(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -326,34 +326,23 @@ func TestSecurityRevocationEndsSessions(t *testing.T) {
 	defer cancel()
 	opConn := connectAs(t, url, nil, nats.Token(op))
 	opAlice, _ := client.New(opConn, "alice")
-	tok, err := opAlice.IssueToken(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := issue(t, ctx, opConn, "alice")
 	started, err := opAlice.Start(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wake, wakeToken := wakeTrigger(started)
-	agentOpts := append(client.ConnectOptions("alice", tok.Token), nats.Name("alice"))
+	agentOpts := append(client.ConnectOptions("alice", tok), nats.Name("alice"))
 	_, aliceClosed := closes(t, url, agentOpts...)
 	_, aliceClosed2 := closes(t, url, agentOpts...)
 	_, cbClosed := closes(t, url, nats.Token(wakeToken), nats.CustomInboxPrefix("_INBOX.callback."+wake.ID), nats.Name("callback"))
 	// Another agent's connection is not touched.
-	bobTok, err := client.New(opConn, "bob")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bt, err := bobTok.IssueToken(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bob := connectAs(t, url, nil, client.ConnectOptions("bob", bt.Token)...)
+	bob := connectAs(t, url, nil, client.ConnectOptions("bob", issue(t, ctx, opConn, "bob"))...)
 
 	// Her event stream over HTTP, open before the revoke.
 	streamEnded := make(chan time.Time, 1)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.httpAddr+"/api/agents/alice/notifications/events", nil)
-	req.Header.Set("Authorization", "Bearer "+tok.Token)
+	req.Header.Set("Authorization", "Bearer "+tok)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil || res.StatusCode != http.StatusOK {
 		t.Fatalf("alice's event stream: %v %v", res, err)
@@ -389,7 +378,7 @@ func TestSecurityRevocationEndsSessions(t *testing.T) {
 	if d := cbClosed(); d > 2*time.Second {
 		t.Errorf("the callback sender's connection closed %v after the reset, want within 2s", d)
 	}
-	refusedAtConnect(t, url, "the revoked agent token", client.ConnectOptions("alice", tok.Token)...)
+	refusedAtConnect(t, url, "the revoked agent token", client.ConnectOptions("alice", tok)...)
 	refusedAtConnect(t, url, "the revoked callback token", nats.Token(wakeToken))
 	bc, _ := client.New(bob, "bob")
 	if _, err := bc.ListTimers(ctx, 1); err != nil || !bob.IsConnected() {
@@ -408,13 +397,8 @@ func TestSecurityNoJetStreamForPrincipals(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	opConn := connectAs(t, url, nil, nats.Token(op))
-	opAlice, _ := client.New(opConn, "alice")
-	tok, err := opAlice.IssueToken(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	v := &violations{}
-	alice := connectAs(t, url, v, client.ConnectOptions("alice", tok.Token)...)
+	alice := connectAs(t, url, v, client.ConnectOptions("alice", issue(t, ctx, opConn, "alice"))...)
 	ov := &violations{}
 	operator := connectAs(t, url, ov, nats.Token(op))
 	inboxBefore := inboxCount(t, p.httpAddr, op)

@@ -20,14 +20,13 @@ import (
 	"github.com/chime-nats/chime/timers"
 )
 
-// TestTimersFireIntoInbox runs the whole fire path on a real server: a
-// one-shot and a repeating timer reach the inbox and their records follow.
-func TestTimersFireIntoInbox(t *testing.T) {
+// firing runs a scheduler holding every shard of 4 on a real server until
+// the test ends, and returns a connection, the provisioned resources, the
+// timer store and the scheduler's metrics.
+func firing(t *testing.T, ctx context.Context) (*nats.Conn, *engine.Resources, *timers.Store, *prometheus.Registry) {
+	t.Helper()
 	ns := natstest.Server(t)
 	nc, res := natstest.Provisioned(t, ns)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
 	const shards = 4
 	store := timers.NewStore(res.Timers, nil, kvrec.Retention{})
 	var sched *scheduler.Scheduler
@@ -35,17 +34,27 @@ func TestTimersFireIntoInbox(t *testing.T) {
 		KV: res.Leases, ReplicaID: "r1", Shards: shards, TTL: 2 * time.Second, Renew: 500 * time.Millisecond,
 		OnChange: func() { sched.Reshard() },
 	})
+	reg := prometheus.NewRegistry()
 	sched = scheduler.New(scheduler.Config{
 		JS: res.JS, TimersBucket: engine.TimersBucket, Records: store,
 		Inbox:  consumer.NewInbox(res.JS, engine.InboxStream, time.Minute, nil),
-		Leases: leases, Shards: shards, Registerer: prometheus.NewRegistry(),
+		Leases: leases, Shards: shards, Registerer: reg,
 	})
 	for _, start := range []func(context.Context) error{leases.Start, sched.Start} {
 		if err := start(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	defer func() { leases.Stop(context.Background()); sched.Stop() }()
+	t.Cleanup(func() { leases.Stop(context.Background()); sched.Stop() })
+	return nc, res, store, reg
+}
+
+// TestTimersFireIntoInbox runs the whole fire path on a real server: a
+// one-shot and a repeating timer reach the inbox and their records follow.
+func TestTimersFireIntoInbox(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	nc, _, store, _ := firing(t, ctx)
 
 	inbox := make(chan *nats.Msg, 64)
 	sub, err := nc.ChanSubscribe(subjects.Inbox("demo"), inbox)
@@ -126,30 +135,9 @@ func waitFor(t *testing.T, cond func() bool) {
 // (undecodable, or naming another agent or ID than its key) is passed over
 // and counted; chime's own timers go on firing.
 func TestForeignRecordsAreNotFired(t *testing.T) {
-	ns := natstest.Server(t)
-	nc, res := natstest.Provisioned(t, ns)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-
-	const shards = 4
-	store := timers.NewStore(res.Timers, nil, kvrec.Retention{})
-	var sched *scheduler.Scheduler
-	leases := scheduler.NewLeases(scheduler.LeasesConfig{
-		KV: res.Leases, ReplicaID: "r1", Shards: shards, TTL: 2 * time.Second, Renew: 500 * time.Millisecond,
-		OnChange: func() { sched.Reshard() },
-	})
-	reg := prometheus.NewRegistry()
-	sched = scheduler.New(scheduler.Config{
-		JS: res.JS, TimersBucket: engine.TimersBucket, Records: store,
-		Inbox:  consumer.NewInbox(res.JS, engine.InboxStream, time.Minute, nil),
-		Leases: leases, Shards: shards, Registerer: reg,
-	})
-	for _, start := range []func(context.Context) error{leases.Start, sched.Start} {
-		if err := start(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	defer func() { leases.Stop(context.Background()); sched.Stop() }()
+	nc, res, store, reg := firing(t, ctx)
 
 	inbox := make(chan *nats.Msg, 64)
 	sub, err := nc.ChanSubscribe(subjects.InboxWildcard, inbox)
