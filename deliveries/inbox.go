@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -77,9 +78,23 @@ func (i *Inbox) Fetch(ctx context.Context, agentID string, req *subjects.InboxFe
 	if _, err := sub.NextMsgWithContext(wctx); err != nil {
 		return out, nil // nothing came: an empty answer, not an error
 	}
-	out.Deliveries, err = i.reader.after(ctx, agentID, after, req.Max)
-	return out, err
+	// The stream stores what it publishes to subscribers at the same time,
+	// not before: read until the delivery is there, within the wait.
+	for {
+		if out.Deliveries, err = i.reader.after(ctx, agentID, after, req.Max); err != nil || len(out.Deliveries) > 0 {
+			return out, err
+		}
+		select {
+		case <-wctx.Done():
+			return out, nil
+		case <-time.After(storeLag):
+		}
+	}
 }
+
+// storeLag is how long a fetch that saw a delivery published waits before
+// it reads the stream again for it.
+const storeLag = 2 * time.Millisecond
 
 func (i *Inbox) reserve(agentID string) bool {
 	i.mu.Lock()
