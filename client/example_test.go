@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -149,4 +150,41 @@ func ExampleClient_GetTimer() {
 	_, err = agent.GetTimer(ctx, "no-such-timer")
 	fmt.Println(errors.Is(err, subjects.ErrTimerNotFound), err)
 	// Output: true timer_not_found: timer no-such-timer not found
+}
+
+// An agent reads its inbox reliably: it fetches what it has not acked,
+// handles it, and acks; what it acked never comes again.
+func ExampleClient_FetchInbox() {
+	nc, err := nats.Connect(chimeURL)
+	if err != nil {
+		panic(err)
+	}
+	defer nc.Close()
+	c, _ := client.New(nc, "reader")
+	ctx := context.Background()
+	if _, err := c.CreateTimer(ctx, 10, 0, "check the build"); err != nil {
+		panic(err)
+	}
+	got, err := c.FetchInbox(ctx, 10, 5*time.Second) // waits for the fire
+	if err != nil {
+		panic(err)
+	}
+	for _, d := range got.Deliveries {
+		var env subjects.Envelope
+		if err := json.Unmarshal(d.Envelope, &env); err != nil {
+			panic(err)
+		}
+		fmt.Println(env.Kind, env.Text)
+		if _, err := c.AckInbox(ctx, d.Seq); err != nil {
+			panic(err)
+		}
+	}
+	again, err := c.FetchInbox(ctx, 10, 0)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(len(again.Deliveries), "left")
+	// Output:
+	// timer_fired check the build
+	// 0 left
 }
