@@ -13,9 +13,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/time/rate"
 
 	"github.com/chime-nats/chime/callbacks"
+	"github.com/chime-nats/chime/internal/pacer"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -65,7 +65,7 @@ type Callout struct {
 	// unrecorded counts connects admitted without a session record, and
 	// unrecordedLog paces their log lines.
 	unrecorded    prometheus.Counter
-	unrecordedLog rate.Sometimes
+	unrecordedLog *pacer.Pacer
 }
 
 // calloutConcurrency bounds connects resolved at once per replica; a
@@ -93,7 +93,7 @@ func StartCallout(ctx context.Context, cfg CalloutConfig) (*Callout, error) {
 			Name: "chime_auth_sessions_unrecorded_total",
 			Help: "NATS connects admitted whose session record could not be written: a revocation ends them only at their expiry.",
 		}),
-		unrecordedLog: rate.Sometimes{Interval: 10 * time.Second},
+		unrecordedLog: pacer.New(10 * time.Second),
 	}
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(c.connects, c.unrecorded)
@@ -195,9 +195,9 @@ func (c *Callout) answer(m *nats.Msg) {
 func (c *Callout) record(ctx context.Context, req *jwt.AuthorizationRequestClaims, p Principal) error {
 	if err := c.cfg.Sessions.Record(ctx, p, req.Server.ID, req.ClientInformation.ID); err != nil {
 		c.unrecorded.Inc()
-		c.unrecordedLog.Do(func() {
-			c.log.Warn("admitted a connection without its session record: a revocation ends it only at its expiry",
-				"principal", p.Name(), "err", err)
+		c.unrecordedLog.Do(1, func(n int64) {
+			c.log.Warn("admitted connections without their session record: a revocation ends them only at their expiry",
+				"principal", p.Name(), "err", err, "connects", n)
 		})
 		return nil
 	}

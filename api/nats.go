@@ -7,16 +7,15 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/time/rate"
 
 	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/callbacks"
+	"github.com/chime-nats/chime/internal/pacer"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -56,8 +55,7 @@ type Service struct {
 	refused *prometheus.CounterVec
 	// refusedLog paces the log of refused requests: a flood of them is
 	// one line per interval, with the count since the last.
-	refusedLog      rate.Sometimes
-	refusedUnlogged atomic.Int64
+	refusedLog *pacer.Pacer
 }
 
 // refusedLogInterval is how often refused requests are logged at most.
@@ -94,7 +92,7 @@ func StartService(ctx context.Context, cfg ServiceConfig) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, ops: ops, nc: nc, svc: svc, sem: make(chan struct{}, maxConcurrent), ctx: ctx,
-		log: cfg.Log.With("component", "service"), refusedLog: rate.Sometimes{Interval: refusedLogInterval},
+		log: cfg.Log.With("component", "service"), refusedLog: pacer.New(refusedLogInterval),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chime_requests_refused_total",
 			Help: "NATS requests refused unserved, by reason (reply_subject: the reply subject is no inbox of a principal that may send the request).",
@@ -196,9 +194,7 @@ func (s *Service) replyAllowed(req micro.Request, allowed func(reply string) boo
 		return true
 	}
 	s.refused.WithLabelValues("reply_subject").Inc()
-	n := s.refusedUnlogged.Add(1)
-	s.refusedLog.Do(func() {
-		s.refusedUnlogged.Add(-n)
+	s.refusedLog.Do(1, func(n int64) {
 		s.log.Warn("refused requests whose reply subject is no inbox of a principal that may send them",
 			"subject", req.Subject(), "reply", reply, "refused", n)
 	})

@@ -11,14 +11,13 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"golang.org/x/time/rate"
 
+	"github.com/chime-nats/chime/internal/pacer"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -671,11 +670,7 @@ func Connect(o ConnectOptions, log *slog.Logger) (*nats.Conn, error) {
 // not publish to): a flood of them is one line per interval, with the
 // count since the last.
 func asyncErrors(log *slog.Logger) nats.ErrHandler {
-	var (
-		violations rate.Sometimes
-		unlogged   atomic.Int64
-	)
-	violations.Interval = 10 * time.Second
+	violations := pacer.New(10 * time.Second)
 	return func(_ *nats.Conn, sub *nats.Subscription, err error) {
 		subj := ""
 		if sub != nil {
@@ -685,9 +680,7 @@ func asyncErrors(log *slog.Logger) nats.ErrHandler {
 			log.Error("nats async error", "subject", subj, "err", err)
 			return
 		}
-		n := unlogged.Add(1)
-		violations.Do(func() {
-			unlogged.Add(-n)
+		violations.Do(1, func(n int64) {
 			log.Warn("nats permission violations", "subject", subj, "last", err, "violations", n)
 		})
 	}

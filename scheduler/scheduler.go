@@ -12,10 +12,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/time/rate"
 
 	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/internal/kvwatch"
+	"github.com/chime-nats/chime/internal/pacer"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -91,7 +91,7 @@ type Scheduler struct {
 
 	m metrics
 	// refusedLog paces the log of records passed over (refuse).
-	refusedLog rate.Sometimes
+	refusedLog *pacer.Pacer
 }
 
 // New returns a Scheduler; Start begins its work.
@@ -126,7 +126,7 @@ func New(c Config) *Scheduler {
 	}
 	s.health.now = c.Now
 	s.m = newMetrics(s)
-	s.refusedLog = rate.Sometimes{Interval: refusedLogInterval}
+	s.refusedLog = pacer.New(refusedLogInterval)
 	if c.Registerer != nil {
 		s.m.register(c.Registerer)
 	}
@@ -365,8 +365,8 @@ func (s *Scheduler) decode(e kvwatch.Entry, rec any, names func() (agentID, id s
 // refusedLogInterval: a flood of them must not flood the log.
 func (s *Scheduler) refuse(bucket, key string, err error) {
 	s.m.refused.WithLabelValues(bucket).Inc()
-	s.refusedLog.Do(func() {
-		s.log.Error("record passed over: it is not one chime wrote", "bucket", bucket, "key", key, "err", err)
+	s.refusedLog.Do(1, func(n int64) {
+		s.log.Error("records passed over: they are not ones chime wrote", "bucket", bucket, "key", key, "err", err, "records", n)
 	})
 }
 

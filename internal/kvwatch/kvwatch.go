@@ -25,9 +25,9 @@ import (
 	"time"
 
 	"github.com/chime-nats/chime/internal/backoff"
+	"github.com/chime-nats/chime/internal/pacer"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"golang.org/x/time/rate"
 )
 
 // Entry is one change of a key, in revision order.
@@ -97,10 +97,8 @@ type Watch struct {
 	// at; the same gap again is deliveries the client library drops
 	// (statusShaped), not changes lost in transit. Only the loop uses it.
 	lastGap gap
-	// skipped counts status-shaped messages passed over, and skipLog
-	// paces their log.
-	skipped atomic.Int64
-	skipLog rate.Sometimes
+	// skipLog paces the log of status-shaped messages passed over.
+	skipLog *pacer.Pacer
 	// probing holds off a second probe while one runs: many waiters
 	// stuck behind a lagging watch must not each read the stream.
 	probing atomic.Bool
@@ -127,7 +125,7 @@ func New(c Config) *Watch {
 		loaded: make(chan struct{}), problem: "not started", done: make(chan struct{}),
 	}
 	w.changed = sync.NewCond(&w.mu)
-	w.skipLog.Interval = 10 * time.Second
+	w.skipLog = pacer.New(10 * time.Second)
 	return w
 }
 
@@ -388,14 +386,10 @@ func (w *Watch) passOver(n int64, why string) {
 	if n <= 0 {
 		return
 	}
-	total := w.skipped.Add(n)
-	w.skipLog.Do(func() {
-		w.log.Warn("passed over messages in the bucket that are no change: a JetStream reply was aimed into it", "why", why, "messages", total)
+	w.skipLog.Do(n, func(count int64) {
+		w.log.Warn("passed over messages in the bucket that are no change: a JetStream reply was aimed into it", "why", why, "messages", count)
 	})
 }
-
-// Skipped is how many messages the watch has passed over (statusShaped).
-func (w *Watch) Skipped() int64 { return w.skipped.Load() }
 
 func (w *Watch) setLive(live bool, problem string) {
 	w.mu.Lock()
