@@ -360,22 +360,29 @@ func (g *gen) fill(b []byte) { _, _ = g.r.Read(b) }
 // timerLoad creates a one-shot timer every every, due lead later, until ctx
 // ends; creates that fail are counted, not retried.
 func timerLoad(ctx context.Context, c *client.Client, every, lead time.Duration, created, fails *atomic.Int64) {
-	tick := time.NewTicker(every)
+	each(ctx, every, func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_, err := c.CreateTimer(cctx, lead.Milliseconds(), 0, "")
+		cancel()
+		if err != nil {
+			fails.Add(1)
+			return
+		}
+		created.Add(1)
+	})
+}
+
+// each calls fn every d until ctx ends.
+func each(ctx context.Context, d time.Duration, fn func()) {
+	tick := time.NewTicker(d)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			fn()
 		}
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_, err := c.CreateTimer(cctx, lead.Milliseconds(), 0, "")
-		cancel()
-		if err != nil {
-			fails.Add(1)
-			continue
-		}
-		created.Add(1)
 	}
 }
 
@@ -383,42 +390,28 @@ func timerLoad(ctx context.Context, c *client.Client, every, lead time.Duration,
 // answers that are not 200.
 func pollReady(ctx context.Context, addr string, notReady *atomic.Int64) {
 	c := http.Client{Timeout: time.Second}
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	each(ctx, 250*time.Millisecond, func() {
 		res, err := c.Get("http://" + addr + "/readyz")
 		if err != nil {
 			notReady.Add(1)
-			continue
+			return
 		}
 		_ = res.Body.Close()
 		if res.StatusCode != http.StatusOK {
 			notReady.Add(1)
 		}
-	}
+	})
 }
 
 // sampleRSS reads pid's RSS every 50 ms until ctx ends, keeping the most
 // of each phase.
 func sampleRSS(ctx context.Context, pid int, phase *atomic.Int32, most *[3]int64) {
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	each(ctx, 50*time.Millisecond, func() {
 		rss, _ := procMemory(pid)
 		if p := phase.Load(); rss > most[p] {
 			most[p] = rss
 		}
-	}
+	})
 }
 
 // procMemory reads a process's current and peak resident set (VmRSS,

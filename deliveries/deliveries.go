@@ -21,13 +21,9 @@ import (
 	"github.com/chime-nats/chime/subjects"
 )
 
-// Delivery is one stored inbox envelope and where the stream keeps it.
-type Delivery struct {
-	// Seq is the inbox stream sequence: a feed resumes after it.
-	Seq      uint64          `json:"seq"`
-	StoredAt time.Time       `json:"stored_at"`
-	Envelope json.RawMessage `json:"envelope"`
-}
+// Delivery is one stored inbox envelope and where the stream keeps it:
+// the same an agent's own fetch returns.
+type Delivery = subjects.InboxDelivery
 
 // Reader reads the inbox stream.
 type Reader struct {

@@ -53,7 +53,7 @@ func (i *Inbox) Fetch(ctx context.Context, agentID string, req *subjects.InboxFe
 	if req.After != nil {
 		after = *req.After
 	}
-	out := &subjects.InboxFetchReply{Acked: st.InboxAcked, Deliveries: []subjects.InboxDelivery{}}
+	out := &subjects.InboxFetchReply{Acked: st.InboxAcked, Deliveries: []Delivery{}}
 	if out.Deliveries, err = i.reader.after(ctx, agentID, after, req.Max); err != nil || len(out.Deliveries) > 0 || req.Wait <= 0 {
 		return out, err
 	}
@@ -156,12 +156,12 @@ func (r *Reader) inboxStream(ctx context.Context) (jetstream.Stream, error) {
 // after reads up to max of the agent's deliveries after seq, by subject,
 // one message get each: the cost of a fetch is what it returns, however
 // many deliveries other agents have.
-func (r *Reader) after(ctx context.Context, agentID string, seq uint64, max int) ([]subjects.InboxDelivery, error) {
+func (r *Reader) after(ctx context.Context, agentID string, seq uint64, max int) ([]Delivery, error) {
 	st, err := r.inboxStream(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := []subjects.InboxDelivery{}
+	out := []Delivery{}
 	subject := subjects.Inbox(agentID)
 	for len(out) < max {
 		m, err := st.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(subject))
@@ -171,7 +171,7 @@ func (r *Reader) after(ctx context.Context, agentID string, seq uint64, max int)
 		if err != nil {
 			return nil, fmt.Errorf("deliveries: inbox of %s after %d: %w", agentID, seq, err)
 		}
-		out = append(out, subjects.InboxDelivery{Seq: m.Sequence, StoredAt: m.Time, Envelope: m.Data})
+		out = append(out, Delivery{Seq: m.Sequence, StoredAt: m.Time, Envelope: m.Data})
 		seq = m.Sequence
 	}
 	return out, nil

@@ -104,7 +104,7 @@ func wholeNumber(field string, raw json.RawMessage, lo, hi int64) (int64, error)
 }
 
 // InboxDelivery is one stored inbox envelope and its stream sequence,
-// which the agent acks.
+// which the agent acks (and a feed resumes after).
 type InboxDelivery struct {
 	Seq      uint64          `json:"seq"`
 	StoredAt time.Time       `json:"stored_at"`
