@@ -2,6 +2,7 @@ package access_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"os"
@@ -283,5 +284,43 @@ func TestChartResponderPermissions(t *testing.T) {
 		if !strings.Contains(values, want) {
 			t.Errorf("values-production.yaml: the responder's %s permissions differ from chime nats-config's: want %s", what, want)
 		}
+	}
+}
+
+// TestSessionsBoundedPerPrincipal: a principal reconnecting in a loop keeps
+// at most 64 session records per server, its newest, so it cannot fill the
+// sessions bucket for everyone; ending its sessions clears them.
+func TestSessionsBoundedPerPrincipal(t *testing.T) {
+	ns := natstest.Server(t)
+	_, res := natstest.Provisioned(t, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := access.NewSessions(access.SessionsConfig{KV: res.Sessions, Kick: access.ServerKicker{Server: ns}, MaxAge: time.Hour})
+	defer s.Stop()
+	alice := access.Principal{Kind: access.KindAgent, AgentID: "alice"}
+	for cid := range uint64(100) {
+		if err := s.Record(ctx, alice, ns.ID(), 1000+cid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Record(ctx, access.Principal{Kind: access.KindAgent, AgentID: "bob"}, ns.ID(), 7); err != nil {
+		t.Fatal(err)
+	}
+	e, err := res.Sessions.Get(ctx, "agent.alice."+ns.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct{ CIDs []uint64 }
+	if err := json.Unmarshal(e.Value(), &rec); err != nil || len(rec.CIDs) != 64 || rec.CIDs[0] != 1036 || rec.CIDs[63] != 1099 {
+		t.Fatalf("alice's record: %d client IDs, from %v: %v", len(rec.CIDs), rec.CIDs[:1], err)
+	}
+	if n := s.End(ctx, alice); n != 0 {
+		t.Fatalf("ended %d connections that never existed", n)
+	}
+	if _, err := res.Sessions.Get(ctx, "agent.alice."+ns.ID()); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("alice's record after her sessions ended: %v", err)
+	}
+	if _, err := res.Sessions.Get(ctx, "agent.bob."+ns.ID()); err != nil {
+		t.Fatalf("bob's record: %v", err)
 	}
 }

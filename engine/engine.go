@@ -55,7 +55,8 @@ const (
 	// package compacts them.
 	NotificationsBucket = "chime_notifications"
 	// SessionsBucket holds where each agent and callback sender is
-	// connected, <agent|callback>.<id>.<server id>.<client id>, so that a
+	// connected, <agent|callback>.<id>.<server id> (its newest client IDs
+	// there), so that a
 	// revocation can end its connections; kept as long as a session lasts.
 	SessionsBucket = "chime_sessions"
 )
@@ -209,7 +210,8 @@ type Topology struct {
 }
 
 // SessionsMaxBytes is the byte limit a replica gives chime_sessions
-// (Topology.MaxBytes): about 400,000 sessions.
+// (Topology.MaxBytes): each principal keeps at most one record of 64 client
+// IDs per server, so it holds tens of thousands of principals.
 const SessionsMaxBytes = 64 << 20
 
 // DefaultSessionMaxAge is how long an admitted NATS user lasts when the
@@ -386,7 +388,7 @@ func buckets(t Topology) []jetstream.KeyValueConfig {
 			History: 1, TTL: IdempotencyTTL, Replicas: t.Replicas, MaxBytes: t.maxBytes(IdempotencyBucket),
 		},
 		{
-			Bucket: SessionsBucket, Description: "chime sessions: <agent|callback>.<id>.<server id>.<client id>, kept as long as a session lasts",
+			Bucket: SessionsBucket, Description: "chime sessions: <agent|callback>.<id>.<server id>, the client IDs admitted there, kept as long as a session lasts",
 			// Bounded like the agents' buckets: a connect flood fills it, and
 			// then connects are admitted unrecorded (their expiry bounds them)
 			// rather than refused.
