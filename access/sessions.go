@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -14,8 +14,6 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/chime-nats/chime/internal/kvrec"
 )
 
 // A revoked token must end the connections it opened, not only the next
@@ -82,8 +80,8 @@ var errNoSuchClient = errors.New("access: no such client")
 // SessionsConfig configures Sessions.
 type SessionsConfig struct {
 	// KV holds one key per admitted connection,
-	// <kind>.<agent|trigger>.<server id> holding the newest client IDs
-	// admitted there (at most 64), kept MaxAge after its last write.
+	// <kind>.<agent|trigger>.<server id>.<slot> holding a client ID
+	// admitted there (at most 64 slots: maxSessionsPerServer), kept MaxAge.
 	KV   jetstream.KeyValue
 	Kick Kicker
 	// MaxAge is how long an admitted user is valid: the server disconnects
@@ -144,17 +142,14 @@ func sessionPrefix(p Principal) string {
 }
 
 // maxSessionsPerServer bounds the connections recorded for one principal
-// on one server: a principal reconnecting in a loop replaces its own
-// oldest records, and never fills the bucket for everyone else. A record
-// it pushes out is of a connection most likely closed already; were it
-// open, its expiry (MaxAge) still ends it.
+// on one server: a connection's record is one of that many slots (its
+// client ID modulo), so a principal reconnecting in a loop overwrites its
+// own records and never fills the bucket for everyone else. A record it
+// overwrites is of a connection most likely closed already; were it open,
+// its expiry (MaxAge) still ends it. Plain writes, not one record updated
+// by CAS: a principal's connects at once must not queue behind each other
+// within the server's auth timeout.
 const maxSessionsPerServer = 64
-
-// onServer is the record of a principal's connections on one server, key
-// <kind>.<id>.<server id>: their client IDs, oldest first.
-type onServer struct {
-	CIDs []uint64 `json:"cids"`
-}
 
 // Record writes down that p was admitted as client cid of serverID.
 func (s *Sessions) Record(ctx context.Context, p Principal, serverID string, cid uint64) error {
@@ -162,16 +157,8 @@ func (s *Sessions) Record(ctx context.Context, p Principal, serverID string, cid
 	if prefix == "" || serverID == "" || strings.ContainsAny(serverID, ".*> ") {
 		return nil
 	}
-	if _, _, err := kvrec.Update(ctx, s.cfg.KV, prefix+"."+serverID, true, func(r *onServer) (bool, error) {
-		if slices.Contains(r.CIDs, cid) {
-			return false, nil
-		}
-		r.CIDs = append(r.CIDs, cid)
-		if over := len(r.CIDs) - maxSessionsPerServer; over > 0 {
-			r.CIDs = slices.Delete(r.CIDs, 0, over)
-		}
-		return true, nil
-	}); err != nil {
+	key := prefix + "." + serverID + "." + strconv.FormatUint(cid%maxSessionsPerServer, 10)
+	if _, err := s.cfg.KV.Put(ctx, key, []byte(strconv.FormatUint(cid, 10))); err != nil {
 		return fmt.Errorf("access: record session: %w", err)
 	}
 	return nil
@@ -210,15 +197,15 @@ func (s *Sessions) end(ctx context.Context, p Principal) (int, error) {
 	if prefix == "" {
 		return 0, nil
 	}
-	keys, err := s.cfg.KV.ListKeysFiltered(ctx, prefix+".*")
+	keys, err := s.cfg.KV.ListKeysFiltered(ctx, prefix+".>")
 	if err != nil {
 		return 0, fmt.Errorf("access: sessions of %s: %w", p.Name(), err)
 	}
 	var ended int
 	var errs []error
 	for key := range keys.Keys() {
-		serverID := strings.TrimPrefix(key, prefix+".")
-		rec, _, err := kvrec.Get[onServer](ctx, s.cfg.KV, key)
+		serverID, _, _ := strings.Cut(strings.TrimPrefix(key, prefix+"."), ".")
+		e, err := s.cfg.KV.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
 		}
@@ -226,47 +213,27 @@ func (s *Sessions) end(ctx context.Context, p Principal) (int, error) {
 			errs = append(errs, err)
 			continue
 		}
-		gone := map[uint64]bool{}
-		for _, cid := range rec.CIDs {
+		cid, perr := strconv.ParseUint(string(e.Value()), 10, 64)
+		if perr == nil {
 			switch err := s.cfg.Kick.Kick(ctx, serverID, cid); {
 			case err == nil:
 				ended++
-				gone[cid] = true
 			case errors.Is(err, errNoSuchClient):
-				gone[cid] = true
 			default:
-				errs = append(errs, err) // kept, for the recheck to try again
+				errs = append(errs, err)
+				continue // kept, for the recheck to try again
 			}
 		}
-		if err := s.forget(ctx, key, gone); err != nil {
+		// Only this record: one written meanwhile in its slot stays.
+		if err := s.cfg.KV.Delete(ctx, key, jetstream.LastRevision(e.Revision())); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) && !wrongRevision(err) {
 			errs = append(errs, err)
 		}
 	}
 	return ended, errors.Join(errs...)
 }
 
-// forget removes the ended connections from a record, and the record once
-// none is left; a connection recorded meanwhile stays.
-func (s *Sessions) forget(ctx context.Context, key string, gone map[uint64]bool) error {
-	rec, rev, _, err := kvrec.UpdateRev(ctx, s.cfg.KV, key, false, func(r *onServer) (bool, error) {
-		n := len(r.CIDs)
-		r.CIDs = slices.DeleteFunc(r.CIDs, func(cid uint64) bool { return gone[cid] })
-		return len(r.CIDs) != n, nil
-	})
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return nil
-	case err != nil:
-		return fmt.Errorf("access: forget sessions: %w", err)
-	case len(rec.CIDs) > 0:
-		return nil
-	}
-	if err := s.cfg.KV.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-			return nil // recorded meanwhile: kept
-		}
-		return fmt.Errorf("access: forget sessions: %w", err)
-	}
-	return nil
+// wrongRevision is a conditional write refused because the key changed.
+func wrongRevision(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }

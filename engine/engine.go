@@ -55,8 +55,8 @@ const (
 	// package compacts them.
 	NotificationsBucket = "chime_notifications"
 	// SessionsBucket holds where each agent and callback sender is
-	// connected, <agent|callback>.<id>.<server id> (its newest client IDs
-	// there), so that a
+	// connected, <agent|callback>.<id>.<server id>.<slot> (a client ID, at
+	// most 64 slots a server), so that a
 	// revocation can end its connections; kept as long as a session lasts.
 	SessionsBucket = "chime_sessions"
 )
@@ -210,8 +210,8 @@ type Topology struct {
 }
 
 // SessionsMaxBytes is the byte limit a replica gives chime_sessions
-// (Topology.MaxBytes): each principal keeps at most one record of 64 client
-// IDs per server, so it holds tens of thousands of principals.
+// (Topology.MaxBytes): each principal keeps at most 64 records per server,
+// so no one principal can fill it.
 const SessionsMaxBytes = 64 << 20
 
 // DefaultSessionMaxAge is how long an admitted NATS user lasts when the
@@ -388,7 +388,7 @@ func buckets(t Topology) []jetstream.KeyValueConfig {
 			History: 1, TTL: IdempotencyTTL, Replicas: t.Replicas, MaxBytes: t.maxBytes(IdempotencyBucket),
 		},
 		{
-			Bucket: SessionsBucket, Description: "chime sessions: <agent|callback>.<id>.<server id>, the client IDs admitted there, kept as long as a session lasts",
+			Bucket: SessionsBucket, Description: "chime sessions: <agent|callback>.<id>.<server id>.<slot>, a client ID admitted there, kept as long as a session lasts",
 			// Bounded like the agents' buckets: a connect flood fills it, and
 			// then connects are admitted unrecorded (their expiry bounds them)
 			// rather than refused.
