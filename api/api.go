@@ -157,7 +157,7 @@ func (o *Operations) do(ctx context.Context, surface, action, agentID string, bo
 		// A retry of a create already stored replays it: it creates
 		// nothing, so no quota or rate stands in its way.
 		if !replay(ctx, o.store.Get, agentID, subjects.TimerIDFor, spec.Request) {
-			if err := o.quotas.Timer(agentID); err != nil {
+			if err := o.quotas.Timer(ctx, agentID); err != nil {
 				return nil, err
 			}
 		}
@@ -189,7 +189,7 @@ func (o *Operations) do(ctx context.Context, surface, action, agentID string, bo
 			return nil, err
 		}
 		if !replay(ctx, o.waits.Get, agentID, subjects.WaitIDFor, spec.Request) {
-			if err := o.quotas.Wait(agentID); err != nil {
+			if err := o.quotas.Wait(ctx, agentID); err != nil {
 				return nil, err
 			}
 		}

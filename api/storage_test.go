@@ -77,14 +77,14 @@ func TestBucketAtItsLimit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, key := range stored {
-		if _, err := res.Timers.Get(ctx, key); err != nil {
+		if _, err := res.Timers.KVs[0].Get(ctx, key); err != nil {
 			t.Errorf("timer %s stored before the limit: %v", key, err)
 		}
 	}
-	if n := countKeys(ctx, t, res.Timers); n != len(stored) {
+	if n := countKeys(ctx, t, res.Timers.KVs[0]); n != len(stored) {
 		t.Errorf("bucket holds %d timers, %d were stored", n, len(stored))
 	}
-	if _, err := res.Waits.Put(ctx, "agent0.w1", []byte(`{}`)); err != nil {
+	if _, err := res.Waits.KVs[0].Put(ctx, "agent0.w1", []byte(`{}`)); err != nil {
 		t.Errorf("another bucket refused a write: %v", err)
 	}
 }

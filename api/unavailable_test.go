@@ -22,6 +22,7 @@ import (
 	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/partitions"
 	"github.com/chime-nats/chime/quotas"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
@@ -35,7 +36,7 @@ func outage(t *testing.T) (*nats.Conn, jetstream.KeyValue) {
 	nc, res := natstest.Provisioned(t, ns)
 	ns.Shutdown()
 	ns.WaitForShutdown()
-	return nc, res.Timers
+	return nc, res.Timers.KVs[0]
 }
 
 var (
@@ -116,7 +117,7 @@ func TestOutageAnswersUnavailable(t *testing.T) {
 	var logs syncBuffer
 	reg := prometheus.NewRegistry()
 	ops := NewOperations(Config{
-		Timers: timers.NewStore(kv, nil, kvrec.Retention{}), Registerer: reg,
+		Timers: timers.NewStore(partitions.Single(kv, 32), nil, kvrec.Retention{}), Registerer: reg,
 		Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	h := NewHandler(ops, reg, func() (bool, string) { return true, "" }, access.Resolver{})

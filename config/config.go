@@ -45,6 +45,7 @@ type Config struct {
 	HTTPAddr          string        `envconfig:"HTTP_ADDR" default:"127.0.0.1:8080" desc:"HTTP gateway, /metrics, /healthz, /readyz"`
 	ReplicaID         string        `envconfig:"REPLICA_ID" desc:"name of this replica (default: host-pid)"`
 	Shards            int           `envconfig:"SHARDS" default:"32" desc:"timer shards; every replica must agree"`
+	Partitions        int           `envconfig:"PARTITIONS" default:"0" desc:"timer and wait buckets per kind, keys carrying their shard, each replica watching only its shards (0: one bucket watched whole by every replica); fixed when the store first holds records"`
 	LeaseTTL          time.Duration `envconfig:"LEASE_TTL" default:"2s" desc:"shard lease TTL: a dead replica's timers move after about this"`
 	InboxMaxAge       time.Duration `envconfig:"INBOX_MAX_AGE" default:"168h" desc:"how long inbox deliveries are kept"`
 	EventMaxAge       time.Duration `envconfig:"EVENT_MAX_AGE" default:"24h" desc:"how long internal events are kept"`
@@ -215,6 +216,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Shards < 1 || c.Shards > 4096 {
 		return fmt.Errorf("config: CHIME_SHARDS must be 1-4096, not %d", c.Shards)
+	}
+	if c.Partitions < 0 || c.Partitions > c.Shards {
+		return fmt.Errorf("config: CHIME_PARTITIONS must be 0-CHIME_SHARDS (%d), not %d: a partition holds whole shards", c.Shards, c.Partitions)
 	}
 	if c.DedupWindow < time.Second || c.DedupWindow > c.InboxMaxAge {
 		return fmt.Errorf("config: CHIME_DEDUP_WINDOW must be at least 1s and at most CHIME_INBOX_MAX_AGE, not %v", c.DedupWindow)

@@ -14,7 +14,7 @@ import (
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/natstest"
-	"github.com/chime-nats/chime/scheduler"
+	"github.com/chime-nats/chime/partitions"
 )
 
 // shardOwners reads who holds each of the 32 shards' leases ("" for none).
@@ -40,7 +40,7 @@ func holdOnlyTheirShards(t *testing.T, ctx context.Context, leases jetstream.Key
 		owners := shardOwners(ctx, leases)
 		got, want = map[string]int{}, map[string]int{}
 		for _, k := range keys {
-			want[owners[scheduler.ShardOf(k, len(owners))]]++
+			want[owners[partitions.ShardOf(k, len(owners))]]++
 		}
 		same := want[""] == 0
 		for id, p := range procs {

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/internal/pacer"
+	"github.com/chime-nats/chime/partitions"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -59,6 +60,10 @@ const (
 	// most 64 slots a server), so that a
 	// revocation can end its connections; kept as long as a session lasts.
 	SessionsBucket = "chime_sessions"
+	// CountsBucket holds, in the sharded layout, each shard's count of an
+	// agent's active timers and waits, key <shard>.<agent>, written by the
+	// shard's owner and summed by a create's quota check.
+	CountsBucket = "chime_counts"
 )
 
 // EmbeddedOptions configures the embedded nats-server.
@@ -182,7 +187,10 @@ const tlsTimeout = 5
 
 // Topology is what chime provisions: replicas and retention.
 type Topology struct {
-	Replicas    int
+	Replicas int
+	// Layout is where timer and wait records live: with partitions, each
+	// kind has that many buckets and a counts bucket is kept for quotas.
+	Layout      partitions.Layout
 	LeaseTTL    time.Duration
 	InboxMaxAge time.Duration
 	EventMaxAge time.Duration
@@ -230,7 +238,7 @@ func (t Topology) Sessions() time.Duration {
 // limit: what to lower when the limits do not fit the store, what to
 // raise when one is full. Empty for one without a limit.
 func LimitVar(name string) string {
-	switch name {
+	switch name = partitions.Base(name); name {
 	case TimersBucket:
 		return "CHIME_TIMERS_MAX_BYTES"
 	case WaitsBucket:
@@ -316,9 +324,12 @@ const IdempotencyTTL = 24 * time.Hour
 
 // Resources are the provisioned handles.
 type Resources struct {
-	JS       jetstream.JetStream
-	Timers   jetstream.KeyValue
-	Waits    jetstream.KeyValue
+	JS jetstream.JetStream
+	// Timers and Waits are the record buckets, one per partition.
+	Timers, Waits *partitions.Set
+	// Counts holds the per-shard active record counts of each agent, in
+	// the sharded layout only (nil otherwise).
+	Counts   jetstream.KeyValue
 	Agents   jetstream.KeyValue
 	Leases   jetstream.KeyValue
 	Triggers jetstream.KeyValue
@@ -362,9 +373,7 @@ type Resources struct {
 // The leases bucket is chime's own, bounded by shards and replicas, and
 // has no limit: a renewal must never be refused for an agent's data.
 func buckets(t Topology) []jetstream.KeyValueConfig {
-	return []jetstream.KeyValueConfig{
-		{Bucket: TimersBucket, Description: "chime timer records, key <agent>.<timer>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(), MaxBytes: t.maxBytes(TimersBucket)},
-		{Bucket: WaitsBucket, Description: "chime managed waits, key <agent>.<wait>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(), MaxBytes: t.maxBytes(WaitsBucket)},
+	return append(recordBuckets(t), []jetstream.KeyValueConfig{
 		{Bucket: QuestionsBucket, Description: "chime questions to operators, key <agent>.<question>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(), MaxBytes: t.maxBytes(QuestionsBucket)},
 		{Bucket: TasksBucket, Description: "chime task records, key <agent>.<task>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(), MaxBytes: t.maxBytes(TasksBucket)},
 		// No TTL and no marker TTL: a removal's marker is how a follower
@@ -400,7 +409,46 @@ func buckets(t Topology) []jetstream.KeyValueConfig {
 			Bucket: LeasesBucket, Description: "chime shard leases and replica presence; entries expire after the lease TTL",
 			History: 1, TTL: t.LeaseTTL, Replicas: t.Replicas,
 		},
+	}...)
+}
+
+// recordBuckets are the timer and wait buckets, one per partition of the
+// layout, and in the sharded layout the counts bucket. A byte limit is
+// shared by a kind's partitions: the records spread evenly over them.
+func recordBuckets(t Topology) []jetstream.KeyValueConfig {
+	l := t.Layout
+	keys, counted := "<agent>.<%s>", ""
+	if l.Sharded() {
+		keys, counted = "<shard>.<agent>.<%s>", fmt.Sprintf(", partition %%d of %d", l.Count())
 	}
+	var out []jetstream.KeyValueConfig
+	for _, kind := range []struct{ base, what, id string }{
+		{TimersBucket, "chime timer records", "timer"},
+		{WaitsBucket, "chime managed waits", "wait"},
+	} {
+		limit := t.maxBytes(kind.base)
+		if limit > 0 {
+			limit = max(limit/int64(l.Count()), 1)
+		}
+		for p, name := range l.Buckets(kind.base) {
+			desc := kind.what + ", key " + fmt.Sprintf(keys, kind.id)
+			if counted != "" {
+				desc += fmt.Sprintf(counted, p)
+			}
+			out = append(out, jetstream.KeyValueConfig{
+				Bucket: name, Description: desc, History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(), MaxBytes: limit,
+			})
+		}
+	}
+	if l.Sharded() {
+		// Unlimited: bounded by shards times agents with records, and a
+		// count must never be refused for another agent's data.
+		out = append(out, jetstream.KeyValueConfig{
+			Bucket: CountsBucket, Description: "chime active timers and waits per shard and agent, key <shard>.<agent>",
+			History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(),
+		})
+	}
+	return out
 }
 
 // objectStores are the object stores chime keeps, as configured for t.
@@ -492,13 +540,34 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Resour
 		}
 		obs[c.Bucket] = o
 	}
+	timers, err := partitionSet(t.Layout, kvs, TimersBucket)
+	if err != nil {
+		return nil, err
+	}
+	waits, err := partitionSet(t.Layout, kvs, WaitsBucket)
+	if err != nil {
+		return nil, err
+	}
 	return &Resources{
-		Tasks: kvs[TasksBucket], TaskOutputs: obs[TaskOutputsBucket],
-		JS: js, Timers: kvs[TimersBucket], Waits: kvs[WaitsBucket], Agents: kvs[AgentsBucket],
+		Tasks: kvs[TasksBucket], TaskOutputs: obs[TaskOutputsBucket], Counts: kvs[CountsBucket],
+		JS: js, Timers: timers, Waits: waits, Agents: kvs[AgentsBucket],
 		Leases: kvs[LeasesBucket], Triggers: kvs[TriggersBucket], Idempotency: kvs[IdempotencyBucket],
 		Tokens: kvs[TokensBucket], WaitFor: kvs[WaitForBucket], Questions: kvs[QuestionsBucket],
 		Notifications: kvs[NotificationsBucket], Sessions: kvs[SessionsBucket],
 	}, nil
+}
+
+// partitionSet is the set of the kind's buckets whose first is base.
+func partitionSet(l partitions.Layout, kvs map[string]jetstream.KeyValue, base string) (*partitions.Set, error) {
+	var set []jetstream.KeyValue
+	for _, name := range l.Buckets(base) {
+		set = append(set, kvs[name])
+	}
+	s, err := partitions.NewSet(l, set)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	return s, nil
 }
 
 // storageExceeded is JetStream's "insufficient storage resources

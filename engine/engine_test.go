@@ -203,7 +203,7 @@ func TestProvisionEnablesTTLsInPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, kv := range []jetstream.KeyValue{res.Timers, res.Waits, res.Triggers} {
+	for _, kv := range []jetstream.KeyValue{res.Timers.KVs[0], res.Waits.KVs[0], res.Triggers} {
 		s, err := js.Stream(ctx, "KV_"+kv.Bucket())
 		if err != nil {
 			t.Fatal(err)

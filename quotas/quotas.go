@@ -10,6 +10,7 @@
 package quotas
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -20,13 +21,12 @@ import (
 
 // Counter tells how many active timers and waiting waits an agent has,
 // cheaply: a create asks on every call and must not list the agent's
-// records. The scheduler answers from what its KV watches saw of every
-// shard (a few milliseconds behind the buckets), though it holds the
-// records of its own shards only; counts kept elsewhere (a counts bucket)
-// could answer instead.
+// records. In the unsharded layout the scheduler answers from what its KV
+// watches saw of every shard (a few milliseconds behind the buckets); in
+// the sharded layout scheduler.Counts sums the counts bucket in one read.
 type Counter interface {
-	ActiveTimers(agentID string) int
-	ActiveWaits(agentID string) int
+	ActiveTimers(ctx context.Context, agentID string) (int, error)
+	ActiveWaits(ctx context.Context, agentID string) (int, error)
 }
 
 // Refusal kinds, the quota label of chime_quota_refusals_total.
@@ -139,13 +139,13 @@ func (q *Quotas) TimerLimits() subjects.TimerLimits {
 // Timer admits one more timer for the agent, or says why not: the rate
 // first (it is the cheaper check and paces an agent hammering at its
 // quota), then the count.
-func (q *Quotas) Timer(agentID string) error {
-	return q.admit(agentID, Timers, q.cfg.MaxTimers, "active timers", "CHIME_MAX_TIMERS_PER_AGENT")
+func (q *Quotas) Timer(ctx context.Context, agentID string) error {
+	return q.admit(ctx, agentID, Timers, q.cfg.MaxTimers, "active timers", "CHIME_MAX_TIMERS_PER_AGENT")
 }
 
 // Wait admits one more wait for the agent, as Timer does.
-func (q *Quotas) Wait(agentID string) error {
-	return q.admit(agentID, Waits, q.cfg.MaxWaits, "waiting waits", "CHIME_MAX_WAITS_PER_AGENT")
+func (q *Quotas) Wait(ctx context.Context, agentID string) error {
+	return q.admit(ctx, agentID, Waits, q.cfg.MaxWaits, "waiting waits", "CHIME_MAX_WAITS_PER_AGENT")
 }
 
 // Question admits one more open question for an agent that has open of
@@ -165,7 +165,7 @@ func (q *Quotas) Question(agentID string, open int) error {
 // RefusedInterval counts a create the decoder refused for its interval.
 func (q *Quotas) RefusedInterval() { q.refusals.WithLabelValues(Interval).Inc() }
 
-func (q *Quotas) admit(agentID, kind string, most int, what, variable string) error {
+func (q *Quotas) admit(ctx context.Context, agentID, kind string, most int, what, variable string) error {
 	if q.rate != nil {
 		if wait, ok := q.rate.take(agentID, q.cfg.Now()); !ok {
 			q.refusals.WithLabelValues(Rate).Inc()
@@ -180,9 +180,13 @@ func (q *Quotas) admit(agentID, kind string, most int, what, variable string) er
 	if most <= 0 || q.cfg.Counter == nil {
 		return nil
 	}
-	n := q.cfg.Counter.ActiveTimers(agentID)
+	count := q.cfg.Counter.ActiveTimers
 	if kind == Waits {
-		n = q.cfg.Counter.ActiveWaits(agentID)
+		count = q.cfg.Counter.ActiveWaits
+	}
+	n, err := count(ctx, agentID)
+	if err != nil {
+		return fmt.Errorf("quotas: count %s of agent %s: %w", kind, agentID, err)
 	}
 	// The count lags creates still on their way through the watch (on
 	// this replica or another): concurrent creates may overshoot by

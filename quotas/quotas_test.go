@@ -26,11 +26,11 @@ func TestRatePerAgent(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	q := New(Config{Rate: 10, Burst: 3, Now: now, Registerer: reg})
 	for i := range 3 {
-		if err := q.Timer("a"); err != nil {
+		if err := q.Timer(t.Context(), "a"); err != nil {
 			t.Fatalf("create %d within the burst: %v", i, err)
 		}
 	}
-	err := q.Wait("a") // waits share the agent's bucket
+	err := q.Wait(t.Context(), "a") // waits share the agent's bucket
 	rl, ok := errors.AsType[*RateLimited](err)
 	if !ok || !errors.Is(err, subjects.ErrRateLimited) || rl.RetryAfter() != 100*time.Millisecond {
 		t.Fatalf("over the burst: %v", err)
@@ -38,20 +38,20 @@ func TestRatePerAgent(t *testing.T) {
 	if want := "agent a is creating timers and waits faster than 10 a second (CHIME_CREATE_RATE); retry in 100ms"; subjects.AsError(err).Message != want {
 		t.Fatalf("message %q", subjects.AsError(err).Message)
 	}
-	if err := q.Timer("b"); err != nil {
+	if err := q.Timer(t.Context(), "b"); err != nil {
 		t.Fatalf("another agent: %v", err)
 	}
 	add(60 * time.Millisecond)
-	if err := q.Timer("a"); !errors.Is(err, subjects.ErrRateLimited) || err.(*RateLimited).After != 40*time.Millisecond {
+	if err := q.Timer(t.Context(), "a"); !errors.Is(err, subjects.ErrRateLimited) || err.(*RateLimited).After != 40*time.Millisecond {
 		t.Fatalf("60 ms later: %v", err)
 	}
 	add(40 * time.Millisecond)
-	if err := q.Timer("a"); err != nil {
+	if err := q.Timer(t.Context(), "a"); err != nil {
 		t.Fatalf("a token later: %v", err)
 	}
 	add(time.Hour) // refills to the burst, not beyond
 	for i := range 4 {
-		if err := q.Timer("a"); (err == nil) != (i < 3) {
+		if err := q.Timer(t.Context(), "a"); (err == nil) != (i < 3) {
 			t.Fatalf("after an hour, create %d: %v", i, err)
 		}
 	}
@@ -70,28 +70,28 @@ func TestRateMemoryBounded(t *testing.T) {
 	now, add := clock()
 	q := New(Config{Rate: 1, Burst: 2, MaxAgents: 10, Now: now})
 	for i := range 9 {
-		if err := q.Timer(fmt.Sprintf("idle-%d", i)); err != nil {
+		if err := q.Timer(t.Context(), fmt.Sprintf("idle-%d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	add(10 * time.Second) // the idle ones are full again
 	for range 2 {
-		if err := q.Timer("busy"); err != nil {
+		if err := q.Timer(t.Context(), "busy"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := q.Timer("newcomer"); err != nil { // the map is full: the idle ones go
+	if err := q.Timer(t.Context(), "newcomer"); err != nil { // the map is full: the idle ones go
 		t.Fatal(err)
 	}
 	if n := q.rate.len(); n != 2 {
 		t.Fatalf("%d buckets after evicting the full ones, want busy and newcomer", n)
 	}
-	if err := q.Timer("busy"); !errors.Is(err, subjects.ErrRateLimited) {
+	if err := q.Timer(t.Context(), "busy"); !errors.Is(err, subjects.ErrRateLimited) {
 		t.Fatalf("busy agent after the eviction: %v", err)
 	}
 	// More agents at once than the map holds: it stays bounded.
 	for i := range 1000 {
-		_ = q.Timer(fmt.Sprintf("crowd-%d", i))
+		_ = q.Timer(t.Context(), fmt.Sprintf("crowd-%d", i))
 		if n := q.rate.len(); n > 10 {
 			t.Fatalf("%d buckets kept, at most 10", n)
 		}
@@ -102,10 +102,10 @@ func TestRateMemoryBounded(t *testing.T) {
 func TestZeroIsOff(t *testing.T) {
 	q := New(Config{})
 	for range 1000 {
-		if err := q.Timer("a"); err != nil {
+		if err := q.Timer(t.Context(), "a"); err != nil {
 			t.Fatal(err)
 		}
-		if err := q.Wait("a"); err != nil {
+		if err := q.Wait(t.Context(), "a"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -129,7 +129,7 @@ func TestOpenQuestions(t *testing.T) {
 		subjects.AsError(err).Message != "agent a has 2 open questions; at most 2 are allowed (CHIME_MAX_OPEN_QUESTIONS_PER_AGENT)" {
 		t.Fatalf("at the bound: %v", err)
 	}
-	if err := q.Timer("a"); err != nil {
+	if err := q.Timer(t.Context(), "a"); err != nil {
 		t.Fatalf("asks took the create rate: %v", err)
 	}
 	if n := metrictest.Counter(t, reg, "chime_quota_refusals_total", map[string]string{"quota": Questions}); n != 1 {

@@ -33,6 +33,7 @@ import (
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/secret"
 	"github.com/chime-nats/chime/notifications"
+	"github.com/chime-nats/chime/partitions"
 	"github.com/chime-nats/chime/questions"
 	"github.com/chime-nats/chime/quotas"
 	"github.com/chime-nats/chime/scheduler"
@@ -172,8 +173,9 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	if dedup <= 0 {
 		dedup = 10 * time.Minute
 	}
+	layout := partitions.Layout{Partitions: cfg.Partitions, Shards: cfg.Shards}
 	topo := engine.Topology{
-		Replicas: cfg.JSReplicas, LeaseTTL: cfg.LeaseTTL,
+		Replicas: cfg.JSReplicas, LeaseTTL: cfg.LeaseTTL, Layout: layout,
 		InboxMaxAge: cfg.InboxMaxAge, EventMaxAge: cfg.EventMaxAge, DedupWindow: dedup,
 		InboxMaxBytes: int64(cfg.InboxMaxBytes), EventMaxBytes: int64(cfg.EventMaxBytes), InboxMaxPerAgent: cfg.InboxMaxPerAgent,
 		TaskOutputMaxAge: cfg.RecordRetention, SessionMaxAge: cfg.NATSSessionMaxAge,
@@ -195,6 +197,9 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	res, err := engine.Provision(pctx, js, topo)
 	if err != nil {
 		return nil, err
+	}
+	if err := partitions.Check(pctx, js, layout, res.Timers.KVs[0], res.Waits.KVs[0]); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
 	}
 	r.healer = engine.NewHealer(js, topo, 2*time.Second, log)
 	if err := r.healer.Start(ctx); err != nil {
@@ -262,7 +267,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		Log: log, OnChange: func() { r.sched.Reshard() }, Healthy: func() (bool, string) { return r.sched.Healthy() },
 	})
 	r.sched = scheduler.New(scheduler.Config{
-		JS: js, TimersBucket: engine.TimersBucket, WaitsBucket: engine.WaitsBucket, Inbox: inbox, Records: store,
+		JS: js, Timers: res.Timers, Waits: res.Waits, Counts: res.Counts, Inbox: inbox, Records: store,
 		Leases: r.leases, Shards: cfg.Shards, Log: log, Registerer: reg,
 	})
 	if r.waitForIndex, err = waitfor.StartIndex(pctx, js, engine.WaitForBucket, log); err != nil {
@@ -271,8 +276,12 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	if r.taskIndex, err = tasks.StartIndex(pctx, js, engine.TasksBucket, log); err != nil {
 		return nil, err
 	}
+	var counter quotas.Counter = r.sched
+	if layout.Sharded() {
+		counter = scheduler.Counts{JS: js, KV: res.Counts}
+	}
 	limits := quotas.New(quotas.Config{
-		MaxTimers: cfg.MaxTimersPerAgent, MaxWaits: cfg.MaxWaitsPerAgent, MaxQuestions: cfg.MaxOpenQuestions, Counter: r.sched, MinInterval: cfg.MinInterval,
+		MaxTimers: cfg.MaxTimersPerAgent, MaxWaits: cfg.MaxWaitsPerAgent, MaxQuestions: cfg.MaxOpenQuestions, Counter: counter, MinInterval: cfg.MinInterval,
 		Rate: cfg.CreateRate, Burst: cfg.CreateBurst,
 		MaxRunningTasks: cfg.MaxRunningTasks, MaxTaskOutputBytes: int64(cfg.MaxTaskOutputBytes), Tasks: r.taskIndex, TaskStartRate: cfg.TaskStartRate,
 		MaxWaitFors: cfg.MaxWaitFors, WaitFors: r.waitForIndex, NotifyRate: cfg.NotifyRate, MaxStreams: cfg.MaxStreams,
@@ -288,7 +297,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		return nil, err
 	}
 	waitForSvc := waitfor.NewService(waitfor.Config{
-		Store: waitForStore, Timers: store, TimersKV: res.Timers, Tasks: waitfor.Tasks{Store: taskStore}, Inbox: inbox, JS: js,
+		Store: waitForStore, Timers: store, Tasks: waitfor.Tasks{Store: taskStore}, Inbox: inbox, JS: js,
 		InboxStream: engine.InboxStream, EventsStream: engine.EventsStream, Log: log,
 	})
 	r.waitFor = waitfor.NewConsumer(waitfor.ConsumerConfig{

@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/internal/backoff"
-	"github.com/chime-nats/chime/internal/kvwatch"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
 )
@@ -44,13 +43,10 @@ func (s *Scheduler) fireLoop(ctx context.Context) {
 		now := s.cfg.Now()
 		s.cfg.Leases.Owned(now, owned)
 		s.fireable(owned)
-		live, _ := kvwatch.AllLive(s.watches...)
-		if !live {
-			// A stale index may still hold what was cancelled: fire
-			// nothing until the watches are live again (their leases go
-			// at the next lease round).
-			clear(owned)
-		}
+		// A stale index may still hold what was cancelled: fire nothing
+		// of a shard until its watches are live again (leases go at the
+		// next lease round).
+		live := s.liveOnly(owned)
 		s.mu.Lock()
 		batch = s.index.popDue(owned, now.UnixNano(), s.cfg.BatchSize, batch[:0])
 		timerFires, waitFires := s.prepare(batch, now)

@@ -43,7 +43,7 @@ func putTimer(t *testing.T, s *Scheduler, tm subjects.Timer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.applyTimer(kvwatch.Entry{Key: subjects.TimerKey(tm.AgentID, tm.ID), Value: b})
+	s.applyTimer("", 0, kvwatch.Entry{Key: subjects.TimerKey(tm.AgentID, tm.ID), Value: b})
 }
 
 func putWait(t *testing.T, s *Scheduler, w subjects.Wait) {
@@ -52,7 +52,7 @@ func putWait(t *testing.T, s *Scheduler, w subjects.Wait) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.applyWait(kvwatch.Entry{Key: w.Key(), Value: b})
+	s.applyWait("", 0, kvwatch.Entry{Key: w.Key(), Value: b})
 }
 
 // pop fires what is due at the clock's time, as one pass of the loop does.

@@ -36,7 +36,7 @@ func firing(t *testing.T, ctx context.Context) (*nats.Conn, *engine.Resources, *
 	})
 	reg := prometheus.NewRegistry()
 	sched = scheduler.New(scheduler.Config{
-		JS: res.JS, TimersBucket: engine.TimersBucket, Records: store,
+		JS: res.JS, Timers: res.Timers, Records: store,
 		Inbox:  consumer.NewInbox(res.JS, engine.InboxStream, time.Minute, nil),
 		Leases: leases, Shards: shards, Registerer: reg,
 	})
@@ -156,7 +156,7 @@ func TestForeignRecordsAreNotFired(t *testing.T) {
 		"alice.tmr_b": foreign("alice", "tmr_x"), // another ID
 		"alice.tmr_c": []byte("not json"),
 	} {
-		if _, err := res.Timers.Put(ctx, key, value); err != nil {
+		if _, err := res.Timers.KVs[0].Put(ctx, key, value); err != nil {
 			t.Fatal(err)
 		}
 	}

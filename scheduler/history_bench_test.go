@@ -158,7 +158,7 @@ func loadIndex(b *testing.B, res *engine.Resources) {
 		OnChange: func() { s.Reshard() },
 	})
 	s = scheduler.New(scheduler.Config{
-		JS: res.JS, TimersBucket: engine.TimersBucket, WaitsBucket: engine.WaitsBucket,
+		JS: res.JS, Timers: res.Timers, Waits: res.Waits,
 		Inbox:   consumer.NewInbox(res.JS, engine.InboxStream, time.Minute, nil),
 		Records: timers.NewStore(res.Timers, nil, kvrec.Retention{}), Leases: leases, Shards: 4, Log: slog.New(slog.DiscardHandler),
 	})

@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"container/heap"
-	"hash/fnv"
 	"hash/maphash"
 	"sync"
 	"time"
@@ -66,14 +65,70 @@ type index struct {
 	entries map[string]*entry // timers by key
 	waits   map[string]*entry // waits by key, kept apart for progress
 	shards  []dueHeap
+	// counts, when kept (the sharded layout), are each shard's active
+	// records by agent, and counted is told of every change.
+	counts  []map[string]*count
+	counted func(shard int, agent string)
 }
 
 func newIndex(shards int) *index {
 	return &index{entries: make(map[string]*entry), waits: make(map[string]*entry), shards: make([]dueHeap, shards)}
 }
 
+// keepCounts makes the index count each shard's records by agent and
+// tell counted of each change.
+func (ix *index) keepCounts(counted func(shard int, agent string)) {
+	ix.counts = make([]map[string]*count, len(ix.shards))
+	for s := range ix.counts {
+		ix.counts[s] = map[string]*count{}
+	}
+	ix.counted = counted
+}
+
 // insert adds e, not yet known, to its table.
-func (ix *index) insert(e *entry) { ix.table(e.wait)[e.key] = e }
+func (ix *index) insert(e *entry) {
+	ix.table(e.wait)[e.key] = e
+	ix.count(e, 1)
+}
+
+// count adds d to e's agent's count in its shard.
+func (ix *index) count(e *entry, d int) {
+	if ix.counts == nil {
+		return
+	}
+	agent := e.agentID()
+	c := ix.counts[e.shard][agent]
+	if c == nil {
+		c = &count{}
+		ix.counts[e.shard][agent] = c
+	}
+	if e.wait {
+		c.Waits += d
+	} else {
+		c.Timers += d
+	}
+	if *c == (count{}) {
+		delete(ix.counts[e.shard], agent)
+	}
+	ix.counted(e.shard, agent)
+}
+
+// countOf is the agent's count in shard.
+func (ix *index) countOf(shard int, agent string) count {
+	if c := ix.counts[shard][agent]; c != nil {
+		return *c
+	}
+	return count{}
+}
+
+// agentsIn are the agents with records in shard.
+func (ix *index) agentsIn(shard int) []string {
+	out := make([]string, 0, len(ix.counts[shard]))
+	for agent := range ix.counts[shard] {
+		out = append(out, agent)
+	}
+	return out
+}
 
 // dropShard forgets every entry of shard s: another replica keeps it now.
 func (ix *index) dropShard(s int) {
@@ -88,6 +143,9 @@ func (ix *index) dropShard(s int) {
 		e.pos = -1
 	}
 	ix.shards[s] = nil
+	if ix.counts != nil {
+		ix.counts[s] = map[string]*count{} // the new owner writes them
+	}
 }
 
 // presence knows which records of one kind are active, in every shard,
@@ -159,14 +217,6 @@ func (ix *index) table(wait bool) map[string]*entry {
 	return ix.entries
 }
 
-// ShardOf maps a record key (<agent>.<id>) to its shard: the replica
-// holding that shard's lease keeps and fires the record.
-func ShardOf(key string, shards int) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key))
-	return int(h.Sum32() % uint32(shards))
-}
-
 // arm puts e in its heap at due, or moves it there.
 func (ix *index) arm(e *entry) {
 	h := &ix.shards[e.shard]
@@ -190,6 +240,7 @@ func (ix *index) remove(wait bool, key string) {
 	if e, ok := t[key]; ok {
 		ix.disarm(e)
 		delete(t, key)
+		ix.count(e, -1)
 	}
 }
 

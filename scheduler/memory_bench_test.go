@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"runtime"
@@ -43,10 +44,10 @@ func BenchmarkMemoryPerTimer(b *testing.B) {
 				for _, e := range values {
 					// The watch hands over the message's own subject string.
 					e.Key = string([]byte(e.Key))
-					s.applyTimer(e)
+					s.applyTimer("", 0, e)
 				}
 				after := heapInUse()
-				if got := s.ActiveTimers("agent-0001"); got != n/1000 {
+				if got, _ := s.ActiveTimers(context.Background(), "agent-0001"); got != n/1000 {
 					b.Fatalf("counted %d timers of agent-0001, want %d", got, n/1000)
 				}
 				b.ReportMetric(float64(after-before)/n, "B/timer")

@@ -16,6 +16,7 @@ import (
 	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/internal/kvwatch"
 	"github.com/chime-nats/chime/internal/pacer"
+	"github.com/chime-nats/chime/partitions"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -31,9 +32,13 @@ type Config struct {
 	// JS must time out unacknowledged async publishes
 	// (jetstream.WithPublishAsyncTimeout): a fire waits on its ack.
 	JS jetstream.JetStream
-	// TimersBucket and WaitsBucket name the buckets to index; an empty
-	// WaitsBucket indexes no waits.
-	TimersBucket, WaitsBucket string
+	// Timers and Waits are the buckets to index; nil Waits indexes no
+	// waits. Their layout says whether a replica watches whole buckets or
+	// only the keys of the shards it holds.
+	Timers, Waits *partitions.Set
+	// Counts receives, in the sharded layout, each held shard's count of
+	// every agent's active records, which the create quotas sum (Counts).
+	Counts jetstream.KeyValue
 	// Inbox is the delivery path; it finds envelopes already stored when
 	// an occurrence is older than the dedup window.
 	Inbox *consumer.Inbox
@@ -60,9 +65,10 @@ type Config struct {
 // publishes the progress of those waits. Start it once; Stop is idempotent
 // and safe without Start.
 type Scheduler struct {
-	cfg  Config
-	log  *slog.Logger
-	wake chan struct{}
+	cfg    Config
+	layout partitions.Layout
+	log    *slog.Logger
+	wake   chan struct{}
 
 	mu    sync.Mutex
 	index *index
@@ -73,8 +79,11 @@ type Scheduler struct {
 	loadGen     uint64
 	watching    bool
 	// timers and waits know every active record of all shards, for the
-	// quotas.
+	// quotas, in the unsharded layout; the sharded one writes counts
+	// instead (nil here).
 	timers, waits *presence
+	counts        *countWriter
+	readyClosed   bool // with mu
 
 	ctx     context.Context
 	watches []*kvwatch.Watch
@@ -113,16 +122,24 @@ func New(c Config) *Scheduler {
 	}
 	s := &Scheduler{
 		cfg:         c,
+		layout:      partitions.Layout{Shards: c.Shards},
 		log:         c.Log.With("component", "scheduler"),
 		wake:        make(chan struct{}, 1),
 		index:       newIndex(c.Shards),
 		shardStates: make([]shardState, c.Shards),
-		timers:      newPresence(),
-		waits:       newPresence(),
 		ctx:         context.Background(),
 		ready:       make(chan struct{}),
 		pending:     make(chan pendingFire, 16384),
 		records:     newRecordQueue(),
+	}
+	if c.Timers != nil {
+		s.layout = c.Timers.Layout
+	}
+	if s.layout.Sharded() {
+		s.counts = newCountWriter(c.Counts, c.Log)
+		s.index.keepCounts(s.counts.mark)
+	} else {
+		s.timers, s.waits = newPresence(), newPresence()
 	}
 	s.health.now = c.Now
 	s.m = newMetrics(s)
@@ -152,14 +169,37 @@ func (s *Scheduler) Ready() <-chan struct{} { return s.ready }
 func (s *Scheduler) Start(ctx context.Context) error {
 	ctx, s.cancel = context.WithCancelCause(ctx)
 	s.ctx = ctx
+	if s.layout.Sharded() {
+		s.startSharded()
+	} else if err := s.startWhole(ctx); err != nil {
+		return err
+	}
+	s.wg.Add(3)
+	go func() { defer s.wg.Done(); s.fireLoop(ctx) }()
+	go func() { defer s.wg.Done(); s.ackLoop(ctx) }()
+	go func() { defer s.wg.Done(); s.progressLoop(ctx) }()
+	for range s.cfg.RecordWorkers {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.recordLoop(ctx) }()
+	}
+	if s.counts != nil {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.counts.run(ctx, s) }()
+	}
+	return nil
+}
+
+// startWhole begins the watches of whole buckets, the unsharded layout:
+// every replica sees every change, and keeps the held shards' entries.
+func (s *Scheduler) startWhole(ctx context.Context) error {
 	s.watches = append(s.watches, kvwatch.New(kvwatch.Config{
-		JS: s.cfg.JS, Bucket: s.cfg.TimersBucket, Heartbeat: s.cfg.Heartbeat, Log: s.cfg.Log,
-		Apply: func(e kvwatch.Entry) { s.applyTimer(e) }, Reset: func() { s.reset(false) },
+		JS: s.cfg.JS, Bucket: s.cfg.Timers.KVs[0].Bucket(), Heartbeat: s.cfg.Heartbeat, Log: s.cfg.Log,
+		Apply: func(e kvwatch.Entry) { s.applyTimer(s.cfg.Timers.KVs[0].Bucket(), 0, e) }, Reset: func() { s.reset(false) },
 	}))
-	if s.cfg.WaitsBucket != "" {
+	if s.cfg.Waits != nil {
 		s.watches = append(s.watches, kvwatch.New(kvwatch.Config{
-			JS: s.cfg.JS, Bucket: s.cfg.WaitsBucket, Heartbeat: s.cfg.Heartbeat, Log: s.cfg.Log,
-			Apply: func(e kvwatch.Entry) { s.applyWait(e) }, Reset: func() { s.reset(true) },
+			JS: s.cfg.JS, Bucket: s.cfg.Waits.KVs[0].Bucket(), Heartbeat: s.cfg.Heartbeat, Log: s.cfg.Log,
+			Apply: func(e kvwatch.Entry) { s.applyWait(s.cfg.Waits.KVs[0].Bucket(), 0, e) }, Reset: func() { s.reset(true) },
 		}))
 	}
 	s.mu.Lock()
@@ -183,14 +223,6 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		s.log.Info("index loaded", "shards", s.ShardsHeld(), "timers", s.activeCount(false), "waits", s.activeCount(true),
 			"timers_all_shards", s.timers.len(), "waits_all_shards", s.waits.len())
 	}()
-	s.wg.Add(3)
-	go func() { defer s.wg.Done(); s.fireLoop(ctx) }()
-	go func() { defer s.wg.Done(); s.ackLoop(ctx) }()
-	go func() { defer s.wg.Done(); s.progressLoop(ctx) }()
-	for range s.cfg.RecordWorkers {
-		s.wg.Add(1)
-		go func() { defer s.wg.Done(); s.recordLoop(ctx) }()
-	}
 	return nil
 }
 
@@ -202,7 +234,7 @@ func (s *Scheduler) Stop() {
 		if s.cancel != nil {
 			s.cancel(errors.New("scheduler stopped"))
 		}
-		for _, w := range s.watches {
+		for _, w := range s.allWatches() {
 			w.Stop()
 		}
 		s.wg.Wait()
@@ -213,20 +245,34 @@ func (s *Scheduler) Stop() {
 // its publishes are going through. Leases gives its shards away while it
 // is not.
 func (s *Scheduler) Healthy() (bool, string) {
-	if live, why := kvwatch.AllLive(s.watches...); !live {
+	if live, why := kvwatch.AllLive(s.allWatches()...); !live {
 		return false, why
 	}
 	return s.health.ok()
 }
 
 // ActiveTimers is how many active timers the agent has in every shard,
-// as each replica watches the whole bucket: a few milliseconds behind it.
-// It never waits for the firing loop.
-func (s *Scheduler) ActiveTimers(agentID string) int { return s.timers.get(agentID) }
+// as each replica watches the whole bucket in the unsharded layout: a
+// few milliseconds behind it. It never waits for the firing loop. In the
+// sharded layout, Counts answers instead.
+func (s *Scheduler) ActiveTimers(_ context.Context, agentID string) (int, error) {
+	if s.timers == nil {
+		return 0, errNoPresence
+	}
+	return s.timers.get(agentID), nil
+}
 
 // ActiveWaits is how many waiting (or paused) waits the agent has, as
 // ActiveTimers.
-func (s *Scheduler) ActiveWaits(agentID string) int { return s.waits.get(agentID) }
+func (s *Scheduler) ActiveWaits(_ context.Context, agentID string) (int, error) {
+	if s.waits == nil {
+		return 0, errNoPresence
+	}
+	return s.waits.get(agentID), nil
+}
+
+// errNoPresence: a sharded replica does not see every shard's records.
+var errNoPresence = errors.New("scheduler: the sharded layout counts records in the counts bucket, not in each replica")
 
 // presenceOf is the presence of timers or of waits.
 func (s *Scheduler) presenceOf(wait bool) *presence {
@@ -244,19 +290,14 @@ func (s *Scheduler) activeCount(wait bool) int {
 
 // reset forgets every timer or wait: their bucket is being reloaded.
 func (s *Scheduler) reset(wait bool) {
-	s.presenceOf(wait).reset()
+	if p := s.presenceOf(wait); p != nil {
+		p.reset()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for key := range s.index.table(wait) {
 		s.index.remove(wait, key)
 	}
-}
-
-// recordKey reports whether key names a record, not a key some other
-// writer keeps in the bucket, and how long its agent ID is.
-func recordKey(key string) (agentLen int, ok bool) {
-	agent, _, ok := subjects.ParseRecordKey(key)
-	return len(agent), ok
 }
 
 // entryFor returns the index entry of key, creating it. Called with s.mu held.
@@ -266,7 +307,7 @@ func (s *Scheduler) entryFor(wait bool, key string, agentLen, shard int) *entry 
 	if !ok {
 		en = &entry{key: key, agentLen: agentLen, wait: wait, shard: shard, pos: -1}
 		if wait {
-			en.phase = int8(ShardOf(key, 10*s.cfg.Shards) % 10)
+			en.phase = int8(partitions.ShardOf(key, 10*s.cfg.Shards) % 10)
 		}
 		s.index.insert(en)
 	}
@@ -288,51 +329,63 @@ func (s *Scheduler) armAt(en *entry, due int64) {
 // removed records that the record at key is gone or finished. A shard
 // not held has no entry to remove: its records, most of them on every
 // replica, cost no wait behind a firing batch for the scheduler's lock.
-func (s *Scheduler) removed(wait bool, key string, agentLen, shard int) {
-	s.presenceOf(wait).set(key, agentLen, false)
+func (s *Scheduler) removed(wait bool, key string, agentLen, shard int, gen uint64) {
+	if p := s.presenceOf(wait); p != nil {
+		p.set(key, agentLen, false)
+	}
 	if !s.holds(shard) {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.index.remove(wait, key)
+	if s.current(shard, gen) {
+		s.index.remove(wait, key)
+	}
+}
+
+// current reports, with mu held, whether shard is held and, for a watch
+// of one shard's keys (gen > 0), still for the gain that watch serves: a
+// watch of an earlier gain, still stopping, is behind the new one.
+func (s *Scheduler) current(shard int, gen uint64) bool {
+	return s.holds(shard) && (gen == 0 || s.shardStates[shard].gen == gen)
 }
 
 // applyTimer folds one timer record change into the index: every record
 // counts in the presence, and the record of a held shard gets an entry.
-func (s *Scheduler) applyTimer(e kvwatch.Entry) {
-	agentLen, ok := recordKey(e.Key)
+func (s *Scheduler) applyTimer(bucket string, gen uint64, e kvwatch.Entry) {
+	key, agentLen, shard, ok := s.layout.Parse(e.Key)
 	if !ok {
 		return
 	}
-	shard := ShardOf(e.Key, s.cfg.Shards)
 	if s.skip(e.Again, shard) {
 		return
 	}
 	if e.Deleted {
-		s.removed(false, e.Key, agentLen, shard)
+		s.removed(false, key, agentLen, shard, gen)
 		return
 	}
 	var t subjects.Timer
-	if err := s.decode(e, &t, func() (string, string) { return t.AgentID, t.ID }); err != nil {
-		s.refuse(s.cfg.TimersBucket, e.Key, err)
-		s.removed(false, e.Key, agentLen, shard)
+	if err := s.decode(key, e.Value, &t, func() (string, string) { return t.AgentID, t.ID }); err != nil {
+		s.refuse(bucket, e.Key, err)
+		s.removed(false, key, agentLen, shard, gen)
 		return
 	}
 	if t.Status != subjects.TimerActive || t.NextFireAt == nil {
-		s.removed(false, e.Key, agentLen, shard)
+		s.removed(false, key, agentLen, shard, gen)
 		return
 	}
-	s.timers.set(e.Key, agentLen, true)
+	if s.timers != nil {
+		s.timers.set(key, agentLen, true)
+	}
 	if !s.holds(shard) {
 		return // another replica's: counted, not kept (a gain replays it)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.holds(shard) {
+	if !s.current(shard, gen) {
 		return // dropped meanwhile
 	}
-	en := s.entryFor(false, e.Key, agentLen, shard)
+	en := s.entryFor(false, key, agentLen, shard)
 	en.summary = t.Summary
 	en.interval = t.Interval()
 	next := t.FireCount + 1
@@ -350,11 +403,11 @@ func (s *Scheduler) applyTimer(e kvwatch.Entry) {
 // decode reads a record strictly: it must decode, and name the agent and
 // ID its key does. Only chime writes these buckets; a record that fails
 // is not chime's, and firing it would act on whatever it claims.
-func (s *Scheduler) decode(e kvwatch.Entry, rec any, names func() (agentID, id string)) error {
-	if err := json.Unmarshal(e.Value, rec); err != nil {
+func (s *Scheduler) decode(key string, value []byte, rec any, names func() (agentID, id string)) error {
+	if err := json.Unmarshal(value, rec); err != nil {
 		return err
 	}
-	agentID, id, _ := subjects.ParseRecordKey(e.Key)
+	agentID, id, _ := subjects.ParseRecordKey(key)
 	if a, i := names(); a != agentID || i != id {
 		return fmt.Errorf("the record names agent %q and ID %q", a, i)
 	}
@@ -374,39 +427,40 @@ func (s *Scheduler) refuse(bucket, key string, err error) {
 const refusedLogInterval = 10 * time.Second
 
 // applyWait folds one wait record change into the index, as applyTimer.
-func (s *Scheduler) applyWait(e kvwatch.Entry) {
-	agentLen, ok := recordKey(e.Key)
+func (s *Scheduler) applyWait(bucket string, gen uint64, e kvwatch.Entry) {
+	key, agentLen, shard, ok := s.layout.Parse(e.Key)
 	if !ok {
 		return
 	}
-	shard := ShardOf(e.Key, s.cfg.Shards)
 	if s.skip(e.Again, shard) {
 		return
 	}
 	if e.Deleted {
-		s.removed(true, e.Key, agentLen, shard)
+		s.removed(true, key, agentLen, shard, gen)
 		return
 	}
 	var w subjects.Wait
-	if err := s.decode(e, &w, func() (string, string) { return w.AgentID, w.ID }); err != nil {
-		s.refuse(s.cfg.WaitsBucket, e.Key, err)
-		s.removed(true, e.Key, agentLen, shard)
+	if err := s.decode(key, e.Value, &w, func() (string, string) { return w.AgentID, w.ID }); err != nil {
+		s.refuse(bucket, e.Key, err)
+		s.removed(true, key, agentLen, shard, gen)
 		return
 	}
 	if w.Status != subjects.WaitWaiting {
-		s.removed(true, e.Key, agentLen, shard)
+		s.removed(true, key, agentLen, shard, gen)
 		return
 	}
-	s.waits.set(e.Key, agentLen, true)
+	if s.waits != nil {
+		s.waits.set(key, agentLen, true)
+	}
 	if !s.holds(shard) {
 		return // as in applyTimer
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.holds(shard) {
+	if !s.current(shard, gen) {
 		return
 	}
-	en := s.entryFor(true, e.Key, agentLen, shard)
+	en := s.entryFor(true, key, agentLen, shard)
 	if !w.Armed() {
 		en.paused = max(w.Remaining(s.cfg.Now()), time.Nanosecond) // frozen clock
 		en.due = w.TargetTime.UnixNano()

@@ -18,6 +18,7 @@ import (
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/partitions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
 	"github.com/chime-nats/chime/waits"
@@ -40,7 +41,7 @@ func startReplica(t *testing.T, res *engine.Resources, id string, shards int, st
 		OnChange: func() { r.sched.Reshard() }, Healthy: func() (bool, string) { return r.sched.Healthy() },
 	})
 	r.sched = New(Config{
-		JS: res.JS, TimersBucket: engine.TimersBucket, WaitsBucket: engine.WaitsBucket, Records: store,
+		JS: res.JS, Timers: res.Timers, Waits: res.Waits, Counts: res.Counts, Records: store,
 		Inbox:  consumer.NewInbox(res.JS, engine.InboxStream, time.Minute, nil),
 		Leases: r.leases, Shards: shards, Registerer: prometheus.NewRegistry(),
 	})
@@ -85,7 +86,7 @@ func (r *replicaUnderTest) loaded() bool {
 func inShards(keys []string, leased []bool) []string {
 	var out []string
 	for _, k := range keys {
-		if leased[ShardOf(k, len(leased))] {
+		if leased[partitions.ShardOf(k, len(leased))] {
 			out = append(out, k)
 		}
 	}
@@ -95,12 +96,27 @@ func inShards(keys []string, leased []bool) []string {
 // TestReplicasHoldOnlyTheirShards: two replicas divide the shards and each
 // holds exactly the timers and waits of its own; the quota counts still
 // cover every shard. When one dies, the other takes its shards, loads
-// their records, and fires the timers that fell due meanwhile once.
+// their records, and fires the timers that fell due meanwhile once. In
+// both layouts: whole buckets watched by each, and partition buckets of
+// which each watches only its shards' keys.
 func TestReplicasHoldOnlyTheirShards(t *testing.T) {
-	ns := natstest.Server(t)
-	nc, res := natstest.Provisioned(t, ns)
-	ctx := context.Background()
+	for _, partitionCount := range []int{0, 3} {
+		t.Run(fmt.Sprintf("partitions=%d", partitionCount), func(t *testing.T) { testReplicasHoldOnlyTheirShards(t, partitionCount) })
+	}
+}
+
+func testReplicasHoldOnlyTheirShards(t *testing.T, partitionCount int) {
 	const shards = 8
+	ns := natstest.Server(t)
+	nc, res := natstest.ProvisionedAs(t, ns, engine.Topology{
+		Replicas: 1, LeaseTTL: 2 * time.Second, InboxMaxAge: time.Hour, EventMaxAge: time.Hour, DedupWindow: 2 * time.Minute,
+		Layout: partitions.Layout{Partitions: partitionCount, Shards: shards},
+	})
+	ctx := context.Background()
+	var counter interface {
+		ActiveTimers(context.Context, string) (int, error)
+		ActiveWaits(context.Context, string) (int, error)
+	}
 	tstore := timers.NewStore(res.Timers, nil, kvrec.Retention{})
 	wstore := waits.NewStore(res.Waits, agents.NewStore(res.Agents), time.Now, kvrec.Retention{})
 	var timerKeys, waitKeys []string
@@ -126,7 +142,17 @@ func TestReplicasHoldOnlyTheirShards(t *testing.T) {
 	eventually(t, "the shards divided and loaded", func() bool {
 		return a.leases.Count() == shards/2 && b.leases.Count() == shards/2 && a.loaded() && b.loaded()
 	})
+	if partitionCount > 0 {
+		counter = Counts{JS: res.JS, KV: res.Counts}
+		eventually(t, "the counts written", func() bool {
+			n, err := counter.ActiveTimers(ctx, "agent3")
+			return err == nil && n == 40
+		})
+	}
 	for _, r := range []*replicaUnderTest{a, b} {
+		if partitionCount == 0 {
+			counter = r.sched
+		}
 		leased, gotTimers, gotWaits := r.held()
 		if want := inShards(timerKeys, leased); !slices.Equal(gotTimers, want) {
 			t.Errorf("holds %d timers, want the %d of its shards %v", len(gotTimers), len(want), leased)
@@ -134,11 +160,11 @@ func TestReplicasHoldOnlyTheirShards(t *testing.T) {
 		if want := inShards(waitKeys, leased); !slices.Equal(gotWaits, want) {
 			t.Errorf("holds %d waits, want the %d of its shards", len(gotWaits), len(want))
 		}
-		if n := r.sched.ActiveTimers("agent3"); n != 40 {
-			t.Errorf("counts %d active timers of agent3 in all shards, want 40", n)
+		if n, err := counter.ActiveTimers(ctx, "agent3"); n != 40 || err != nil {
+			t.Errorf("counts %d active timers of agent3 in all shards (%v), want 40", n, err)
 		}
-		if n := r.sched.ActiveWaits("agent3"); n != 6 {
-			t.Errorf("counts %d waits of agent3 in all shards, want 6", n)
+		if n, err := counter.ActiveWaits(ctx, "agent3"); n != 6 || err != nil {
+			t.Errorf("counts %d waits of agent3 in all shards (%v), want 6", n, err)
 		}
 	}
 	if t.Failed() {

@@ -14,23 +14,24 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/internal/kvrec"
+	"github.com/chime-nats/chime/partitions"
 	"github.com/chime-nats/chime/subjects"
 )
 
 // Store reads and writes timer records.
 type Store struct {
-	kv        jetstream.KeyValue
+	set       *partitions.Set
 	now       func() time.Time
 	retention kvrec.Retention
 }
 
-// NewStore returns a Store over the timers bucket. now is the clock that
+// NewStore returns a Store over the timers buckets. now is the clock that
 // stamps records; finished timers are removed after retention.
-func NewStore(kv jetstream.KeyValue, now func() time.Time, retention kvrec.Retention) *Store {
+func NewStore(set *partitions.Set, now func() time.Time, retention kvrec.Retention) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{kv: kv, now: now, retention: retention}
+	return &Store{set: set, now: now, retention: retention}
 }
 
 // Create stores a new active timer and returns its record. A create with
@@ -66,7 +67,8 @@ func (s *Store) Create(ctx context.Context, agentID string, spec subjects.TimerS
 	mine := func(stored *subjects.Timer) bool {
 		return stored.ID == t.ID && (stored.CreatedAt.Equal(t.CreatedAt) || t.Replays(stored.RequestKey))
 	}
-	stored, _, err := kvrec.Create(ctx, s.kv, subjects.TimerKey(agentID, t.ID), t, mine)
+	kv, key := s.set.For(agentID, t.ID)
+	stored, _, err := kvrec.Create(ctx, kv, key, t, mine)
 	if errors.Is(err, jetstream.ErrKeyExists) && t.RequestID != "" {
 		return nil, t.Conflict()
 	}
@@ -79,12 +81,21 @@ func (s *Store) Create(ctx context.Context, agentID string, spec subjects.TimerS
 // Sweep gives the finished timers stored before records expired their TTL
 // (see kvrec.Sweep) and returns how many.
 func (s *Store) Sweep(ctx context.Context) (int, error) {
-	return kvrec.Sweep(ctx, s.retention, s.kv, (*subjects.Timer).Finished, s.now())
+	total := 0
+	for _, kv := range s.set.KVs {
+		n, err := kvrec.Sweep(ctx, s.retention, kv, (*subjects.Timer).Finished, s.now())
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }
 
 // Get returns one of the agent's timers.
 func (s *Store) Get(ctx context.Context, agentID, timerID string) (*subjects.Timer, error) {
-	t, _, err := kvrec.Get[subjects.Timer](ctx, s.kv, subjects.TimerKey(agentID, timerID))
+	kv, key := s.set.For(agentID, timerID)
+	t, _, err := kvrec.Get[subjects.Timer](ctx, kv, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, subjects.ErrNotFound(timerID)
 	}
@@ -97,7 +108,8 @@ func (s *Store) Get(ctx context.Context, agentID, timerID string) (*subjects.Tim
 // update changes one timer by CAS (see kvrec.Update), riding out leader
 // elections within ctx.
 func (s *Store) update(ctx context.Context, agentID, timerID string, change func(*subjects.Timer) (bool, error)) (*subjects.Timer, bool, error) {
-	t, changed, err := kvrec.Update(ctx, s.kv, subjects.TimerKey(agentID, timerID), false, change,
+	kv, key := s.set.For(agentID, timerID)
+	t, changed, err := kvrec.Update(ctx, kv, key, false, change,
 		kvrec.ExpireFinished(s.retention, (*subjects.Timer).Finished))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, false, subjects.ErrNotFound(timerID)
@@ -107,15 +119,35 @@ func (s *Store) update(ctx context.Context, agentID, timerID string, change func
 
 // List returns up to limit of the agent's timers, newest first.
 func (s *Store) List(ctx context.Context, agentID string, limit int) ([]subjects.Timer, error) {
-	out, err := kvrec.List[subjects.Timer](ctx, s.kv, agentID+".*")
-	if err != nil {
-		return nil, fmt.Errorf("timers: list: %w", err)
+	var out []subjects.Timer
+	for _, kv := range s.set.KVs {
+		part, err := kvrec.List[subjects.Timer](ctx, kv, s.set.Layout.AgentKeys(agentID))
+		if err != nil {
+			return nil, fmt.Errorf("timers: list: %w", err)
+		}
+		out = append(out, part...)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.After(out[j].CreatedAt) })
 	if len(out) > limit {
 		out = out[:limit]
 	}
 	return out, nil
+}
+
+// Someone reports whether a timer with this ID exists under any agent:
+// a timer is keyed by its agent, so one agent asking for another's finds
+// it only this way.
+func (s *Store) Someone(ctx context.Context, timerID string) (bool, error) {
+	for _, kv := range s.set.KVs {
+		found, err := kvrec.List[subjects.Timer](ctx, kv, s.set.Layout.IDKeys(timerID))
+		if err != nil {
+			return false, fmt.Errorf("timers: find %s: %w", timerID, err)
+		}
+		if len(found) > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // Cancel cancels an active timer. Cancelling a cancelled timer is a no-op

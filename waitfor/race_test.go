@@ -30,8 +30,8 @@ func TestReplicasRaceOnWakes(t *testing.T) {
 	service := func() *waitfor.Service {
 		return waitfor.NewService(waitfor.Config{
 			Store:  waitfor.NewStore(res.WaitFor, nil, kvrec.Retention{}),
-			Timers: timers.NewStore(res.Timers, nil, kvrec.Retention{}), TimersKV: res.Timers,
-			Inbox: consumer.NewInbox(res.JS, engine.InboxStream, time.Minute, nil), JS: res.JS,
+			Timers: timers.NewStore(res.Timers, nil, kvrec.Retention{}),
+			Inbox:  consumer.NewInbox(res.JS, engine.InboxStream, time.Minute, nil), JS: res.JS,
 			InboxStream: engine.InboxStream, EventsStream: engine.EventsStream,
 		})
 	}

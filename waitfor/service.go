@@ -13,7 +13,6 @@ import (
 
 	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/engine"
-	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
 )
@@ -40,10 +39,8 @@ type TaskLookup interface {
 // Config configures a Service.
 type Config struct {
 	Store *Store
-	// Timers and TimersKV check a timer resource; TimersKV finds another
-	// agent's timer of the same ID.
-	Timers   *timers.Store
-	TimersKV jetstream.KeyValue
+	// Timers checks a timer resource.
+	Timers *timers.Store
 	// Tasks checks a task resource; nil skips the check.
 	Tasks TaskLookup
 	Inbox *consumer.Inbox
@@ -444,11 +441,11 @@ func (s *Service) checkTimer(ctx context.Context, agentID, timerID string) (int6
 	t, err := s.cfg.Timers.Get(ctx, agentID, timerID)
 	if errors.Is(err, subjects.ErrTimerNotFound) {
 		// Timers are keyed by agent; another agent's shows under its own.
-		others, lerr := kvrec.List[subjects.Timer](ctx, s.cfg.TimersKV, "*."+timerID)
+		other, lerr := s.cfg.Timers.Someone(ctx, timerID)
 		if lerr != nil {
 			return 0, lerr
 		}
-		if len(others) > 0 {
+		if other {
 			return 0, &subjects.Error{Code: "timer_agent_mismatch", Message: "wait_for timer agent mismatch: " + timerID}
 		}
 		return 0, &subjects.Error{Code: subjects.CodeTimerNotFound, Message: "wait_for timer does not exist: " + timerID}

@@ -182,7 +182,7 @@ func TestPoisonInterventionIsolated(t *testing.T) {
 	// the listing of its waits): it is retried, and b is not held up.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := r.res.Waits.Put(ctx, "agent-c.broken", []byte("{corrupt")); err != nil {
+	if _, err := r.res.Waits.KVs[0].Put(ctx, "agent-c.broken", []byte("{corrupt")); err != nil {
 		t.Fatal(err)
 	}
 	r.intervene(t, "agent-c", subjects.ActionStop, "stop c")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/internal/kvrec"
+	"github.com/chime-nats/chime/partitions"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -27,7 +28,7 @@ const PauseThreshold = 1500 * time.Millisecond
 
 // Store reads and writes waits and agent state.
 type Store struct {
-	waits     jetstream.KeyValue
+	waits     *partitions.Set
 	agents    *agents.Store
 	now       func() time.Time
 	retention kvrec.Retention
@@ -35,7 +36,7 @@ type Store struct {
 
 // NewStore returns a Store over the waits bucket; the agents' pause state
 // is read and kept in agents. Ended waits are removed after retention.
-func NewStore(waits jetstream.KeyValue, agents *agents.Store, now func() time.Time, retention kvrec.Retention) *Store {
+func NewStore(waits *partitions.Set, agents *agents.Store, now func() time.Time, retention kvrec.Retention) *Store {
 	if now == nil {
 		now = time.Now
 	}
@@ -73,7 +74,8 @@ func (s *Store) Create(ctx context.Context, agentID string, spec *subjects.WaitS
 	mine := func(stored *subjects.Wait) bool {
 		return stored.ID == w.ID && (stored.CreatedAt.Equal(w.CreatedAt) || w.Replays(stored.RequestKey))
 	}
-	stored, _, err := kvrec.Create(ctx, s.waits, w.Key(), w, mine)
+	kv, key := s.waits.For(agentID, w.ID)
+	stored, _, err := kvrec.Create(ctx, kv, key, w, mine)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyExists) && w.RequestID != "":
 		return nil, w.Conflict()
@@ -88,12 +90,21 @@ func (s *Store) Create(ctx context.Context, agentID string, spec *subjects.WaitS
 // Sweep gives the ended waits stored before records expired their TTL
 // (see kvrec.Sweep) and returns how many.
 func (s *Store) Sweep(ctx context.Context) (int, error) {
-	return kvrec.Sweep(ctx, s.retention, s.waits, (*subjects.Wait).Ended, s.now())
+	total := 0
+	for _, kv := range s.waits.KVs {
+		n, err := kvrec.Sweep(ctx, s.retention, kv, (*subjects.Wait).Ended, s.now())
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
 }
 
 // Get returns one of the agent's waits.
 func (s *Store) Get(ctx context.Context, agentID, waitID string) (*subjects.Wait, error) {
-	w, _, err := kvrec.Get[subjects.Wait](ctx, s.waits, subjects.WaitKey(agentID, waitID))
+	kv, key := s.waits.For(agentID, waitID)
+	w, _, err := kvrec.Get[subjects.Wait](ctx, kv, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, notFound(waitID)
 	}
@@ -109,7 +120,8 @@ func notFound(waitID string) error {
 
 // Update changes one wait by CAS; see kvrec.Update.
 func (s *Store) Update(ctx context.Context, agentID, waitID string, change func(*subjects.Wait) (bool, error)) (*subjects.Wait, bool, error) {
-	w, changed, err := kvrec.Update(ctx, s.waits, subjects.WaitKey(agentID, waitID), false, change,
+	kv, key := s.waits.For(agentID, waitID)
+	w, changed, err := kvrec.Update(ctx, kv, key, false, change,
 		kvrec.ExpireFinished(s.retention, (*subjects.Wait).Ended))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, false, notFound(waitID)
@@ -161,9 +173,13 @@ func (s *Store) Cancel(ctx context.Context, agentID, waitID, by, text string) (w
 
 // List returns the agent's waits.
 func (s *Store) List(ctx context.Context, agentID string) ([]subjects.Wait, error) {
-	out, err := kvrec.List[subjects.Wait](ctx, s.waits, agentID+".*")
-	if err != nil {
-		return nil, fmt.Errorf("waits: list: %w", err)
+	var out []subjects.Wait
+	for _, kv := range s.waits.KVs {
+		part, err := kvrec.List[subjects.Wait](ctx, kv, s.waits.Layout.AgentKeys(agentID))
+		if err != nil {
+			return nil, fmt.Errorf("waits: list: %w", err)
+		}
+		out = append(out, part...)
 	}
 	return out, nil
 }

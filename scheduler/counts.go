@@ -1,0 +1,271 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
+
+	"github.com/chime-nats/chime/internal/pacer"
+)
+
+// In the sharded layout no replica sees every shard's records, so the
+// create quotas cannot count an agent's records in memory as the
+// unsharded layout does (presence). Instead the owner of each shard
+// writes, per agent with records there, how many are active, under
+// <shard>.<agent> in the counts bucket; a create sums the agent's keys
+// over every shard with one batched direct get (Counts).
+//
+// The counts are derived from the records, so they heal themselves: a
+// shard's new owner, once it has loaded the shard, writes what it holds
+// and removes the keys of agents it holds none of. They lag the records
+// by a watch delivery and a flush (countFlushEvery): creates racing for
+// an agent's last places may overshoot by what lands within that, as
+// concurrent creates may anyway.
+
+// count is one agent's active records in one shard.
+type count struct {
+	Timers int `json:"timers,omitempty"`
+	Waits  int `json:"waits,omitempty"`
+}
+
+// countKey names one agent's count in one shard.
+type countKey struct {
+	shard int
+	agent string
+}
+
+func (k countKey) String() string { return strconv.Itoa(k.shard) + "." + k.agent }
+
+// countFlushEvery is how often the changed counts are written: a burst
+// of one agent's creates in one shard costs one write per flush, not one
+// per create.
+const countFlushEvery = 20 * time.Millisecond
+
+// countWriter writes the changed counts of the shards this replica holds.
+type countWriter struct {
+	kv  jetstream.KeyValue
+	log *slog.Logger
+
+	mu    sync.Mutex
+	dirty map[countKey]struct{}
+	// reconcile are loaded shards whose stored keys are still to be
+	// checked against what this replica holds.
+	reconcile map[int]struct{}
+	kick      chan struct{}
+	failLog   *pacer.Pacer
+}
+
+func newCountWriter(kv jetstream.KeyValue, log *slog.Logger) *countWriter {
+	return &countWriter{
+		kv: kv, log: log.With("component", "counts"), dirty: map[countKey]struct{}{}, reconcile: map[int]struct{}{},
+		kick: make(chan struct{}, 1), failLog: pacer.New(10 * time.Second),
+	}
+}
+
+// mark notes that the agent's count in shard changed.
+func (w *countWriter) mark(shard int, agent string) {
+	w.mu.Lock()
+	w.dirty[countKey{shard, agent}] = struct{}{}
+	w.mu.Unlock()
+}
+
+// loaded asks for shard's stored counts to be brought in line with what
+// this replica now holds of it.
+func (w *countWriter) loaded(shard int) {
+	w.mu.Lock()
+	w.reconcile[shard] = struct{}{}
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run flushes until ctx ends, one flush at a time: a key's writes land in
+// the order they were made.
+func (w *countWriter) run(ctx context.Context, s *Scheduler) {
+	tick := time.NewTicker(countFlushEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-w.kick:
+		}
+		if err := w.flush(ctx, s); err != nil && ctx.Err() == nil {
+			w.failLog.Do(1, func(n int64) {
+				w.log.Warn("counts not written; they are retried", "err", err, "failures", n)
+			})
+		}
+	}
+}
+
+// flush writes every changed count of a shard this replica holds, loaded.
+// What fails is marked again, to be retried.
+func (w *countWriter) flush(ctx context.Context, s *Scheduler) error {
+	w.mu.Lock()
+	dirty, reconcile := w.dirty, w.reconcile
+	w.dirty, w.reconcile = map[countKey]struct{}{}, map[int]struct{}{}
+	w.mu.Unlock()
+	var errs []error
+	for shard := range reconcile {
+		if err := w.reconcileShard(ctx, s, shard, dirty); err != nil {
+			errs = append(errs, err)
+			w.loaded(shard)
+		}
+	}
+	if len(dirty) == 0 {
+		return errors.Join(errs...)
+	}
+	writes := make(map[countKey]count, len(dirty))
+	s.mu.Lock()
+	for k := range dirty {
+		if s.shardStates[k.shard].bits.Load() == shardHeld {
+			writes[k] = s.index.countOf(k.shard, k.agent)
+		}
+	}
+	s.mu.Unlock()
+	if err := w.write(ctx, writes); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// reconcileShard adds to dirty every agent this replica holds records of
+// in shard, and purges the stored keys of agents it holds none of.
+func (w *countWriter) reconcileShard(ctx context.Context, s *Scheduler, shard int, dirty map[countKey]struct{}) error {
+	lister, err := w.kv.ListKeysFiltered(ctx, strconv.Itoa(shard)+".*")
+	if err != nil {
+		return fmt.Errorf("counts: list shard %d: %w", shard, err)
+	}
+	var stored []string
+	for key := range lister.Keys() {
+		stored = append(stored, key)
+	}
+	s.mu.Lock()
+	if s.shardStates[shard].bits.Load() != shardHeld {
+		s.mu.Unlock()
+		return nil // lost meanwhile: its new owner reconciles
+	}
+	held := s.index.agentsIn(shard)
+	s.mu.Unlock()
+	for _, agent := range held {
+		dirty[countKey{shard, agent}] = struct{}{}
+	}
+	for _, key := range stored {
+		_, agent, _ := strings.Cut(key, ".")
+		dirty[countKey{shard, agent}] = struct{}{} // zero unless held: purged
+	}
+	return nil
+}
+
+// countWriters bound the writes in flight at once.
+const countWriters = 16
+
+// write stores each count, purging the zero ones (their markers expire).
+func (w *countWriter) write(ctx context.Context, writes map[countKey]count) error {
+	type job struct {
+		key countKey
+		c   count
+	}
+	jobs := make(chan job)
+	var (
+		mu     sync.Mutex
+		failed []error
+		wg     sync.WaitGroup
+	)
+	for range min(countWriters, len(writes)) {
+		wg.Go(func() {
+			for j := range jobs {
+				err := w.writeOne(ctx, j.key, j.c)
+				if err != nil {
+					mu.Lock()
+					failed = append(failed, err)
+					mu.Unlock()
+					w.mark(j.key.shard, j.key.agent)
+				}
+			}
+		})
+	}
+	for k, c := range writes {
+		jobs <- job{k, c}
+	}
+	close(jobs)
+	wg.Wait()
+	if len(failed) > 0 {
+		return fmt.Errorf("counts: %d of %d writes failed: %w", len(failed), len(writes), failed[0])
+	}
+	return nil
+}
+
+func (w *countWriter) writeOne(ctx context.Context, k countKey, c count) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if c == (count{}) {
+		err := w.kv.Purge(ctx, k.String(), jetstream.PurgeTTL(time.Minute))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil
+		}
+		return err
+	}
+	b, _ := json.Marshal(c)
+	_, err := w.kv.Put(ctx, k.String(), b)
+	return err
+}
+
+// Counts reads the counts the shards' owners write, for the create quotas
+// in the sharded layout: a quotas.Counter.
+type Counts struct {
+	JS jetstream.JetStream
+	KV jetstream.KeyValue
+}
+
+// ActiveTimers is the agent's active timers over every shard.
+func (c Counts) ActiveTimers(ctx context.Context, agentID string) (int, error) {
+	n, err := c.sum(ctx, agentID)
+	return n.Timers, err
+}
+
+// ActiveWaits is the agent's waiting waits over every shard.
+func (c Counts) ActiveWaits(ctx context.Context, agentID string) (int, error) {
+	n, err := c.sum(ctx, agentID)
+	return n.Waits, err
+}
+
+// sum reads the agent's key in every shard with one request.
+func (c Counts) sum(ctx context.Context, agentID string) (count, error) {
+	prefix := "$KV." + c.KV.Bucket() + "."
+	msgs, err := jetstreamext.GetLastMsgsFor(ctx, c.JS, "KV_"+c.KV.Bucket(), []string{prefix + "*." + agentID})
+	if err != nil {
+		return count{}, fmt.Errorf("counts: %w", err)
+	}
+	var total count
+	for m, err := range msgs {
+		if errors.Is(err, jetstreamext.ErrNoMessages) {
+			break
+		}
+		if err != nil {
+			return count{}, fmt.Errorf("counts: %w", err)
+		}
+		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" || len(m.Data) == 0 {
+			continue
+		}
+		var n count
+		if err := json.Unmarshal(m.Data, &n); err != nil {
+			return count{}, fmt.Errorf("counts: %s: %w", m.Subject, err)
+		}
+		total.Timers += n.Timers
+		total.Waits += n.Waits
+	}
+	return total, nil
+}
