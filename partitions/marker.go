@@ -46,7 +46,7 @@ func Check(ctx context.Context, js jetstream.JetStream, l Layout, timers, waits 
 					"moving them is not built yet: start with CHIME_PARTITIONS=0", ErrMismatch, l.Partitions, kv.Bucket(), n)
 			}
 		}
-		b, _ := json.Marshal(marker{Partitions: l.Partitions, Shards: l.Shards})
+		b, _ := json.Marshal(marker(l))
 		if _, err := timers.Create(ctx, MarkerKey, b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 			return fmt.Errorf("partitions: record the layout: %w", err)
 		}
