@@ -419,9 +419,10 @@ func startFleet(ctx context.Context, o fleetOptions) (f *fleet, err error) {
 	if f.tb, err = newProcTB(o.progress); err != nil {
 		return nil, err
 	}
+	started := f // f is nil by the time a failure's return runs this
 	defer func() {
 		if err != nil {
-			f.close(true)
+			started.close(true)
 		}
 	}()
 	begin := time.Now()

@@ -23,6 +23,7 @@ const benchUsage = `chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--
        chime bench connect [-n N] [-c C] [--as agent|operator] [--json]
        chime bench waitfor [-n N] [--agents N] [-c C] [--rate R] [--json]
        chime bench notify [--rate R] [--duration D] [--agents N] [--clients N] [--prefill [--limit N]] [--http URL] [--json]
+       chime bench notify-memory [--servers 1|3] [--replicas N] [--agents A] [--per-agent K] [--detail-bytes D] [--lists N] [--max-rss B] [--exe PATH] [--json]
        chime bench chaos [--servers 1|3] [--replicas N] [--duration D] [--rate R] [--every D]
                          [--kill replica,server,leader] [--down D] [--json] (see chime bench chaos --help)
        chime bench scale [--servers 1|3] [--replicas 1,2,3] [-n N] [--agents A] [-c C] [--lead D] [--profile DIR] [--json]
@@ -54,6 +55,8 @@ func (a *App) bench(ctx context.Context, args []string) error {
 		return a.benchScale(ctx, args[1:])
 	case "capacity":
 		return a.benchCapacity(ctx, args[1:])
+	case "notify-memory":
+		return a.benchNotifyMemory(ctx, args[1:])
 	case "tasks":
 		return a.benchTasks(ctx, args[1:])
 	case "connect":
@@ -196,6 +199,28 @@ func (a *App) benchScale(ctx context.Context, args []string) error {
 			return nil, err
 		}
 		return bench.Scale(ctx, o)
+	})
+}
+
+// benchNotifyMemory runs its own nats-servers and replicas (of this
+// binary, or --exe: a build of other code, to compare).
+func (a *App) benchNotifyMemory(ctx context.Context, args []string) error {
+	o := bench.NotifyMemoryOptions{Progress: a.Stderr}
+	var maxRSS int64
+	return a.runBench(ctx, "notify-memory", args, func(fs *flag.FlagSet) {
+		fs.IntVar(&o.Servers, "servers", 1, "nats-servers: 1 (standalone) or 3 (a JetStream cluster; chime's streams at R3)")
+		fs.IntVar(&o.Replicas, "replicas", 3, "chime replicas, child processes running serve")
+		fs.IntVar(&o.Agents, "agents", 2000, "agents sent notifications")
+		fs.IntVar(&o.PerAgent, "per-agent", 100, "notifications each agent is sent (the replicas' CHIME_NOTIFICATIONS_MAX)")
+		fs.IntVar(&o.DetailBytes, "detail-bytes", 8192, "bytes of HTML detail in each notification")
+		fs.IntVar(&o.InFlight, "in-flight", 32, "notify requests awaiting their reply at most")
+		fs.IntVar(&o.Lists, "lists", 500, "whole histories read over HTTP after the writes, one at a time")
+		fs.DurationVar(&o.Settle, "settle", 15*time.Second, "waited after the writes before memory is read")
+		fs.Int64Var(&maxRSS, "max-rss", 4<<30, "stop the writes when a replica's RSS passes this many bytes (0: never)")
+		fs.StringVar(&o.Exe, "exe", "", "the chime binary the replicas run (default: this one)")
+	}, func(ctx context.Context) (result, error) {
+		o.MaxRSS = maxRSS
+		return bench.NotifyMemory(ctx, o)
 	})
 }
 

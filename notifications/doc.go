@@ -37,24 +37,29 @@
 //
 // # The limit
 //
-// After each write the writer waits until its replica's view holds its
-// own revision, then evicts the agent's oldest notifications (creation
-// order) beyond Max, each by a delete that expects the revision the view
-// saw (Nats-Expected-Last-Subject-Sequence). Two replicas creating at
-// once both evict down to Max from views that are prefixes of one
-// sequence, so the oldest ones are chosen by both, and the expected
-// revision lets only one delete of each land: never twice, and the limit
-// is exceeded only between a write and its eviction. A crash between the
-// two is mended by the agent's next create, which evicts everything
-// beyond Max.
+// After each write the writer counts the agent's keys (without reading
+// them); beyond Max it reads them and evicts the oldest notifications
+// (creation order) beyond Max, each by a delete that expects the revision
+// read (Nats-Expected-Last-Subject-Sequence). Two replicas creating at
+// once both evict down to Max from reads of one sequence, so the oldest
+// ones are chosen by both, and the expected revision lets only one delete
+// of each land: never twice, and the limit is exceeded only between a
+// write and its eviction. A crash between the two is mended by the
+// agent's next create, which evicts everything beyond Max.
 //
-// # Views
+// # Reads from the store
 //
-// Every replica keeps the whole bucket in memory through one watch
-// (internal/kvwatch): histories are read there, after waiting until the
-// view holds the stream's last sequence (so any replica answers with what
-// any other wrote), and the SSE feeds are fanned out from it with each
-// change encoded once. A feed whose client does not keep up (its buffer
-// of changes is full) is dropped, not buffered: the client reconnects with
-// Last-Event-ID and replays what it missed.
+// A replica holds no agent's notifications: every answer is read from the
+// bucket when asked. A history is the stream's last sequence, then the
+// agent's keys (<agent>.*) in batched direct gets filtered by subject (the
+// server finds them through its per-subject index: the cost is the
+// agent's own keys, whatever the fleet), then the agent's record. Detail
+// bodies stay in JetStream; detail_html is made as each is read. A feed
+// (SSE) is an ordered consumer of the followed agent's keys (every key for
+// the all-agents feed) from its since on, so a replay is read as the
+// client takes it; it keeps only each followed agent's guid and reset
+// point (about 100 B an agent, at most 4096 agents once live, read again
+// when forgotten). The agent list reads every key once per call. Memory
+// thus grows with the requests and feeds being served, not with the
+// fleet.
 package notifications

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/internal/kvrec"
-	"github.com/chime-nats/chime/internal/kvwatch"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -27,8 +27,12 @@ const DefaultMax = 100
 // writers that keep changing it.
 const casAttempts = 16
 
-// compactTimeout bounds one agent's compaction (a CAS and a purge).
+// compactTimeout bounds one agent's compaction (a read, a CAS and a purge).
 const compactTimeout = 10 * time.Second
+
+// readTimeout bounds one read of the store when the caller's context sets
+// no deadline.
+const readTimeout = 10 * time.Second
 
 // Config configures a Service.
 type Config struct {
@@ -41,8 +45,8 @@ type Config struct {
 	Now func() time.Time
 	Log *slog.Logger
 	// SanitizeDetail, when set, makes each notification's HTML detail
-	// safe to put in a page: the view fills detail_html with it, once per
-	// change, for the histories and feeds; the stored detail stays as sent.
+	// safe to put in a page: histories and feeds fill detail_html with it
+	// as they read each notification; the stored detail stays as sent.
 	SanitizeDetail func(html string) string
 }
 
@@ -55,13 +59,15 @@ type Service struct {
 	max    int
 	now    func() time.Time
 	log    *slog.Logger
-	idx    *index
-	watch  *kvwatch.Watch
+	api    string // the JetStream API's subject prefix
+	// sanitize fills detail_html (nil: none).
+	sanitize func(string) string
+	loaded   chan struct{}
 
 	// mu guards what follows: the agents whose removal markers are due
 	// for compaction (see compactor) and the bucket's stream handle.
 	mu  sync.Mutex
-	due map[string]uint64 // agent -> the newest marker its compaction must see
+	due map[string]struct{}
 	st  jetstream.Stream
 	// wake tells the compactor that due has agents (buffered, one).
 	wake      chan struct{}
@@ -71,7 +77,7 @@ type Service struct {
 	stopOnce  sync.Once
 }
 
-// New returns a Service; Start begins its view.
+// New returns a Service; Start begins its compactor.
 func New(c Config) *Service {
 	if c.Now == nil {
 		c.Now = time.Now
@@ -82,15 +88,14 @@ func New(c Config) *Service {
 	log := c.Log.With("component", "notifications")
 	s := &Service{
 		js: c.JS, kv: c.KV, stream: "KV_" + c.KV.Bucket(), prefix: "$KV." + c.KV.Bucket() + ".",
-		max: cmp.Or(c.Max, DefaultMax), now: c.Now, log: log, idx: newIndex(log, c.SanitizeDetail),
-		due: map[string]uint64{}, wake: make(chan struct{}, 1), done: make(chan struct{}),
+		max: cmp.Or(c.Max, DefaultMax), now: c.Now, log: log, api: apiPrefix(c.JS), sanitize: c.SanitizeDetail,
+		loaded: make(chan struct{}), due: map[string]struct{}{}, wake: make(chan struct{}, 1), done: make(chan struct{}),
 	}
-	s.watch = kvwatch.New(kvwatch.Config{JS: c.JS, Bucket: c.KV.Bucket(), Apply: s.idx.apply, Reset: s.idx.reset, Log: c.Log})
+	close(s.loaded)
 	return s
 }
 
-// Start begins watching the bucket and compacting removal markers; it
-// does not block (see Loaded).
+// Start begins compacting removal markers; it does not block.
 func (s *Service) Start(ctx context.Context) error {
 	s.startOnce.Do(func() {
 		var cctx context.Context
@@ -100,14 +105,15 @@ func (s *Service) Start(ctx context.Context) error {
 			s.compactor(cctx)
 		}()
 	})
-	return s.watch.Start(ctx)
+	return nil
 }
 
-// Loaded is closed once the view holds what the bucket held at start.
-func (s *Service) Loaded() <-chan struct{} { return s.watch.Loaded() }
+// Loaded is closed: nothing is loaded, every answer is read from the
+// bucket (kept for callers that waited for a view).
+func (s *Service) Loaded() <-chan struct{} { return s.loaded }
 
-// Stop ends the view and the compactor; the feeds stay open until their
-// callers close them. It is idempotent.
+// Stop ends the compactor; the feeds stay open until their callers close
+// them. It is idempotent.
 func (s *Service) Stop() {
 	s.stopOnce.Do(func() {
 		s.startOnce.Do(func() {}) // a Start after Stop starts nothing
@@ -116,7 +122,6 @@ func (s *Service) Stop() {
 			<-s.done
 		}
 	})
-	s.watch.Stop()
 }
 
 // Notify stores a notification of the agent and returns it as stored.
@@ -124,24 +129,22 @@ func (s *Service) Stop() {
 // its fields, a fresh timestamp, unread again, at its place in the
 // history.
 func (s *Service) Notify(ctx context.Context, agentID string, n *subjects.Notification) (*subjects.NotificationItem, error) {
-	guid, err := s.ensureAgent(ctx, agentID)
+	am, err := s.ensureAgent(ctx, agentID)
 	if err != nil {
 		return nil, err
 	}
+	guid := am.guid
 	item := subjects.NotificationItem{
 		ID: cmp.Or(n.ID, newUUID()), Type: n.Type, Priority: n.Priority, Title: n.Title, Message: n.Message,
 		Detail: n.Detail, Timestamp: subjects.FormatISO(s.now().UTC()), DisplayTime: n.DisplayTime, Group: n.Group,
 		AgentID: agentID,
 	}
-	rev, err := s.put(ctx, agentID, item, n.ID != "")
+	rev, err := s.put(ctx, agentID, item, n.ID != "", am.reset)
 	if err != nil {
 		return nil, fmt.Errorf("notifications: store %s: %w", item.ID, err)
 	}
 	item.Seq = rev
 	s.publish(subjects.NotificationChange{Seq: rev, AgentID: agentID, Op: subjects.OpUpsert, GUID: guid, Notification: &item})
-	if err := s.watch.WaitSeen(ctx, rev); err != nil {
-		return nil, fmt.Errorf("notifications: %w", err)
-	}
 	if err := s.evict(ctx, agentID, guid); err != nil {
 		// Stored: the agent's next notification evicts what this one
 		// could not.
@@ -150,26 +153,22 @@ func (s *Service) Notify(ctx context.Context, agentID string, n *subjects.Notifi
 	return &item, nil
 }
 
-// ensureAgent returns the agent's guid, making its record first if it
-// has none.
-func (s *Service) ensureAgent(ctx context.Context, agentID string) (string, error) {
-	if g := s.idx.guid(agentID); g != "" {
-		return g, nil
+// ensureAgent reads the agent's record, making it first if it has none.
+func (s *Service) ensureAgent(ctx context.Context, agentID string) (agentMeta, error) {
+	if am, err := s.readMeta(ctx, agentID); err != nil || am.guid != "" {
+		return am, err
 	}
 	m, rev, err := kvrec.Create(ctx, s.kv, agentID, &meta{GUID: newUUID(), Reset: 1}, func(*meta) bool { return true })
 	if err != nil {
-		return "", fmt.Errorf("notifications: agent record: %w", err)
+		return agentMeta{}, fmt.Errorf("notifications: agent record: %w", err)
 	}
-	if err := s.watch.WaitSeen(ctx, rev); err != nil {
-		return "", fmt.Errorf("notifications: %w", err)
-	}
-	return m.GUID, nil
+	return agentMeta{guid: m.GUID, reset: resetOf(*m, rev), rev: rev}, nil
 }
 
 // put writes a notification and returns its revision. In place, it
 // replaces the agent's notification of that ID by CAS, keeping its place;
 // one removed, or older than the agent's last clear, is made anew.
-func (s *Service) put(ctx context.Context, agentID string, item subjects.NotificationItem, inPlace bool) (uint64, error) {
+func (s *Service) put(ctx context.Context, agentID string, item subjects.NotificationItem, inPlace bool, reset uint64) (uint64, error) {
 	key := agentID + "." + item.ID
 	rec := record{NotificationItem: item}
 	rec.Seq, rec.AgentID = 0, "" // the revision and the key say these
@@ -190,7 +189,7 @@ func (s *Service) put(ctx context.Context, agentID string, item subjects.Notific
 			return 0, err
 		}
 		rec.Pos = 0
-		if e.Revision() >= s.idx.resetPoint(agentID) {
+		if e.Revision() >= reset {
 			var old record
 			if json.Unmarshal(e.Value(), &old) == nil {
 				rec.Pos = cmp.Or(old.Pos, e.Revision())
@@ -213,11 +212,20 @@ func conflict(err error) bool {
 // evict removes the agent's oldest notifications beyond the limit (see the
 // package doc), then has its removal markers compacted if they are many.
 func (s *Service) evict(ctx context.Context, agentID, guid string) error {
-	made, last := 0, uint64(0) // the markers this eviction made, the newest's sequence
+	// Below the limit in keys (live and markers together), nothing is
+	// evicted: counted without reading the notifications.
+	n, err := s.count(ctx, agentID)
+	if err != nil || n <= uint64(s.max) {
+		return err
+	}
+	made := 0 // the markers this eviction made
+	var snap *snapshot
 	for range 3 {
-		victims := s.idx.victims(agentID, s.max)
+		if snap, err = s.read(ctx, agentID); err != nil {
+			return err
+		}
 		lost := false
-		for _, v := range victims {
+		for _, v := range snap.victims(s.max) {
 			seq, err := s.remove(ctx, agentID, v)
 			if errors.Is(err, errChanged) {
 				lost = true // evicted by another replica, or just changed
@@ -226,33 +234,28 @@ func (s *Service) evict(ctx context.Context, agentID, guid string) error {
 			if err != nil {
 				return err
 			}
-			made, last = made+1, seq
+			made++
 			s.publish(subjects.NotificationChange{Seq: seq, AgentID: agentID, Op: subjects.OpRemove, GUID: guid, NotificationIDs: []string{v.id}})
 		}
 		if !lost {
 			break
 		}
-		// Catch up with what the others did, and look again.
-		if err := s.catchUp(ctx); err != nil {
-			return err
-		}
+		// Look again at what the others did.
 	}
-	// The view may not hold the markers just made yet: counted twice at
-	// worst, which only has the compactor look once for nothing.
-	if made > 0 && s.idx.markers(agentID)+made > 2*s.max {
-		s.compactLater(agentID, last)
+	if made > 0 && len(snap.markers)+made > 2*s.max {
+		s.compactLater(agentID)
 	}
 	return nil
 }
 
-// compactLater has the compactor compact the agent's removal markers
-// once the view holds the marker at seq. The notify that finds them due
-// does not wait for it: a compaction is a CAS and a purge that scans the
-// agent's span of the stream, and nothing a reader sees depends on when
-// it runs (the reset point is raised first).
-func (s *Service) compactLater(agentID string, seq uint64) {
+// compactLater has the compactor compact the agent's removal markers.
+// The notify that finds them due does not wait for it: a compaction is a
+// read, a CAS and a purge that scans the agent's span of the stream, and
+// nothing a reader sees depends on when it runs (the reset point is
+// raised first).
+func (s *Service) compactLater(agentID string) {
 	s.mu.Lock()
-	s.due[agentID] = max(s.due[agentID], seq)
+	s.due[agentID] = struct{}{}
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
@@ -274,14 +277,11 @@ func (s *Service) compactor(ctx context.Context) {
 		}
 		s.mu.Lock()
 		due := s.due
-		s.due = map[string]uint64{}
+		s.due = map[string]struct{}{}
 		s.mu.Unlock()
-		for agentID, seq := range due {
+		for agentID := range due {
 			cctx, cancel := context.WithTimeout(ctx, compactTimeout)
-			err := s.watch.WaitSeen(cctx, seq)
-			if err == nil {
-				err = s.compact(cctx, agentID)
-			}
+			err := s.compact(cctx, agentID)
 			cancel()
 			if ctx.Err() != nil {
 				return
@@ -315,7 +315,11 @@ func (s *Service) remove(ctx context.Context, agentID string, t target) (uint64,
 // the reset point is raised past them first, so a reader whose since is
 // among them is answered with the whole list rather than miss a removal.
 func (s *Service) compact(ctx context.Context, agentID string) error {
-	upTo, guid := s.idx.compaction(agentID, s.max)
+	snap, err := s.read(ctx, agentID)
+	if err != nil {
+		return err
+	}
+	upTo, guid := snap.compaction(s.max), snap.guid
 	if upTo == 0 {
 		return nil
 	}
@@ -367,12 +371,13 @@ func (s *Service) handle(ctx context.Context) (jetstream.Stream, error) {
 }
 
 // List returns the agent's history (see subjects.ListNotificationsReply),
-// as of the stream's last change at least.
+// read from the bucket: the stream's last change at the call is in it.
 func (s *Service) List(ctx context.Context, agentID string, since *uint64) (*subjects.ListNotificationsReply, error) {
-	if err := s.catchUp(ctx); err != nil {
+	snap, err := s.read(ctx, agentID)
+	if err != nil {
 		return nil, err
 	}
-	return s.idx.list(agentID, since), nil
+	return s.history(snap, since), nil
 }
 
 // Counts are how many notifications an agent has, and how many unread.
@@ -380,31 +385,67 @@ type Counts struct {
 	Total, Unread int
 }
 
-// Agents returns the counts of every agent with notifications, once the
-// view holds what the bucket held at the call (as List).
+// Agents returns the counts of every agent with notifications, read from
+// the bucket: every agent's record, then every notification (their read
+// flag). It costs the whole bucket, once per call, and holds only the
+// counts.
 func (s *Service) Agents(ctx context.Context) (map[string]Counts, error) {
-	if err := s.catchUp(ctx); err != nil {
-		return nil, err
+	resets := map[string]uint64{}
+	err := s.scan(ctx, "*", 1, func(m stored) error {
+		if !m.deleted {
+			am, err := decodeMeta(m.data, m.seq)
+			if err != nil {
+				am.reset = 1 // not chime's: as readMeta reads it
+			}
+			resets[m.key] = am.reset
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("notifications: agents: %w", err)
 	}
-	return s.idx.counts(), nil
+	out := map[string]Counts{}
+	err = s.scan(ctx, "*.*", 1, func(m stored) error {
+		agentID, _, _ := strings.Cut(m.key, ".")
+		if m.deleted || m.seq < resets[agentID] {
+			return nil
+		}
+		var r struct {
+			Read bool `json:"read"`
+		}
+		if json.Unmarshal(m.data, &r) != nil {
+			return nil
+		}
+		c := out[agentID]
+		c.Total++
+		if !r.Read {
+			c.Unread++
+		}
+		out[agentID] = c
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("notifications: agents: %w", err)
+	}
+	return out, nil
 }
 
 // MarkRead marks the agent's notifications read, all of them or those of
 // ids, and returns how many were unread (Agent Zero's count).
 func (s *Service) MarkRead(ctx context.Context, agentID string, ids []string, all bool) (int, error) {
-	if err := s.catchUp(ctx); err != nil {
+	snap, err := s.read(ctx, agentID)
+	if err != nil {
 		return 0, err
 	}
-	guid := s.idx.guid(agentID)
 	marked := 0
-	for _, t := range s.idx.unread(agentID, ids, all) {
-		item, err := s.markRead(ctx, agentID, t.id)
+	for _, t := range snap.unread(ids, all) {
+		item, err := s.markRead(ctx, agentID, t.id, snap.reset)
 		if err != nil {
 			return marked, err
 		}
 		if item != nil {
 			marked++
-			s.publish(subjects.NotificationChange{Seq: item.Seq, AgentID: agentID, Op: subjects.OpUpsert, GUID: guid, Notification: item})
+			s.publish(subjects.NotificationChange{Seq: item.Seq, AgentID: agentID, Op: subjects.OpUpsert, GUID: snap.guid, Notification: item})
 		}
 	}
 	return marked, nil
@@ -412,7 +453,7 @@ func (s *Service) MarkRead(ctx context.Context, agentID string, ids []string, al
 
 // markRead marks one notification read by CAS; nil when it was read, or
 // gone, already.
-func (s *Service) markRead(ctx context.Context, agentID, id string) (*subjects.NotificationItem, error) {
+func (s *Service) markRead(ctx context.Context, agentID, id string, reset uint64) (*subjects.NotificationItem, error) {
 	key := agentID + "." + id
 	for range casAttempts {
 		e, err := s.kv.Get(ctx, key)
@@ -423,7 +464,7 @@ func (s *Service) markRead(ctx context.Context, agentID, id string) (*subjects.N
 			return nil, fmt.Errorf("notifications: mark %s read: %w", id, err)
 		}
 		var rec record
-		if err := json.Unmarshal(e.Value(), &rec); err != nil || rec.Read || e.Revision() < s.idx.resetPoint(agentID) {
+		if err := json.Unmarshal(e.Value(), &rec); err != nil || rec.Read || e.Revision() < reset {
 			return nil, nil
 		}
 		rec.Read, rec.Pos = true, cmp.Or(rec.Pos, e.Revision())
@@ -453,9 +494,6 @@ func (s *Service) Clear(ctx context.Context, agentID string) (string, error) {
 		return "", fmt.Errorf("notifications: clear: %w", err)
 	}
 	s.publish(subjects.NotificationChange{Seq: rev, AgentID: agentID, Op: subjects.OpClear, GUID: guid})
-	if err := s.watch.WaitSeen(ctx, rev); err != nil {
-		return "", fmt.Errorf("notifications: %w", err)
-	}
 	// The guid's revision already hides everything older; the purge only
 	// frees the space, and the next clear or compaction retries it.
 	if err := s.purge(ctx, agentID, rev); err != nil {
@@ -464,41 +502,13 @@ func (s *Service) Clear(ctx context.Context, agentID string) (string, error) {
 	return guid, nil
 }
 
-// Follow starts a feed of the agent's changes ("": every agent's),
-// replaying those after since first when it is set (see Feed). The caller
-// closes it. A resume first brings the view up to the stream's last
-// change: the client may come from a replica further on, and a view behind
-// its since would send again, live, changes it has (an older state of a
-// notification after a newer one).
-func (s *Service) Follow(ctx context.Context, agentID string, since *uint64) (*Feed, error) {
-	if since != nil {
-		if err := s.catchUp(ctx); err != nil {
-			return nil, err
-		}
-	}
-	return s.idx.subscribe(agentID, since), nil
-}
-
-// catchUp waits until the view holds the stream's last change, so that
-// what any replica wrote before is answered.
-func (s *Service) catchUp(ctx context.Context) error {
-	st, err := s.js.Stream(ctx, s.stream)
-	if err != nil {
-		return fmt.Errorf("notifications: %w", err)
-	}
-	if err := s.watch.WaitSeen(ctx, st.CachedInfo().State.LastSeq); err != nil {
-		return fmt.Errorf("notifications: %w", err)
-	}
-	return nil
-}
-
 // publish sends a change on agent.<id>.notifications, for UIs on NATS. It
 // is core NATS, at most once: a UI that must not miss one follows the
 // history or an SSE feed, which carry the same changes.
 func (s *Service) publish(c subjects.NotificationChange) {
 	if c.Notification != nil {
 		item := *c.Notification
-		s.idx.render(&item)
+		s.render(&item)
 		c.Notification = &item
 	}
 	if err := s.js.Conn().Publish(subjects.Agent(c.AgentID, subjects.ActionNotifications), encodeChange(c)); err != nil {

@@ -3,6 +3,7 @@ package notifications
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,7 +93,7 @@ func TestStopWithCompactionDue(t *testing.T) {
 	s, _ := start(t, 1)
 	idle := New(Config{JS: s.js, KV: s.kv})
 	for _, svc := range []*Service{s, idle} {
-		svc.compactLater("ann", 1<<40) // a marker the view never gets to
+		svc.compactLater("ann")
 		stopped := make(chan struct{})
 		go func() {
 			svc.Stop()
@@ -107,10 +108,10 @@ func TestStopWithCompactionDue(t *testing.T) {
 	}
 }
 
-// TestResumeOnAReplicaBehind: a client resuming after sequence N on a
-// replica whose view has not reached N yet gets no change at or below N,
-// neither replayed nor live as the view catches up: it never sees a
-// notification go back to an older state.
+// TestResumeOnAReplicaBehind: a client resuming after sequence N on
+// another replica (one started after the changes) gets no change at or
+// below N, neither replayed nor live: it never sees a notification go
+// back to an older state.
 func TestResumeOnAReplicaBehind(t *testing.T) {
 	a, js := start(t, 10)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -123,46 +124,106 @@ func TestResumeOnAReplicaBehind(t *testing.T) {
 		}
 		since = item.Seq
 	}
-	// b is a second replica whose view starts only after the client came.
 	b := New(Config{JS: js, KV: a.kv, Max: 10})
 	t.Cleanup(b.Stop)
-	type followed struct {
-		feed *Feed
-		err  error
+	f, err := b.Follow(ctx, "", &since)
+	if err != nil {
+		t.Fatal(err)
 	}
-	got := make(chan followed, 1)
-	go func() {
-		f, err := b.Follow(ctx, "", &since)
-		got <- followed{f, err}
-	}()
-	// Let a Follow that does not wait subscribe before the view loads (it
-	// would then be sent the loading changes live); one that waits for
-	// the view does not subscribe yet.
-	subscribed := func() bool {
-		b.idx.mu.Lock()
-		defer b.idx.mu.Unlock()
-		return len(b.idx.feeds) > 0
-	}
-	for deadline := time.Now().Add(200 * time.Millisecond); !subscribed() && time.Now().Before(deadline); {
-		time.Sleep(5 * time.Millisecond)
-	}
+	defer f.Close()
 	if err := b.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	f := <-got
-	if f.err != nil {
-		t.Fatal(f.err)
-	}
-	defer f.feed.Close()
-	<-b.Loaded() // before the next change, which would supersede the last one in the load
 	if _, err := a.Notify(ctx, "ann", &subjects.Notification{ID: "n", Message: "v5", Type: subjects.NotifyInfo}); err != nil {
 		t.Fatal(err)
 	}
-	for _, ev := range f.feed.Replay {
+	for _, ev := range f.Replay {
 		t.Errorf("replayed seq %d, at or below the resume point %d", ev.Seq, since)
 	}
-	// The first live change must be the one after the resume point.
-	if ev, ok := <-f.feed.C; !ok || ev.Seq <= since {
+	// The first change must be the one after the resume point.
+	if ev, ok := <-f.C; !ok || ev.Seq <= since {
 		t.Fatalf("live seq %d (open %v), at or below the resume point %d", ev.Seq, ok, since)
+	}
+}
+
+// TestAnswersFromTheStore: a replica that has loaded nothing (never
+// started) answers histories, the agent list and mark-read from the
+// bucket at once, with what another replica wrote.
+func TestAnswersFromTheStore(t *testing.T) {
+	a, js := start(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var ids []string
+	for i := range 5 {
+		item, err := a.Notify(ctx, "ann", &subjects.Notification{Message: fmt.Sprintf("m%d", i), Type: subjects.NotifyInfo, Detail: "<p>d</p>"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, item.ID)
+	}
+	b := New(Config{JS: js, KV: a.kv, Max: 3, SanitizeDetail: func(s string) string { return "safe:" + s }})
+	t.Cleanup(b.Stop)
+	qctx, qcancel := context.WithTimeout(ctx, 2*time.Second)
+	defer qcancel()
+	h, err := b.List(qctx, "ann", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Count != 3 || h.Notifications[0].ID != ids[2] || h.Notifications[2].ID != ids[4] || h.Notifications[0].DetailHTML != "safe:<p>d</p>" {
+		t.Fatalf("history read by a replica that loaded nothing: %+v", h)
+	}
+	// The evictions' markers: a reader from the first notification is
+	// told which went.
+	first := h.Notifications[0].Seq - 3
+	since, err := b.List(qctx, "ann", &first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if since.Cleared || len(since.Removed) == 0 || since.Seq != h.Seq {
+		t.Fatalf("since %d: %+v", first, since)
+	}
+	agents, err := b.Agents(qctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if agents["ann"] != (Counts{Total: 3, Unread: 3}) {
+		t.Fatalf("agents: %+v", agents)
+	}
+	if n, err := b.MarkRead(qctx, "ann", []string{ids[3], "nope"}, false); err != nil || n != 1 {
+		t.Fatalf("mark read: %d, %v", n, err)
+	}
+	if agents, err := a.Agents(qctx); err != nil || agents["ann"] != (Counts{Total: 3, Unread: 2}) {
+		t.Fatalf("agents after a mark-read: %+v, %v", agents, err)
+	}
+}
+
+// BenchmarkList reads one agent's whole history of 100 notifications with
+// 8 KiB details from the store (the bucket also holds 50 other agents').
+func BenchmarkList(b *testing.B) {
+	nc, res := natstest.Provisioned(b, natstest.Server(b))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := New(Config{JS: js, KV: res.Notifications, Max: 100})
+	if err := s.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.Stop)
+	ctx := context.Background()
+	detail := strings.Repeat("<p>The <b>build</b> finished.</p>", 8192/33)
+	for a := range 51 {
+		for i := range 100 {
+			if _, err := s.Notify(ctx, fmt.Sprintf("agent%d", a), &subjects.Notification{Message: fmt.Sprint(i), Detail: detail, Type: subjects.NotifyInfo}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		h, err := s.List(ctx, "agent7", nil)
+		if err != nil || h.Count != 100 {
+			b.Fatalf("%d, %v", h.Count, err)
+		}
 	}
 }
