@@ -43,6 +43,9 @@ func (q *recordQueue) pop(ctx context.Context) (f subjects.TimerFired, ok bool) 
 			q.head++
 			if q.head == len(q.items) {
 				q.items, q.head = q.items[:0], 0
+				if cap(q.items) > shrinkMin {
+					q.items = nil // a burst's array is not kept once drained
+				}
 			} else if q.head > 1024 && q.head*2 > len(q.items) {
 				// Compact, so a long-lived queue does not keep a burst's
 				// backing array ahead of its head.
