@@ -57,6 +57,9 @@ type TimersOptions struct {
 	// alone: from just before the first due time to the last fire's arrival
 	// (the in-process chime, its embedded server and the bench's subscriber).
 	FireProfile string
+	// CreateProfile, when set, is a file for a CPU profile of the creates
+	// alone, as FireProfile is of the fires.
+	CreateProfile string
 }
 
 // Validate checks the options.
@@ -171,6 +174,13 @@ func Timers(ctx context.Context, o TimersOptions) (*TimersResult, error) {
 	if o.Hold {
 		rssBefore, heapBefore = settle()
 	}
+	stopCreateProfile := func() {}
+	if o.CreateProfile != "" {
+		if stopCreateProfile, err = profileFrom(ctx, o.CreateProfile, time.Now()); err != nil {
+			return nil, err
+		}
+		defer stopCreateProfile() // on error; normally stopped after the creates
+	}
 	start := time.Now()
 	g, gctx := errgroup.WithContext(ctx)
 	for c := range o.Clients {
@@ -196,6 +206,7 @@ func Timers(ctx context.Context, o TimersOptions) (*TimersResult, error) {
 		return nil, err
 	}
 	res.CreatesPerS = float64(o.N) / time.Since(start).Seconds()
+	stopCreateProfile()
 	if o.Hold {
 		rss, heap := settle()
 		res.RSSPerTimerBytes = float64(rss-rssBefore) / float64(o.N)

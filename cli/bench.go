@@ -17,10 +17,11 @@ import (
 	"github.com/chime-nats/chime/notifications"
 )
 
-const benchUsage = `chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--peer] [--auth] [--agent-tokens] [--fire-cpuprofile F] [--json]
+const benchUsage = `chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--peer] [--auth] [--agent-tokens] [--fire-cpuprofile F] [--create-cpuprofile F] [--json]
        chime bench waits [-n N] [--agents N] [-c C] [--lead D] [--spread D] [--timers N] [--json]
        chime bench callbacks [-n N] [-c CONNS] [--wakes N] [--auth] [--nats] [--json]
        chime bench connect [-n N] [-c C] [--as agent|operator] [--json]
+       chime bench history [-n N] [--rounds R] [--agents A] [-c C] [--dedup-window D] [--retention D] [--settle D] [--heapprofile F] [--json]
        chime bench waitfor [-n N] [--agents N] [-c C] [--rate R] [--json]
        chime bench notify [--rate R] [--duration D] [--agents N] [--clients N] [--prefill [--limit N]] [--http URL] [--json]
        chime bench notify-memory [--servers 1|3] [--replicas N] [--agents A] [--per-agent K] [--detail-bytes D] [--lists N] [--max-rss B] [--exe PATH] [--json]
@@ -45,6 +46,8 @@ func (a *App) bench(ctx context.Context, args []string) error {
 		return a.benchWaits(ctx, args[1:])
 	case "callbacks":
 		return a.benchCallbacks(ctx, args[1:])
+	case "history":
+		return a.benchHistory(ctx, args[1:])
 	case "waitfor":
 		return a.benchWaitFor(ctx, args[1:])
 	case "notify":
@@ -76,6 +79,7 @@ func (a *App) benchTimers(ctx context.Context, args []string) error {
 		fs.BoolVar(&o.Hold, "hold", false, "create far-future timers and report memory per active timer")
 		fs.BoolVar(&o.Peer, "peer", false, "then schedule as many messages, due alike, with JetStream's own message schedules (@at) on the same server and report both")
 		fs.StringVar(&o.FireProfile, "fire-cpuprofile", "", "write a CPU profile of the fire window alone (first due time to last fire) to this file")
+		fs.StringVar(&o.CreateProfile, "create-cpuprofile", "", "write a CPU profile of the creates alone to this file")
 		fs.BoolVar(&compare, "auth", false, authUsage)
 		fs.BoolVar(&o.AgentTokens, "agent-tokens", false, "each client creates as its agent, on a connection of its own with a token issued for it (needs an operator: --auth, or CHIME_NATS_TOKEN)")
 	}, func(ctx context.Context) (result, error) {
@@ -120,6 +124,20 @@ func (a *App) benchCallbacks(ctx context.Context, args []string) error {
 			return bench.Callbacks(ctx, o)
 		})
 	})
+}
+
+func (a *App) benchHistory(ctx context.Context, args []string) error {
+	o := bench.HistoryOptions{Log: a.benchLog()}
+	return a.runBench(ctx, "history", args, func(fs *flag.FlagSet) {
+		fs.IntVar(&o.N, "n", 20000, "one-shot timers created and fired per round")
+		fs.IntVar(&o.Rounds, "rounds", 3, "rounds; memory per finished timer is reported after each")
+		fs.IntVar(&o.Agents, "agents", 100, "agents the timers are spread over")
+		fs.IntVar(&o.Clients, "c", 16, "concurrent clients")
+		fs.DurationVar(&o.DedupWindow, "dedup-window", 0, "CHIME_DEDUP_WINDOW of the replica (0: its default, 10m)")
+		fs.DurationVar(&o.Retention, "retention", 0, "CHIME_RECORD_RETENTION of the replica (0: its default, 168h)")
+		fs.DurationVar(&o.Settle, "settle", 2*time.Second, "wait this long after each round before measuring (past 2m the server's per-block subject state has expired)")
+		fs.StringVar(&o.HeapProfile, "heapprofile", "", "write a heap profile at the end to this file")
+	}, func(ctx context.Context) (result, error) { return bench.History(ctx, o) })
 }
 
 func (a *App) benchWaitFor(ctx context.Context, args []string) error {

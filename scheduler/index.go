@@ -69,6 +69,38 @@ type index struct {
 	// records by agent, and counted is told of every change.
 	counts  []map[string]*count
 	counted func(shard int, agent string)
+	// peaks are the tables' sizes since each was last made (see shrunk).
+	entriesPeak, waitsPeak int
+}
+
+// shrinkMin is the size below which a map is never remade smaller.
+const shrinkMin = 4096
+
+// shrunk returns m, or a copy of it once it has fallen to a quarter of
+// peak, its largest size since it was made, which it tracks: a Go map
+// keeps the room of its largest size for good, so a burst of timers,
+// once fired, would hold theirs (measured: chime bench history). The copy
+// costs O(n) once per fall to a quarter: O(1) a removal, amortized.
+func shrunk[K comparable, V any](m map[K]V, peak *int) map[K]V {
+	n := len(m)
+	if n > *peak {
+		*peak = n
+	}
+	if *peak < shrinkMin || n*4 > *peak {
+		return m
+	}
+	c := make(map[K]V, n)
+	for k, v := range m {
+		c[k] = v
+	}
+	*peak = n
+	return c
+}
+
+// shrink remakes the tables that have fallen to a quarter of their peak.
+func (ix *index) shrink() {
+	ix.entries = shrunk(ix.entries, &ix.entriesPeak)
+	ix.waits = shrunk(ix.waits, &ix.waitsPeak)
 }
 
 func newIndex(shards int) *index {
@@ -88,6 +120,11 @@ func (ix *index) keepCounts(counted func(shard int, agent string)) {
 // insert adds e, not yet known, to its table.
 func (ix *index) insert(e *entry) {
 	ix.table(e.wait)[e.key] = e
+	if e.wait {
+		ix.waitsPeak = max(ix.waitsPeak, len(ix.waits))
+	} else {
+		ix.entriesPeak = max(ix.entriesPeak, len(ix.entries))
+	}
 	ix.count(e, 1)
 }
 
@@ -146,6 +183,7 @@ func (ix *index) dropShard(s int) {
 	if ix.counts != nil {
 		ix.counts[s] = map[string]*count{} // the new owner writes them
 	}
+	ix.shrink()
 }
 
 // presence knows which records of one kind are active, in every shard,
@@ -160,6 +198,8 @@ type presence struct {
 	mu   sync.RWMutex
 	keys map[uint64]struct{}
 	n    map[string]int // agents with none are absent
+	// peaks of keys and n, for shrunk
+	keysPeak, nPeak int
 }
 
 func newPresence() *presence {
@@ -179,12 +219,14 @@ func (p *presence) set(key string, agentLen int, active bool) {
 	case active && !was:
 		p.keys[h] = struct{}{}
 		p.n[key[:agentLen]]++
+		p.keysPeak, p.nPeak = max(p.keysPeak, len(p.keys)), max(p.nPeak, len(p.n))
 	case !active && was:
 		delete(p.keys, h)
 		agent := key[:agentLen]
 		if p.n[agent]--; p.n[agent] <= 0 {
 			delete(p.n, agent)
 		}
+		p.keys, p.n = shrunk(p.keys, &p.keysPeak), shrunk(p.n, &p.nPeak)
 	}
 }
 
@@ -241,6 +283,7 @@ func (ix *index) remove(wait bool, key string) {
 		ix.disarm(e)
 		delete(t, key)
 		ix.count(e, -1)
+		ix.shrink()
 	}
 }
 

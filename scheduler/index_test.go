@@ -94,3 +94,42 @@ func active(count func(context.Context, string) (int, error), agent string) int 
 	n, _ := count(context.Background(), agent)
 	return n
 }
+
+// A table fallen to a quarter of its peak is remade at its size, keeping
+// every entry: a burst of timers, once fired, does not hold its room.
+func TestIndexRemakesTablesAfterABurst(t *testing.T) {
+	ix := newIndex(4)
+	p := newPresence()
+	const burst, kept = 4 * shrinkMin, 10
+	for i := range burst {
+		key := fmt.Sprintf("agent%d.t%d", i%7, i)
+		e := &entry{key: key, agentLen: len(fmt.Sprint("agent", i%7)), due: int64(i), at: int64(i), occ: 1, shard: partitions.ShardOf(key, 4), pos: -1}
+		ix.insert(e)
+		ix.arm(e)
+		p.set(key, e.agentLen, true)
+	}
+	if ix.entriesPeak != burst || p.keysPeak != burst {
+		t.Fatalf("peaks %d and %d, want %d", ix.entriesPeak, p.keysPeak, burst)
+	}
+	for i := kept; i < burst; i++ {
+		key := fmt.Sprintf("agent%d.t%d", i%7, i)
+		ix.remove(false, key)
+		p.set(key, len(fmt.Sprint("agent", i%7)), false)
+	}
+	if ix.entriesPeak >= shrinkMin || p.keysPeak >= shrinkMin {
+		t.Fatalf("tables not remade: peaks %d and %d for %d entries", ix.entriesPeak, p.keysPeak, kept)
+	}
+	if len(ix.entries) != kept || p.len() != kept {
+		t.Fatalf("%d entries and %d present, want %d", len(ix.entries), p.len(), kept)
+	}
+	owned := []bool{true, true, true, true}
+	got := ix.popDue(owned, burst, burst, nil)
+	for _, e := range got {
+		if ix.entries[e.key] != e {
+			t.Fatalf("entry %s lost in the remade table", e.key)
+		}
+	}
+	if len(got) != kept || p.get("agent0")+p.get("agent1")+p.get("agent2") == 0 {
+		t.Fatalf("popped %d, want %d; counts %v", len(got), kept, p.n)
+	}
+}

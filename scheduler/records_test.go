@@ -66,3 +66,20 @@ func TestWorkersShareOneBurstYield(t *testing.T) {
 		t.Fatal("burst not over once nothing is in flight")
 	}
 }
+
+// BenchmarkRecordQueueBurst pushes a burst of 50k delivered fires, as the
+// ack loop does, then drains them. Run:
+// go test -run '^$' -bench RecordQueueBurst -benchmem ./scheduler/
+func BenchmarkRecordQueueBurst(b *testing.B) {
+	q := newRecordQueue()
+	f := subjects.TimerFired{AgentID: "agent", TimerID: "tmr_0123456789", Occurrence: 1, DueAt: time.Now(), FiredAt: time.Now(), Text: "timer fired"}
+	ctx := context.Background()
+	for b.Loop() {
+		for range 50_000 {
+			q.push(f)
+		}
+		for range 50_000 {
+			q.pop(ctx)
+		}
+	}
+}
