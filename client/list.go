@@ -26,7 +26,7 @@ const maxPages = 10_000
 // once, as last read (a record changed after its page comes again), where
 // it first came.
 func all[T any](ctx context.Context, page func(context.Context, string) ([]T, string, error), id func(*T) string) ([]T, error) {
-	var out []T
+	out := []T{}
 	at := map[string]int{}
 	cursor := ""
 	for range maxPages {
