@@ -165,15 +165,15 @@ func (o *Operations) do(ctx context.Context, surface, action, agentID string, bo
 	case subjects.ActionInboxFetch, subjects.ActionInboxAck:
 		return o.doInbox(ctx, action, agentID, body)
 	case subjects.ActionTimerList:
-		limit, err := subjects.DecodeListTimers(body)
+		page, err := subjects.DecodeListTimers(body)
 		if err != nil {
 			return nil, err
 		}
-		list, err := o.store.List(ctx, agentID, limit)
+		list, next, err := o.store.List(ctx, agentID, page.Limit, page.Walk(0))
 		if err != nil {
 			return nil, err
 		}
-		return subjects.ListTimersReply{Timers: list}, nil
+		return subjects.ListTimersReply{Timers: list, NextCursor: subjects.EncodeCursor(action, next)}, nil
 	case subjects.ActionTimerGet, subjects.ActionTimerCancel:
 		timerID, err := subjects.DecodeTimerRef(body)
 		if err != nil {

@@ -91,11 +91,15 @@ func TestNATSTimerLifecycle(t *testing.T) {
 		t.Fatalf("repeating record: %+v", rep)
 	}
 	list, err := c.ListTimers(ctx, 0)
-	if err != nil || len(list) != 2 || list[0].ID != rep.ID {
-		t.Fatalf("list newest first: %v %+v", err, list)
+	if err != nil || len(list) != 2 || list[0].ID != tm.ID || list[1].ID != rep.ID {
+		t.Fatalf("list in the order of last change: %v %+v", err, list)
 	}
-	if list, _ := c.ListTimers(ctx, 1); len(list) != 1 {
-		t.Fatalf("limit 1 gave %d", len(list))
+	page, err := c.TimersPage(ctx, 1, "")
+	if err != nil || len(page.Timers) != 1 || page.Timers[0].ID != tm.ID || page.NextCursor == "" {
+		t.Fatalf("limit 1: %+v %v", page, err)
+	}
+	if page, err = c.TimersPage(ctx, 1, page.NextCursor); err != nil || len(page.Timers) != 1 || page.Timers[0].ID != rep.ID || page.NextCursor != "" {
+		t.Fatalf("second and last page: %+v %v", page, err)
 	}
 	got, err := c.GetTimer(ctx, tm.ID)
 	if err != nil || got.ID != tm.ID || got.Summary != "check CI" {

@@ -20,8 +20,8 @@ func consoleRoutes(route routeFunc, mux *http.ServeMux, ops *Operations) {
 		return encode(subjects.TaskRef{TaskID: r.PathValue("task_id")})
 	}
 	route("POST /api/control/agents/{id}/intervention", subjects.ActionIntervention, asSent, http.StatusOK)
-	route("GET /api/agents/{id}/waits", subjects.ActionWaitList, query("limit"), http.StatusOK)
-	route("GET /api/agents/{id}/tasks", subjects.ActionTaskList, query("limit"), http.StatusOK)
+	route("GET /api/agents/{id}/waits", subjects.ActionWaitList, listQuery, http.StatusOK)
+	route("GET /api/agents/{id}/tasks", subjects.ActionTaskList, listQuery, http.StatusOK)
 	route("GET /api/agents/{id}/tasks/{task_id}", subjects.ActionTaskGet, taskRef, http.StatusOK)
 	route("GET /api/agents/{id}/tasks/{task_id}/output", subjects.ActionTaskOutput, func(r *http.Request, _ []byte) []byte {
 		return withQuery(r, map[string]any{"task_id": r.PathValue("task_id")}, "offset", "limit")
@@ -69,6 +69,16 @@ func withQuery(r *http.Request, m map[string]any, names ...string) []byte {
 	return encode(m)
 }
 
+// listQuery is a listing's ?limit and ?cursor as its body: the limit as
+// query passes it, the cursor always as a string.
+func listQuery(r *http.Request, _ []byte) []byte {
+	m := map[string]any{}
+	if c := r.URL.Query().Get("cursor"); c != "" {
+		m["cursor"] = c
+	}
+	return withQuery(r, m, "limit")
+}
+
 // limitParam is ?limit as ParseLimit reads it.
 func limitParam(r *http.Request) []byte {
 	if l := r.URL.Query().Get("limit"); l != "" {
@@ -77,23 +87,29 @@ func limitParam(r *http.Request) []byte {
 	return nil
 }
 
-// waitList serves wait.list: the agent's managed waits and WaitFor
-// registrations, newest first, at most limit of each.
+// waitList serves wait.list: a page of the agent's managed waits and one
+// of its WaitFor registrations, at most limit of each; the cursor holds
+// where each walk is (a finished one stays at its end).
 func (o *Operations) waitList(ctx context.Context, agentID string, body []byte) (any, error) {
-	limit, err := subjects.DecodeListLimit(body)
+	page, err := subjects.DecodeListWaits(body)
 	if err != nil {
 		return nil, err
 	}
-	waits, err := o.waits.Newest(ctx, agentID, limit)
-	if err != nil {
-		return nil, err
-	}
-	reply := subjects.ListWaitsReply{Waits: waits, WaitFor: []subjects.WaitFor{}}
-	if o.waitFor != nil {
-		if reply.WaitFor, err = o.waitFor.List(ctx, agentID, limit); err != nil {
+	reply := subjects.ListWaitsReply{Waits: []subjects.Wait{}, WaitFor: []subjects.WaitFor{}}
+	next := []subjects.CursorPos{page.Walk(0), page.Walk(1)}
+	if !next[0].End() {
+		if reply.Waits, next[0], err = o.waits.Page(ctx, agentID, page.Limit, next[0]); err != nil {
 			return nil, err
 		}
 	}
+	if o.waitFor == nil {
+		next[1] = subjects.CursorPos{Buckets: 1, Bucket: 1} // none to walk
+	} else if !next[1].End() {
+		if reply.WaitFor, next[1], err = o.waitFor.List(ctx, agentID, page.Limit, next[1]); err != nil {
+			return nil, err
+		}
+	}
+	reply.NextCursor = subjects.EncodeCursor(subjects.ActionWaitList, next...)
 	return reply, nil
 }
 

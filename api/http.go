@@ -53,7 +53,7 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (boo
 		return encode(subjects.TimerRef{TimerID: r.PathValue("timer_id")})
 	}
 	route("POST /api/control/agents/{id}/timers", subjects.ActionTimerCreate, asSent, http.StatusCreated)
-	route("GET /api/agents/{id}/timers", subjects.ActionTimerList, query("limit"), http.StatusOK)
+	route("GET /api/agents/{id}/timers", subjects.ActionTimerList, listQuery, http.StatusOK)
 	route("GET /api/agents/{id}/timers/{timer_id}", subjects.ActionTimerGet, timerRef, http.StatusOK)
 	route("POST /api/control/agents/{id}/timers/{timer_id}/cancel", subjects.ActionTimerCancel, timerRef, http.StatusOK)
 
@@ -67,11 +67,15 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (boo
 	route("GET /api/agents/{id}/triggers", subjects.ActionTriggerList, none, http.StatusOK)
 	route("POST /api/control/agents/{id}/token", subjects.ActionTokenIssue, asSent, http.StatusCreated)
 	route("DELETE /api/control/agents/{id}/token", subjects.ActionTokenRevoke, asSent, http.StatusOK)
-	route("GET /api/agents/{id}/questions", subjects.ActionQuestionList, func(r *http.Request, _ []byte) []byte {
+	route("GET /api/agents/{id}/questions", subjects.ActionQuestionList, func(r *http.Request, read []byte) []byte {
+		m := map[string]any{}
 		if all := r.URL.Query().Get("all"); all != "" {
-			return encode(map[string]any{"all": rawBoolOrString(all)})
+			m["all"] = rawBoolOrString(all)
 		}
-		return nil
+		if c := r.URL.Query().Get("cursor"); c != "" {
+			m["cursor"] = c
+		}
+		return withQuery(r, m, "limit")
 	}, http.StatusOK)
 	route("POST /api/control/agents/{id}/questions/{question_id}/answer", subjects.ActionQuestionAnswer, func(r *http.Request, read []byte) []byte {
 		return subjects.WithQuestionID(read, r.PathValue("question_id"))

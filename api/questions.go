@@ -30,11 +30,11 @@ func (o *Operations) question(ctx context.Context, action, agentID string, body 
 		}
 		return o.questions.Ask(ctx, agentID, spec)
 	case subjects.ActionQuestionList:
-		all, err := subjects.DecodeListQuestions(body)
+		all, page, err := subjects.DecodeListQuestions(body)
 		if err != nil {
 			return nil, err
 		}
-		return o.questions.List(ctx, agentID, all)
+		return o.questions.List(ctx, agentID, all, page)
 	}
 	questionID, answers, err := subjects.DecodeAnswer(body)
 	if err != nil {

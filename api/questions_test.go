@@ -126,7 +126,8 @@ func TestQuestionsOverNATS(t *testing.T) {
 	if list, _ := agent.ListQuestions(ctx, false); len(list) != 1 || list[0].ID != other.QuestionID {
 		t.Errorf("open after the answer: %+v", list)
 	}
-	if list, _ := agent.ListQuestions(ctx, true); len(list) != 2 || list[0].Status != subjects.QuestionAnswered || list[0].Answers[0] != "yes" {
+	// In the order of last change: the answered one after the other.
+	if list, _ := agent.ListQuestions(ctx, true); len(list) != 2 || list[1].Status != subjects.QuestionAnswered || list[1].Answers[0] != "yes" {
 		t.Errorf("all after the answer: %+v", list)
 	}
 
@@ -238,7 +239,7 @@ func TestQuestionsOverHTTP(t *testing.T) {
 	assertError(t, "second answer", body, subjects.CodeConflict, "question "+ask.QuestionID+" is already answered")
 	oneAnswer(t, nc, "web", ask.QuestionID, "eu")
 
-	if status, body := get("/api/agents/web/questions"); status != 200 || string(body) != `{"questions":[]}` {
+	if status, body := get("/api/agents/web/questions"); status != 200 || string(body) != `{"questions":[],"next_cursor":""}` {
 		t.Errorf("open list after the answers: %d %s", status, body)
 	}
 	status, body = get("/api/agents/web/questions?all=true")

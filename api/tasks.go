@@ -25,15 +25,15 @@ func (o *Operations) task(ctx context.Context, action, agentID string, body []by
 		}
 		return o.tasks.Result(ctx, agentID, req)
 	case subjects.ActionTaskList:
-		limit, err := subjects.DecodeListTasks(body)
+		page, err := subjects.DecodeListTasks(body)
 		if err != nil {
 			return nil, err
 		}
-		list, err := o.tasks.List(ctx, agentID, limit)
+		list, next, err := o.tasks.List(ctx, agentID, page.Limit, page.Walk(0))
 		if err != nil {
 			return nil, err
 		}
-		return subjects.ListTasksReply{Tasks: list}, nil
+		return subjects.ListTasksReply{Tasks: list, NextCursor: subjects.EncodeCursor(action, next)}, nil
 	case subjects.ActionTaskOutput:
 		r, err := subjects.DecodeTaskOutput(body)
 		if err != nil {

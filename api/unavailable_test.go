@@ -113,11 +113,15 @@ func (b *syncBuffer) String() string {
 // server: each is answered at its deadline with unavailable (HTTP 503 and
 // Retry-After: 1), logged as a warning, counted as unavailable.
 func TestOutageAnswersUnavailable(t *testing.T) {
-	_, kv := outage(t)
+	nc, kv := outage(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var logs syncBuffer
 	reg := prometheus.NewRegistry()
 	ops := NewOperations(Config{
-		Timers: timers.NewStore(partitions.Single(kv, 32), nil, kvrec.Retention{}), Registerer: reg,
+		Timers: timers.NewStore(partitions.Single(kv, 32), nil, kvrec.Retention{JS: js}), Registerer: reg,
 		Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	h := NewHandler(ops, reg, func() (bool, string) { return true, "" }, access.Resolver{})

@@ -245,7 +245,9 @@ func (a *App) timer(ctx context.Context, args []string) error {
 	every := fs.Int64("every-ms", 0, "then repeat every N milliseconds (create)")
 	summary := fs.String("summary", "", "text of the fire (create)")
 	requestID := fs.String("request-id", "", "repeatable create: a retry with the same ID returns the first timer (create)")
-	limit := fs.Int("limit", 0, "at most N timers (list; default 50)")
+	limit := fs.Int("limit", 0, "at most N timers on the page (list; default 50, at most 1000)")
+	cursor := fs.String("cursor", "", "the page after the one whose next_cursor this is (list)")
+	allPages := fs.Bool("all", false, "every page: each timer once, as last read (list)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
@@ -262,7 +264,17 @@ func (a *App) timer(ctx context.Context, args []string) error {
 			}
 			return c.CreateTimer(ctx, *after, *every, *summary, opts...)
 		case "list":
-			return c.ListTimers(ctx, *limit)
+			if *allPages {
+				if *cursor != "" || *limit != 0 {
+					return nil, fmt.Errorf("%w: timer list --all reads every page: no --cursor or --limit", ErrUsage)
+				}
+				list, err := c.AllTimers(ctx)
+				if err != nil {
+					return nil, err
+				}
+				return subjects.ListTimersReply{Timers: list}, nil
+			}
+			return c.TimersPage(ctx, *limit, *cursor)
 		case "get", "cancel":
 			if len(pos) != 1 {
 				return nil, fmt.Errorf("%w: timer %s needs one timer ID", ErrUsage, sub)

@@ -76,14 +76,35 @@ func (c *Client) CreateTimer(ctx context.Context, durationMs, intervalMs int64, 
 	return &t, c.call(ctx, subjects.ActionTimerCreate, req, &t)
 }
 
-// ListTimers lists the agent's timers, newest first; limit 0 uses the default.
+// ListTimers returns the first page of the agent's timers (TimersPage);
+// limit 0 uses the default.
 func (c *Client) ListTimers(ctx context.Context, limit int) ([]subjects.Timer, error) {
-	req := map[string]any{}
-	if limit > 0 {
-		req["limit"] = limit
+	r, err := c.TimersPage(ctx, limit, "")
+	if err != nil {
+		return nil, err
 	}
+	return r.Timers, nil
+}
+
+// TimersPage returns a page of the agent's timers, in the order of their
+// last change, oldest first: the first for cursor "", else the one the
+// cursor (an earlier page's NextCursor) names. limit 0 uses the default.
+// A timer changed after its page comes again on a later one.
+func (c *Client) TimersPage(ctx context.Context, limit int, cursor string) (*subjects.ListTimersReply, error) {
 	var r subjects.ListTimersReply
-	return r.Timers, c.call(ctx, subjects.ActionTimerList, req, &r)
+	return &r, c.call(ctx, subjects.ActionTimerList, listRequest(limit, cursor), &r)
+}
+
+// AllTimers reads every page of the agent's timers and returns them, each
+// once as last read.
+func (c *Client) AllTimers(ctx context.Context) ([]subjects.Timer, error) {
+	return all(ctx, func(ctx context.Context, cursor string) ([]subjects.Timer, string, error) {
+		r, err := c.TimersPage(ctx, subjects.MaxListLimit, cursor)
+		if err != nil {
+			return nil, "", err
+		}
+		return r.Timers, r.NextCursor, nil
+	}, func(t *subjects.Timer) string { return t.ID })
 }
 
 // GetTimer reads one timer.

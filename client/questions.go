@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"encoding/json"
+	"strconv"
 
 	"github.com/chime-nats/chime/subjects"
 )
@@ -25,11 +27,30 @@ func (c *Client) AskOnce(ctx context.Context, requestID string, questions ...sub
 	return &r, c.call(ctx, subjects.ActionQuestionAsk, subjects.AskRequest{Questions: questions, RequestID: &requestID}, &r)
 }
 
-// ListQuestions lists the agent's open questions, oldest first; with all,
-// the answered ones still kept too.
-func (c *Client) ListQuestions(ctx context.Context, all bool) ([]subjects.Question, error) {
+// ListQuestions lists the agent's open questions, oldest first; with
+// withAnswered, the answered ones still kept too. It reads every page
+// (QuestionsPage), as the listing did before it had pages.
+func (c *Client) ListQuestions(ctx context.Context, withAnswered bool) ([]subjects.Question, error) {
+	return all(ctx, func(ctx context.Context, cursor string) ([]subjects.Question, string, error) {
+		r, err := c.QuestionsPage(ctx, withAnswered, subjects.MaxListLimit, cursor)
+		if err != nil {
+			return nil, "", err
+		}
+		return r.Questions, r.NextCursor, nil
+	}, func(q *subjects.Question) string { return q.ID })
+}
+
+// QuestionsPage returns a page of the agent's open questions (with
+// withAnswered, answered ones too), as TimersPage does. A page of open
+// questions may hold fewer than limit, even none, and still have a
+// NextCursor: it read past answered ones.
+func (c *Client) QuestionsPage(ctx context.Context, withAnswered bool, limit int, cursor string) (*subjects.ListQuestionsReply, error) {
+	req := subjects.ListQuestionsRequest{All: withAnswered, Cursor: cursor}
+	if limit > 0 {
+		req.Limit = json.RawMessage(strconv.Itoa(limit))
+	}
 	var r subjects.ListQuestionsReply
-	return r.Questions, c.call(ctx, subjects.ActionQuestionList, subjects.ListQuestionsRequest{All: all}, &r)
+	return &r, c.call(ctx, subjects.ActionQuestionList, req, &r)
 }
 
 // Answer answers one of the agent's questions (an operator's request):

@@ -35,14 +35,20 @@ func (c *Client) GetTask(ctx context.Context, taskID string) (*subjects.Task, er
 	return &t, c.call(ctx, subjects.ActionTaskGet, subjects.TaskRef{TaskID: taskID}, &t)
 }
 
-// ListTasks lists the agent's tasks, newest first; limit 0 uses the default.
+// ListTasks returns the first page of the agent's tasks (TasksPage);
+// limit 0 uses the default.
 func (c *Client) ListTasks(ctx context.Context, limit int) ([]subjects.Task, error) {
-	req := map[string]any{}
-	if limit > 0 {
-		req["limit"] = limit
+	r, err := c.TasksPage(ctx, limit, "")
+	if err != nil {
+		return nil, err
 	}
+	return r.Tasks, nil
+}
+
+// TasksPage returns a page of the agent's tasks, as TimersPage does.
+func (c *Client) TasksPage(ctx context.Context, limit int, cursor string) (*subjects.ListTasksReply, error) {
 	var r subjects.ListTasksReply
-	return r.Tasks, c.call(ctx, subjects.ActionTaskList, req, &r)
+	return &r, c.call(ctx, subjects.ActionTaskList, listRequest(limit, cursor), &r)
 }
 
 // CancelTask cancels a running task; its executor learns it when it next

@@ -191,13 +191,16 @@ func (c *Client) Report(ctx context.Context, waitID, text string) (*subjects.Wai
 	return &out, nil
 }
 
-// ListWaits lists the agent's managed waits and WaitFor registrations,
-// newest first, at most limit of each (0: the default).
+// ListWaits returns the first page of the agent's managed waits and
+// WaitFor registrations (WaitsPage).
 func (c *Client) ListWaits(ctx context.Context, limit int) (*subjects.ListWaitsReply, error) {
-	req := map[string]int{}
-	if limit > 0 {
-		req["limit"] = limit
-	}
+	return c.WaitsPage(ctx, limit, "")
+}
+
+// WaitsPage returns a page of the agent's managed waits and one of its
+// WaitFor registrations, at most limit of each (0: the default), each in
+// the order of their last change, as TimersPage does.
+func (c *Client) WaitsPage(ctx context.Context, limit int, cursor string) (*subjects.ListWaitsReply, error) {
 	var out subjects.ListWaitsReply
-	return &out, c.call(ctx, subjects.ActionWaitList, req, &out)
+	return &out, c.call(ctx, subjects.ActionWaitList, listRequest(limit, cursor), &out)
 }

@@ -75,9 +75,9 @@ func TestCLITimers(t *testing.T) {
 	}
 
 	out, errOut, code := chimeCLI(t, natsAddr, "timer", "list", "--limit", "1", "--agent", "cli")
-	var list []subjects.Timer
-	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list) != 1 || list[0].ID != legacy.ID {
-		t.Fatalf("list --limit 1: exit %d, %q %s (want the newest, %s)", code, out, errOut, legacy.ID)
+	var first subjects.ListTimersReply
+	if code != 0 || json.Unmarshal([]byte(out), &first) != nil || len(first.Timers) != 1 || first.Timers[0].ID != created.ID || first.NextCursor == "" {
+		t.Fatalf("list --limit 1: exit %d, %q %s (want the first created, %s, and a next page)", code, out, errOut, created.ID)
 	}
 
 	got := cliTimer(t, natsAddr, "timer", "get", created.ID, "--agent", "cli")
@@ -121,6 +121,36 @@ func TestCLITimers(t *testing.T) {
 		t.Errorf("after the bad commands the agent has %d timers, want 3", n)
 	}
 
+	// Pages: --limit and --cursor walk them, --all reads every one.
+	var page subjects.ListTimersReply
+	var walked []string
+	for args := []string{"timer", "list", "--agent", "cli", "--limit", "2"}; ; {
+		out, errOut, code := chimeCLI(t, natsAddr, args...)
+		if code != 0 || json.Unmarshal([]byte(out), &page) != nil || len(page.Timers) > 2 || len(walked) > 3 {
+			t.Fatalf("chime %v: exit %d, %q %s", args, code, out, errOut)
+		}
+		for _, tm := range page.Timers {
+			walked = append(walked, tm.ID)
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		args = []string{"timer", "list", "--agent", "cli", "--limit", "2", "--cursor", page.NextCursor}
+	}
+	if len(walked) != 3 {
+		t.Errorf("pages of 2 listed %v", walked)
+	}
+	out, errAll, code := chimeCLI(t, natsAddr, "timer", "list", "--agent", "cli", "--all")
+	if code != 0 || json.Unmarshal([]byte(out), &page) != nil || len(page.Timers) != 3 || page.NextCursor != "" {
+		t.Errorf("--all: exit %d, %q %s", code, out, errAll)
+	}
+	for _, args := range [][]string{{"--cursor", "garbage"}, {"--all", "--limit", "5"}} {
+		_, errOut, code := chimeCLI(t, natsAddr, append([]string{"timer", "list", "--agent", "cli"}, args...)...)
+		if code == 0 || !strings.Contains(errOut, "cursor") {
+			t.Errorf("timer list %v: exit %d, %q", args, code, errOut)
+		}
+	}
+
 	// serve --help lists every variable with its default.
 	out, _, code = chimeCLI(t, natsAddr, "serve", "--help")
 	for _, want := range []string{
@@ -153,9 +183,9 @@ func TestCLITimers(t *testing.T) {
 func cliTimerList(t *testing.T, natsAddr, agent string) []subjects.Timer {
 	t.Helper()
 	out, errOut, code := chimeCLI(t, natsAddr, "timer", "list", "--agent", agent)
-	var list []subjects.Timer
-	if code != 0 || json.Unmarshal([]byte(out), &list) != nil {
+	var page subjects.ListTimersReply
+	if code != 0 || json.Unmarshal([]byte(out), &page) != nil {
 		t.Fatalf("list: exit %d, %q %s", code, out, errOut)
 	}
-	return list
+	return page.Timers
 }

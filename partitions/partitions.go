@@ -176,3 +176,12 @@ func (s *Set) For(agentID, id string) (jetstream.KeyValue, string) {
 	p, key, _ := s.Layout.Place(agentID, id)
 	return s.KVs[p], key
 }
+
+// Buckets are the names of the set's buckets, by partition.
+func (s *Set) Buckets() []string {
+	out := make([]string, len(s.KVs))
+	for p, kv := range s.KVs {
+		out[p] = kv.Bucket()
+	}
+	return out
+}

@@ -126,7 +126,7 @@ var toolPrompts = []struct {
 			_, err := r.Validate(subjects.TimerLimits{MinInterval: time.Second})
 			return err
 		})},
-		{"list", `{"limit":5}`, strict(func(r *subjects.ListTimersRequest) error { _, err := subjects.ParseLimit(r.Limit); return err })},
+		{"list", `{"limit":5}`, func(b []byte) error { _, err := subjects.DecodeListTimers(b); return err }},
 		{"get", `{"timer_id":"t1"}`, strict((*subjects.TimerRef).Validate)},
 		{"cancel", `{"timer_id":"t1"}`, strict((*subjects.TimerRef).Validate)},
 	}},
@@ -152,7 +152,7 @@ var toolPrompts = []struct {
 // shape of an action's.
 func decodeAsk(b []byte) error { _, err := subjects.DecodeAsk(b); return err }
 
-func decodeListQuestions(b []byte) error { _, err := subjects.DecodeListQuestions(b); return err }
+func decodeListQuestions(b []byte) error { _, _, err := subjects.DecodeListQuestions(b); return err }
 
 func decodeResult(b []byte) error { _, err := subjects.DecodeTaskResult(b); return err }
 

@@ -104,6 +104,25 @@ func (s *Store) List(ctx context.Context, agentID string) ([]subjects.Question, 
 	return s.list(ctx, agentID+".*")
 }
 
+// Page returns a page of the agent's questions, as timers.Store.List does
+// for timers; with open, only the open ones, reading at most
+// kvrec.MaxScan questions (the page may then hold fewer than limit, or
+// none, and go on).
+func (s *Store) Page(ctx context.Context, agentID string, limit int, from subjects.CursorPos, open bool) ([]subjects.Question, subjects.CursorPos, error) {
+	var keep func(*subjects.Question) bool
+	if open {
+		keep = func(q *subjects.Question) bool { return q.Status == subjects.QuestionOpen || q.Pending() }
+	}
+	pg, err := kvrec.ListPage(ctx, s.retention.JS, []string{s.kv.Bucket()}, agentID+".*", kvrec.Pos(from), limit, keep)
+	if errors.Is(err, kvrec.ErrPos) {
+		return nil, subjects.CursorPos{}, subjects.ErrCursorStale()
+	}
+	if err != nil {
+		return nil, subjects.CursorPos{}, fmt.Errorf("questions: list: %w", err)
+	}
+	return pg.Items, subjects.CursorPos(pg.Next), nil
+}
+
 func (s *Store) list(ctx context.Context, filter string) ([]subjects.Question, error) {
 	out, err := kvrec.List[subjects.Question](ctx, s.kv, filter)
 	if err != nil {
@@ -209,10 +228,12 @@ func (s *Service) Open(ctx context.Context, agentID string) (int, error) {
 	return s.store.Open(ctx, agentID)
 }
 
-// List returns the agent's open questions (all: answered ones too),
-// oldest first. Answers still owing their delivery are delivered first.
-func (s *Service) List(ctx context.Context, agentID string, all bool) (*subjects.ListQuestionsReply, error) {
-	list, err := s.store.List(ctx, agentID)
+// List returns a page of the agent's open questions (all: answered ones
+// too), in the order of each one's last change (oldest first: an open
+// question has not changed since it was asked). Answers on the page still
+// owing their delivery are delivered first.
+func (s *Service) List(ctx context.Context, agentID string, all bool, page subjects.ListPage) (*subjects.ListQuestionsReply, error) {
+	list, next, err := s.store.Page(ctx, agentID, page.Limit, page.Walk(0), !all)
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +250,7 @@ func (s *Service) List(ctx context.Context, agentID string, all bool) (*subjects
 			out = append(out, q)
 		}
 	}
-	return &subjects.ListQuestionsReply{Questions: out}, nil
+	return &subjects.ListQuestionsReply{Questions: out, NextCursor: subjects.EncodeCursor(subjects.ActionQuestionList, next)}, nil
 }
 
 // Answer answers the agent's question and returns once the answer is in

@@ -66,10 +66,10 @@ func BenchmarkHistory(b *testing.B) {
 					loadIndex(b, res)
 				}
 			})
-			store := timers.NewStore(res.Timers, nil, kvrec.Retention{})
+			store := timers.NewStore(res.Timers, nil, kvrec.Retention{JS: res.JS})
 			b.Run("list", func(b *testing.B) {
 				for b.Loop() {
-					list, err := store.List(ctx, listedAgent, subjects.DefaultListLimit)
+					list, _, err := store.List(ctx, listedAgent, subjects.DefaultListLimit, subjects.CursorPos{})
 					if err != nil || len(list) < listedLive {
 						b.Fatalf("list: %d timers, %v", len(list), err)
 					}

@@ -198,12 +198,13 @@ func FuzzDecodeCreateTimer(f *testing.F) {
 
 func FuzzDecodeListTimers(f *testing.F) {
 	addSeeds(f, `{"limit":5}`, `{"limit":0}`, `{"limit":1001}`, `{"limit":"5"}`, `{"limit":null}`)
-	fuzzRequest(f, DecodeListTimers, []string{"limit"}, decodeCodes, func(t *testing.T, body []byte, limit int) {
-		if limit < 1 || limit > MaxListLimit {
-			t.Fatalf("%q accepted with limit %d", body, limit)
+	fuzzRequest(f, DecodeListTimers, []string{"limit", "cursor"}, decodeCodes, func(t *testing.T, body []byte, page ListPage) {
+		if page.Limit < 1 || page.Limit > MaxListLimit {
+			t.Fatalf("%q accepted with limit %d", body, page.Limit)
 		}
-		if back, err := DecodeListTimers(encodeBody(t, map[string]int{"limit": limit})); err != nil || back != limit {
-			t.Fatalf("limit %d reads back as %d (%v)", limit, back, err)
+		back, err := DecodeListTimers(encodeBody(t, map[string]any{"limit": page.Limit, "cursor": EncodeCursor(ActionTimerList, page.From...)}))
+		if err != nil || back.Limit != page.Limit || !slices.Equal(back.From, page.From) && len(page.From) > 0 && !page.From[0].End() {
+			t.Fatalf("%+v reads back as %+v (%v)", page, back, err)
 		}
 	})
 }

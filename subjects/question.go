@@ -149,25 +149,31 @@ func DecodeAsk(data []byte) (*AskSpec, error) {
 	return &AskSpec{Items: out, Request: key}, nil
 }
 
-// ListQuestionsRequest is the body of agent.<id>.question.list.
+// ListQuestionsRequest is the body of agent.<id>.question.list: a
+// listing's and all.
 type ListQuestionsRequest struct {
 	// All includes answered questions (those still kept).
-	All bool `json:"all,omitempty"`
+	All    bool            `json:"all,omitempty"`
+	Limit  json.RawMessage `json:"limit,omitempty"`
+	Cursor string          `json:"cursor,omitempty"`
 }
 
-// ListQuestionsReply lists questions, oldest first.
+// ListQuestionsReply is a page of questions, in the order of each one's
+// last change, oldest first; NextCursor as for timers.
 type ListQuestionsReply struct {
-	Questions []Question `json:"questions"`
+	Questions  []Question `json:"questions"`
+	NextCursor string     `json:"next_cursor"`
 }
 
-// DecodeListQuestions decodes a list request; an empty body lists the open
-// questions.
-func DecodeListQuestions(data []byte) (all bool, err error) {
+// DecodeListQuestions decodes a list request; an empty body lists the
+// first page of the open questions.
+func DecodeListQuestions(data []byte) (all bool, page ListPage, err error) {
 	var r ListQuestionsRequest
 	if err := DecodeStrict(data, &r); err != nil {
-		return false, err
+		return false, ListPage{}, err
 	}
-	return r.All, nil
+	page, err = (&ListRequest{Limit: r.Limit, Cursor: r.Cursor}).page(ActionQuestionList, 1)
+	return r.All, page, err
 }
 
 // AnswerRequest is the body of agent.<id>.question.answer: answers, one

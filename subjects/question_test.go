@@ -109,13 +109,17 @@ func TestDecodeAnswer(t *testing.T) {
 }
 
 func TestDecodeListQuestions(t *testing.T) {
-	if all, err := DecodeListQuestions(nil); err != nil || all {
-		t.Errorf("empty body: %v %v", all, err)
+	if all, page, err := DecodeListQuestions(nil); err != nil || all || page.Limit != DefaultListLimit || page.From != nil {
+		t.Errorf("empty body: %v %+v %v", all, page, err)
 	}
-	if all, err := DecodeListQuestions([]byte(`{"all":true}`)); err != nil || !all {
-		t.Errorf("all: %v %v", all, err)
+	if all, page, err := DecodeListQuestions([]byte(`{"all":true,"limit":3}`)); err != nil || !all || page.Limit != 3 {
+		t.Errorf("all: %v %+v %v", all, page, err)
 	}
-	if _, err := DecodeListQuestions([]byte(`{"all":"yes"}`)); err == nil || err.Error() != "invalid_request: all must be a JSON boolean, not string" {
+	cursor := EncodeCursor(ActionQuestionList, CursorPos{Buckets: 1, Seq: 9})
+	if _, page, err := DecodeListQuestions([]byte(`{"cursor":"` + cursor + `"}`)); err != nil || len(page.From) != 1 || page.From[0].Seq != 9 {
+		t.Errorf("cursor: %+v %v", page, err)
+	}
+	if _, _, err := DecodeListQuestions([]byte(`{"all":"yes"}`)); err == nil || err.Error() != "invalid_request: all must be a JSON boolean, not string" {
 		t.Errorf("all as a string: %v", err)
 	}
 }

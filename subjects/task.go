@@ -262,17 +262,17 @@ func DecodeTaskRef(data []byte) (string, error) {
 	return r.TaskID, r.Validate()
 }
 
-// ListTasksRequest is the body of task.list.
-type ListTasksRequest struct {
-	Limit json.RawMessage `json:"limit,omitempty"`
-}
+// ListTasksRequest is the body of task.list: a listing's.
+type ListTasksRequest = ListRequest
 
-// DecodeListTasks decodes a task.list body and returns its limit.
-func DecodeListTasks(data []byte) (int, error) { return DecodeListLimit(data) }
+// DecodeListTasks decodes a task.list body: its limit and cursor.
+func DecodeListTasks(data []byte) (ListPage, error) { return DecodeListPage(ActionTaskList, 1, data) }
 
-// ListTasksReply is a task listing, newest first.
+// ListTasksReply is a page of a task listing, in the order of each
+// task's last change, oldest first; NextCursor as for timers.
 type ListTasksReply struct {
-	Tasks []Task `json:"tasks"`
+	Tasks      []Task `json:"tasks"`
+	NextCursor string `json:"next_cursor"`
 }
 
 // TaskOutputRequest is the body of task.output.

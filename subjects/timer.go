@@ -180,23 +180,11 @@ func isNull(raw json.RawMessage) bool {
 	return len(raw) == 0 || string(raw) == "null"
 }
 
-// ListTimersRequest is the body of agent.<id>.timer.list.
-type ListTimersRequest struct {
-	Limit json.RawMessage `json:"limit"`
-}
+// ListTimersRequest is the body of agent.<id>.timer.list: a listing's.
+type ListTimersRequest = ListRequest
 
-// DecodeListTimers decodes a timer.list body and returns its limit.
-func DecodeListTimers(data []byte) (int, error) { return DecodeListLimit(data) }
-
-// DecodeListLimit decodes a listing's body, {limit?}, and returns its
-// limit: timer.list, task.list and wait.list take the same.
-func DecodeListLimit(data []byte) (int, error) {
-	var r ListTimersRequest
-	if err := DecodeStrict(data, &r); err != nil {
-		return 0, err
-	}
-	return ParseLimit(r.Limit)
-}
+// DecodeListTimers decodes a timer.list body: its limit and cursor.
+func DecodeListTimers(data []byte) (ListPage, error) { return DecodeListPage(ActionTimerList, 1, data) }
 
 // ParseLimit validates a listing limit; absent means DefaultListLimit.
 func ParseLimit(raw json.RawMessage) (int, error) {
@@ -207,9 +195,12 @@ func ParseLimit(raw json.RawMessage) (int, error) {
 	return int(n), err
 }
 
-// ListTimersReply is the reply of a timer listing, newest first.
+// ListTimersReply is a page of a timer listing, in the order of each
+// timer's last change, oldest first; NextCursor is where the next page
+// starts, "" after the last.
 type ListTimersReply struct {
-	Timers []Timer `json:"timers"`
+	Timers     []Timer `json:"timers"`
+	NextCursor string  `json:"next_cursor"`
 }
 
 // TimerRef names one timer: the body of timer.get and timer.cancel.

@@ -583,14 +583,20 @@ func (iv *Intervention) MaxDeliverySize() (int, error) {
 }
 
 // ActionWaitList lists an agent's managed waits and WaitFor registrations;
-// its body is a listing's, {limit?} (DecodeListLimit), the limit applying
-// to each kind.
+// its body is a listing's, {limit?, cursor?} (DecodeListWaits), the limit
+// applying to each kind.
 const ActionWaitList = "wait.list"
 
-// ListWaitsReply is an agent's waits, newest first: managed waits
+// DecodeListWaits decodes a wait.list body: its limit and cursor, which
+// holds a place in each kind's walk.
+func DecodeListWaits(data []byte) (ListPage, error) { return DecodeListPage(ActionWaitList, 2, data) }
+
+// ListWaitsReply is a page of an agent's waits: managed waits
 // (wait.request) and WaitFor registrations (wait.for, wait.tasks), live
-// and those ended within the record retention.
+// and those ended within the record retention, each in the order of their
+// last change, oldest first; NextCursor as for timers.
 type ListWaitsReply struct {
-	Waits   []Wait    `json:"waits"`
-	WaitFor []WaitFor `json:"wait_for"`
+	Waits      []Wait    `json:"waits"`
+	WaitFor    []WaitFor `json:"wait_for"`
+	NextCursor string    `json:"next_cursor"`
 }

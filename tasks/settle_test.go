@@ -53,7 +53,7 @@ func TestStoredResultIsDeliveredWithoutRetry(t *testing.T) {
 			if err := tc.report(ctx, reporter); err == nil {
 				t.Fatal("reported into a missing inbox stream: no error")
 			}
-			stored, err := reporter.List(ctx, "a", 10)
+			stored, _, err := reporter.List(ctx, "a", 10, subjects.CursorPos{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -214,17 +213,17 @@ func (s *Store) getRev(ctx context.Context, agentID, taskID string) (*subjects.T
 	return t, rev, nil
 }
 
-// List returns up to limit of the agent's tasks, newest first.
-func (s *Store) List(ctx context.Context, agentID string, limit int) ([]subjects.Task, error) {
-	out, err := kvrec.List[subjects.Task](ctx, s.kv, agentID+".*")
+// List returns a page of the agent's tasks, as timers.Store.List does
+// for timers.
+func (s *Store) List(ctx context.Context, agentID string, limit int, from subjects.CursorPos) ([]subjects.Task, subjects.CursorPos, error) {
+	pg, err := kvrec.ListPage[subjects.Task](ctx, s.js, []string{s.kv.Bucket()}, agentID+".*", kvrec.Pos(from), limit, nil)
+	if errors.Is(err, kvrec.ErrPos) {
+		return nil, subjects.CursorPos{}, subjects.ErrCursorStale()
+	}
 	if err != nil {
-		return nil, fmt.Errorf("tasks: list: %w", err)
+		return nil, subjects.CursorPos{}, fmt.Errorf("tasks: list: %w", err)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.After(out[j].CreatedAt) })
-	if len(out) > limit {
-		out = out[:limit]
-	}
-	return out, nil
+	return pg.Items, subjects.CursorPos(pg.Next), nil
 }
 
 // update changes a task by CAS; finished tasks expire after retention. It

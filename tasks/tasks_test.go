@@ -154,7 +154,7 @@ func TestAnotherAgentsTaskRefusedNothingStored(t *testing.T) {
 			t.Fatalf("get/cancel of another's task: %v", err)
 		}
 	}
-	if l, err := e.store.List(ctx, "a2", 10); err != nil || len(l) != 0 {
+	if l, _, err := e.store.List(ctx, "a2", 10, subjects.CursorPos{}); err != nil || len(l) != 0 {
 		t.Fatalf("a2 has %v %v", l, err)
 	}
 	if got := e.results(t, "a2"); len(got) != 0 {

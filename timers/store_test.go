@@ -20,7 +20,7 @@ func TestStore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	s := timers.NewStore(res.Timers, func() time.Time { return now }, kvrec.Retention{})
+	s := timers.NewStore(res.Timers, func() time.Time { return now }, kvrec.Retention{JS: res.JS})
 
 	once, err := s.Create(ctx, "st", subjects.TimerSpec{Duration: time.Second, Summary: "once"})
 	if err != nil {
@@ -37,12 +37,16 @@ func TestStore(t *testing.T) {
 	if _, err := s.Get(ctx, "other", once.ID); !errors.Is(err, subjects.ErrTimerNotFound) {
 		t.Fatalf("another agent's timer: %v", err)
 	}
-	list, err := s.List(ctx, "st", 10)
-	if err != nil || len(list) != 2 || list[0].ID != rep.ID {
-		t.Fatalf("list newest first: %+v %v", list, err)
+	list, next, err := s.List(ctx, "st", 10, subjects.CursorPos{})
+	if err != nil || len(list) != 2 || list[0].ID != once.ID || next.Bucket != next.Buckets {
+		t.Fatalf("list in the order of last change: %+v %+v %v", list, next, err)
 	}
-	if list, _ := s.List(ctx, "st", 1); len(list) != 1 {
-		t.Fatalf("limit: %d", len(list))
+	list, next, err = s.List(ctx, "st", 1, subjects.CursorPos{})
+	if err != nil || len(list) != 1 || list[0].ID != once.ID {
+		t.Fatalf("limit: %+v %v", list, err)
+	}
+	if list, last, err := s.List(ctx, "st", 1, next); err != nil || len(list) != 1 || list[0].ID != rep.ID || last.Bucket != last.Buckets {
+		t.Fatalf("second page: %+v %+v %v", list, last, err)
 	}
 
 	// The one-shot fires: completed, and a repeat of its record update

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -117,21 +116,19 @@ func (s *Store) update(ctx context.Context, agentID, timerID string, change func
 	return t, changed, err
 }
 
-// List returns up to limit of the agent's timers, newest first.
-func (s *Store) List(ctx context.Context, agentID string, limit int) ([]subjects.Timer, error) {
-	var out []subjects.Timer
-	for _, kv := range s.set.KVs {
-		part, err := kvrec.List[subjects.Timer](ctx, kv, s.set.Layout.AgentKeys(agentID))
-		if err != nil {
-			return nil, fmt.Errorf("timers: list: %w", err)
-		}
-		out = append(out, part...)
+// List returns a page of the agent's timers: at most limit, from from (a
+// cursor's place; the zero one is the start), in the order of each timer's
+// last change (oldest first), and where the next page starts. It reads
+// what it returns (see kvrec.ListPage), whatever else the agent keeps.
+func (s *Store) List(ctx context.Context, agentID string, limit int, from subjects.CursorPos) ([]subjects.Timer, subjects.CursorPos, error) {
+	pg, err := kvrec.ListPage[subjects.Timer](ctx, s.retention.JS, s.set.Buckets(), s.set.Layout.AgentKeys(agentID), kvrec.Pos(from), limit, nil)
+	if errors.Is(err, kvrec.ErrPos) {
+		return nil, subjects.CursorPos{}, subjects.ErrCursorStale()
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.After(out[j].CreatedAt) })
-	if len(out) > limit {
-		out = out[:limit]
+	if err != nil {
+		return nil, subjects.CursorPos{}, fmt.Errorf("timers: list: %w", err)
 	}
-	return out, nil
+	return pg.Items, subjects.CursorPos(pg.Next), nil
 }
 
 // Someone reports whether a timer with this ID exists under any agent:

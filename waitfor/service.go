@@ -549,7 +549,7 @@ func (s *Service) scan(ctx context.Context, stream, subject string, from uint64,
 	return nil
 }
 
-// List returns the agent's registrations, newest first (Store.List).
-func (s *Service) List(ctx context.Context, agentID string, limit int) ([]subjects.WaitFor, error) {
-	return s.cfg.Store.List(ctx, agentID, limit)
+// List returns a page of the agent's registrations (Store.List).
+func (s *Service) List(ctx context.Context, agentID string, limit int, from subjects.CursorPos) ([]subjects.WaitFor, subjects.CursorPos, error) {
+	return s.cfg.Store.List(ctx, agentID, limit, from)
 }

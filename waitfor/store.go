@@ -180,14 +180,18 @@ func (s *Store) live(ctx context.Context, env *subjects.Envelope, entries []scop
 	return out, nil
 }
 
-// List returns the agent's registrations, live and ended (until their
-// retention removes them), newest first, at most limit.
-func (s *Store) List(ctx context.Context, agentID string, limit int) ([]subjects.WaitFor, error) {
-	out, err := kvrec.List[subjects.WaitFor](ctx, s.kv, recKey(agentID, "*"))
-	if err != nil {
-		return nil, fmt.Errorf("waitfor: list: %w", err)
+// List returns a page of the agent's registrations, live and ended
+// (until their retention removes them), as timers.Store.List does for
+// timers.
+func (s *Store) List(ctx context.Context, agentID string, limit int, from subjects.CursorPos) ([]subjects.WaitFor, subjects.CursorPos, error) {
+	pg, err := kvrec.ListPage[subjects.WaitFor](ctx, s.retention.JS, []string{s.kv.Bucket()}, recKey(agentID, "*"), kvrec.Pos(from), limit, nil)
+	if errors.Is(err, kvrec.ErrPos) {
+		return nil, subjects.CursorPos{}, subjects.ErrCursorStale()
 	}
-	return kvrec.NewestFirst(out, func(w *subjects.WaitFor) time.Time { return w.CreatedAt }, limit), nil
+	if err != nil {
+		return nil, subjects.CursorPos{}, fmt.Errorf("waitfor: list: %w", err)
+	}
+	return pg.Items, subjects.CursorPos(pg.Next), nil
 }
 
 // Versioned is a registration as read at revision Rev.

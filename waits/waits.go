@@ -184,13 +184,17 @@ func (s *Store) List(ctx context.Context, agentID string) ([]subjects.Wait, erro
 	return out, nil
 }
 
-// Newest returns the agent's waits, newest first, at most limit.
-func (s *Store) Newest(ctx context.Context, agentID string, limit int) ([]subjects.Wait, error) {
-	all, err := s.List(ctx, agentID)
-	if err != nil {
-		return nil, err
+// Page returns a page of the agent's waits, as timers.Store.List does
+// for timers.
+func (s *Store) Page(ctx context.Context, agentID string, limit int, from subjects.CursorPos) ([]subjects.Wait, subjects.CursorPos, error) {
+	pg, err := kvrec.ListPage[subjects.Wait](ctx, s.retention.JS, s.waits.Buckets(), s.waits.Layout.AgentKeys(agentID), kvrec.Pos(from), limit, nil)
+	if errors.Is(err, kvrec.ErrPos) {
+		return nil, subjects.CursorPos{}, subjects.ErrCursorStale()
 	}
-	return kvrec.NewestFirst(all, func(w *subjects.Wait) time.Time { return w.CreatedAt }, limit), nil
+	if err != nil {
+		return nil, subjects.CursorPos{}, fmt.Errorf("waits: list: %w", err)
+	}
+	return pg.Items, subjects.CursorPos(pg.Next), nil
 }
 
 // Agent returns the agent's state; an agent never seen has the zero state.

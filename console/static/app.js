@@ -338,10 +338,37 @@
     follow(path, since, (name, ev) => { if (name === 'notification') applyNotifEvent(state.agent, ev); }, signal);
   }
 
+  // --- listings -----------------------------------------------------------------
+  // Listings come in pages (next_cursor). paged shows the first page on
+  // load and appends the next one on the More button, shown while there
+  // is a next page; render(res, append) draws a page.
+  function paged(path, button, render) {
+    let cursor = '';
+    const show = (res, append) => {
+      cursor = res.next_cursor || '';
+      $(button).hidden = !cursor;
+      render(res, append);
+    };
+    $(button).addEventListener('click', async () => {
+      try {
+        show(await api('GET', path() + '&cursor=' + enc(cursor), undefined, state.ctl?.signal), true);
+      } catch (e) { console.warn(e); }
+    });
+    return async (signal) => show(await api('GET', path(), undefined, signal), false);
+  }
+
   // --- questions --------------------------------------------------------------
+  // Every open question is shown: the pages are followed to the end (a
+  // page of open questions may hold none and still have a next one).
   async function loadQuestions(signal) {
-    const res = await api('GET', agentPath(state.agent) + '/questions', undefined, signal);
-    const list = res.questions || [];
+    const list = [];
+    let cursor = '';
+    for (let i = 0; i < 100; i++) {
+      const res = await api('GET', agentPath(state.agent) + '/questions?limit=1000' + (cursor ? '&cursor=' + enc(cursor) : ''), undefined, signal);
+      list.push(...(res.questions || []));
+      cursor = res.next_cursor || '';
+      if (!cursor) break;
+    }
     const box = $('q-list');
     const keep = new Set(list.map((q) => q.id));
     for (const node of [...box.children]) if (!keep.has(node.dataset.id)) node.remove();
@@ -399,15 +426,19 @@
   }
 
   // --- timers -------------------------------------------------------------
-  async function loadTimers(signal) {
-    const res = await api('GET', agentPath(state.agent) + '/timers?limit=50', undefined, signal);
-    $('t-list').replaceChildren(...(res.timers || []).map((t) => el('tr', { 'data-id': t.id },
+  // Timers in the order of their last change, oldest first, a page at a time.
+  const loadTimers = paged(() => agentPath(state.agent) + '/timers?limit=50', 't-more', (res, append) => {
+    const rows = (res.timers || []).map((t) => el('tr', { 'data-id': t.id },
       el('td', {}, el('code', { text: t.id }), t.summary ? el('div', { class: 'meta', text: t.summary }) : null),
       el('td', { text: t.status + (t.repeat ? ' (repeats)' : '') }),
       el('td', { text: fmtTime(t.next_fire_at) }),
       el('td', { text: String(t.fire_count) }),
-      el('td', {}, t.status === 'active' ? el('button', { type: 'button', text: 'Cancel', onclick: () => cancelTimer(t.id) }) : null))));
-  }
+      el('td', {}, t.status === 'active' ? el('button', { type: 'button', text: 'Cancel', onclick: () => cancelTimer(t.id) }) : null)));
+    if (append) {
+      for (const r of rows) $('t-list').querySelector(`[data-id="${CSS.escape(r.dataset.id)}"]`)?.remove();
+      $('t-list').append(...rows);
+    } else $('t-list').replaceChildren(...rows);
+  });
 
   async function createTimer(ev) {
     ev.preventDefault();
@@ -440,27 +471,29 @@
     return `${s.toFixed(1)}s remaining`;
   }
 
-  async function loadWaits(signal) {
-    state.waits = await api('GET', agentPath(state.agent) + '/waits?limit=50', undefined, signal);
+  const loadWaits = paged(() => agentPath(state.agent) + '/waits?limit=50', 'w-more', (res, append) => {
     const items = [];
-    for (const w of state.waits.waits || []) {
+    for (const w of res.waits || []) {
       items.push(el('li', { 'data-id': w.wait_id },
         el('span', { class: 'kind', text: 'wait' }), el('code', { text: w.wait_id }), ' ',
         el('span', { text: `${w.mode} · ${w.status}` + (w.paused_at ? ' · paused' : '') }), ' ',
         w.status === 'waiting' ? el('span', { class: 'remaining', 'data-target': w.target_time, 'data-paused': w.paused_at || '' }) : null,
         el('div', { class: 'meta', text: 'until ' + fmtTime(w.target_time) + (w.cancel_text ? ' · ' + w.cancel_text : '') })));
     }
-    for (const w of state.waits.wait_for || []) {
+    for (const w of res.wait_for || []) {
       items.push(el('li', { 'data-id': w.wait_id },
         el('span', { class: 'kind', text: 'wait_for' }), el('code', { text: w.wait_id }), ' ',
         el('span', { text: `${w.wake}${w.resource ? ' ' + w.resource : ''} · ${w.status}` }), ' ',
         w.recheck_at && !w.ended_at ? el('span', { class: 'remaining', 'data-target': w.recheck_at, 'data-paused': '' }) : null,
         el('div', { class: 'meta', text: w.reason + (w.end_reason ? ' · ' + w.end_reason : '') })));
     }
-    $('w-list').replaceChildren(...items);
-    $('w-empty').hidden = items.length > 0;
+    if (append) {
+      for (const i of items) $('w-list').querySelector(`[data-id="${CSS.escape(i.dataset.id)}"]`)?.remove();
+      $('w-list').append(...items);
+    } else $('w-list').replaceChildren(...items);
+    $('w-empty').hidden = $('w-list').children.length > 0;
     tickWaits();
-  }
+  });
 
   function tickWaits() {
     const now = Date.now();
@@ -472,17 +505,19 @@
   }
 
   // --- tasks ------------------------------------------------------------------
-  async function loadTasks(signal) {
-    const res = await api('GET', agentPath(state.agent) + '/tasks?limit=50', undefined, signal);
-    const list = res.tasks || [];
-    $('k-list').replaceChildren(...list.map((t) => el('li', { 'data-id': t.task_id },
+  const loadTasks = paged(() => agentPath(state.agent) + '/tasks?limit=50', 'k-more', (res, append) => {
+    const items = (res.tasks || []).map((t) => el('li', { 'data-id': t.task_id },
       el('span', { class: 'kind', text: t.status || 'registered' }), el('code', { text: t.task_id }), ' ',
       el('span', { text: t.title || '' }),
       t.exit_code !== undefined ? el('span', { class: 'meta', text: ` exit ${t.exit_code}` }) : null,
       t.error_message ? el('div', { class: 'meta', text: t.error_message }) : null,
-      el('div', {}, el('button', { type: 'button', text: 'Output', onclick: () => showOutput(t.task_id) })))));
-    $('k-empty').hidden = list.length > 0;
-  }
+      el('div', {}, el('button', { type: 'button', text: 'Output', onclick: () => showOutput(t.task_id) }))));
+    if (append) {
+      for (const i of items) $('k-list').querySelector(`[data-id="${CSS.escape(i.dataset.id)}"]`)?.remove();
+      $('k-list').append(...items);
+    } else $('k-list').replaceChildren(...items);
+    $('k-empty').hidden = $('k-list').children.length > 0;
+  });
 
   async function showOutput(taskID) {
     const pre = $('k-output');

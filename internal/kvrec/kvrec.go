@@ -1,7 +1,9 @@
 // Package kvrec owns how chime reads and writes JSON records in JetStream
 // KV buckets: the one read-modify-write loop (read, decide, write by CAS on
-// the revision, decide again when another writer got there first) and the
-// listing of the records under a key filter.
+// the revision, decide again when another writer got there first), the
+// listing of every record under a key filter, and the paged listing that
+// reads only the records it returns, over one bucket or several
+// (ListPage).
 //
 // Leader elections are waits, not errors: every call retries transient
 // engine errors (see Transient) with a short per-attempt timeout and a
@@ -14,7 +16,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -293,14 +294,4 @@ func create[T any](ctx context.Context, kv jetstream.KeyValue, key string, v *T,
 		return e.Revision(), stored, nil
 	}
 	return 0, nil, fmt.Errorf("create %s: %w", key, ErrContended)
-}
-
-// NewestFirst sorts a listing by created, newest first, and keeps at most
-// limit of it.
-func NewestFirst[T any](list []T, created func(*T) time.Time, limit int) []T {
-	slices.SortStableFunc(list, func(a, b T) int { return created(&b).Compare(created(&a)) })
-	if len(list) > limit {
-		list = list[:limit]
-	}
-	return list
 }

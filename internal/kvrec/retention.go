@@ -21,7 +21,8 @@ import (
 // keeps every record forever.
 type Retention struct {
 	// JS writes the expiring revisions: the KV API can put a TTL only on
-	// a create, not on a CAS update.
+	// a create, not on a CAS update. The stores that hold a Retention
+	// also read their paged listings through it (ListPage).
 	JS jetstream.JetStream
 	// After is how long a finished record stays after its last write;
 	// whole seconds, at least one (the engine's unit). Zero: forever.
