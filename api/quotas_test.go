@@ -74,10 +74,18 @@ func countTimers(t *testing.T, c *client.Client) int {
 // TestQuotas: an agent at its active timers or waits, or asking for a
 // repeat shorter than the minimum, is refused with its own code and text
 // over NATS and HTTP, nothing is stored, other agents are not touched, and
-// each refusal is counted by quota.
+// each refusal is counted by quota. In both record layouts: counted by
+// every replica's watches, or summed from the counts bucket.
 func TestQuotas(t *testing.T) {
+	for _, partitions := range []int{0, 3} {
+		t.Run("partitions="+strconv.Itoa(partitions), func(t *testing.T) { testQuotas(t, partitions) })
+	}
+}
+
+func testQuotas(t *testing.T, partitions int) {
 	r, nc := startChimeWith(t, io.Discard, func(c *config.Config) {
 		c.MaxTimersPerAgent, c.MaxWaitsPerAgent, c.MinInterval = 3, 2, time.Second
+		c.Partitions = partitions
 	})
 	ctx := context.Background()
 	c, _ := client.New(nc, "full")
@@ -87,6 +95,7 @@ func TestQuotas(t *testing.T) {
 		}
 	}
 	settled(t, r, "chime_timers_active", 3)
+	settled(t, r, "chime_counts_pending", 0)
 
 	const timerText = "agent full has 3 active timers; at most 3 are allowed (CHIME_MAX_TIMERS_PER_AGENT)"
 	msg := request(t, nc, "agent.full.timer.create", `{"duration_ms":1000}`)
@@ -114,6 +123,7 @@ func TestQuotas(t *testing.T) {
 		}
 	}
 	settled(t, r, "chime_waits_active", 2)
+	settled(t, r, "chime_counts_pending", 0)
 	msg = request(t, nc, "agent.full.wait.request", `{"hours":1,"id":"third"}`)
 	assertError(t, "3rd wait", msg.Data, "quota_exceeded", "agent full has 2 waiting waits; at most 2 are allowed (CHIME_MAX_WAITS_PER_AGENT)")
 	if msg.Header.Get("Nats-Service-Error-Code") != "429" {

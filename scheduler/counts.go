@@ -62,6 +62,14 @@ type countWriter struct {
 	reconcile map[int]struct{}
 	kick      chan struct{}
 	failLog   *pacer.Pacer
+	inflight  int // taken by the flush under way
+}
+
+// pending is how many counts are changed and not yet written.
+func (w *countWriter) pending() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.dirty) + w.inflight
 }
 
 func newCountWriter(kv jetstream.KeyValue, log *slog.Logger) *countWriter {
@@ -116,7 +124,13 @@ func (w *countWriter) flush(ctx context.Context, s *Scheduler) error {
 	w.mu.Lock()
 	dirty, reconcile := w.dirty, w.reconcile
 	w.dirty, w.reconcile = map[countKey]struct{}{}, map[int]struct{}{}
+	w.inflight = len(dirty)
 	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.inflight = 0
+		w.mu.Unlock()
+	}()
 	var errs []error
 	for shard := range reconcile {
 		if err := w.reconcileShard(ctx, s, shard, dirty); err != nil {

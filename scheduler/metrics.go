@@ -7,6 +7,7 @@ import (
 type metrics struct {
 	active, waitGauge prometheus.GaugeFunc
 	shardsHeld        prometheus.GaugeFunc
+	countsPending     prometheus.GaugeFunc
 	shardLoad         prometheus.Histogram
 	fires, failures   prometheus.Counter
 	applied           prometheus.Counter
@@ -61,9 +62,17 @@ func newMetrics(s *Scheduler) metrics {
 	m.shardsHeld = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "chime_shards_held", Help: "Shards whose timers and waits this replica holds.",
 	}, func() float64 { return float64(s.ShardsHeld()) })
+	if s.counts != nil {
+		m.countsPending = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "chime_counts_pending", Help: "Per-agent counts of held shards changed and not yet written to chime_counts (sharded layout).",
+		}, func() float64 { return float64(s.counts.pending()) })
+	}
 	return m
 }
 
 func (m *metrics) register(r prometheus.Registerer) {
+	if m.countsPending != nil {
+		r.MustRegister(m.countsPending)
+	}
 	r.MustRegister(m.active, m.waitGauge, m.shardsHeld, m.shardLoad, m.fires, m.failures, m.applied, m.recordFailures, m.recovered, m.progress, m.lateness, m.refused)
 }

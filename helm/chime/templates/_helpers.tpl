@@ -113,7 +113,7 @@ exponent (values read 1000000 as a float).
 */}}
 {{- define "chime.configEnv" -}}
 {{- $names := dict
-  "jsReplicas" "CHIME_JS_REPLICAS" "shards" "CHIME_SHARDS" "leaseTTL" "CHIME_LEASE_TTL"
+  "jsReplicas" "CHIME_JS_REPLICAS" "shards" "CHIME_SHARDS" "partitions" "CHIME_PARTITIONS" "leaseTTL" "CHIME_LEASE_TTL"
   "inboxMaxAge" "CHIME_INBOX_MAX_AGE" "eventMaxAge" "CHIME_EVENT_MAX_AGE" "dedupWindow" "CHIME_DEDUP_WINDOW"
   "recordRetention" "CHIME_RECORD_RETENTION" "timezone" "CHIME_TIMEZONE" "logLevel" "CHIME_LOG_LEVEL"
   "logFormat" "CHIME_LOG_FORMAT" "maxTimersPerAgent" "CHIME_MAX_TIMERS_PER_AGENT"
