@@ -61,19 +61,24 @@ func holdOnlyTheirShards(t *testing.T, ctx context.Context, leases jetstream.Key
 // TestReplicasExactlyOnce runs 2 and 3 replicas against one server, creates
 // 2,000 timers through any of them, SIGKILLs a replica that holds shards
 // mid-run, and checks every timer is delivered exactly once and stored in
-// the inbox within 5 s of its due time, the kill included.
+// the inbox within 5 s of its due time, the kill included; with 3
+// replicas also in 4 partitions, where each watches only its shards' keys.
 func TestReplicasExactlyOnce(t *testing.T) {
-	for _, n := range []int{2, 3} {
-		t.Run(fmt.Sprintf("replicas=%d", n), func(t *testing.T) { replicasExactlyOnce(t, n) })
+	for _, tc := range []struct{ replicas, partitions int }{{2, 0}, {3, 0}, {3, 4}} {
+		name := fmt.Sprintf("replicas=%d", tc.replicas)
+		if tc.partitions > 0 {
+			name += fmt.Sprintf("/partitions=%d", tc.partitions)
+		}
+		t.Run(name, func(t *testing.T) { replicasExactlyOnce(t, tc.replicas, tc.partitions) })
 	}
 }
 
-func replicasExactlyOnce(t *testing.T, replicas int) {
+func replicasExactlyOnce(t *testing.T, replicas, partitionCount int) {
 	ns := natstest.Server(t)
 	procs := map[string]*proc{}
 	for i := range replicas {
 		id := fmt.Sprintf("r%d", i)
-		procs[id] = startServe(t, id, "CHIME_NATS_URL="+ns.ClientURL())
+		procs[id] = startServe(t, id, "CHIME_NATS_URL="+ns.ClientURL(), fmt.Sprintf("CHIME_PARTITIONS=%d", partitionCount))
 	}
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
