@@ -61,7 +61,7 @@ const (
 	// revocation can end its connections; kept as long as a session lasts.
 	SessionsBucket = "chime_sessions"
 	// CountsBucket holds, in the sharded layout, each shard's count of an
-	// agent's active timers and waits, key <shard>.<agent>, written by the
+	// agent's active timers and waits, key <agent>.<shard>, written by the
 	// shard's owner and summed by a create's quota check.
 	CountsBucket = "chime_counts"
 )
@@ -444,7 +444,7 @@ func recordBuckets(t Topology) []jetstream.KeyValueConfig {
 		// Unlimited: bounded by shards times agents with records, and a
 		// count must never be refused for another agent's data.
 		out = append(out, jetstream.KeyValueConfig{
-			Bucket: CountsBucket, Description: "chime active timers and waits per shard and agent, key <shard>.<agent>",
+			Bucket: CountsBucket, Description: "chime active timers and waits per agent and shard, key <agent>.<shard>",
 			History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(),
 		})
 	}

@@ -27,6 +27,9 @@ import (
 type Counter interface {
 	ActiveTimers(ctx context.Context, agentID string) (int, error)
 	ActiveWaits(ctx context.Context, agentID string) (int, error)
+	// Admitted is told of each create let through, for a counter that
+	// reuses a read and must not let a burst past it.
+	Admitted(agentID string, wait bool)
 }
 
 // Refusal kinds, the quota label of chime_quota_refusals_total.
@@ -192,6 +195,7 @@ func (q *Quotas) admit(ctx context.Context, agentID, kind string, most int, what
 	// this replica or another): concurrent creates may overshoot by
 	// what is in flight.
 	if n < most {
+		q.cfg.Counter.Admitted(agentID, kind == Waits)
 		return nil
 	}
 	q.refusals.WithLabelValues(kind).Inc()

@@ -278,7 +278,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	}
 	var counter quotas.Counter = r.sched
 	if layout.Sharded() {
-		counter = scheduler.Counts{JS: js, KV: res.Counts}
+		counter = scheduler.NewCounts(js, res.Counts, time.Now)
 	}
 	limits := quotas.New(quotas.Config{
 		MaxTimers: cfg.MaxTimersPerAgent, MaxWaits: cfg.MaxWaitsPerAgent, MaxQuestions: cfg.MaxOpenQuestions, Counter: counter, MinInterval: cfg.MinInterval,

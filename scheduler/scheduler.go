@@ -271,6 +271,9 @@ func (s *Scheduler) ActiveWaits(_ context.Context, agentID string) (int, error) 
 	return s.waits.get(agentID), nil
 }
 
+// Admitted does nothing: the presence follows the buckets themselves.
+func (s *Scheduler) Admitted(string, bool) {}
+
 // errNoPresence: a sharded replica does not see every shard's records.
 var errNoPresence = errors.New("scheduler: the sharded layout counts records in the counts bucket, not in each replica")
 

@@ -19,6 +19,7 @@ import (
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/natstest"
 	"github.com/chime-nats/chime/partitions"
+	"github.com/chime-nats/chime/quotas"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
 	"github.com/chime-nats/chime/waits"
@@ -113,10 +114,7 @@ func testReplicasHoldOnlyTheirShards(t *testing.T, partitionCount int) {
 		Layout: partitions.Layout{Partitions: partitionCount, Shards: shards},
 	})
 	ctx := context.Background()
-	var counter interface {
-		ActiveTimers(context.Context, string) (int, error)
-		ActiveWaits(context.Context, string) (int, error)
-	}
+	var counter quotas.Counter
 	tstore := timers.NewStore(res.Timers, nil, kvrec.Retention{})
 	wstore := waits.NewStore(res.Waits, agents.NewStore(res.Agents), time.Now, kvrec.Retention{})
 	var timerKeys, waitKeys []string
@@ -143,7 +141,7 @@ func testReplicasHoldOnlyTheirShards(t *testing.T, partitionCount int) {
 		return a.leases.Count() == shards/2 && b.leases.Count() == shards/2 && a.loaded() && b.loaded()
 	})
 	if partitionCount > 0 {
-		counter = Counts{JS: res.JS, KV: res.Counts}
+		counter = NewCounts(res.JS, res.Counts, nil)
 		eventually(t, "the counts written", func() bool {
 			n, err := counter.ActiveTimers(ctx, "agent3")
 			return err == nil && n == 40
