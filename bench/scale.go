@@ -235,7 +235,12 @@ func scaleOne(ctx context.Context, o ScaleOptions, replicas int) (run *ScaleRun,
 	if err != nil {
 		return nil, err
 	}
-	defer func() { f.close(err != nil) }()
+	// The work dir (the replicas' logs) is kept when a fire went missing
+	// or came twice, or the records did not all follow, as when the run
+	// failed.
+	defer func() {
+		f.close(err != nil || run != nil && (run.Missed > 0 || run.Duplicates > 0 || run.Applied < int64(o.N-run.Missed)))
+	}()
 
 	conns, closeConns, err := connectN(f.urls(), scaleConns, "chime bench scale")
 	if err != nil {
