@@ -125,6 +125,7 @@ type ShardLoad struct {
 const (
 	metricActive     = "chime_timers_active"
 	metricApplied    = "chime_timer_fires_applied_total"
+	metricChanges    = "chime_scheduler_changes_total"
 	metricShards     = "chime_shards_held"
 	metricRSS        = "process_resident_memory_bytes"
 	metricHeap       = "go_memstats_heap_inuse_bytes"

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,8 +33,12 @@ type ScaleOptions struct {
 	Agents   int           // agents they are spread over
 	Clients  int           // creates in flight
 	Lead     time.Duration // the common due time after the start of the creates
-	Exe      string        // the chime binary run as `serve`; default os.Executable()
-	Progress io.Writer     // a line per phase; nil: none
+	// Partitions is the replicas' CHIME_PARTITIONS: 0, one bucket per
+	// kind watched whole by every replica; P, P buckets per kind, each
+	// replica watching only the keys of the shards it holds.
+	Partitions int
+	Exe        string    // the chime binary run as `serve`; default os.Executable()
+	Progress   io.Writer // a line per phase; nil: none
 	// ProfileDir, when set, receives CPU profiles of every replica
 	// (CHIME_PPROF_ADDR): ProfileSeconds from the first create, and as
 	// long from just before the due time (the fires and their records).
@@ -56,6 +61,8 @@ func (o *ScaleOptions) Validate() error {
 		return errors.New("bench: -c must be positive")
 	case o.Lead <= 0:
 		return errors.New("bench: --lead must be positive")
+	case o.Partitions < 0:
+		return errors.New("bench: --partitions must be 0 (one bucket per kind) or positive")
 	case o.ProfileDir != "" && o.ProfileSeconds < 1:
 		return errors.New("bench: --profile-seconds must be at least 1")
 	}
@@ -94,6 +101,7 @@ type ScaleResult struct {
 	Agents     int        `json:"agents"`
 	Clients    int        `json:"clients"`
 	LeadMs     int64      `json:"lead_ms"`
+	Partitions int        `json:"partitions"`
 	Runs       []ScaleRun `json:"runs"`
 }
 
@@ -124,6 +132,31 @@ type ScaleRun struct {
 	// phase: the replicas, the nats-servers, the bench itself, and the
 	// whole machine (every process on it, ours and others').
 	CPU []ProcCPU `json:"cpu"`
+	// ServerCPUPerCreateUs is the nats-servers' CPU time in the create
+	// phase, summed over the servers, per create (microseconds).
+	// ServerIdleCores is their CPU time from the end of the creates to
+	// just before the due time over that wall time: the fleet's standing
+	// cost (heartbeats, leases), which the create phase includes too.
+	ServerCPUPerCreateUs float64 `json:"server_cpu_per_create_us"`
+	ServerIdleCores      float64 `json:"server_idle_cores"`
+	// Changes is what each replica's watches delivered to its scheduler
+	// (chime_scheduler_changes_total) from the first create to just
+	// before the due time, when nothing but the creates changes a timer
+	// or wait.
+	Changes []ReplicaChanges `json:"changes"`
+}
+
+// ReplicaChanges is the timer and wait changes one replica received and
+// decoded for the creates, in all and per create.
+type ReplicaChanges struct {
+	Name      string  `json:"name"`
+	Changes   int64   `json:"changes"`
+	PerCreate float64 `json:"per_create"`
+	// Shards held before the creates and just before the due time: a
+	// shard that moved between reloads its records on the gainer, which
+	// counts them again.
+	ShardsBefore int `json:"shards_before"`
+	ShardsAfter  int `json:"shards_after"`
 }
 
 // ProcCPU is one process's CPU seconds in the create, fire and records
@@ -142,6 +175,8 @@ const (
 	fireGiveUp    = 30 * time.Second // waited past the due time for arrivals beyond N/1000 s
 	recordsBound  = time.Minute      // for the record updates after the last arrival
 	scaleConns    = 4                // connections the creates are spread over
+	shardsStable  = 2 * time.Second  // every replica's shards held unchanged before the creates
+	shardsBound   = time.Minute
 )
 
 // Scale runs the scale measurements, one replica count after the other,
@@ -154,7 +189,7 @@ func Scale(ctx context.Context, o ScaleOptions) (*ScaleResult, error) {
 	if o.Exe, err = ownExe(o.Exe); err != nil {
 		return nil, err
 	}
-	res := &ScaleResult{Servers: o.Servers, JSReplicas: jsReplicasFor(o.Servers), N: o.N, Agents: o.Agents, Clients: o.Clients, LeadMs: o.Lead.Milliseconds()}
+	res := &ScaleResult{Servers: o.Servers, JSReplicas: jsReplicasFor(o.Servers), N: o.N, Agents: o.Agents, Clients: o.Clients, LeadMs: o.Lead.Milliseconds(), Partitions: o.Partitions}
 	res.Runs, err = forEachCount(o.Replicas, func(r int) (*ScaleRun, error) { return scaleOne(ctx, o, r) })
 	if err != nil {
 		return nil, err
@@ -195,12 +230,17 @@ func scaleOne(ctx context.Context, o ScaleOptions, replicas int) (run *ScaleRun,
 		servers: o.Servers, replicas: replicas, exe: o.Exe, progress: progress, pprof: o.ProfileDir != "",
 		// Quotas off: the per-agent count and create rate limits are not
 		// what is measured.
-		env: []string{"CHIME_CREATE_RATE=0", "CHIME_MAX_TIMERS_PER_AGENT=0"},
+		env: []string{"CHIME_CREATE_RATE=0", "CHIME_MAX_TIMERS_PER_AGENT=0", "CHIME_PARTITIONS=" + strconv.Itoa(o.Partitions)},
 	})
 	if err != nil {
 		return nil, err
 	}
-	defer func() { f.close(err != nil) }()
+	// The work dir (the replicas' logs) is kept when a fire went missing
+	// or came twice, or the records did not all follow, as when the run
+	// failed.
+	defer func() {
+		f.close(err != nil || run != nil && (run.Missed > 0 || run.Duplicates > 0 || run.Applied < int64(o.N-run.Missed)))
+	}()
 
 	conns, closeConns, err := connectN(f.urls(), scaleConns, "chime bench scale")
 	if err != nil {
@@ -238,6 +278,15 @@ func scaleOne(ctx context.Context, o ScaleOptions, replicas int) (run *ScaleRun,
 			err = perr
 		}
 	}()
+	// The leases first settle, so that no shard moves (and reloads its
+	// records on its gainer) among the changes counted.
+	if !waitShardsStable(ctx, f.replicas, shardsStable, shardsBound) {
+		progress("%d replicas: shards held did not hold still for %v within %v; measuring anyway", replicas, shardsStable, shardsBound)
+	}
+	changes0, shards0, err := f.changes(ctx)
+	if err != nil {
+		return nil, err
+	}
 	cpu0 := f.cpu()
 	start := time.Now()
 	due := start.Add(o.Lead)
@@ -258,9 +307,27 @@ func scaleOne(ctx context.Context, o ScaleOptions, replicas int) (run *ScaleRun,
 	if !backoff.Sleep(ctx, time.Until(due.Add(-fireMargin))) {
 		return nil, ctx.Err()
 	}
+	changes1, shards1, err := f.changes(ctx)
+	if err != nil {
+		return nil, err
+	}
 	fireStart := time.Now()
 	profiles.start("fire")
 	cpu2 := f.cpu()
+	for i, p := range f.replicas {
+		d := changes1[i] - changes0[i]
+		run.Changes = append(run.Changes, ReplicaChanges{Name: p.id, Changes: d, PerCreate: float64(d) / float64(o.N),
+			ShardsBefore: shards0[i], ShardsAfter: shards1[i]})
+	}
+	var serverCreate, serverIdle float64
+	for _, sv := range f.servers {
+		serverCreate += cpuDelta(cpu0, cpu1, sv.Name())
+		serverIdle += cpuDelta(cpu1, cpu2, sv.Name())
+	}
+	run.ServerCPUPerCreateUs = serverCreate / float64(o.N) * 1e6
+	if idle := fireStart.Sub(created).Seconds(); idle > 0 {
+		run.ServerIdleCores = serverIdle / idle
+	}
 	giveUp := time.NewTimer(time.Until(due.Add(fireGiveUp + time.Duration(o.N)*time.Millisecond)))
 	defer giveUp.Stop()
 	select {
@@ -297,6 +364,47 @@ func scaleOne(ctx context.Context, o ScaleOptions, replicas int) (run *ScaleRun,
 		})
 	}
 	return run, nil
+}
+
+// changes reads each replica's chime_scheduler_changes_total (every
+// bucket's summed) and chime_shards_held, in replica order.
+func (f *fleet) changes(ctx context.Context) (changes []int64, shards []int, err error) {
+	for _, p := range f.replicas {
+		m, err := scrape(ctx, p.httpAddr)
+		if err != nil {
+			return nil, nil, err
+		}
+		changes = append(changes, int64(m[metricChanges]))
+		shards = append(shards, int(m[metricShards]))
+	}
+	return changes, shards, nil
+}
+
+// waitShardsStable polls each replica's chime_shards_held until none
+// changed for stable, or bound passes (false). A replica that cannot be
+// scraped counts as a change.
+func waitShardsStable(ctx context.Context, ps []*replicaProc, stable, bound time.Duration) bool {
+	deadline := time.Now().Add(bound)
+	var last []float64
+	since := time.Now()
+	for {
+		var now []float64
+		for _, p := range ps {
+			m, err := scrape(ctx, p.httpAddr)
+			if err != nil {
+				m = map[string]float64{metricShards: -1}
+			}
+			now = append(now, m[metricShards])
+		}
+		if !slices.Equal(now, last) {
+			last, since = now, time.Now()
+		} else if time.Since(since) >= stable {
+			return true
+		}
+		if time.Now().After(deadline) || !backoff.Sleep(ctx, pollEvery) {
+			return false
+		}
+	}
 }
 
 // waitApplied polls the replicas until their chime_timer_fires_applied_total
@@ -583,7 +691,7 @@ func procCPU(pid int) time.Duration {
 
 // WriteText prints a row per replica count, then each one's CPU use.
 func (r *ScaleResult) WriteText(w io.Writer) {
-	fmt.Fprintf(w, "scale: servers=%d (streams R%d) n=%d agents=%d in-flight=%d lead=%dms\n", r.Servers, r.JSReplicas, r.N, r.Agents, r.Clients, r.LeadMs)
+	fmt.Fprintf(w, "scale: servers=%d (streams R%d) partitions=%d n=%d agents=%d in-flight=%d lead=%dms\n", r.Servers, r.JSReplicas, r.Partitions, r.N, r.Agents, r.Clients, r.LeadMs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "replicas\tcreates/s\tfires/s\tp50 ms\tp99 ms\tmax ms\tmissed\tdups\trecorded/s\tlead margin ms\t")
 	for _, x := range r.Runs {
@@ -592,6 +700,19 @@ func (r *ScaleResult) WriteText(w io.Writer) {
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w, "recorded/s: fires whose record was updated, per second from the due time to the last update")
+	fmt.Fprintln(w, "per create: timer/wait changes each replica's scheduler received and decoded (chime_scheduler_changes_total); nats-server CPU in the create phase (idle: servers' cores busy between the creates and the due time):")
+	for _, x := range r.Runs {
+		var c strings.Builder
+		for _, p := range x.Changes {
+			fmt.Fprintf(&c, " %s %.3f", p.Name, p.PerCreate)
+			if p.ShardsBefore != p.ShardsAfter {
+				fmt.Fprintf(&c, " (shards %d->%d: moved during the creates)", p.ShardsBefore, p.ShardsAfter)
+			} else {
+				fmt.Fprintf(&c, " (%d shards)", p.ShardsAfter)
+			}
+		}
+		fmt.Fprintf(w, "  %d replicas: changes/create%s; nats-server cpu %.1f us/create (idle %.3f cores)\n", x.Replicas, c.String(), x.ServerCPUPerCreateUs, x.ServerIdleCores)
+	}
 	fmt.Fprintln(w, "cpu seconds per phase (phase wall time in brackets; cores busy = cpu s / wall s; machine = every process on the host):")
 	for _, x := range r.Runs {
 		var c, f, rec strings.Builder

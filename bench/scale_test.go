@@ -48,6 +48,10 @@ func TestScaleAndCapacity(t *testing.T) {
 	if len(sc.Runs) != 1 || r.Missed != 0 || r.Duplicates != 0 || r.CreatesPerS <= 0 || r.FiresPerS <= 0 || len(r.CPU) != 4 || r.Applied < 200 {
 		t.Errorf("scale: %+v", sc.Runs)
 	}
+	// One replica receives every create once: its watch delivers each.
+	if len(r.Changes) != 1 || r.Changes[0].Changes != 200 || r.Changes[0].PerCreate != 1 {
+		t.Errorf("scale: changes %+v, want r1 with 200 (1 per create)", r.Changes)
+	}
 	for _, phase := range []string{"create", "fire"} {
 		// A CPU profile is gzipped protobuf: it starts with gzip's magic.
 		b, err := os.ReadFile(filepath.Join(profiles, "scale-s1-r1-"+phase+"-r1.pprof"))

@@ -27,7 +27,7 @@ const benchUsage = `chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--
        chime bench notify-memory [--servers 1|3] [--replicas N] [--agents A] [--per-agent K] [--detail-bytes D] [--lists N] [--max-rss B] [--exe PATH] [--json]
        chime bench chaos [--servers 1|3] [--replicas N] [--duration D] [--rate R] [--every D]
                          [--kill replica,server,leader] [--down D] [--json] (see chime bench chaos --help)
-       chime bench scale [--servers 1|3] [--replicas 1,2,3] [-n N] [--agents A] [-c C] [--lead D] [--profile DIR] [--json]
+       chime bench scale [--servers 1|3] [--replicas 1,2,3] [--partitions P] [-n N] [--agents A] [-c C] [--lead D] [--profile DIR] [--json]
        chime bench capacity [--servers 1|3] [--replicas 1,2,3] [--timers N] [--agents A] [-c C] [--json]
        chime bench tasks [--output-mib N] [--concurrent N] [--timer-every D] [--embedded] [--exe PATH] [--json]
 
@@ -205,6 +205,7 @@ func (a *App) benchScale(ctx context.Context, args []string) error {
 	return a.runBench(ctx, "scale", args, func(fs *flag.FlagSet) {
 		fs.IntVar(&o.Servers, "servers", 1, "nats-servers: 1 (standalone) or 3 (a JetStream cluster; chime's streams at R3)")
 		fs.StringVar(&replicas, "replicas", "1,2,3", "replica counts to measure, each on fresh nats-servers")
+		fs.IntVar(&o.Partitions, "partitions", 0, "the replicas' CHIME_PARTITIONS: 0, one bucket per kind watched whole by every replica; P, P buckets, each replica watching its shards' keys")
 		fs.IntVar(&o.N, "n", 20000, "one-shot timers created, then fired, per replica count")
 		fs.IntVar(&o.Agents, "agents", 100, "agents the timers are spread over")
 		fs.IntVar(&o.Clients, "c", 64, "creates in flight, over 4 connections")

@@ -2,6 +2,8 @@ package scheduler
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/chime-nats/chime/partitions"
 )
 
 type metrics struct {
@@ -16,6 +18,14 @@ type metrics struct {
 	progress          prometheus.Counter
 	lateness          prometheus.Histogram
 	refused           *prometheus.CounterVec
+	// changes counts the watch entries handed to applyTimer and
+	// applyWait, by bucket base name: what this replica receives and
+	// decodes of the fleet's writes (every change of every partition in
+	// the unsharded layout, its shards' share in the sharded one).
+	// timerChanges and waitChanges are its two children, resolved once so
+	// that counting costs one atomic add.
+	changes                   *prometheus.CounterVec
+	timerChanges, waitChanges prometheus.Counter
 }
 
 func newMetrics(s *Scheduler) metrics {
@@ -47,7 +57,19 @@ func newMetrics(s *Scheduler) metrics {
 			Name: "chime_records_refused_total",
 			Help: "Records passed over by the index, by bucket: undecodable, or naming another agent or ID than their key. Chime wrote none of them.",
 		}, []string{"bucket"}),
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chime_scheduler_changes_total",
+			Help: "Timer and wait changes this replica's watches delivered to its scheduler, by bucket (the kind's first bucket name).",
+		}, []string{"bucket"}),
 	}
+	timers, waits := "chime_timers", "chime_waits"
+	if s.cfg.Timers != nil {
+		timers = partitions.Base(s.cfg.Timers.KVs[0].Bucket())
+	}
+	if s.cfg.Waits != nil {
+		waits = partitions.Base(s.cfg.Waits.KVs[0].Bucket())
+	}
+	m.timerChanges, m.waitChanges = m.changes.WithLabelValues(timers), m.changes.WithLabelValues(waits)
 	m.shardLoad = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "chime_shard_load_seconds",
 		Help:    "Time from gaining a shard's lease to holding its timers and waits, ready to fire.",
@@ -74,5 +96,5 @@ func (m *metrics) register(r prometheus.Registerer) {
 	if m.countsPending != nil {
 		r.MustRegister(m.countsPending)
 	}
-	r.MustRegister(m.active, m.waitGauge, m.shardsHeld, m.shardLoad, m.fires, m.failures, m.applied, m.recordFailures, m.recovered, m.progress, m.lateness, m.refused)
+	r.MustRegister(m.active, m.waitGauge, m.shardsHeld, m.shardLoad, m.fires, m.failures, m.applied, m.recordFailures, m.recovered, m.progress, m.lateness, m.refused, m.changes)
 }

@@ -356,6 +356,7 @@ func (s *Scheduler) current(shard int, gen uint64) bool {
 // applyTimer folds one timer record change into the index: every record
 // counts in the presence, and the record of a held shard gets an entry.
 func (s *Scheduler) applyTimer(bucket string, gen uint64, e kvwatch.Entry) {
+	s.m.timerChanges.Inc()
 	key, agentLen, shard, ok := s.layout.Parse(e.Key)
 	if !ok {
 		return
@@ -431,6 +432,7 @@ const refusedLogInterval = 10 * time.Second
 
 // applyWait folds one wait record change into the index, as applyTimer.
 func (s *Scheduler) applyWait(bucket string, gen uint64, e kvwatch.Entry) {
+	s.m.waitChanges.Inc()
 	key, agentLen, shard, ok := s.layout.Parse(e.Key)
 	if !ok {
 		return

@@ -30,13 +30,14 @@ import (
 type replicaUnderTest struct {
 	sched  *Scheduler
 	leases *Leases
+	reg    *prometheus.Registry
 	kill   func()
 }
 
 func startReplica(t *testing.T, res *engine.Resources, id string, shards int, store *timers.Store) *replicaUnderTest {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &replicaUnderTest{}
+	r := &replicaUnderTest{reg: prometheus.NewRegistry()}
 	r.leases = NewLeases(LeasesConfig{
 		KV: res.Leases, ReplicaID: id, Shards: shards, TTL: 2 * time.Second, Renew: 500 * time.Millisecond,
 		OnChange: func() { r.sched.Reshard() }, Healthy: func() (bool, string) { return r.sched.Healthy() },
@@ -44,7 +45,7 @@ func startReplica(t *testing.T, res *engine.Resources, id string, shards int, st
 	r.sched = New(Config{
 		JS: res.JS, Timers: res.Timers, Waits: res.Waits, Counts: res.Counts, Records: store,
 		Inbox:  consumer.NewInbox(res.JS, engine.InboxStream, time.Minute, nil),
-		Leases: r.leases, Shards: shards, Registerer: prometheus.NewRegistry(),
+		Leases: r.leases, Shards: shards, Registerer: r.reg,
 	})
 	if err := r.leases.Start(ctx); err != nil {
 		t.Fatal(err)
