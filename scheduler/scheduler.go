@@ -245,7 +245,7 @@ func (s *Scheduler) Stop() {
 // its publishes are going through. Leases gives its shards away while it
 // is not.
 func (s *Scheduler) Healthy() (bool, string) {
-	if live, why := kvwatch.AllLive(s.allWatches()...); !live {
+	if live, why := s.watchesLive(); !live {
 		return false, why
 	}
 	return s.health.ok()

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -311,4 +312,37 @@ func (s *Scheduler) liveOnly(owned []bool) bool {
 		}
 	}
 	return all
+}
+
+// watchesLive reports whether the watches let this replica fire. In the
+// unsharded layout both whole-bucket watches must be live. In the sharded
+// one each shard's watches gate only that shard (liveOnly), and one of
+// dozens re-creating its consumer, or a gained shard's not started yet,
+// must not give every shard away (measured on a 3-node cluster: replicas
+// went unhealthy in turn, giving and taking all shards, and fires were
+// missed); the replica is unhealthy only when no loaded shard it holds
+// can fire.
+func (s *Scheduler) watchesLive() (bool, string) {
+	if !s.layout.Sharded() {
+		return kvwatch.AllLive(s.watches...)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	loaded, why := 0, ""
+	for sh := range s.shardStates {
+		st := &s.shardStates[sh]
+		if st.bits.Load() != shardHeld {
+			continue
+		}
+		loaded++
+		live, w := kvwatch.AllLive(st.watches...)
+		if live {
+			return true, ""
+		}
+		why = w
+	}
+	if loaded == 0 {
+		return true, ""
+	}
+	return false, fmt.Sprintf("no watch of the %d loaded shards is live (%s)", loaded, why)
 }
