@@ -27,15 +27,17 @@ type Delivery = subjects.InboxDelivery
 
 // Reader reads the inbox stream.
 type Reader struct {
-	js     jetstream.JetStream
-	stream string
-	mu     sync.Mutex
-	st     jetstream.Stream // looked up once, for agents' fetches
+	js      jetstream.JetStream
+	stream  string
+	direct  string // the stream's direct get subject
+	replies *replies
+	mu      sync.Mutex
+	st      jetstream.Stream // looked up once, for agents' acks
 }
 
 // NewReader returns a Reader of the inbox stream named stream.
 func NewReader(js jetstream.JetStream, stream string) *Reader {
-	return &Reader{js: js, stream: stream}
+	return &Reader{js: js, stream: stream, direct: directSubject(js, stream), replies: newReplies(js.Conn())}
 }
 
 // inactive is how long the server keeps a reader's consumer once its

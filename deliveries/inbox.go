@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/agents"
@@ -61,7 +62,10 @@ func (i *Inbox) Fetch(ctx context.Context, agentID string, req *subjects.InboxFe
 		return out, nil
 	}
 	defer i.release(agentID)
-	sub, err := i.reader.js.Conn().SubscribeSync(subjects.Inbox(agentID))
+	// One delivery ends the wait: a channel for one, not SubscribeSync's
+	// room for 64k.
+	published := make(chan *nats.Msg, 1)
+	sub, err := i.reader.js.Conn().ChanSubscribe(subjects.Inbox(agentID), published)
 	if err != nil {
 		return nil, fmt.Errorf("deliveries: wait for %s: %w", agentID, err)
 	}
@@ -75,7 +79,9 @@ func (i *Inbox) Fetch(ctx context.Context, agentID string, req *subjects.InboxFe
 	}
 	wctx, cancel := context.WithTimeout(ctx, req.Wait)
 	defer cancel()
-	if _, err := sub.NextMsgWithContext(wctx); err != nil {
+	select {
+	case <-published:
+	case <-wctx.Done():
 		return out, nil // nothing came: an empty answer, not an error
 	}
 	// The stream stores what it publishes to subscribers at the same time,
@@ -153,28 +159,74 @@ func (r *Reader) inboxStream(ctx context.Context) (jetstream.Stream, error) {
 	return st, nil
 }
 
-// after reads up to max of the agent's deliveries after seq, by subject,
-// one message get each: the cost of a fetch is what it returns, however
-// many deliveries other agents have.
+// after reads up to max of the agent's deliveries after seq, oldest
+// first, in one round trip: a batch direct get by subject, so a fetch costs
+// one request however many deliveries it returns or other agents have.
+// The reply must fit the server's max payload: it holds what fits, and
+// the rest comes at the next fetch. A stream that does not answer direct
+// gets (provisioned by an older chime) is read a message get each.
 func (r *Reader) after(ctx context.Context, agentID string, seq uint64, max int) ([]Delivery, error) {
-	st, err := r.inboxStream(ctx)
+	subject := subjects.Inbox(agentID)
+	budget := replyBudget(r.js.Conn().MaxPayload())
+	out, err := r.batchAfter(ctx, subject, seq, max, budget)
+	if errors.Is(err, errNoDirect) {
+		out, err = r.eachAfter(ctx, subject, seq, max, budget)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("deliveries: inbox of %s after %d: %w", agentID, seq, err)
+	}
+	return out, nil
+}
+
+// eachAfter is after by one message get per delivery, through a stream
+// handle looked up now, whose config says how to get (direct or not).
+func (r *Reader) eachAfter(ctx context.Context, subject string, seq uint64, max, maxBytes int) ([]Delivery, error) {
+	st, err := r.js.Stream(ctx, r.stream)
 	if err != nil {
 		return nil, err
 	}
 	out := []Delivery{}
-	subject := subjects.Inbox(agentID)
-	for len(out) < max {
+	for size := 0; len(out) < max; {
 		m, err := st.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(subject))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("deliveries: inbox of %s after %d: %w", agentID, seq, err)
+			return nil, err
+		}
+		if size += deliverySize(m.Data); len(out) > 0 && size > maxBytes {
+			break
 		}
 		out = append(out, Delivery{Seq: m.Sequence, StoredAt: m.Time, Envelope: m.Data})
 		seq = m.Sequence
 	}
 	return out, nil
+}
+
+// replyBudget is how many bytes of envelopes (deliverySize) a fetch reply
+// may hold to fit maxPayload: the reply's own fields take the rest.
+func replyBudget(maxPayload int64) int {
+	return int(max(maxPayload-replyOverhead, 1))
+}
+
+// Room in a fetch reply for what is not an envelope: the reply's fields,
+// and each delivery's seq and stored_at.
+const (
+	replyOverhead    = 64
+	deliveryOverhead = 96
+)
+
+// deliverySize is what one delivery takes in a fetch reply: its envelope
+// as the reply's JSON encoding writes it (which escapes <, > and & as
+// \u003c and the like) and its other fields.
+func deliverySize(envelope []byte) int {
+	n := len(envelope) + deliveryOverhead
+	for _, c := range envelope {
+		if c == '<' || c == '>' || c == '&' {
+			n += 5
+		}
+	}
+	return n
 }
 
 // Waiting reports how many fetches wait for a delivery on this replica.
