@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/agents"
@@ -62,44 +61,26 @@ func (i *Inbox) Fetch(ctx context.Context, agentID string, req *subjects.InboxFe
 		return out, nil
 	}
 	defer i.release(agentID)
-	// One delivery ends the wait: a channel for one, not SubscribeSync's
-	// room for 64k.
-	published := make(chan *nats.Msg, 1)
-	sub, err := i.reader.js.Conn().ChanSubscribe(subjects.Inbox(agentID), published)
+	f, err := i.reader.Follow(ctx, agentID, after)
 	if err != nil {
-		return nil, fmt.Errorf("deliveries: wait for %s: %w", agentID, err)
+		return nil, err
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := i.reader.js.Conn().FlushWithContext(ctx); err != nil {
-		return nil, fmt.Errorf("deliveries: wait for %s: %w", agentID, err)
-	}
-	// Stored between the first read and the subscription: read again.
-	if out.Deliveries, err = i.reader.after(ctx, agentID, after, req.Max); err != nil || len(out.Deliveries) > 0 {
-		return out, err
-	}
+	defer f.Close()
 	wctx, cancel := context.WithTimeout(ctx, req.Wait)
 	defer cancel()
-	select {
-	case <-published:
-	case <-wctx.Done():
+	list, err := f.Next(wctx, req.Max)
+	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
 		return out, nil // nothing came: an empty answer, not an error
 	}
-	// The stream stores what it publishes to subscribers at the same time,
-	// not before: read until the delivery is there, within the wait.
-	for {
-		if out.Deliveries, err = i.reader.after(ctx, agentID, after, req.Max); err != nil || len(out.Deliveries) > 0 {
-			return out, err
-		}
-		select {
-		case <-wctx.Done():
-			return out, nil
-		case <-time.After(storeLag):
-		}
+	if err != nil {
+		return nil, err
 	}
+	out.Deliveries = list
+	return out, nil
 }
 
-// storeLag is how long a fetch that saw a delivery published waits before
-// it reads the stream again for it.
+// storeLag is how long a read that saw a delivery published waits before
+// it reads the stream again for it (doubling while it is not there).
 const storeLag = 2 * time.Millisecond
 
 func (i *Inbox) reserve(agentID string) bool {
