@@ -12,7 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,8 +31,9 @@ type Reader struct {
 	stream  string
 	direct  string // the stream's direct get subject
 	replies *replies
-	mu      sync.Mutex
-	st      jetstream.Stream // looked up once, for agents' acks
+	// last is the highest sequence a read here has seen the stream reach:
+	// an ack up to it needs no look at the stream.
+	last atomic.Uint64
 }
 
 // NewReader returns a Reader of the inbox stream named stream.

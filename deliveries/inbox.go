@@ -104,19 +104,18 @@ func (i *Inbox) release(agentID string) {
 }
 
 // Ack moves the agent's cursor up to seq, which must be a sequence the
-// inbox stream has reached.
+// inbox stream has reached: one a read here has returned, or else one
+// the stream's info says it has.
 func (i *Inbox) Ack(ctx context.Context, agentID string, seq uint64) (*subjects.InboxAckReply, error) {
-	st, err := i.reader.inboxStream(ctx)
-	if err != nil {
-		return nil, err
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("deliveries: inbox stream: %w", err)
-	}
-	if last := info.State.LastSeq; seq > last {
-		return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "seq " + strconv.FormatUint(seq, 10) +
-			" is beyond the inbox's last delivery " + strconv.FormatUint(last, 10)}
+	if seq > i.reader.last.Load() {
+		last, err := i.reader.lastSeq(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if seq > last {
+			return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "seq " + strconv.FormatUint(seq, 10) +
+				" is beyond the inbox's last delivery " + strconv.FormatUint(last, 10)}
+		}
 	}
 	acked, err := i.agents.InboxAck(ctx, agentID, seq)
 	if err != nil {
@@ -125,19 +124,20 @@ func (i *Inbox) Ack(ctx context.Context, agentID string, seq uint64) (*subjects.
 	return &subjects.InboxAckReply{Acked: acked}, nil
 }
 
-// inboxStream is the inbox stream's handle, looked up once.
-func (r *Reader) inboxStream(ctx context.Context) (jetstream.Stream, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.st != nil {
-		return r.st, nil
-	}
-	st, err := r.js.Stream(ctx, r.stream)
+// lastSeq is the inbox stream's last sequence, from its info.
+func (r *Reader) lastSeq(ctx context.Context) (uint64, error) {
+	last, err := retried(ctx, func(ctx context.Context) (uint64, error) {
+		st, err := r.js.Stream(ctx, r.stream)
+		if err != nil {
+			return 0, err
+		}
+		return st.CachedInfo().State.LastSeq, nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("deliveries: inbox stream: %w", err)
+		return 0, fmt.Errorf("deliveries: inbox stream: %w", err)
 	}
-	r.st = st
-	return st, nil
+	r.seen(last)
+	return last, nil
 }
 
 // after reads up to max of the agent's deliveries after seq, oldest
@@ -149,14 +149,26 @@ func (r *Reader) inboxStream(ctx context.Context) (jetstream.Stream, error) {
 func (r *Reader) after(ctx context.Context, agentID string, seq uint64, max int) ([]Delivery, error) {
 	subject := subjects.Inbox(agentID)
 	budget := replyBudget(r.js.Conn().MaxPayload())
-	out, err := r.batchAfter(ctx, subject, seq, max, budget)
-	if errors.Is(err, errNoDirect) {
-		out, err = r.eachAfter(ctx, subject, seq, max, budget)
-	}
+	out, err := retried(ctx, func(ctx context.Context) ([]Delivery, error) {
+		out, err := r.batchAfter(ctx, subject, seq, max, budget)
+		if errors.Is(err, errNoDirect) {
+			return r.eachAfter(ctx, subject, seq, max, budget)
+		}
+		return out, err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("deliveries: inbox of %s after %d: %w", agentID, seq, err)
 	}
+	if len(out) > 0 {
+		r.seen(out[len(out)-1].Seq)
+	}
 	return out, nil
+}
+
+// seen notes that the stream has reached seq.
+func (r *Reader) seen(seq uint64) {
+	for last := r.last.Load(); seq > last && !r.last.CompareAndSwap(last, seq); last = r.last.Load() {
+	}
 }
 
 // eachAfter is after by one message get per delivery, through a stream
