@@ -419,9 +419,10 @@ func startFleet(ctx context.Context, o fleetOptions) (f *fleet, err error) {
 	if f.tb, err = newProcTB(o.progress); err != nil {
 		return nil, err
 	}
+	started := f // a failed start returns a nil f
 	defer func() {
 		if err != nil {
-			f.close(true)
+			started.close(true)
 		}
 	}()
 	begin := time.Now()
