@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,7 +36,11 @@ type InboxOptions struct {
 	Restart  bool          // SIGKILL and restart the nats-server when half the agents have read their delivery
 	Exe      string        // the chime binary run as `serve`; default os.Executable()
 	Keep     bool          // keep the work dir (store, logs); kept anyway when the run fails
-	Progress io.Writer     // a line per phase; nil: none
+	// ProfileDir, when set, receives a CPU profile of the replica
+	// (CHIME_PPROF_ADDR) of ProfileSeconds from the due time.
+	ProfileDir     string
+	ProfileSeconds int
+	Progress       io.Writer // a line per phase; nil: none
 }
 
 // Validate checks the options.
@@ -51,6 +56,8 @@ func (o *InboxOptions) Validate() error {
 		return errors.New("bench: --lead must not be negative")
 	case o.Timeout <= 0:
 		return errors.New("bench: --timeout must be positive")
+	case o.ProfileDir != "" && o.ProfileSeconds < 1:
+		return errors.New("bench: --profile-seconds must be at least 1")
 	case o.Max < 1 || o.Max > subjects.MaxInboxFetch:
 		return fmt.Errorf("bench: --max must be from 1 to %d", subjects.MaxInboxFetch)
 	}
@@ -75,8 +82,8 @@ type InboxResult struct {
 	// its delivery (or the give-up).
 	ReadS float64 `json:"read_s"`
 
-	// Delivered is agents whose delivery was read; Lost those whose was
-	// not (by the give-up, or gone at the check); Repeated deliveries
+	// Delivered is agents whose delivery was read; Lost those whose inbox
+	// held none at the check (never delivered, or gone); Repeated deliveries
 	// returned again after their ack was confirmed, or stored twice;
 	// Redelivered returned again because their ack failed (the reliable
 	// read's at-least-once, not an error); Unexpected deliveries not the
@@ -86,6 +93,9 @@ type InboxResult struct {
 	Repeated    int `json:"repeated"`
 	Redelivered int `json:"redelivered"`
 	Unexpected  int `json:"unexpected"`
+	// Late is agents whose delivery the check found that the readers had
+	// not read when they gave up (inboxStall without a read).
+	Late int `json:"late"`
 	// Verified is agents whose check (a fetch from the start of their
 	// inbox) found exactly their one delivery, their cursor on it.
 	Verified int `json:"verified"`
@@ -99,6 +109,11 @@ type InboxResult struct {
 
 	Restart *InboxRestart `json:"restart,omitempty"`
 	Cold    *InboxCold    `json:"cold,omitempty"`
+
+	// CPU is each process's CPU seconds from the due time until every
+	// agent has read (the restart included): the replica, the nats-server,
+	// the bench, and the machine (every process on it).
+	CPU []InboxCPU `json:"cpu"`
 
 	// Memory (VmRSS) of the nats-server and the replica: with the fleet up
 	// and no agent yet, and at the end (every agent read and checked; the
@@ -129,6 +144,12 @@ type InboxRestart struct {
 	ServerRSSBefore int64 `json:"server_rss_before_bytes"`
 }
 
+// InboxCPU is one process's CPU seconds in the read phase.
+type InboxCPU struct {
+	Name  string  `json:"name"` // r1 (the replica), standalone (the nats-server), bench, machine
+	ReadS float64 `json:"read_s"`
+}
+
 // InboxCold is the nats-server SIGKILLed and restarted once more at the
 // end, idle: its start on the store every agent has written, and its
 // memory then.
@@ -142,7 +163,7 @@ type InboxCold struct {
 // Err fails a run that lost or repeated a delivery.
 func (r *InboxResult) Err() error {
 	if r.Lost > 0 || r.Repeated > 0 || r.Unexpected > 0 || r.Verified != r.Agents {
-		return fmt.Errorf("bench: inbox: %d lost, %d repeated, %d unexpected, %d of %d verified", r.Lost, r.Repeated, r.Unexpected, r.Verified, r.Agents)
+		return fmt.Errorf("bench: inbox: %d lost, %d repeated, %d unexpected, %d not read in time, %d of %d verified", r.Lost, r.Repeated, r.Unexpected, r.Late, r.Verified, r.Agents)
 	}
 	return nil
 }
@@ -151,8 +172,10 @@ func (r *InboxResult) Err() error {
 const (
 	inboxRequest  = 5 * time.Second        // one request outside the reads (creates, the check)
 	inboxProbe    = 250 * time.Millisecond // a probe fetch's time out
-	inboxSweep    = time.Second            // how often agents past due are fetched without a hint
-	inboxGiveUp   = 2 * time.Minute        // waited past the last due time
+	inboxSweep    = 200 * time.Millisecond // how often the agents are looked at for a read without a hint
+	inboxPollMin  = 100 * time.Millisecond // an agent found empty is read again after this without a hint,
+	inboxPollMax  = 5 * time.Second        // doubling up to this
+	inboxStall    = time.Minute            // given up when no agent has read for this long
 	inboxSettle   = 3 * time.Second        // before memory is read
 	inboxKillWait = 50 * time.Millisecond  // how often the read count is looked at for the kill
 	inboxRetry    = 100 * time.Millisecond // between retries of a create
@@ -162,11 +185,15 @@ const (
 type inboxAgent struct {
 	queued atomic.Bool  // in the fetch queue
 	due    atomic.Int64 // unix nanos of its due time; 0 until created
-	mu     sync.Mutex   // one fetch at a time
-	want   string       // its timer's envelope ID
-	seq    uint64       // its delivery's sequence, once read
-	acked  uint64       // its cursor as the last confirmed ack said
-	done   bool
+	// next is when the sweep reads it without a hint (unix nanos), and
+	// poll the wait after that one, doubling while its inbox is empty.
+	next  atomic.Int64
+	poll  time.Duration // under mu
+	mu    sync.Mutex    // one fetch at a time
+	want  string        // its timer's envelope ID
+	seq   uint64        // its delivery's sequence, once read
+	acked uint64        // its cursor as the last confirmed ack said
+	done  bool
 }
 
 // inboxRun is one run's shared state.
@@ -181,6 +208,7 @@ type inboxRun struct {
 	done    atomic.Int64
 	allDone chan struct{}
 	killAt  atomic.Int64 // unix nanos; 0: no kill yet
+	cpuKill []procTime   // CPU times just before the kill; set before killAt
 
 	mu                                           sync.Mutex
 	fetchLat, ackLat                             []time.Duration
@@ -197,12 +225,17 @@ func Inbox(ctx context.Context, o InboxOptions) (res *InboxResult, err error) {
 	if o.Exe, err = ownExe(o.Exe); err != nil {
 		return nil, err
 	}
+	if o.ProfileDir != "" {
+		if err := os.MkdirAll(o.ProfileDir, 0o755); err != nil {
+			return nil, fmt.Errorf("bench: --profile: %w", err)
+		}
+	}
 	if o.Lead == 0 {
 		o.Lead = 5*time.Second + time.Duration(o.Agents)*300*time.Microsecond
 	}
 	progress := progressf(o.Progress, "inbox")
 	f, err := startFleet(ctx, fleetOptions{
-		servers: 1, replicas: 1, exe: o.Exe, progress: progress,
+		servers: 1, replicas: 1, exe: o.Exe, progress: progress, pprof: o.ProfileDir != "",
 		env: []string{"CHIME_CREATE_RATE=0", "CHIME_MAX_TIMERS_PER_AGENT=0"},
 	})
 	if err != nil {
@@ -265,21 +298,41 @@ func Inbox(ctx context.Context, o InboxOptions) (res *InboxResult, err error) {
 	res.LeadMarginMs = ms(time.Until(r.dueAt))
 	progress("%.0f creates/s; due in %v; reading", res.CreatesPerS, time.Until(r.dueAt).Round(time.Millisecond))
 
-	giveUp := time.NewTimer(o.Lead + inboxGiveUp)
-	defer giveUp.Stop()
-	select {
-	case <-r.allDone:
-	case <-giveUp.C:
-		progress("gave up with %d of %d read", r.done.Load(), o.Agents)
-	case <-ctx.Done():
+	profiles := f.profiler(ctx, o.ProfileDir, o.ProfileSeconds, "inbox")
+	defer func() {
+		if perr := profiles.wait(); err == nil && perr != nil {
+			err = perr
+		}
+	}()
+	if !backoff.Sleep(ctx, time.Until(r.dueAt)) {
 		return nil, ctx.Err()
 	}
+	profiles.start("read")
+	cpu0 := f.cpu()
+	if err := r.waitRead(ctx, progress); err != nil {
+		return nil, err
+	}
 	end := time.Now()
+	cpu1 := f.cpu()
 	res.ReadS = end.Sub(start).Seconds()
 	stopReaders()
 	_ = readers.Wait()
 	if err := restart.Wait(); err != nil {
 		return nil, err
+	}
+	for _, p := range cpu0 {
+		c := InboxCPU{Name: p.name, ReadS: cpuDelta(cpu0, cpu1, p.name)}
+		if p.name == server.Name() && r.cpuKill != nil {
+			// Two processes: the killed one's until the kill, and all of
+			// the restarted one's (its recovery included).
+			c.ReadS = cpuDelta(cpu0, r.cpuKill, p.name)
+			for _, q := range cpu1 {
+				if q.name == p.name {
+					c.ReadS += q.cpu.Seconds()
+				}
+			}
+		}
+		res.CPU = append(res.CPU, c)
 	}
 	if res.Restart != nil {
 		kill := time.Unix(0, r.killAt.Load())
@@ -315,8 +368,31 @@ func Inbox(ctx context.Context, o InboxOptions) (res *InboxResult, err error) {
 	res.Fetches, res.EmptyFetch, res.FetchErrors, res.AckErrors = r.fetches, r.empty, r.fetchErrs, r.ackErrs
 	res.FetchMs, res.AckMs = summarize(r.fetchLat), summarize(r.ackLat)
 	res.Delivered, res.Repeated, res.Redelivered, res.Unexpected = r.delivered, res.Repeated+r.repeated, r.redelivered, r.unexpected
-	res.Lost += o.Agents - r.delivered
 	return res, nil
+}
+
+// waitRead waits until every agent has read, or none has for inboxStall.
+func (r *inboxRun) waitRead(ctx context.Context, progress func(string, ...any)) error {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	last, since := r.done.Load(), time.Now()
+	for {
+		select {
+		case <-r.allDone:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		if n := r.done.Load(); n != last {
+			last, since = n, time.Now()
+			continue
+		}
+		if time.Since(since) > inboxStall {
+			progress("gave up with %d of %d read: none for %v", last, len(r.agents), inboxStall)
+			return nil
+		}
+	}
 }
 
 // agent is agent i's ID.
@@ -343,9 +419,10 @@ func (r *inboxRun) enqueue(i int) {
 	}
 }
 
-// sweep queues, every inboxSweep, the agents past their due time and not
-// done: a hint lost (the server restarting) or a delivery not yet stored
-// when its hint's fetch ran.
+// sweep queues, every inboxSweep, the agents not done whose next read
+// without a hint has come (from their due time on, then backing off while
+// they find nothing): a hint lost (the server restarting), or a delivery
+// not yet stored when its hint's fetch ran.
 func (r *inboxRun) sweep(ctx context.Context) {
 	t := time.NewTicker(inboxSweep)
 	defer t.Stop()
@@ -356,7 +433,7 @@ func (r *inboxRun) sweep(ctx context.Context) {
 		case now := <-t.C:
 			for i := range r.agents {
 				a := &r.agents[i]
-				if due := a.due.Load(); due != 0 && due < now.UnixNano() && !r.isDone(a) {
+				if next := a.next.Load(); next != 0 && next < now.UnixNano() && !r.isDone(a) {
 					r.enqueue(i)
 				}
 			}
@@ -402,6 +479,7 @@ func (r *inboxRun) create(ctx context.Context) error {
 						a.want = (&subjects.TimerFired{TimerID: t.ID, Occurrence: 1}).EnvelopeID()
 						a.mu.Unlock()
 						a.due.Store(sent.Add(duration).UnixNano())
+						a.next.Store(sent.Add(duration).UnixNano())
 						break
 					}
 					if gctx.Err() != nil {
@@ -459,8 +537,12 @@ func (r *inboxRun) readOne(ctx context.Context, nc *nats.Conn, i int) {
 	a.acked = max(a.acked, reply.Acked)
 	if len(reply.Deliveries) == 0 {
 		r.finish(a)
+		a.poll = min(max(2*a.poll, inboxPollMin), inboxPollMax)
+		a.next.Store(time.Now().Add(a.poll).UnixNano())
 		return
 	}
+	a.poll = 0
+	a.next.Store(time.Now().Add(inboxPollMin).UnixNano()) // until its ack is confirmed
 	last := uint64(0)
 	for _, d := range reply.Deliveries {
 		last = d.Seq
@@ -538,6 +620,7 @@ func (r *inboxRun) restartMidway(ctx context.Context, f *fleet, progress func(st
 	out.ServerRSSBefore, _ = procMemory(s.Pid())
 	progress("SIGKILLing the nats-server with %d of %d read, and restarting it on its store", out.AtRead, len(r.agents))
 	var err error
+	r.cpuKill = f.cpu()
 	if out.ServerUpMs, out.FirstFetchMs, err = r.restart(ctx, s, func(kill time.Time) { r.killAt.Store(kill.UnixNano()) }); err != nil {
 		return nil, err
 	}
@@ -578,8 +661,8 @@ func (r *inboxRun) restart(ctx context.Context, s *natsproc.Server, killed func(
 	select {
 	case at := <-probe:
 		return upMs, ms(at.Sub(kill)), nil
-	case <-ctx.Done():
-		return upMs, 0, ctx.Err()
+	case <-ctx.Done(): // the run ended first
+		return upMs, 0, nil
 	}
 }
 
@@ -614,10 +697,12 @@ func (r *inboxRun) check(ctx context.Context, res *InboxResult) (int, error) {
 				switch n := len(reply.Deliveries); {
 				case n == 1 && a.seq != 0 && reply.Deliveries[0].Seq == a.seq && reply.Acked == a.seq:
 					verified++
-				case n == 0 && a.seq != 0: // read, and gone since
+				case n == 0: // never delivered, or read and gone since
 					res.Lost++
 				case n > 1:
 					res.Repeated += n - 1
+				case a.seq == 0 && reply.Deliveries[0].Envelope != nil && strings.Contains(string(reply.Deliveries[0].Envelope), `"`+a.want+`"`):
+					res.Late++ // delivered, not read before the give-up
 				}
 				mu.Unlock()
 			}
@@ -679,8 +764,8 @@ func (r *InboxResult) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "inbox: %d agents, one timer each, all due %d ms after the first create; reliable reads (inbox.fetch max %d, inbox.ack; %d ms time out), %d in flight over %d connections\n",
 		r.Agents, r.LeadMs, r.Max, r.TimeoutMs, r.InFlight, r.Conns)
 	fmt.Fprintf(w, "creates: %.0f/s (%d retried, due %.0f ms after the last)   all read and acked: %.1f s after the first create\n", r.CreatesPerS, r.CreateRetries, r.LeadMarginMs, r.ReadS)
-	fmt.Fprintf(w, "delivered %d  lost %d  repeated %d  unexpected %d  verified %d of %d  (redelivered after a failed ack: %d)\n",
-		r.Delivered, r.Lost, r.Repeated, r.Unexpected, r.Verified, r.Agents, r.Redelivered)
+	fmt.Fprintf(w, "delivered %d  lost %d  repeated %d  unexpected %d  not read in time %d  verified %d of %d  (redelivered after a failed ack: %d)\n",
+		r.Delivered, r.Lost, r.Repeated, r.Unexpected, r.Late, r.Verified, r.Agents, r.Redelivered)
 	fmt.Fprintf(w, "fetch: %d (%d empty, %d failed)  p50 %.2f ms  p90 %.2f ms  p99 %.2f ms  max %.1f ms\n",
 		r.Fetches, r.EmptyFetch, r.FetchErrors, r.FetchMs.P50, r.FetchMs.P90, r.FetchMs.P99, r.FetchMs.Max)
 	fmt.Fprintf(w, "ack:   %d failed  p50 %.2f ms  p90 %.2f ms  p99 %.2f ms  max %.1f ms\n", r.AckErrors, r.AckMs.P50, r.AckMs.P90, r.AckMs.P99, r.AckMs.Max)
@@ -690,6 +775,11 @@ func (r *InboxResult) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "rss: nats-server %.1f -> %.1f MiB (%.0f B per agent), chime %.1f -> %.1f MiB (%.0f B per agent)\n",
 		float64(r.ServerIdleRSS)/mib, float64(r.ServerRSS)/mib, r.ServerPerAgent, float64(r.ChimeIdleRSS)/mib, float64(r.ChimeRSS)/mib, r.ChimePerAgent)
+	var cpu strings.Builder
+	for _, p := range r.CPU {
+		fmt.Fprintf(&cpu, " %s %.1f", p.Name, p.ReadS)
+	}
+	fmt.Fprintf(w, "cpu seconds from the due time to the last read:%s\n", cpu.String())
 	if c := r.Cold; c != nil {
 		fmt.Fprintf(w, "idle restart: accepting connections after %.0f ms, a fetch answered after %.0f ms; nats-server rss %.1f MiB (%.0f B per agent)\n",
 			c.ServerUpMs, c.FirstFetchMs, float64(c.ServerRSS)/mib, c.ServerPerAgent)

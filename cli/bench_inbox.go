@@ -22,6 +22,8 @@ func (a *App) benchInbox(ctx context.Context, args []string) error {
 		fs.DurationVar(&o.Timeout, "timeout", 2*time.Second, "a fetch's or ack's time out: a request lost in the kill is sent again after it")
 		fs.BoolVar(&o.Restart, "restart", true, "SIGKILL the nats-server when half the agents have read, and restart it on its store")
 		fs.BoolVar(&o.Keep, "keep", false, "keep the work dir (the server's store, server and replica logs); it is kept anyway when the run fails")
+		fs.StringVar(&o.ProfileDir, "profile", "", "write a CPU profile of the replica from the due time into this directory")
+		fs.IntVar(&o.ProfileSeconds, "profile-seconds", 10, "length of the replica profile, in seconds")
 		fs.StringVar(&o.Exe, "exe", "", "the chime binary run as `serve` (default: this one)")
 	}, func(ctx context.Context) (result, error) { return bench.Inbox(ctx, o) })
 }
