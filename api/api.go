@@ -310,25 +310,6 @@ func Actions() []string {
 	}
 }
 
-// doInbox serves an agent's own read of its inbox.
-func (o *Operations) doInbox(ctx context.Context, action, agentID string, body []byte) (any, error) {
-	if o.inbox == nil {
-		return nil, &subjects.Error{Code: subjects.CodeUnavailable, Message: "inbox reads are not configured"}
-	}
-	if action == subjects.ActionInboxFetch {
-		req, err := subjects.DecodeInboxFetch(body)
-		if err != nil {
-			return nil, err
-		}
-		return o.inbox.Fetch(ctx, agentID, req)
-	}
-	seq, err := subjects.DecodeInboxAck(body)
-	if err != nil {
-		return nil, err
-	}
-	return o.inbox.Ack(ctx, agentID, seq)
-}
-
 // doWaitFor serves the WaitFor actions.
 func (o *Operations) doWaitFor(ctx context.Context, action, agentID string, body []byte) (any, error) {
 	if o.waitFor == nil {

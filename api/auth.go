@@ -17,9 +17,9 @@ import (
 
 // guard lets a request through when its bearer token's principal may call
 // the route: an operator every route, an agent only the reads of its own
-// agent (GET /api/agents/{own id}/...). Callbacks, health and metrics need
-// no token. Without operator tokens configured the routes are open (chime
-// then listens on loopback only, see config).
+// agent (GET /api/agents/{own id}/...) and its inbox ack. Callbacks, health
+// and metrics need no token. Without operator tokens configured the routes
+// are open (chime then listens on loopback only, see config).
 type guard struct {
 	resolver access.Resolver
 }
@@ -50,7 +50,8 @@ func (g guard) wrap(next http.Handler) http.Handler {
 			writeError(w, &subjects.Error{Code: subjects.CodeUnauthorized, Message: "an operator or agent bearer token is required"})
 		case err != nil:
 			writeError(w, answerError(err))
-		case p.Kind == access.KindOperator, p.Kind == access.KindAgent && r.Method == http.MethodGet && ownRead(r.URL.Path, p.AgentID) && !operatorOnly(r.URL.Path):
+		case p.Kind == access.KindOperator, p.Kind == access.KindAgent && r.Method == http.MethodGet && ownRead(r.URL.Path, p.AgentID),
+			p.Kind == access.KindAgent && ownWrite(r, p.AgentID):
 			next.ServeHTTP(w, withPrincipal(r, principalName(p, token)))
 		default:
 			writeError(w, &subjects.Error{Code: subjects.CodeForbidden, Message: p.Name() + " may not call " + r.Method + " " + r.URL.Path})
@@ -103,11 +104,6 @@ func protected(path string) bool {
 	return strings.HasPrefix(path, "/api/control/") || path == "/api/agents" || strings.HasPrefix(path, "/api/agents/") ||
 		strings.HasPrefix(path, "/api/notifications/")
 }
-
-// operatorOnly reports the agent-scoped reads an agent may not make of its
-// own: the live inbox feed, a stream an operator's console holds open (an
-// agent reads its inbox through its own consumer).
-func operatorOnly(path string) bool { return strings.HasSuffix(path, "/inbox/events") }
 
 // ownRead reports a read route of agentID's own.
 func ownRead(path, agentID string) bool {

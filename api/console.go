@@ -2,10 +2,10 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/subjects"
@@ -189,18 +189,16 @@ func (o *Operations) Inbox(ctx context.Context, agentID string, limit int) (any,
 	})
 }
 
-// inboxBuffer is how many deliveries a client may fall behind before its
-// feed ends (it resumes with Last-Event-ID).
-const inboxBuffer = 256
-
 // inboxEvents serves GET /api/agents/{id}/inbox/events: the agent's
 // deliveries as Server-Sent Events (id: the stream sequence, event:
 // delivery, data: {seq, stored_at, envelope}), from after Last-Event-ID or
-// ?since=N, else from now on, until the client leaves, the gateway stops
-// or the client falls behind.
+// ?since=N, else after the agent's cursor (what it has not acked), read
+// as inbox.fetch reads and as fast as the client takes them, until the
+// client leaves or the gateway stops. A client that reconnects with
+// Last-Event-ID misses nothing the stream still holds.
 func (o *Operations) inboxEvents(w http.ResponseWriter, r *http.Request) {
 	agentID := r.PathValue("id")
-	after, _, err := resumeAfter(r)
+	after, resume, err := resumeAfter(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -211,32 +209,45 @@ func (o *Operations) inboxEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	// The feed lives as long as the stream, not the view's request timeout.
-	res, err := o.view(ctx, "inbox.events", agentID, func(context.Context) (any, error) {
-		return o.deliveries.Follow(ctx, agentID, after, inboxBuffer)
+	// The follower lives as long as the stream, not the view's request
+	// timeout, which bounds only the cursor's read and the subscription.
+	res, err := o.view(ctx, "inbox.events", agentID, func(vctx context.Context) (any, error) {
+		if !resume {
+			st, _, err := o.agents.Get(vctx, agentID)
+			if err != nil {
+				return nil, err
+			}
+			after = st.InboxAcked
+		}
+		return o.deliveries.Follow(vctx, agentID, after)
 	})
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	feed := res.(*deliveries.Feed)
+	f := res.(*deliveries.Follower)
+	defer f.Close()
 	s := startEventStream(w)
 	if s == nil {
 		return
 	}
-	tick := time.NewTicker(keepalive)
-	defer tick.Stop()
 	for {
-		select {
-		case <-tick.C:
+		// Waiting at most a keepalive: a read cut short by it, or by an
+		// engine that does not answer meanwhile, is a keepalive and a retry.
+		nctx, cancel := context.WithTimeout(ctx, keepalive)
+		list, err := f.Next(nctx, subjects.DefaultInboxFetch)
+		cancel()
+		switch {
+		case ctx.Err() != nil: // the client left or the gateway stops
+			return
+		case err != nil && errors.Is(err, context.DeadlineExceeded):
 			s.comment("keepalive")
-		case d, ok := <-feed.C():
-			if !ok { // the client left, the gateway stops, or it fell behind
-				if feed.Err() != nil {
-					o.log.Debug("inbox feed dropped: the client fell behind", "agent_id", agentID)
-				}
-				return
-			}
+		case err != nil:
+			// The client resumes with Last-Event-ID.
+			o.log.Debug("inbox feed ended", "agent_id", agentID, "after", f.After(), "err", err)
+			return
+		}
+		for _, d := range list {
 			s.add(d.Seq, "delivery", encode(d))
 		}
 		if !s.send() {

@@ -155,9 +155,9 @@ func TestInboxEventsEndWithTheGateway(t *testing.T) {
 	}
 }
 
-// TestConsoleRoutesGuarded: with operator tokens, the agent list and the
-// live inbox feed are operators' only; an agent reads its own recent
-// deliveries, waits and tasks, and no one else's.
+// TestConsoleRoutesGuarded: with operator tokens, the agent list is
+// operators' only; an agent reads its own recent deliveries, live feed,
+// waits and tasks, and no one else's.
 func TestConsoleRoutesGuarded(t *testing.T) {
 	const token = "operator-console-token"
 	h := sha256.Sum256([]byte(token))
@@ -185,7 +185,8 @@ func TestConsoleRoutesGuarded(t *testing.T) {
 		{"/api/agents/other/inbox", agent, 403},
 		{"/api/agents/guarded/waits", agent, 200},
 		{"/api/agents/guarded/tasks", agent, 200},
-		{"/api/agents/guarded/inbox/events", agent, 403},
+		{"/api/agents/guarded/inbox/events", agent, 200},
+		{"/api/agents/other/inbox/events", agent, 403},
 		{"/api/agents/guarded/inbox/events", "", 401},
 		{"/", "", 200}, // the page itself asks for the token
 	} {
@@ -197,6 +198,7 @@ func TestConsoleRoutesGuarded(t *testing.T) {
 		}
 	}
 	follow(t, base, "/api/agents/guarded/inbox/events", "Authorization", op) // 200, or it fails
+	follow(t, base, "/api/agents/guarded/inbox/events", "Authorization", agent)
 	if status, body := post(t, base+"/api/control/agents/guarded/intervention", "application/json", []byte(`{"action":"pause"}`), "Authorization", agent); status != 403 {
 		t.Errorf("an agent's intervention: %d %s", status, body)
 	}

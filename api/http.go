@@ -81,6 +81,7 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (boo
 		return subjects.WithQuestionID(read, r.PathValue("question_id"))
 	}, http.StatusOK)
 	notificationRoutes(mux, ops, route)
+	inboxRoutes(route)
 	for _, mode := range subjects.DeliveryModes() {
 		mux.HandleFunc("POST /api/callbacks/"+mode.Route()+"/{token}", func(w http.ResponseWriter, r *http.Request) {
 			res, err := callback(ops, mode, w, r)

@@ -30,6 +30,7 @@ const benchUsage = `chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--
        chime bench scale [--servers 1|3] [--replicas 1,2,3] [--partitions P] [-n N] [--agents A] [-c C] [--lead D] [--profile DIR] [--json]
        chime bench capacity [--servers 1|3] [--replicas 1,2,3] [--timers N] [--agents A] [-c C] [--json]
        chime bench tasks [--output-mib N] [--concurrent N] [--timer-every D] [--embedded] [--exe PATH] [--json]
+       chime bench inbox [--agents N] [-c C] [--conns N] [--lead D] [--max N] [--timeout D] [--restart=false] [--keep] [--profile DIR] [--json]
 
 timers, callbacks, waits and waitfor drive the chime at CHIME_NATS_URL when it is set (else one of
 their own); timers, callbacks and connect connect to it with CHIME_NATS_TOKEN, an operator's token
@@ -64,6 +65,8 @@ func (a *App) bench(ctx context.Context, args []string) error {
 		return a.benchTasks(ctx, args[1:])
 	case "connect":
 		return a.benchConnect(ctx, args[1:])
+	case "inbox":
+		return a.benchInbox(ctx, args[1:])
 	}
 	return fmt.Errorf("%w: %s", ErrUsage, benchUsage)
 }

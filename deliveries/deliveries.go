@@ -10,12 +10,12 @@ package deliveries
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/subjects"
@@ -27,15 +27,18 @@ type Delivery = subjects.InboxDelivery
 
 // Reader reads the inbox stream.
 type Reader struct {
-	js     jetstream.JetStream
-	stream string
-	mu     sync.Mutex
-	st     jetstream.Stream // looked up once, for agents' fetches
+	js      jetstream.JetStream
+	stream  string
+	direct  string // the stream's direct get subject
+	replies *replies
+	// last is the highest sequence a read here has seen the stream reach:
+	// an ack up to it needs no look at the stream.
+	last atomic.Uint64
 }
 
 // NewReader returns a Reader of the inbox stream named stream.
 func NewReader(js jetstream.JetStream, stream string) *Reader {
-	return &Reader{js: js, stream: stream}
+	return &Reader{js: js, stream: stream, direct: directSubject(js, stream), replies: newReplies(js.Conn())}
 }
 
 // inactive is how long the server keeps a reader's consumer once its
@@ -184,90 +187,85 @@ func delivery(m jetstream.Msg) (Delivery, error) {
 	return Delivery{Seq: md.Sequence.Stream, StoredAt: md.Timestamp, Envelope: json.RawMessage(m.Data())}, nil
 }
 
-// ErrBehind ends a feed whose reader fell too far behind.
-var ErrBehind = errors.New("deliveries: the reader fell behind")
-
-// Feed is a live feed of one agent's deliveries.
-type Feed struct {
-	c    chan Delivery
-	cc   jetstream.ConsumeContext
-	mu   sync.Mutex
-	done bool
-	err  error
+// Follower reads one agent's deliveries in stream order from a sequence
+// on, as fast as its reader asks for them: the batch reads of inbox.fetch,
+// woken by the core publish of each delivery (a subscription, no
+// consumer). A reader that stops and follows again after the last
+// sequence it read misses nothing the stream still holds.
+type Follower struct {
+	r       *Reader
+	agentID string
+	after   uint64
+	sub     *nats.Subscription
+	wake    <-chan struct{}
 }
 
-// C yields the deliveries in stream order; it is closed when the feed
-// ends: its context ended, or its reader fell behind (Err).
-func (f *Feed) C() <-chan Delivery { return f.c }
+// followPoll is how often a follower with nothing published reads anyway:
+// a publish while chime's connection was down wakes no one.
+const followPoll = 2 * time.Second
 
-// Err says why the feed ended: ErrBehind, or nil.
-func (f *Feed) Err() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.err
-}
-
-// Follow feeds agentID's deliveries stored after sequence after (0: from
-// now on) until ctx ends. At most buffer wait unread: a reader that falls
-// further behind ends the feed (ErrBehind) rather than hold the stream's
-// messages in memory, and may follow again from the last sequence it read.
-func (r *Reader) Follow(ctx context.Context, agentID string, after uint64, buffer int) (*Feed, error) {
-	st, err := r.js.Stream(ctx, r.stream)
-	if err != nil {
-		return nil, fmt.Errorf("deliveries: stream %s: %w", r.stream, err)
-	}
-	cfg := jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subjects.Inbox(agentID)}, DeliverPolicy: jetstream.DeliverNewPolicy, InactiveThreshold: inactive,
-	}
-	if after > 0 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
-	}
-	cons, err := st.OrderedConsumer(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("deliveries: follow %s: %w", agentID, err)
-	}
-	f := &Feed{c: make(chan Delivery, buffer)}
-	// The callback may end the feed, and stop f.cc, before Consume has
-	// returned (a resume with more waiting than buffer): holding f.mu until
-	// f.cc is set makes it wait for it.
-	f.mu.Lock()
-	f.cc, err = cons.Consume(func(m jetstream.Msg) {
-		d, err := delivery(m)
-		if err != nil {
-			return
-		}
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		if f.done {
-			return
-		}
+// Follow returns a follower of agentID's deliveries after sequence after.
+// Close it when done.
+func (r *Reader) Follow(ctx context.Context, agentID string, after uint64) (*Follower, error) {
+	nc := r.js.Conn()
+	wake := make(chan struct{}, 1)
+	// A callback that never blocks: a burst of deliveries is one wake, and
+	// never a slow consumer.
+	sub, err := nc.Subscribe(subjects.Inbox(agentID), func(*nats.Msg) {
 		select {
-		case f.c <- d:
+		case wake <- struct{}{}:
 		default:
-			f.end(ErrBehind)
 		}
 	})
-	f.mu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("deliveries: follow %s: %w", agentID, err)
 	}
-	context.AfterFunc(ctx, func() {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		f.end(nil)
-	})
-	return f, nil
+	// Subscribed at the server before the first read: nothing published
+	// after that read can go unnoticed.
+	if err := nc.FlushWithContext(ctx); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("deliveries: follow %s: %w", agentID, err)
+	}
+	return &Follower{r: r, agentID: agentID, after: after, sub: sub, wake: wake}, nil
 }
 
-// end closes the feed once; f.mu is held.
-func (f *Feed) end(err error) {
-	if f.done {
-		return
+// Next returns the next deliveries, at most max, oldest first, waiting
+// until there is one or ctx ends (then its error).
+func (f *Follower) Next(ctx context.Context, max int) ([]Delivery, error) {
+	// The stream stores what it publishes to subscribers at the same time,
+	// not before: after a wake, read again soon until the delivery is there.
+	var lag time.Duration
+	for {
+		list, err := f.r.after(ctx, f.agentID, f.after, max)
+		if err != nil {
+			return nil, err
+		}
+		if len(list) > 0 {
+			f.after = list[len(list)-1].Seq
+			return list, nil
+		}
+		wait := followPoll
+		if lag > 0 {
+			wait, lag = lag, min(2*lag, followPoll)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-f.wake:
+			lag = storeLag
+		case <-t.C:
+		}
+		t.Stop()
 	}
-	f.done, f.err = true, err
-	close(f.c)
-	f.cc.Stop()
 }
+
+// After is the last sequence the follower returned (or started after).
+func (f *Follower) After() uint64 { return f.after }
+
+// Close ends the follower's subscription.
+func (f *Follower) Close() { _ = f.sub.Unsubscribe() }
 
 // Agents returns the agents with deliveries in the inbox stream, and how
 // many each has stored.

@@ -98,97 +98,79 @@ func TestRecent(t *testing.T) {
 	}
 }
 
-// TestFollow: a feed yields the agent's deliveries after the sequence it
-// resumes from, in order, and ends when its reader falls behind.
+// TestFollow: a follower yields the agent's deliveries after the sequence
+// it resumes from, in order, in batches as large as asked, wakes with the
+// next one published, and holds no consumer: a backlog of any size is
+// read, and one resuming after the last it read misses nothing.
 func TestFollow(t *testing.T) {
 	js, r := reader(t)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
 	seen := store(t, js, "f", "seen")
 	store(t, js, "other", "not mine")
-	feed, err := r.Follow(ctx, "f", seen, 16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store(t, js, "f", "one")
-	store(t, js, "f", "two")
-	var got []deliveries.Delivery
-	for len(got) < 2 {
-		select {
-		case d := <-feed.C():
-			got = append(got, d)
-		case <-time.After(10 * time.Second):
-			t.Fatal("no delivery")
-		}
-	}
-	if fmt.Sprint(texts(t, got)) != "[one two]" || got[0].Seq <= seen || got[1].Seq <= got[0].Seq {
-		t.Fatalf("feed: %+v", got)
-	}
-
-	slow, err := r.Follow(ctx, "f", 0, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 3 {
-		store(t, js, "f", fmt.Sprint("burst", i))
-	}
-	// Nothing is read: the second delivery finds the buffer full.
-	for deadline := time.Now().Add(10 * time.Second); slow.Err() == nil; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("a reader behind is still fed")
-		}
-	}
-	if slow.Err() != deliveries.ErrBehind {
-		t.Fatalf("a reader behind: %v", slow.Err())
-	}
-	for range slow.C() { // what it had is still there, then the end
-	}
-	cancel()
-	for range feed.C() {
-	}
-	if feed.Err() != nil {
-		t.Fatalf("a feed whose context ended: %v", feed.Err())
-	}
-}
-
-// TestFollowBehindAtStart: a feed that resumes with more waiting than its
-// buffer holds falls behind in its first callbacks, before Follow has
-// returned: it ends with ErrBehind (under -race: with no race on its
-// consumer, and no panic on a consumer not yet set).
-func TestFollowBehindAtStart(t *testing.T) {
-	js, r := reader(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	first := store(t, js, "resume", "first")
+	var backlog []string
 	for i := range 300 {
-		store(t, js, "resume", fmt.Sprint("waiting", i))
+		backlog = append(backlog, fmt.Sprint("b", i))
+		store(t, js, "f", backlog[i])
 	}
-	for range 20 { // the race is at the feed's start: start many
-		feed, err := r.Follow(ctx, "resume", first, 256)
+	f, err := r.Follow(ctx, "f", seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var got []deliveries.Delivery
+	for len(got) < 300 {
+		list, err := f.Next(ctx, 64)
+		if err != nil || len(list) > 64 {
+			t.Fatalf("next: %d %v", len(list), err)
+		}
+		got = append(got, list...)
+	}
+	if fmt.Sprint(texts(t, got)) != fmt.Sprint(backlog) || f.After() != got[299].Seq {
+		t.Fatalf("backlog: %v, after %d", texts(t, got), f.After())
+	}
+	st, _ := js.Stream(ctx, engine.InboxStream)
+	if info, _ := st.Info(ctx); info.State.Consumers != 0 {
+		t.Errorf("a follower holds %d consumers", info.State.Consumers)
+	}
+
+	// Woken by the next delivery, not a poll.
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		store(t, js, "f", "late")
+	}()
+	start := time.Now()
+	list, err := f.Next(ctx, 64)
+	if err != nil || fmt.Sprint(texts(t, list)) != "[late]" {
+		t.Fatalf("the next one: %v %v", list, err)
+	}
+	t.Logf("woken %v after the wait began", time.Since(start))
+
+	// Nothing more: Next waits until its context ends.
+	short, stop := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer stop()
+	if list, err := f.Next(short, 64); err != context.DeadlineExceeded || len(list) != 0 {
+		t.Fatalf("with nothing more: %v %v", list, err)
+	}
+
+	// Resumed after the last read: the rest, and nothing twice.
+	store(t, js, "f", "after the resume")
+	again, err := r.Follow(ctx, "f", got[149].Seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	var rest []deliveries.Delivery
+	for len(rest) < 152 {
+		list, err := again.Next(ctx, 256)
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Nothing is read until the feed ends. Its buffer filling is
-		// watched with len, which orders nothing, so that the race
-		// detector sees the feed's start as it runs.
-		for deadline := time.Now().Add(10 * time.Second); len(feed.C()) < cap(feed.C()); time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("the feed's buffer never fills")
-			}
-		}
-		for deadline := time.Now().Add(10 * time.Second); feed.Err() == nil; time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("a reader behind is still fed")
-			}
-		}
-		n := 0
-		for range feed.C() {
-			n++
-		}
-		if feed.Err() != deliveries.ErrBehind || n != 256 {
-			t.Fatalf("a feed resumed with 300 waiting: %v after %d", feed.Err(), n)
-		}
+		rest = append(rest, list...)
+	}
+	want := append(append(append([]string{}, backlog[150:]...), "late"), "after the resume")
+	if fmt.Sprint(texts(t, rest)) != fmt.Sprint(want) {
+		t.Fatalf("resumed: %v", texts(t, rest))
 	}
 }

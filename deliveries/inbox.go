@@ -61,39 +61,26 @@ func (i *Inbox) Fetch(ctx context.Context, agentID string, req *subjects.InboxFe
 		return out, nil
 	}
 	defer i.release(agentID)
-	sub, err := i.reader.js.Conn().SubscribeSync(subjects.Inbox(agentID))
+	f, err := i.reader.Follow(ctx, agentID, after)
 	if err != nil {
-		return nil, fmt.Errorf("deliveries: wait for %s: %w", agentID, err)
+		return nil, err
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := i.reader.js.Conn().FlushWithContext(ctx); err != nil {
-		return nil, fmt.Errorf("deliveries: wait for %s: %w", agentID, err)
-	}
-	// Stored between the first read and the subscription: read again.
-	if out.Deliveries, err = i.reader.after(ctx, agentID, after, req.Max); err != nil || len(out.Deliveries) > 0 {
-		return out, err
-	}
+	defer f.Close()
 	wctx, cancel := context.WithTimeout(ctx, req.Wait)
 	defer cancel()
-	if _, err := sub.NextMsgWithContext(wctx); err != nil {
+	list, err := f.Next(wctx, req.Max)
+	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
 		return out, nil // nothing came: an empty answer, not an error
 	}
-	// The stream stores what it publishes to subscribers at the same time,
-	// not before: read until the delivery is there, within the wait.
-	for {
-		if out.Deliveries, err = i.reader.after(ctx, agentID, after, req.Max); err != nil || len(out.Deliveries) > 0 {
-			return out, err
-		}
-		select {
-		case <-wctx.Done():
-			return out, nil
-		case <-time.After(storeLag):
-		}
+	if err != nil {
+		return nil, err
 	}
+	out.Deliveries = list
+	return out, nil
 }
 
-// storeLag is how long a fetch that saw a delivery published waits before
-// it reads the stream again for it.
+// storeLag is how long a read that saw a delivery published waits before
+// it reads the stream again for it (doubling while it is not there).
 const storeLag = 2 * time.Millisecond
 
 func (i *Inbox) reserve(agentID string) bool {
@@ -117,19 +104,18 @@ func (i *Inbox) release(agentID string) {
 }
 
 // Ack moves the agent's cursor up to seq, which must be a sequence the
-// inbox stream has reached.
+// inbox stream has reached: one a read here has returned, or else one
+// the stream's info says it has.
 func (i *Inbox) Ack(ctx context.Context, agentID string, seq uint64) (*subjects.InboxAckReply, error) {
-	st, err := i.reader.inboxStream(ctx)
-	if err != nil {
-		return nil, err
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("deliveries: inbox stream: %w", err)
-	}
-	if last := info.State.LastSeq; seq > last {
-		return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "seq " + strconv.FormatUint(seq, 10) +
-			" is beyond the inbox's last delivery " + strconv.FormatUint(last, 10)}
+	if seq > i.reader.last.Load() {
+		last, err := i.reader.lastSeq(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if seq > last {
+			return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "seq " + strconv.FormatUint(seq, 10) +
+				" is beyond the inbox's last delivery " + strconv.FormatUint(last, 10)}
+		}
 	}
 	acked, err := i.agents.InboxAck(ctx, agentID, seq)
 	if err != nil {
@@ -138,43 +124,102 @@ func (i *Inbox) Ack(ctx context.Context, agentID string, seq uint64) (*subjects.
 	return &subjects.InboxAckReply{Acked: acked}, nil
 }
 
-// inboxStream is the inbox stream's handle, looked up once.
-func (r *Reader) inboxStream(ctx context.Context) (jetstream.Stream, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.st != nil {
-		return r.st, nil
-	}
-	st, err := r.js.Stream(ctx, r.stream)
+// lastSeq is the inbox stream's last sequence, from its info.
+func (r *Reader) lastSeq(ctx context.Context) (uint64, error) {
+	last, err := retried(ctx, func(ctx context.Context) (uint64, error) {
+		st, err := r.js.Stream(ctx, r.stream)
+		if err != nil {
+			return 0, err
+		}
+		return st.CachedInfo().State.LastSeq, nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("deliveries: inbox stream: %w", err)
+		return 0, fmt.Errorf("deliveries: inbox stream: %w", err)
 	}
-	r.st = st
-	return st, nil
+	r.seen(last)
+	return last, nil
 }
 
-// after reads up to max of the agent's deliveries after seq, by subject,
-// one message get each: the cost of a fetch is what it returns, however
-// many deliveries other agents have.
+// after reads up to max of the agent's deliveries after seq, oldest
+// first, in one round trip: a batch direct get by subject, so a fetch costs
+// one request however many deliveries it returns or other agents have.
+// The reply must fit the server's max payload: it holds what fits, and
+// the rest comes at the next fetch. A stream that does not answer direct
+// gets (provisioned by an older chime) is read a message get each.
 func (r *Reader) after(ctx context.Context, agentID string, seq uint64, max int) ([]Delivery, error) {
-	st, err := r.inboxStream(ctx)
+	subject := subjects.Inbox(agentID)
+	budget := replyBudget(r.js.Conn().MaxPayload())
+	out, err := retried(ctx, func(ctx context.Context) ([]Delivery, error) {
+		out, err := r.batchAfter(ctx, subject, seq, max, budget)
+		if errors.Is(err, errNoDirect) {
+			return r.eachAfter(ctx, subject, seq, max, budget)
+		}
+		return out, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("deliveries: inbox of %s after %d: %w", agentID, seq, err)
+	}
+	if len(out) > 0 {
+		r.seen(out[len(out)-1].Seq)
+	}
+	return out, nil
+}
+
+// seen notes that the stream has reached seq.
+func (r *Reader) seen(seq uint64) {
+	for last := r.last.Load(); seq > last && !r.last.CompareAndSwap(last, seq); last = r.last.Load() {
+	}
+}
+
+// eachAfter is after by one message get per delivery, through a stream
+// handle looked up now, whose config says how to get (direct or not).
+func (r *Reader) eachAfter(ctx context.Context, subject string, seq uint64, max, maxBytes int) ([]Delivery, error) {
+	st, err := r.js.Stream(ctx, r.stream)
 	if err != nil {
 		return nil, err
 	}
 	out := []Delivery{}
-	subject := subjects.Inbox(agentID)
-	for len(out) < max {
+	for size := 0; len(out) < max; {
 		m, err := st.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(subject))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("deliveries: inbox of %s after %d: %w", agentID, seq, err)
+			return nil, err
+		}
+		if size += deliverySize(m.Data); len(out) > 0 && size > maxBytes {
+			break
 		}
 		out = append(out, Delivery{Seq: m.Sequence, StoredAt: m.Time, Envelope: m.Data})
 		seq = m.Sequence
 	}
 	return out, nil
+}
+
+// replyBudget is how many bytes of envelopes (deliverySize) a fetch reply
+// may hold to fit maxPayload: the reply's own fields take the rest.
+func replyBudget(maxPayload int64) int {
+	return int(max(maxPayload-replyOverhead, 1))
+}
+
+// Room in a fetch reply for what is not an envelope: the reply's fields,
+// and each delivery's seq and stored_at.
+const (
+	replyOverhead    = 64
+	deliveryOverhead = 96
+)
+
+// deliverySize is what one delivery takes in a fetch reply: its envelope
+// as the reply's JSON encoding writes it (which escapes <, > and & as
+// \u003c and the like) and its other fields.
+func deliverySize(envelope []byte) int {
+	n := len(envelope) + deliveryOverhead
+	for _, c := range envelope {
+		if c == '<' || c == '>' || c == '&' {
+			n += 5
+		}
+	}
+	return n
 }
 
 // Waiting reports how many fetches wait for a delivery on this replica.

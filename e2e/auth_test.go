@@ -222,7 +222,7 @@ func TestNATSAuthorization(t *testing.T) {
 			subjects.TimerFire, subjects.WaitFire, "intervention.apply.alice", subjects.CallbackEventWake,
 			subjects.CallbackWake, subjects.Inbox("alice"), subjects.Inbox("bob"),
 			"$KV.chime_timers.bob." + bobTimer.ID, "$JS.API.STREAM.INFO.KV_chime_timers", "$JS.API.STREAM.LIST",
-			"$JS.API.STREAM.MSG.GET.CHIME_INBOX", "$JS.API.CONSUMER.CREATE.CHIME_INBOX.inbox-bob.agent.bob.inbox",
+			"$JS.API.STREAM.MSG.GET.CHIME_INBOX", "$JS.API.DIRECT.GET.CHIME_INBOX", "$JS.API.CONSUMER.CREATE.CHIME_INBOX.inbox-bob.agent.bob.inbox",
 			"$JS.API.CONSUMER.MSG.NEXT.CHIME_INBOX.inbox-bob",
 		} {
 			if err := alice.Publish(subj, []byte(`{"action":"message","text":"forged"}`)); err != nil {

@@ -493,6 +493,7 @@ func streams(t Topology) []jetstream.StreamConfig {
 			// forever, and failing fires make a replica give its shards
 			// away: one flooded agent would stop everyone's timers.
 			MaxMsgsPerSubject: noLimit(t.InboxMaxPerAgent),
+			AllowDirect:       true, // inbox.fetch reads an agent's batch in one direct get
 			Discard:           jetstream.DiscardOld,
 			Duplicates:        t.DedupWindow,
 			Replicas:          t.Replicas,
