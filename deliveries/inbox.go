@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/agents"
+	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -126,7 +127,7 @@ func (i *Inbox) Ack(ctx context.Context, agentID string, seq uint64) (*subjects.
 
 // lastSeq is the inbox stream's last sequence, from its info.
 func (r *Reader) lastSeq(ctx context.Context) (uint64, error) {
-	last, err := retried(ctx, func(ctx context.Context) (uint64, error) {
+	last, err := kvrec.Retried(ctx, func(ctx context.Context) (uint64, error) {
 		st, err := r.js.Stream(ctx, r.stream)
 		if err != nil {
 			return 0, err
@@ -149,7 +150,7 @@ func (r *Reader) lastSeq(ctx context.Context) (uint64, error) {
 func (r *Reader) after(ctx context.Context, agentID string, seq uint64, max int) ([]Delivery, error) {
 	subject := subjects.Inbox(agentID)
 	budget := replyBudget(r.js.Conn().MaxPayload())
-	out, err := retried(ctx, func(ctx context.Context) ([]Delivery, error) {
+	out, err := kvrec.Retried(ctx, func(ctx context.Context) ([]Delivery, error) {
 		out, err := r.batchAfter(ctx, subject, seq, max, budget)
 		if errors.Is(err, errNoDirect) {
 			return r.eachAfter(ctx, subject, seq, max, budget)

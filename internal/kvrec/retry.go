@@ -151,6 +151,15 @@ func noAnswer(ctx, actx context.Context, err error) error {
 	return err
 }
 
+// Retried runs op in attempts of attemptTimeout until it succeeds, fails
+// for good, or ctx ends, retrying what an engine restart or a reconnect
+// makes fail (a request lost, no responders) with backoff, as every
+// record read here does. A deadline that ends while the engine does not
+// answer is ErrUnavailable.
+func Retried[R any](ctx context.Context, op func(context.Context) (R, error)) (R, error) {
+	return retried(ctx, &pacer{}, op)
+}
+
 // retried runs op in attempts until it succeeds, fails for good, or ctx
 // ends.
 func retried[R any](ctx context.Context, p *pacer, op func(context.Context) (R, error)) (R, error) {

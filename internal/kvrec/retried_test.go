@@ -1,4 +1,4 @@
-package deliveries
+package kvrec_test
 
 import (
 	"context"
@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/chime-nats/chime/internal/kvrec"
 )
 
-// TestRetried: a read that fails transiently (no responders, an attempt
+// TestRetried: as an inbox fetch relies on, a read that fails transiently (no responders, an attempt
 // unanswered in attemptTimeout: a restart lost it) is sent again until it
 // answers; any other failure, and the caller's own end, are returned at
 // once.
@@ -17,7 +19,7 @@ func TestRetried(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	calls := 0
-	v, err := retried(ctx, func(actx context.Context) (int, error) {
+	v, err := kvrec.Retried(ctx, func(actx context.Context) (int, error) {
 		calls++
 		switch calls {
 		case 1:
@@ -34,14 +36,14 @@ func TestRetried(t *testing.T) {
 
 	bad := errors.New("a bad request")
 	calls = 0
-	if _, err := retried(ctx, func(context.Context) (int, error) { calls++; return 0, bad }); !errors.Is(err, bad) || calls != 1 {
+	if _, err := kvrec.Retried(ctx, func(context.Context) (int, error) { calls++; return 0, bad }); !errors.Is(err, bad) || calls != 1 {
 		t.Fatalf("a lasting failure: %v after %d calls", err, calls)
 	}
 
 	short, stop := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer stop()
 	calls = 0
-	if _, err := retried(short, func(context.Context) (int, error) { calls++; return 0, nats.ErrTimeout }); !errors.Is(err, nats.ErrTimeout) || short.Err() == nil || calls < 2 {
+	if _, err := kvrec.Retried(short, func(context.Context) (int, error) { calls++; return 0, nats.ErrTimeout }); !errors.Is(err, nats.ErrTimeout) || short.Err() == nil || calls < 2 {
 		t.Fatalf("until the deadline: %v after %d calls", err, calls)
 	}
 }
