@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 
+	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/pacer"
 )
 
@@ -329,25 +329,15 @@ func (c *Counts) sum(ctx context.Context, agentID string) (count, error) {
 
 // read sums the agent's key in every shard with one request.
 func (c *Counts) read(ctx context.Context, agentID string) (count, error) {
-	prefix := "$KV." + c.kv.Bucket() + "."
-	msgs, err := jetstreamext.GetLastMsgsFor(ctx, c.js, "KV_"+c.kv.Bucket(), []string{prefix + agentID + ".*"})
+	keys, err := kvrec.Values(ctx, c.js, c.kv.Bucket(), agentID+".*")
 	if err != nil {
 		return count{}, fmt.Errorf("counts: %w", err)
 	}
 	var total count
-	for m, err := range msgs {
-		if errors.Is(err, jetstreamext.ErrNoMessages) {
-			break
-		}
-		if err != nil {
-			return count{}, fmt.Errorf("counts: %w", err)
-		}
-		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" || len(m.Data) == 0 {
-			continue
-		}
+	for key, data := range keys {
 		var n count
-		if err := json.Unmarshal(m.Data, &n); err != nil {
-			return count{}, fmt.Errorf("counts: %s: %w", m.Subject, err)
+		if err := json.Unmarshal(data, &n); err != nil {
+			return count{}, fmt.Errorf("counts: %s: %w", key, err)
 		}
 		total.Timers += n.Timers
 		total.Waits += n.Waits

@@ -336,3 +336,29 @@ func (res *batchResult) add(m *nats.Msg, prefix int) (bool, error) {
 	})
 	return false, nil
 }
+
+// Values reads the value of every key of bucket matching filter, removed
+// ones left out, in as few direct gets as the keys allow: one up to 1024
+// keys (a multi-last get), a scan beyond.
+func Values(ctx context.Context, js jetstream.JetStream, bucket, filter string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	seq, scan := uint64(1), false
+	for {
+		b, err := batch(ctx, js, bucket, filter, seq, maxMultiLast, scan)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range b.msgs {
+			seq = m.seq + 1
+			if m.deleted {
+				delete(out, m.key)
+			} else {
+				out[m.key] = m.data
+			}
+		}
+		if b.pending == 0 || len(b.msgs) == 0 {
+			return out, nil
+		}
+		scan = b.scan
+	}
+}
