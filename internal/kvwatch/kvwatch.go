@@ -322,26 +322,9 @@ func (w *Watch) probe(ctx context.Context, rev uint64) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	st, err := w.cfg.JS.Stream(ctx, w.stream)
-	if err != nil {
+	dropped, found := w.lookAt(ctx, from, rev)
+	if found != noChange {
 		return
-	}
-	var dropped int64
-	for seq := from; seq <= rev; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			return
-		}
-		if !w.watches(m.Subject) {
-			continue
-		}
-		if !statusShaped(m.Header, m.Data) {
-			return
-		}
-		dropped++
 	}
 	w.mu.Lock()
 	if w.live && w.seen < rev {
@@ -350,6 +333,47 @@ func (w *Watch) probe(ctx context.Context, rev uint64) {
 	}
 	w.mu.Unlock()
 	w.passOver(dropped, "status-shaped messages last in the bucket")
+}
+
+// What lookAt found among the stream's messages.
+const (
+	noChange    = iota // none is a change the watch delivers
+	changeFound        // at least one is
+	notLookedAt        // too many to look at, or the stream did not answer
+)
+
+// lookAt reads the stream's messages from sequence from to to (at most
+// maxProbe) and says whether any is a change the watch delivers, not one
+// gone, outside its keys or status-shaped (dropped by the client
+// library); it counts the status-shaped ones.
+func (w *Watch) lookAt(ctx context.Context, from, to uint64) (dropped int64, found int) {
+	if to < from {
+		return 0, noChange
+	}
+	if to-from >= maxProbe {
+		return 0, notLookedAt
+	}
+	st, err := w.cfg.JS.Stream(ctx, w.stream)
+	if err != nil {
+		return 0, notLookedAt
+	}
+	for seq := from; seq <= to; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, notLookedAt
+		}
+		if !w.watches(m.Subject) {
+			continue
+		}
+		if !statusShaped(m.Header, m.Data) {
+			return 0, changeFound
+		}
+		dropped++
+	}
+	return dropped, noChange
 }
 
 // statusShaped is a message the client library takes for a server
