@@ -573,12 +573,16 @@ func (w *Watch) consume(ctx context.Context, next uint64) (uint64, error) {
 		}
 	}()
 	defer close(reconnected)
-	var delivered, lastRev uint64
-	var missing uint64 // the deliveries a quiet consumer's last look found missing
+	var delivered uint64
+	// after is the revision the deliveries so far reach (the last applied,
+	// or before the first this consumer can deliver); missing, what a quiet
+	// consumer's last look found never delivered.
+	after := max(next, stream.CachedInfo().State.FirstSeq, 1) - 1
+	var missing uint64
 	for {
 		m, err := w.next(it)
 		if errors.Is(err, nats.ErrTimeout) {
-			if err := w.settle(ctx, cons, delivered, lastRev, &missing); err != nil {
+			if err := w.settle(ctx, cons, delivered, after, &missing); err != nil {
 				return next, err
 			}
 			continue
@@ -619,7 +623,7 @@ func (w *Watch) consume(ctx context.Context, next uint64) (uint64, error) {
 		// Only this loop writes seen, so it may read it without the lock.
 		e.Again = e.Revision <= w.seen
 		w.cfg.Apply(e)
-		next, lastRev = e.Revision+1, e.Revision
+		next, after = e.Revision+1, e.Revision
 		w.mu.Lock()
 		w.seen = max(w.seen, e.Revision)
 		w.changed.Broadcast()
@@ -651,7 +655,7 @@ func (w *Watch) next(it jetstream.MessagesContext) (jetstream.Msg, error) {
 }
 
 // settle looks at a consumer gone quiet while the watch loads or replays,
-// having applied delivered deliveries, the last at revision lastRev. The
+// having applied delivered deliveries, which reach revision after. The
 // server's running count of pending messages can stay above zero after
 // the last delivery (a message replaced while the consumer passed over
 // it; measured under load: a replay then waited for the bucket's next
@@ -664,7 +668,7 @@ func (w *Watch) next(it jetstream.MessagesContext) (jetstream.Msg, error) {
 // made anew from the next revision. The question stands in for the
 // heartbeats, which a short wait does not watch: no answer in time fails
 // the consumer as missed heartbeats would.
-func (w *Watch) settle(ctx context.Context, cons jetstream.Consumer, delivered, lastRev uint64, missing *uint64) error {
+func (w *Watch) settle(ctx context.Context, cons jetstream.Consumer, delivered, after uint64, missing *uint64) error {
 	ctx, cancel := context.WithTimeout(ctx, max(2*w.cfg.Heartbeat, 2*time.Second))
 	defer cancel()
 	info, err := cons.Info(ctx)
@@ -675,7 +679,7 @@ func (w *Watch) settle(ctx context.Context, cons jetstream.Consumer, delivered, 
 		return nil
 	}
 	if info.Delivered.Consumer > delivered {
-		dropped, found := w.lookAt(ctx, lastRev+1, info.Delivered.Stream)
+		dropped, found := w.lookAt(ctx, after+1, info.Delivered.Stream)
 		switch {
 		case found == changeFound && *missing == info.Delivered.Consumer:
 			return fmt.Errorf("deliveries %d to %d never arrived", delivered+1, info.Delivered.Consumer)

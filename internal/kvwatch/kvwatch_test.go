@@ -634,3 +634,39 @@ func TestCaughtUpWhenPendingStaysAboveZero(t *testing.T) {
 		t.Fatalf("not live: %s", why)
 	}
 }
+
+// TestLoadsABucketOfOnlyAStatusShapedMessage: a bucket whose one message
+// the client library drops, far into its sequence, loads too.
+func TestLoadsABucketOfOnlyAStatusShapedMessage(t *testing.T) {
+	srv := startServer(t)
+	js := connect(t, srv.ns.ClientURL())
+	kv := bucket(t, js, "o")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range 100 {
+		if _, err := kv.Put(ctx, "k", []byte("1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := js.Stream(ctx, "KV_o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Purge(ctx); err != nil { // no marker left behind
+		t.Fatal(err)
+	}
+	m := &nats.Msg{Subject: "$KV.o.junk", Header: nats.Header{"Status": []string{"404"}}}
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	v := &view{vals: map[string]string{}}
+	w := kvwatch.New(kvwatch.Config{JS: js, Bucket: "o", Apply: v.apply, Reset: v.reset})
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	waitLoaded(t, w)
+	if v.len() != 0 {
+		t.Fatalf("loaded %d keys, want none", v.len())
+	}
+}
