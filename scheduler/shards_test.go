@@ -191,20 +191,7 @@ func testReplicasHoldOnlyTheirShards(t *testing.T, partitionCount int) {
 	if len(gotWaits) != len(waitKeys) || len(gotTimers) < len(timerKeys) {
 		t.Fatalf("after the takeover a holds %d timers and %d waits, want %d+ and %d", len(gotTimers), len(gotWaits), len(timerKeys), len(waitKeys))
 	}
-	fired := map[string]int{}
-	deadline := time.After(10 * time.Second)
-	for len(fired) < len(due) {
-		select {
-		case m := <-inbox:
-			var env subjects.Envelope
-			if err := json.Unmarshal(m.Data, &env); err != nil {
-				t.Fatal(err)
-			}
-			fired[env.Source.ID]++
-		case <-deadline:
-			t.Fatalf("fired %v of %v", fired, due)
-		}
-	}
+	fired := awaitFires(t, inbox, len(due))
 	time.Sleep(500 * time.Millisecond) // a repeat would come within this
 	for _, id := range due {
 		if fired[id] != 1 {
@@ -216,6 +203,27 @@ func testReplicasHoldOnlyTheirShards(t *testing.T, partitionCount int) {
 		t.Errorf("one more fire: %s", m.Data)
 	default:
 	}
+}
+
+// awaitFires reads the inbox until n distinct timers have fired, within
+// 10 s, and counts each one's fires.
+func awaitFires(t *testing.T, inbox <-chan *nats.Msg, n int) map[string]int {
+	t.Helper()
+	fired := map[string]int{}
+	deadline := time.After(10 * time.Second)
+	for len(fired) < n {
+		select {
+		case m := <-inbox:
+			var env subjects.Envelope
+			if err := json.Unmarshal(m.Data, &env); err != nil {
+				t.Fatal(err)
+			}
+			fired[env.Source.ID]++
+		case <-deadline:
+			t.Fatalf("fired %d of %d timers: %v", len(fired), n, fired)
+		}
+	}
+	return fired
 }
 
 func eventually(t *testing.T, what string, cond func() bool) {
@@ -281,18 +289,5 @@ func TestTakeoverLoadsWhatAQuietBucketHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "a takes every shard and loads it", func() bool { return a.leases.Count() == shards && a.loaded() })
-	fired := map[string]int{}
-	deadline := time.After(10 * time.Second)
-	for len(fired) < len(due) {
-		select {
-		case m := <-inbox:
-			var env subjects.Envelope
-			if err := json.Unmarshal(m.Data, &env); err != nil {
-				t.Fatal(err)
-			}
-			fired[env.Source.ID]++
-		case <-deadline:
-			t.Fatalf("fired %d of %d timers", len(fired), len(due))
-		}
-	}
+	awaitFires(t, inbox, len(due))
 }
