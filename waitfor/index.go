@@ -79,7 +79,7 @@ const freshTimeout = 5 * time.Second
 // (monotonic) time, on their own machines: durations, not instants, so
 // the clocks need not agree. A view that lags by more than the window
 // never vouches (its catch-ups end too late), and is read as before.
-const presenceWindow = 25 * time.Millisecond
+const presenceWindow = 10 * time.Millisecond
 
 // StartIndex watches the bucket's index and returns once its current
 // entries are loaded; ctx bounds only that. The watch runs until Stop.
