@@ -575,18 +575,19 @@ func (w *Watch) consume(ctx context.Context, next uint64) (uint64, error) {
 	defer close(reconnected)
 	var delivered uint64
 	// after is the revision the deliveries so far reach (the last applied,
-	// or before the first this consumer can deliver); missing, what a quiet
-	// consumer's last look found never delivered.
+	// or before the first this consumer can deliver); look, what the last
+	// look at a quiet consumer found (settle).
 	after := max(next, stream.CachedInfo().State.FirstSeq, 1) - 1
-	var missing uint64
+	var look quietLook
 	for {
 		m, err := w.next(it)
 		if errors.Is(err, nats.ErrTimeout) {
-			if err := w.settle(ctx, cons, delivered, after, &missing); err != nil {
+			if err := w.settle(ctx, cons, delivered, after, &look); err != nil {
 				return next, err
 			}
 			continue
 		}
+		look.idle = 0
 		if err != nil {
 			if replay.Load() {
 				return next, errReplay
@@ -654,6 +655,17 @@ func (w *Watch) next(it jetstream.MessagesContext) (jetstream.Msg, error) {
 	return it.Next()
 }
 
+// quietLook is what settle found at its last look at a quiet consumer.
+type quietLook struct {
+	// missing is the server's count of deliveries when some had not
+	// reached the watch.
+	missing uint64
+	// idle is one more than the server's count of deliveries when it
+	// counted messages pending for the consumer; 0 when it did not, or
+	// when a delivery arrived since.
+	idle uint64
+}
+
 // settle looks at a consumer gone quiet while the watch loads or replays,
 // having applied delivered deliveries, which reach revision after. The
 // server's running count of pending messages can stay above zero after
@@ -666,9 +678,14 @@ func (w *Watch) next(it jetstream.MessagesContext) (jetstream.Msg, error) {
 // looked at in the stream: none that is a change is caught up too; a
 // change still missing at the next look was lost, and the consumer is
 // made anew from the next revision. The question stands in for the
-// heartbeats, which a short wait does not watch: no answer in time fails
-// the consumer as missed heartbeats would.
-func (w *Watch) settle(ctx context.Context, cons jetstream.Consumer, delivered, after uint64, missing *uint64) error {
+// heartbeats, which a short wait does not watch (nats.go watches them
+// only within one wait, and the wait ends first): no answer in time fails
+// the consumer as missed heartbeats would, and so does a consumer the
+// server counts messages pending for and delivered none of since the
+// last look, a heartbeat or more before (its pull is gone: in chime bench
+// chaos a shard's load stayed at 13 pending, 0 delivered while a server
+// of the cluster restarted, and the shard, held, never fired).
+func (w *Watch) settle(ctx context.Context, cons jetstream.Consumer, delivered, after uint64, look *quietLook) error {
 	ctx, cancel := context.WithTimeout(ctx, max(2*w.cfg.Heartbeat, 2*time.Second))
 	defer cancel()
 	info, err := cons.Info(ctx)
@@ -676,15 +693,20 @@ func (w *Watch) settle(ctx context.Context, cons jetstream.Consumer, delivered, 
 		return fmt.Errorf("consumer info: %w", err)
 	}
 	if info.NumPending > 0 {
+		if look.idle == info.Delivered.Consumer+1 {
+			return fmt.Errorf("%d messages pending and none delivered since the last look", info.NumPending)
+		}
+		look.idle = info.Delivered.Consumer + 1
 		return nil
 	}
+	look.idle = 0
 	if info.Delivered.Consumer > delivered {
 		dropped, found := w.lookAt(ctx, after+1, info.Delivered.Stream)
 		switch {
-		case found == changeFound && *missing == info.Delivered.Consumer:
+		case found == changeFound && look.missing == info.Delivered.Consumer:
 			return fmt.Errorf("deliveries %d to %d never arrived", delivered+1, info.Delivered.Consumer)
 		case found != noChange:
-			*missing = info.Delivered.Consumer // in flight, or lost: look again
+			look.missing = info.Delivered.Consumer // in flight, or lost: look again
 			return nil
 		}
 		w.passOver(dropped, "status-shaped messages last in the bucket")

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -668,5 +669,66 @@ func TestLoadsABucketOfOnlyAStatusShapedMessage(t *testing.T) {
 	waitLoaded(t, w)
 	if v.len() != 0 {
 		t.Fatalf("loaded %d keys, want none", v.len())
+	}
+}
+
+// TestLoadOfAConsumerThatDeliversNothingIsMadeAgain: a consumer the server
+// counts messages pending for, and delivers none of, is made anew while
+// the watch loads, as one whose heartbeats went missing is. A load waits
+// at most a heartbeat for each delivery (to look at a quiet consumer),
+// and nats.go watches heartbeats only within one wait: in chime bench
+// chaos a shard's load stayed at "13 pending, 0 delivered" while a
+// cluster's server restarted, and the shard, held, never fired. A paused
+// consumer delivers nothing in the same way here.
+func TestLoadOfAConsumerThatDeliversNothingIsMadeAgain(t *testing.T) {
+	srv := startServer(t)
+	js := connect(t, srv.ns.ClientURL())
+	kv := bucket(t, js, "d")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 2000 {
+		if _, err := kv.Put(ctx, "k"+strconv.Itoa(i), []byte("1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := js.Stream(ctx, "KV_d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first consumer is paused as soon as it exists: its first
+	// deliveries, at most a pull's worth, may arrive, and then none.
+	paused := make(chan struct{})
+	go func() {
+		defer close(paused)
+		for ctx.Err() == nil {
+			names := st.ConsumerNames(ctx)
+			for name := range names.Name() {
+				if _, err := js.PauseConsumer(ctx, "KV_d", name, time.Now().Add(time.Minute)); err == nil {
+					return
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	var applied atomic.Int64
+	v := &view{vals: map[string]string{}}
+	apply := func(e kvwatch.Entry) {
+		if applied.Add(1) == 1 {
+			<-paused // the pause lands before the first pull is drained
+		}
+		v.apply(e)
+	}
+	w := kvwatch.New(kvwatch.Config{JS: js, Bucket: "d", Apply: apply, Reset: v.reset, Heartbeat: 500 * time.Millisecond})
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	select {
+	case <-w.Loaded():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("not loaded 10 s after its consumer stopped delivering (%d applied)", applied.Load())
+	}
+	if v.len() != 2000 {
+		t.Fatalf("loaded %d keys, want 2000", v.len())
 	}
 }
