@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -85,6 +87,9 @@ type SoakRow struct {
 	// answered) minus due time.
 	LateMs Latency `json:"lateness_ms"`
 	Fires  int     `json:"fires_in_row"`
+	// Load1 is the machine's one-minute load average (other work on it
+	// shows here).
+	Load1 float64 `json:"load1"`
 }
 
 // SoakResult is a soak's rows and totals.
@@ -437,6 +442,7 @@ func (r *soakRun) row(ctx context.Context, pid int, httpAddr string, elapsed tim
 	r.allLate = append(r.allLate, late...)
 	r.mu.Unlock()
 	w.LateMs, w.Fires = summarize(late), len(late)
+	w.Load1 = loadAvg()
 	return w
 }
 
@@ -449,12 +455,27 @@ func (r *soakRun) fail(err error) {
 	}
 }
 
-const soakHeader = "  elapsed   rss MiB  heap MiB  goroutines   created      read  missed  dup  notified  fires  late p50 ms  late p99 ms"
+const soakHeader = "  elapsed   rss MiB  heap MiB  goroutines   created      read  missed  dup  notified  fires  late p50 ms  late p99 ms  load1"
 
 func (w SoakRow) line() string {
-	return fmt.Sprintf("%8.0fs  %8.1f  %8.1f  %10d  %8d  %8d  %6d  %3d  %8d  %5d  %11.2f  %11.2f",
+	return fmt.Sprintf("%8.0fs  %8.1f  %8.1f  %10d  %8d  %8d  %6d  %3d  %8d  %5d  %11.2f  %11.2f  %5.2f",
 		w.ElapsedS, float64(w.RSSBytes)/(1<<20), float64(w.HeapBytes)/(1<<20), w.Goroutines, w.Created, w.Seen, w.Missed, w.Duplicated,
-		w.Notified, w.Fires, w.LateMs.P50, w.LateMs.P99)
+		w.Notified, w.Fires, w.LateMs.P50, w.LateMs.P99, w.Load1)
+}
+
+// loadAvg is the one-minute load average from /proc/loadavg, 0 when it
+// cannot be read.
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
 }
 
 // chimeEnv is the CHIME_* settings of an environment, as run.
