@@ -204,17 +204,7 @@ func Soak(ctx context.Context, o SoakOptions) (res *SoakResult, err error) {
 		progress("%s", w.line())
 	}
 	progress("%s", soakHeader)
-	tick := time.NewTicker(o.Every)
-	defer tick.Stop()
-sample:
-	for {
-		select {
-		case <-loadCtx.Done():
-			break sample
-		case <-tick.C:
-			row()
-		}
-	}
+	each(loadCtx, o.Every, row)
 	load.Wait()
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
@@ -301,14 +291,7 @@ func (r *soakRun) paced(ctx context.Context, rate float64, op func(context.Conte
 	slots := make(chan struct{}, r.o.InFlight)
 	begin := time.Now()
 	done := 0
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	each(ctx, 10*time.Millisecond, func() {
 		for due := int(time.Since(begin).Seconds() * rate); done < due; done++ {
 			select {
 			case slots <- struct{}{}:
@@ -322,7 +305,7 @@ func (r *soakRun) paced(ctx context.Context, rate float64, op func(context.Conte
 				op(octx)
 			})
 		}
-	}
+	})
 }
 
 // read reads agent a's inbox reliably until ctx ends: a fetch that waits
