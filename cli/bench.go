@@ -31,6 +31,7 @@ const benchUsage = `chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--
        chime bench capacity [--servers 1|3] [--replicas 1,2,3] [--timers N] [--agents A] [-c C] [--json]
        chime bench tasks [--output-mib N] [--concurrent N] [--timer-every D] [--embedded] [--exe PATH] [--json]
        chime bench inbox [--agents N] [-c C] [--conns N] [--lead D] [--max N] [--timeout D] [--restart=false] [--keep] [--profile DIR] [--json]
+       chime bench soak [--duration D] [--rate R] [--agents N] [--lead D] [--every D] [--notify-rate R] [-c C] [--grace D] [--exe PATH] [--json]
 
 timers, callbacks, waits and waitfor drive the chime at CHIME_NATS_URL when it is set (else one of
 their own); timers, callbacks and connect connect to it with CHIME_NATS_TOKEN, an operator's token
@@ -67,6 +68,8 @@ func (a *App) bench(ctx context.Context, args []string) error {
 		return a.benchConnect(ctx, args[1:])
 	case "inbox":
 		return a.benchInbox(ctx, args[1:])
+	case "soak":
+		return a.benchSoak(ctx, args[1:])
 	}
 	return fmt.Errorf("%w: %s", ErrUsage, benchUsage)
 }
@@ -291,6 +294,24 @@ func (a *App) benchTasks(ctx context.Context, args []string) error {
 		fs.BoolVar(&o.Embedded, "embedded", false, "the replica embeds its NATS server (its RSS holds the server's); default a nats-server of its own, as the chart deploys")
 		fs.StringVar(&o.Exe, "exe", "", "the chime binary run as `serve` (default: this one), to measure another build")
 	}, func(ctx context.Context) (result, error) { return bench.Tasks(ctx, o) })
+}
+
+// benchSoak runs a replica of this binary (or --exe) as a child on its
+// embedded NATS server, with the CHIME_* settings of this environment, and
+// ignores CHIME_NATS_URL; a row per --every goes to stderr as it is taken.
+func (a *App) benchSoak(ctx context.Context, args []string) error {
+	o := bench.SoakOptions{Progress: a.Stderr}
+	return a.runBench(ctx, "soak", args, func(fs *flag.FlagSet) {
+		fs.DurationVar(&o.Duration, "duration", 10*time.Minute, "how long timers are created")
+		fs.Float64Var(&o.Rate, "rate", 200, "one-shot timers created per second, round-robin over the agents")
+		fs.IntVar(&o.Agents, "agents", 200, "agents, each reading its inbox reliably (inbox.fetch with a wait, inbox.ack)")
+		fs.DurationVar(&o.Lead, "lead", 5*time.Second, "each timer is due this long after its create")
+		fs.DurationVar(&o.Every, "every", time.Minute, "a row (RSS, heap, goroutines, fires, lateness) this often")
+		fs.Float64Var(&o.NotifyRate, "notify-rate", 20, "notifications per second, each to an agent at random (0: none)")
+		fs.IntVar(&o.InFlight, "c", 64, "creates (and notifies) in flight at most")
+		fs.DurationVar(&o.Grace, "grace", 30*time.Second, "a fire not read this long after its due time counts as missed")
+		fs.StringVar(&o.Exe, "exe", "", "the chime binary run as `serve` (default: this one), to measure another build")
+	}, func(ctx context.Context) (result, error) { return bench.Soak(ctx, o) })
 }
 
 const authUsage = "run twice in this process, with NATS authorization off and then on (the bench connects as an operator through chime's auth callout), and report both"
