@@ -1,0 +1,145 @@
+package timers_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/internal/kvrec"
+	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
+)
+
+// TestFinishedTimersLeaveTheirBucket: a finished timer goes from its
+// bucket to the history stream, and is still read there (get, list, a
+// second cancel, a cancel of a completed one) until the retention removes
+// it; a live timer and a timer made with a request_id stay in the bucket.
+func TestFinishedTimersLeaveTheirBucket(t *testing.T) {
+	const retention = 3 * time.Second
+	ns := natstest.Server(t)
+	_, res := natstest.ProvisionedAs(t, ns, engine.Topology{
+		Replicas: 1, LeaseTTL: 2 * time.Second, InboxMaxAge: time.Hour, EventMaxAge: time.Hour, DedupWindow: time.Minute,
+		RecordRetention: retention,
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r := kvrec.Retention{JS: res.JS, After: retention, Markers: time.Second}
+	arch := kvrec.NewArchiver(r, nil)
+	arch.Start(ctx)
+	defer arch.Stop()
+	s := timers.NewStore(res.Timers, nil, r).
+		WithHistory(kvrec.History{JS: res.JS, Stream: engine.HistoryStream, Prefix: engine.HistoryTimers}, arch)
+	kv := res.Timers.KVs[0]
+
+	var made []*subjects.Timer
+	for range 20 { // more than the agent's history subjects
+		tm, err := s.Create(ctx, "h", subjects.TimerSpec{Duration: time.Hour, Summary: "t"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		made = append(made, tm)
+	}
+	live, err := s.Create(ctx, "h", subjects.TimerSpec{Duration: time.Hour, Summary: "live"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyed, err := s.Create(ctx, "h", subjects.TimerSpec{Duration: time.Hour, Request: subjects.RequestKey{RequestID: "r1", RequestHash: "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tm := range append(made, keyed) {
+		if _, err := s.Cancel(ctx, "h", tm.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	once := made[0]
+	// Gone from the bucket once archived.
+	for {
+		if _, err := kv.Get(ctx, "h."+once.ID); errors.Is(err, jetstream.ErrKeyNotFound) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the cancelled timer never left its bucket")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if _, err := kv.Get(ctx, "h."+keyed.ID); err != nil {
+		t.Fatalf("a timer made with a request_id left its bucket: %v", err)
+	}
+	for _, tm := range made {
+		got, err := s.Get(ctx, "h", tm.ID)
+		if err != nil || got.ID != tm.ID || got.Status != subjects.TimerCancelled {
+			t.Fatalf("get %s from the history: %+v %v", tm.ID, got, err)
+		}
+	}
+	if got, err := s.Cancel(ctx, "h", once.ID); err != nil || got.Status != subjects.TimerCancelled {
+		t.Fatalf("a second cancel: %+v %v", got, err)
+	}
+	if _, err := s.Get(ctx, "other", once.ID); !errors.Is(err, subjects.ErrTimerNotFound) {
+		t.Fatalf("another agent's finished timer: %v", err)
+	}
+	// A list, in pages of 3: the live ones, then the history, each once.
+	seen := map[string]int{}
+	var pos subjects.CursorPos
+	for pages := 0; ; pages++ {
+		if pages > 20 {
+			t.Fatal("the list does not end")
+		}
+		page, next, err := s.List(ctx, "h", 3, pos)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tm := range page {
+			seen[tm.ID]++
+		}
+		if next.Bucket >= next.Buckets {
+			break
+		}
+		pos = next
+	}
+	if len(seen) != len(made)+2 || seen[live.ID] != 1 || seen[keyed.ID] != 1 {
+		t.Fatalf("list: %d timers, want %d: %v", len(seen), len(made)+2, seen)
+	}
+	for _, tm := range made {
+		if seen[tm.ID] != 1 {
+			t.Fatalf("list: %s %d times", tm.ID, seen[tm.ID])
+		}
+	}
+	// After the retention: gone from the history too.
+	for {
+		_, err := s.Get(ctx, "h", once.ID)
+		if errors.Is(err, subjects.ErrTimerNotFound) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the finished timer outlived its retention")
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	// The others went with it, or go within moments (the last was archived
+	// a little later); the one made with a request_id, from its bucket.
+	for {
+		page, _, err := s.List(ctx, "h", 100, subjects.CursorPos{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 1 && page[0].ID == live.ID {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("list after the retention: %d timers, want only the live one", len(page))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
