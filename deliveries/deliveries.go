@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/chime-nats/chime/internal/directget"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -27,10 +28,11 @@ type Delivery = subjects.InboxDelivery
 
 // Reader reads the inbox stream.
 type Reader struct {
-	js      jetstream.JetStream
-	stream  string
-	direct  string // the stream's direct get subject
-	replies *replies
+	js     jetstream.JetStream
+	stream string
+	// direct reads the stream by direct gets, the replies of all of them
+	// through one subscription.
+	direct *directget.Stream
 	// last is the highest sequence a read here has seen the stream reach:
 	// an ack up to it needs no look at the stream.
 	last atomic.Uint64
@@ -38,7 +40,8 @@ type Reader struct {
 
 // NewReader returns a Reader of the inbox stream named stream.
 func NewReader(js jetstream.JetStream, stream string) *Reader {
-	return &Reader{js: js, stream: stream, direct: directSubject(js, stream), replies: newReplies(js.Conn())}
+	direct := directget.New(js, stream, directget.WithReplies(directget.NewReplies(js.Conn())))
+	return &Reader{js: js, stream: stream, direct: direct}
 }
 
 // inactive is how long the server keeps a reader's consumer once its

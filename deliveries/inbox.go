@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/agents"
+	"github.com/chime-nats/chime/internal/directget"
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -152,7 +153,7 @@ func (r *Reader) after(ctx context.Context, agentID string, seq uint64, max int)
 	budget := replyBudget(r.js.Conn().MaxPayload())
 	out, err := kvrec.Retried(ctx, func(ctx context.Context) ([]Delivery, error) {
 		out, err := r.batchAfter(ctx, subject, seq, max, budget)
-		if errors.Is(err, errNoDirect) {
+		if errors.Is(err, directget.ErrNoDirect) {
 			return r.eachAfter(ctx, subject, seq, max, budget)
 		}
 		return out, err

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/chime-nats/chime/internal/directget"
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -59,7 +60,7 @@ type Service struct {
 	max    int
 	now    func() time.Time
 	log    *slog.Logger
-	api    string // the JetStream API's subject prefix
+	direct *directget.Stream // reads the bucket's stream
 	// sanitize fills detail_html (nil: none).
 	sanitize func(string) string
 	loaded   chan struct{}
@@ -88,9 +89,10 @@ func New(c Config) *Service {
 	log := c.Log.With("component", "notifications")
 	s := &Service{
 		js: c.JS, kv: c.KV, stream: "KV_" + c.KV.Bucket(), prefix: "$KV." + c.KV.Bucket() + ".",
-		max: cmp.Or(c.Max, DefaultMax), now: c.Now, log: log, api: apiPrefix(c.JS), sanitize: c.SanitizeDetail,
+		max: cmp.Or(c.Max, DefaultMax), now: c.Now, log: log, sanitize: c.SanitizeDetail,
 		loaded: make(chan struct{}), due: map[string]struct{}{}, wake: make(chan struct{}, 1), done: make(chan struct{}),
 	}
+	s.direct = directget.New(c.JS, s.stream, directget.WithRetry(bounded))
 	close(s.loaded)
 	return s
 }

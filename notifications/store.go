@@ -7,10 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chime-nats/chime/internal/directget"
 )
 
 // Reads from the store. Nothing of an agent is held between requests:
@@ -34,75 +35,20 @@ type stored struct {
 	data    []byte
 }
 
-// apiPrefix is where the JetStream API of s.js answers.
-func apiPrefix(js jetstream.JetStream) string {
-	o := js.Options()
-	switch {
-	case o.APIPrefix != "":
-		return strings.TrimSuffix(o.APIPrefix, ".") + "."
-	case o.Domain != "":
-		return "$JS." + o.Domain + ".API."
-	}
-	return "$JS.API."
+// stored is the message m of the bucket.
+func (s *Service) stored(m *directget.Msg) stored {
+	return stored{key: strings.TrimPrefix(m.Subject, s.prefix), seq: m.Seq, deleted: m.Deleted(), data: m.Data}
 }
 
-// errTooMany is the server refusing a multi-subject read that matches too
-// many subjects.
-var errTooMany = errors.New("notifications: too many subjects for one read")
-
-// directGet sends one direct get and calls fn for each message of its
-// answer; it returns the answer's pending count (messages left after the
-// last sent, for a batch).
-func (s *Service) directGet(ctx context.Context, req any, fn func(stored) error) (pending uint64, err error) {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return 0, fmt.Errorf("notifications: direct get: %w", err)
-	}
-	nc := s.js.Conn()
-	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return 0, fmt.Errorf("notifications: direct get: %w", err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.PublishRequest(s.api+"DIRECT.GET."+s.stream, inbox, body); err != nil {
-		return 0, fmt.Errorf("notifications: direct get: %w", err)
-	}
+// bounded runs a direct get's one attempt, bounded by readTimeout when
+// the caller's context sets no deadline.
+func bounded(ctx context.Context, attempt func(context.Context) (*directget.Answer, error)) (*directget.Answer, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, readTimeout)
 		defer cancel()
 	}
-	for {
-		m, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return 0, fmt.Errorf("notifications: direct get: %w", err)
-		}
-		switch status := m.Header.Get("Status"); status {
-		case "":
-		case "204": // the end of a batch
-			return parseUint(m.Header.Get("Nats-Num-Pending")), nil
-		case "404": // nothing matched
-			return 0, nil
-		case "413":
-			return 0, errTooMany
-		default:
-			return 0, fmt.Errorf("notifications: direct get: status %s %s", status, m.Header.Get("Description"))
-		}
-		seq := parseUint(m.Header.Get("Nats-Sequence"))
-		op := m.Header.Get("KV-Operation")
-		if err := fn(stored{key: strings.TrimPrefix(m.Header.Get("Nats-Subject"), s.prefix), seq: seq, deleted: op == "DEL" || op == "PURGE", data: m.Data}); err != nil {
-			return 0, err
-		}
-		if m.Header.Get("Nats-Num-Pending") == "" {
-			return 0, nil // a single message, no batch
-		}
-	}
-}
-
-func parseUint(s string) uint64 {
-	n, _ := strconv.ParseUint(s, 10, 64)
-	return n
+	return attempt(ctx)
 }
 
 // scan calls fn for every message of the bucket from sequence from on
@@ -112,35 +58,22 @@ func parseUint(s string) uint64 {
 // a key that changes moves past where the scan is, so it is read again at
 // its new place (the later read wins).
 func (s *Service) scan(ctx context.Context, filter string, from uint64, fn func(stored) error) error {
-	from = max(from, 1)
-	for {
-		last := uint64(0)
-		pending, err := s.directGet(ctx, map[string]any{"seq": from, "next_by_subj": s.prefix + filter, "batch": scanBatch, "max_bytes": scanBytes},
-			func(m stored) error {
-				last = m.seq
-				return fn(m)
-			})
-		if err != nil {
-			return err
-		}
-		if pending == 0 || last == 0 {
-			return nil
-		}
-		from = last + 1
+	req := directget.Request{Seq: from, NextFor: s.prefix + filter, Batch: scanBatch, MaxBytes: scanBytes}
+	if err := s.direct.Walk(ctx, req, func(m *directget.Msg) error { return fn(s.stored(m)) }); err != nil {
+		return fmt.Errorf("notifications: %w", err)
 	}
+	return nil
 }
 
 // count is how many messages of the agent's notification keys the bucket
 // holds (live ones and removal markers: one each), read without their
 // bodies but for one.
 func (s *Service) count(ctx context.Context, agentID string) (uint64, error) {
-	var n uint64
-	pending, err := s.directGet(ctx, map[string]any{"seq": 1, "next_by_subj": s.prefix + agentID + ".*", "batch": 1},
-		func(stored) error {
-			n = 1
-			return nil
-		})
-	return n + pending, err
+	a, err := s.direct.Get(ctx, directget.Request{Seq: 1, NextFor: s.prefix + agentID + ".*", Batch: 1})
+	if err != nil {
+		return 0, fmt.Errorf("notifications: %w", err)
+	}
+	return uint64(len(a.Msgs)) + a.Pending, nil
 }
 
 // agentMeta is an agent's record as read: its guid, reset point (a

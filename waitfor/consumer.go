@@ -126,6 +126,9 @@ func (c *Consumer) wake(ctx context.Context, d *consumer.Delivery) error {
 	if !concernsAny(&env) {
 		return nil // e.g. its own wait_woken, or a wait's end: no index read
 	}
+	if c.cfg.Index.Absent(env.AgentID) {
+		return nil // no registration, as a recent catch-up vouches: no read
+	}
 	// The view must hold every registration made before env was stored
 	// (see Index): a lagging view would miss a wake, or name one replaced
 	// before env was stored. The records the view names now are read

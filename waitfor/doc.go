@@ -15,9 +15,11 @@
 // registrations, found in the replica's in-memory view of the index (see
 // Index for why a lagging view misses nothing); a match resumes a
 // registration once and delivers its one wait_woken envelope (its ID
-// derives from the registration). A registration catches up, when it
-// becomes active, on the envelopes stored since it was made, so a wake
-// racing its registration is not lost.
+// derives from the registration). An envelope of an agent the view has
+// no entry for costs nothing while a recent catch-up of the view vouches
+// for it (Index.Absent). A registration catches up, when it becomes
+// active and a short window after writing its entry, on the envelopes
+// stored since it was made, so a wake racing its registration is not lost.
 // A recheck is a JetStream message schedule on the WaitFor stream: the
 // engine delivers it when due, and the recheck consumer delivers one
 // recheck envelope unless the registration ended first.

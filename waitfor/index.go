@@ -44,8 +44,17 @@ type Index struct {
 	// its configuration, at a restart.
 	direct jetstream.Stream
 
+	// lag delays each change the view applies (tests: a replica whose
+	// watch lags).
+	lag time.Duration
+
 	mu     sync.Mutex
 	agents map[string]map[string]scope // agent -> work item ("": the agent scope)
+	// freshAt is when the last catch-up that succeeded began (monotonic):
+	// the view then held every entry written before it. Zero after a
+	// reset, until one that began after it succeeds; gen counts resets.
+	freshAt time.Time
+	gen     uint64
 
 	fresh freshness
 
@@ -58,13 +67,32 @@ type Index struct {
 // (its watch lost) fails the envelope, which is redelivered.
 const freshTimeout = 5 * time.Second
 
+// presenceWindow is how long a catch-up vouches for the view's absence of
+// an agent. An envelope of an agent the view has no entry for is passed
+// over with no read when a catch-up that began less than presenceWindow
+// before succeeded (see Absent), and a registration waits presenceWindow
+// after writing its entry before it catches up on the envelopes stored
+// since it was made (see Service.activated): an envelope stored after
+// that catch-up read is then received at least presenceWindow after the
+// entry was written, so a catch-up recent enough to vouch began after the
+// entry was written and the view holds it. Both sides measure real
+// (monotonic) time, on their own machines: durations, not instants, so
+// the clocks need not agree. A view that lags by more than the window
+// never vouches (its catch-ups end too late), and is read as before.
+const presenceWindow = 10 * time.Millisecond
+
 // StartIndex watches the bucket's index and returns once its current
 // entries are loaded; ctx bounds only that. The watch runs until Stop.
 func StartIndex(ctx context.Context, js jetstream.JetStream, bucket string, log *slog.Logger) (*Index, error) {
+	return startIndex(ctx, js, bucket, log, 0)
+}
+
+// startIndex is StartIndex with a view that applies each change lag late.
+func startIndex(ctx context.Context, js jetstream.JetStream, bucket string, log *slog.Logger, lag time.Duration) (*Index, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	ix := &Index{js: js, bucket: bucket, log: log.With("component", "waitfor"), agents: map[string]map[string]scope{}}
+	ix := &Index{js: js, bucket: bucket, log: log.With("component", "waitfor"), agents: map[string]map[string]scope{}, lag: lag}
 	ix.fresh.catchUp = ix.catchUp
 	st, err := js.Stream(ctx, "KV_"+bucket)
 	if err != nil {
@@ -104,6 +132,10 @@ func (ix *Index) reset() {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	ix.agents = map[string]map[string]scope{}
+	// Reloading, the view vouches for nothing until a catch-up that
+	// began after the reset succeeds.
+	ix.freshAt = time.Time{}
+	ix.gen++
 }
 
 // apply folds one index change in: idx.<agent>.agent or
@@ -116,6 +148,9 @@ func (ix *Index) apply(e kvwatch.Entry) {
 	agentID, item := parts[1], ""
 	if len(parts) == 4 {
 		item = parts[3]
+	}
+	if ix.lag > 0 {
+		time.Sleep(ix.lag)
 	}
 	var sc scope
 	live := !e.Deleted && json.Unmarshal(e.Value, &sc) == nil && sc.WaitID != ""
@@ -166,6 +201,24 @@ func (ix *Index) HasWaitFor(agentID, workItemID string) bool {
 	return ok
 }
 
+// Absent reports whether the agent has no registration an envelope
+// received before the call can concern, known without a read: the view
+// has no entry of the agent, and a catch-up that began less than
+// presenceWindow ago succeeded (why that suffices: presenceWindow). When
+// the last one is older than half the window, another begins, so that
+// under a steady flow of envelopes the view keeps vouching.
+func (ix *Index) Absent(agentID string) bool {
+	ix.mu.Lock()
+	vouched := !ix.freshAt.IsZero()
+	age := time.Since(ix.freshAt)
+	absent := vouched && age < presenceWindow && len(ix.agents[agentID]) == 0
+	ix.mu.Unlock()
+	if !vouched || age >= presenceWindow/2 {
+		ix.fresh.kick()
+	}
+	return absent
+}
+
 // Fresh returns once the view holds every index entry written before it
 // was called.
 func (ix *Index) Fresh(ctx context.Context) error {
@@ -175,21 +228,31 @@ func (ix *Index) Fresh(ctx context.Context) error {
 // catchUp reads the index's last revision from the leader and waits for
 // the view to apply it.
 func (ix *Index) catchUp() error {
+	ix.mu.Lock()
+	began, gen := time.Now(), ix.gen
+	ix.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ix.ctx, freshTimeout)
 	defer cancel()
 	last, err := ix.last(ctx)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil // no entry was ever written, or all are gone
-	}
-	if err != nil {
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		// no entry was ever written, or all are gone
+	case err != nil:
 		return fmt.Errorf("waitfor: index: %w", err)
+	default:
+		// An entry removed before the watch got to it (an expired purge
+		// marker) is passed by the next write; until then this times out
+		// and the envelope is redelivered, never matched against a stale
+		// view.
+		if err := ix.watch.WaitSeen(ctx, last); err != nil {
+			return fmt.Errorf("waitfor: index: %w", err)
+		}
 	}
-	// An entry removed before the watch got to it (an expired purge
-	// marker) is passed by the next write; until then this times out and
-	// the envelope is redelivered, never matched against a stale view.
-	if err := ix.watch.WaitSeen(ctx, last); err != nil {
-		return fmt.Errorf("waitfor: index: %w", err)
+	ix.mu.Lock()
+	if ix.gen == gen && began.After(ix.freshAt) {
+		ix.freshAt = began
 	}
+	ix.mu.Unlock()
 	return nil
 }
 
@@ -259,6 +322,19 @@ func (f *freshness) join(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// kick begins a round unless one is running or waiting: a caller that
+// wants the view fresh soon but does not wait for it.
+func (f *freshness) kick() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped || f.running > 0 || f.pending != nil {
+		return
+	}
+	f.running++
+	f.idle.Add(1)
+	go f.run(&round{done: make(chan struct{})})
 }
 
 // run runs r, then the pending round while there is one.

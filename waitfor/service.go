@@ -154,6 +154,7 @@ func (s *Service) register(ctx context.Context, agentID string, spec *subjects.W
 	if err != nil {
 		return nil, err
 	}
+	indexed := time.Now() // its index entry is written (monotonic: see presenceWindow)
 	reply := replyFor(w)
 	reply.CancelledWaitConditionIDs = replaced
 	switch {
@@ -166,7 +167,7 @@ func (s *Service) register(ctx context.Context, agentID string, spec *subjects.W
 		reply.Continuation, reply.Disposition, reply.TaskID, reply.ResultMessageID = subjects.YieldAndReenter,
 			subjects.DispositionTaskResultQueued, queuedBy.Source.ID, queuedBy.EnvelopeID
 	default:
-		if w, err = s.activated(ctx, w); err != nil {
+		if w, err = s.activated(ctx, w, indexed); err != nil {
 			return nil, err
 		}
 		reply = replyFor(w)
@@ -243,7 +244,8 @@ func (s *Service) Report(ctx context.Context, agentID string, req *subjects.Wait
 		return nil, err
 	}
 	if w.Status == subjects.WaitForActive {
-		if w, err = s.activated(ctx, w); err != nil {
+		// Its index entry was written before now, maybe just now.
+		if w, err = s.activated(ctx, w, time.Now()); err != nil {
 			return nil, err
 		}
 	}
@@ -264,10 +266,13 @@ func (s *Service) interjected(ctx context.Context, w *subjects.WaitFor) (bool, e
 	return found, err
 }
 
-// activated finishes a registration that became active: its recheck is
-// scheduled, and the envelopes stored since it was made are matched, as
-// the consumer may have passed them before it was live.
-func (s *Service) activated(ctx context.Context, w *subjects.WaitFor) (*subjects.WaitFor, error) {
+// activated finishes a registration that became active, whose index
+// entry was written by indexed: its recheck is scheduled, and the
+// envelopes stored since it was made are matched, as the consumer may
+// have passed them before it was live. The catch-up waits until
+// presenceWindow after indexed, so that an envelope it does not see finds
+// the entry in every view that passes envelopes over unread (Absent).
+func (s *Service) activated(ctx context.Context, w *subjects.WaitFor, indexed time.Time) (*subjects.WaitFor, error) {
 	if w.RecheckAfterMs > 0 && w.RecheckAt == nil {
 		var err error
 		if w, _, err = s.cfg.Store.update(ctx, w.AgentID, w.ID, func(w *subjects.WaitFor) (bool, error) {
@@ -289,6 +294,15 @@ func (s *Service) activated(ctx context.Context, w *subjects.WaitFor) (*subjects
 	if w.RecheckAt != nil && w.Status == subjects.WaitForActive {
 		if err := s.schedule(ctx, w); err != nil {
 			return nil, err
+		}
+	}
+	if wait := presenceWindow - time.Since(indexed); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("waitfor: catch-up: %w", ctx.Err())
 		}
 	}
 	return w, s.scan(ctx, s.cfg.InboxStream, subjects.Inbox(w.AgentID), w.SinceSeq+1, func(m *jetstream.RawStreamMsg) bool {

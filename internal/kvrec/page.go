@@ -2,13 +2,12 @@ package kvrec
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chime-nats/chime/internal/directget"
 )
 
 // MaxScan bounds the records one page reads when its filter leaves some
@@ -84,16 +83,17 @@ func ListPage[T any](ctx context.Context, js jetstream.JetStream, buckets []stri
 	// take reads b into the page until the page is full, moving pos past
 	// what it read; it reports whether it read all of b.
 	take := func(b *batchResult) (bool, error) {
-		for _, m := range b.msgs {
+		for i := range b.msgs {
+			m := &b.msgs[i]
 			if full() {
 				return false, nil // read again by the next page
 			}
 			pg.Read++
-			pos.Seq = m.seq + 1
-			if m.deleted {
+			pos.Seq = m.Seq + 1
+			if m.Deleted() {
 				continue
 			}
-			v, err := decode[T](m.key, m.data)
+			v, err := decode[T](b.key(m), m.Data)
 			if err != nil {
 				return false, err
 			}
@@ -145,7 +145,7 @@ func ListPage[T any](ctx context.Context, js jetstream.JetStream, buckets []stri
 			return Page[T]{}, err
 		}
 		if len(b.msgs) > 0 {
-			pos.Seq, pos.Scan = b.msgs[0].seq, b.scan
+			pos.Seq, pos.Scan = b.msgs[0].Seq, b.scan
 			break
 		}
 		pos = Pos{Buckets: n, Bucket: pos.Bucket + 1}
@@ -161,10 +161,6 @@ func ListPage[T any](ctx context.Context, js jetstream.JetStream, buckets []stri
 // with 20,000 keys, against some 40 µs for a get of one record.
 const maxSingles = 32
 
-// maxMultiLast is how many keys a multi-last direct get answers for
-// (nats-server's maxAllowedResponses); past it the server refuses.
-const maxMultiLast = 1024
-
 // first reads the first record of bucket whose key matches filter, and
 // how many more there are, which says how to read the rest (scan: more
 // than a multi-last get answers). From the stream's start the server
@@ -174,30 +170,24 @@ func first(ctx context.Context, js jetstream.JetStream, bucket, filter string) (
 	if err != nil {
 		return nil, err
 	}
-	b.scan = b.pending+1 > maxMultiLast
+	b.scan = b.pending+1 > directget.MaxMultiLast
 	return b, nil
-}
-
-// dmsg is one message of a direct get batch.
-type dmsg struct {
-	seq     uint64
-	key     string
-	data    []byte
-	deleted bool // a delete or purge marker, or one the server left
 }
 
 // batchResult is what one direct get batch returned.
 type batchResult struct {
-	msgs []dmsg
+	msgs []directget.Msg
 	// pending is how many messages matching the filter the stream holds
 	// after the last one returned (the end-of-batch count).
 	pending uint64
 	// scan says the batch was read by a filtered scan.
 	scan bool
+	// prefix is the length of the bucket's subject prefix, "$KV.<bucket>.".
+	prefix int
 }
 
-// errTooMany is a multi-last get refused for matching too many keys.
-var errTooMany = errors.New("too many keys for a multi-last get")
+// key is the key of m, a message of b.
+func (b *batchResult) key(m *directget.Msg) string { return m.Subject[b.prefix:] }
 
 // batch reads up to n messages of bucket whose keys match filter, from
 // stream sequence seq on, in one direct get; n == 0 reads one, in a get
@@ -212,129 +202,33 @@ var errTooMany = errors.New("too many keys for a multi-last get")
 // in its answer: the server then walks the stream from seq to each match,
 // a cost that grows with the other keys' messages between them.
 func batch(ctx context.Context, js jetstream.JetStream, bucket, filter string, seq uint64, n int, scan bool) (*batchResult, error) {
-	subj := apiPrefix(js.Options()) + "DIRECT.GET.KV_" + bucket
-	prefix := len("$KV.") + len(bucket) + 1
+	st := directget.New(js, "KV_"+bucket, directget.WithRetry(Retried[*directget.Answer]))
 	full := "$KV." + bucket + "." + filter
-	ask := func(scan bool) (*batchResult, error) {
-		req, _ := json.Marshal(directGet{Seq: seq, NextFor: full, Batch: n})
-		if !scan {
-			req, _ = json.Marshal(directGet{Seq: seq, MultiLast: []string{full}, Batch: n})
+	ask := func(scan bool) (*directget.Answer, error) {
+		if scan {
+			return st.Get(ctx, directget.Request{Seq: seq, NextFor: full, Batch: n})
 		}
-		return retried(ctx, &pacer{}, func(ctx context.Context) (*batchResult, error) {
-			return batchOnce(ctx, js.Conn(), subj, req, prefix, n > 0)
-		})
+		return st.Get(ctx, directget.Request{Seq: seq, MultiLast: []string{full}, Batch: n})
 	}
-	res, err := ask(scan)
-	if errors.Is(err, errTooMany) {
-		res, err = ask(true)
+	a, err := ask(scan)
+	if errors.Is(err, directget.ErrTooMany) {
+		a, err = ask(true)
 		scan = true
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list %s in %s: %w", filter, bucket, err)
 	}
-	res.scan = scan
+	prefix := len("$KV.") + len(bucket) + 1
+	res := &batchResult{msgs: a.Msgs, pending: a.Pending, scan: scan, prefix: prefix}
+	for _, m := range res.msgs {
+		if len(m.Subject) <= prefix {
+			return nil, fmt.Errorf("list %s in %s: a message of subject %q, no key", filter, bucket, m.Subject)
+		}
+	}
+	if n == 0 && len(res.msgs) > 0 {
+		res.pending = 1 // maybe more
+	}
 	return res, nil
-}
-
-// directGet is a direct get request.
-type directGet struct {
-	Seq       uint64   `json:"seq"`
-	NextFor   string   `json:"next_by_subj,omitempty"`
-	MultiLast []string `json:"multi_last,omitempty"`
-	Batch     int      `json:"batch,omitempty"`
-}
-
-// apiPrefix is where the JetStream API of js is.
-func apiPrefix(o jetstream.JetStreamOptions) string {
-	switch {
-	case o.APIPrefix != "":
-		if o.APIPrefix[len(o.APIPrefix)-1] != '.' {
-			return o.APIPrefix + "."
-		}
-		return o.APIPrefix
-	case o.Domain != "":
-		return "$JS." + o.Domain + ".API."
-	}
-	return "$JS.API."
-}
-
-// errDirect is a direct get answered with an error status.
-type errDirect struct{ status, desc string }
-
-func (e *errDirect) Error() string { return "direct get: " + e.status + " " + e.desc }
-
-// batchOnce sends one direct get request and reads its answer: the
-// messages, then (for a batch) an end-of-batch status (204) holding the
-// pending count; or a 404 when no message matches from seq on. A single
-// get goes through the connection's shared reply subscription; a batch,
-// which has many replies, subscribes for its own.
-func batchOnce(ctx context.Context, nc *nats.Conn, subj string, req []byte, prefix int, isBatch bool) (*batchResult, error) {
-	res := &batchResult{}
-	if !isBatch {
-		m, err := nc.RequestWithContext(ctx, subj, req)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := res.add(m, prefix); err != nil {
-			return nil, err
-		}
-		if len(res.msgs) > 0 {
-			res.pending = 1 // maybe more
-		}
-		return res, nil
-	}
-	inbox := nc.NewRespInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.PublishRequest(subj, inbox, req); err != nil {
-		return nil, err
-	}
-	for {
-		m, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if end, err := res.add(m, prefix); end || err != nil {
-			return res, err
-		}
-	}
-}
-
-// add takes one reply of a direct get into res, reporting whether it ends
-// the answer (a status).
-func (res *batchResult) add(m *nats.Msg, prefix int) (bool, error) {
-	if status := m.Header.Get("Status"); status != "" && len(m.Data) == 0 {
-		switch status {
-		case "204": // end of batch
-			var err error
-			if res.pending, err = strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64); err != nil {
-				return true, fmt.Errorf("direct get: end of batch without a pending count: %w", err)
-			}
-			return true, nil
-		case "404": // nothing from seq on
-			return true, nil
-		case "413":
-			return true, errTooMany
-		case "503":
-			return true, nats.ErrNoResponders
-		}
-		return true, &errDirect{status: status, desc: m.Header.Get("Description")}
-	}
-	seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
-	subject := m.Header.Get(jetstream.SubjectHeader)
-	if err != nil || len(subject) <= prefix {
-		return true, fmt.Errorf("direct get: a message without its sequence or subject (%q, %q)",
-			m.Header.Get(jetstream.SequenceHeader), subject)
-	}
-	op := m.Header.Get("KV-Operation")
-	res.msgs = append(res.msgs, dmsg{
-		seq: seq, key: subject[prefix:], data: m.Data,
-		deleted: op == "DEL" || op == "PURGE" || m.Header.Get(jetstream.MarkerReasonHeader) != "",
-	})
-	return false, nil
 }
 
 // Values reads the value of every key of bucket matching filter, removed
@@ -344,16 +238,17 @@ func Values(ctx context.Context, js jetstream.JetStream, bucket, filter string) 
 	out := map[string][]byte{}
 	seq, scan := uint64(1), false
 	for {
-		b, err := batch(ctx, js, bucket, filter, seq, maxMultiLast, scan)
+		b, err := batch(ctx, js, bucket, filter, seq, directget.MaxMultiLast, scan)
 		if err != nil {
 			return nil, err
 		}
-		for _, m := range b.msgs {
-			seq = m.seq + 1
-			if m.deleted {
-				delete(out, m.key)
+		for i := range b.msgs {
+			m := &b.msgs[i]
+			seq = m.Seq + 1
+			if m.Deleted() {
+				delete(out, b.key(m))
 			} else {
-				out[m.key] = m.data
+				out[b.key(m)] = m.Data
 			}
 		}
 		if b.pending == 0 || len(b.msgs) == 0 {

@@ -322,26 +322,9 @@ func (w *Watch) probe(ctx context.Context, rev uint64) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	st, err := w.cfg.JS.Stream(ctx, w.stream)
-	if err != nil {
+	dropped, found := w.lookAt(ctx, from, rev)
+	if found != noChange {
 		return
-	}
-	var dropped int64
-	for seq := from; seq <= rev; seq++ {
-		m, err := st.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			return
-		}
-		if !w.watches(m.Subject) {
-			continue
-		}
-		if !statusShaped(m.Header, m.Data) {
-			return
-		}
-		dropped++
 	}
 	w.mu.Lock()
 	if w.live && w.seen < rev {
@@ -350,6 +333,47 @@ func (w *Watch) probe(ctx context.Context, rev uint64) {
 	}
 	w.mu.Unlock()
 	w.passOver(dropped, "status-shaped messages last in the bucket")
+}
+
+// What lookAt found among the stream's messages.
+const (
+	noChange    = iota // none is a change the watch delivers
+	changeFound        // at least one is
+	notLookedAt        // too many to look at, or the stream did not answer
+)
+
+// lookAt reads the stream's messages from sequence from to to (at most
+// maxProbe) and says whether any is a change the watch delivers, not one
+// gone, outside its keys or status-shaped (dropped by the client
+// library); it counts the status-shaped ones.
+func (w *Watch) lookAt(ctx context.Context, from, to uint64) (dropped int64, found int) {
+	if to < from {
+		return 0, noChange
+	}
+	if to-from >= maxProbe {
+		return 0, notLookedAt
+	}
+	st, err := w.cfg.JS.Stream(ctx, w.stream)
+	if err != nil {
+		return 0, notLookedAt
+	}
+	for seq := from; seq <= to; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, notLookedAt
+		}
+		if !w.watches(m.Subject) {
+			continue
+		}
+		if !statusShaped(m.Header, m.Data) {
+			return 0, changeFound
+		}
+		dropped++
+	}
+	return dropped, noChange
 }
 
 // statusShaped is a message the client library takes for a server
@@ -550,8 +574,19 @@ func (w *Watch) consume(ctx context.Context, next uint64) (uint64, error) {
 	}()
 	defer close(reconnected)
 	var delivered uint64
+	// after is the revision the deliveries so far reach (the last applied,
+	// or before the first this consumer can deliver); missing, what a quiet
+	// consumer's last look found never delivered.
+	after := max(next, stream.CachedInfo().State.FirstSeq, 1) - 1
+	var missing uint64
 	for {
-		m, err := it.Next()
+		m, err := w.next(it)
+		if errors.Is(err, nats.ErrTimeout) {
+			if err := w.settle(ctx, cons, delivered, after, &missing); err != nil {
+				return next, err
+			}
+			continue
+		}
 		if err != nil {
 			if replay.Load() {
 				return next, errReplay
@@ -588,7 +623,7 @@ func (w *Watch) consume(ctx context.Context, next uint64) (uint64, error) {
 		// Only this loop writes seen, so it may read it without the lock.
 		e.Again = e.Revision <= w.seen
 		w.cfg.Apply(e)
-		next = e.Revision + 1
+		next, after = e.Revision+1, e.Revision
 		w.mu.Lock()
 		w.seen = max(w.seen, e.Revision)
 		w.changed.Broadcast()
@@ -597,6 +632,65 @@ func (w *Watch) consume(ctx context.Context, next uint64) (uint64, error) {
 		}
 		w.mu.Unlock()
 	}
+}
+
+// next waits for the consumer's next message. While the watch loads or
+// replays it waits at most a heartbeat (then nats.ErrTimeout), so that a
+// quiet consumer is looked at (settle): the pending count a delivery
+// carries, which says when the watch has caught up, can stay above zero
+// after the last one.
+func (w *Watch) next(it jetstream.MessagesContext) (jetstream.Msg, error) {
+	w.mu.Lock()
+	catching := w.replaying != nil
+	w.mu.Unlock()
+	select {
+	case <-w.loaded:
+	default:
+		catching = true
+	}
+	if catching {
+		return it.Next(jetstream.NextMaxWait(w.cfg.Heartbeat))
+	}
+	return it.Next()
+}
+
+// settle looks at a consumer gone quiet while the watch loads or replays,
+// having applied delivered deliveries, which reach revision after. The
+// server's running count of pending messages can stay above zero after
+// the last delivery (a message replaced while the consumer passed over
+// it; measured under load: a replay then waited for the bucket's next
+// change, and the shards a replica had gained never fired), and the
+// client library drops a status-shaped message after the server counted
+// it. Asked, the server counts again: nothing pending and every delivery
+// applied is caught up. Deliveries that never reached the watch are
+// looked at in the stream: none that is a change is caught up too; a
+// change still missing at the next look was lost, and the consumer is
+// made anew from the next revision. The question stands in for the
+// heartbeats, which a short wait does not watch: no answer in time fails
+// the consumer as missed heartbeats would.
+func (w *Watch) settle(ctx context.Context, cons jetstream.Consumer, delivered, after uint64, missing *uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, max(2*w.cfg.Heartbeat, 2*time.Second))
+	defer cancel()
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("consumer info: %w", err)
+	}
+	if info.NumPending > 0 {
+		return nil
+	}
+	if info.Delivered.Consumer > delivered {
+		dropped, found := w.lookAt(ctx, after+1, info.Delivered.Stream)
+		switch {
+		case found == changeFound && *missing == info.Delivered.Consumer:
+			return fmt.Errorf("deliveries %d to %d never arrived", delivered+1, info.Delivered.Consumer)
+		case found != noChange:
+			*missing = info.Delivered.Consumer // in flight, or lost: look again
+			return nil
+		}
+		w.passOver(dropped, "status-shaped messages last in the bucket")
+	}
+	w.caughtUp()
+	return nil
 }
 
 // deleted reports whether a bucket message removes its key: a client's

@@ -563,3 +563,110 @@ func TestStatusShapedMessages(t *testing.T) {
 	}
 	_ = nc
 }
+
+// TestCaughtUpWhenPendingStaysAboveZero: a load or replay is complete once
+// every change is applied, even when the last delivery the watch gets
+// still counts messages pending. The server's running count does that
+// after a message replaced while its consumer passed over it (seen under
+// load: a replica's replay then waited for the bucket's next change, and
+// the shards it had gained never fired); a status-shaped message last in
+// the bucket, which the server delivers and the client library drops,
+// makes the same count here deterministically.
+func TestCaughtUpWhenPendingStaysAboveZero(t *testing.T) {
+	srv := startServer(t)
+	js := connect(t, srv.ns.ClientURL())
+	kv := bucket(t, js, "p")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	junk := func() {
+		t.Helper()
+		m := &nats.Msg{Subject: "$KV.p.junk", Header: nats.Header{"Status": []string{"404"}, "Description": []string{"No Messages"}}}
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 10 {
+		if _, err := kv.Put(ctx, "k"+strconv.Itoa(i), []byte("1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	junk()
+	v := &view{vals: map[string]string{}}
+	w := kvwatch.New(kvwatch.Config{JS: js, Bucket: "p", Apply: v.apply, Reset: v.reset})
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	waitLoaded(t, w)
+	if v.len() != 10 {
+		t.Fatalf("loaded %d keys, want 10", v.len())
+	}
+	// A replay, with changes while it runs and the junk last again.
+	done := w.Replay()
+	for i := range 10 {
+		if _, err := kv.Put(ctx, "k"+strconv.Itoa(i), []byte("2")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	junk()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the replay never caught up")
+	}
+	eventually(t, "every key at 2", func() bool {
+		for i := range 10 {
+			if got, _ := v.get("k" + strconv.Itoa(i)); got != "2" {
+				return false
+			}
+		}
+		return true
+	})
+	// The watch goes on with changes after it.
+	rev, err := kv.Put(ctx, "after", []byte("1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WaitSeen(ctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	if live, why := w.Live(); !live {
+		t.Fatalf("not live: %s", why)
+	}
+}
+
+// TestLoadsABucketOfOnlyAStatusShapedMessage: a bucket whose one message
+// the client library drops, far into its sequence, loads too.
+func TestLoadsABucketOfOnlyAStatusShapedMessage(t *testing.T) {
+	srv := startServer(t)
+	js := connect(t, srv.ns.ClientURL())
+	kv := bucket(t, js, "o")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range 100 {
+		if _, err := kv.Put(ctx, "k", []byte("1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := js.Stream(ctx, "KV_o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Purge(ctx); err != nil { // no marker left behind
+		t.Fatal(err)
+	}
+	m := &nats.Msg{Subject: "$KV.o.junk", Header: nats.Header{"Status": []string{"404"}}}
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	v := &view{vals: map[string]string{}}
+	w := kvwatch.New(kvwatch.Config{JS: js, Bucket: "o", Apply: v.apply, Reset: v.reset})
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	waitLoaded(t, w)
+	if v.len() != 0 {
+		t.Fatalf("loaded %d keys, want none", v.len())
+	}
+}

@@ -28,6 +28,22 @@ func Server(t testing.TB) *server.Server {
 	return ns
 }
 
+// JetStream connects to ns, closed when the test ends, and returns its
+// JetStream, with nothing provisioned.
+func JetStream(t testing.TB, ns *server.Server) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
 // Provisioned connects to ns and provisions chime's streams and buckets.
 func Provisioned(t testing.TB, ns *server.Server) (*nats.Conn, *engine.Resources) {
 	t.Helper()
