@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/chime-nats/chime/internal/directget"
 )
 
 // History is where a kind's finished records spend their retention once
@@ -69,35 +71,33 @@ func HistoryGet[T any](ctx context.Context, h History, agentID, id string, idOf 
 	if !h.On() {
 		return nil, jetstream.ErrKeyNotFound
 	}
-	subj := apiPrefix(h.JS.Options()) + "DIRECT.GET." + h.Stream
 	filter := h.Subject(agentID, id)
-	quoted, _ := json.Marshal(id)
+	quoted, err := json.Marshal(id)
+	if err != nil {
+		return nil, fmt.Errorf("history %s: %w", filter, err)
+	}
 	var found []byte
-	for seq := uint64(1); ; {
-		req, _ := json.Marshal(directGet{Seq: seq, NextFor: filter, Batch: historyBatch})
-		b, err := retried(ctx, &pacer{}, func(ctx context.Context) (*batchResult, error) {
-			return batchOnce(ctx, h.JS.Conn(), subj, req, 0, true)
-		})
-		if err != nil {
-			return nil, fmt.Errorf("history %s: %w", filter, err)
-		}
-		for _, m := range b.msgs {
-			seq = m.seq + 1
-			// A cheap look before decoding: most are other records.
-			if bytes.Contains(m.data, quoted) {
-				if v, err := decode[T](m.key, m.data); err == nil && idOf(v) == id {
-					found = m.data
-				}
+	err = h.reader().Walk(ctx, directget.Request{NextFor: filter, Batch: historyBatch}, func(m *directget.Msg) error {
+		// A cheap look before decoding: most are other records.
+		if bytes.Contains(m.Data, quoted) {
+			if v, err := decode[T](m.Subject, m.Data); err == nil && idOf(v) == id {
+				found = m.Data
 			}
 		}
-		if b.pending == 0 || len(b.msgs) == 0 {
-			break
-		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("history %s: %w", filter, err)
 	}
 	if found == nil {
 		return nil, jetstream.ErrKeyNotFound
 	}
 	return decode[T](filter, found)
+}
+
+// reader reads h's stream by direct gets, retried as every read is.
+func (h History) reader() *directget.Stream {
+	return directget.New(h.JS, h.Stream, directget.WithRetry(Retried[*directget.Answer]))
 }
 
 // HistoryPage reads one page of agentID's records in h from seq (0: the
@@ -107,25 +107,22 @@ func HistoryPage[T any](ctx context.Context, h History, agentID string, seq uint
 	if !h.On() || limit <= 0 {
 		return nil, 0, nil
 	}
-	subj := apiPrefix(h.JS.Options()) + "DIRECT.GET." + h.Stream
-	req, _ := json.Marshal(directGet{Seq: max(seq, 1), NextFor: h.Filter(agentID), Batch: limit})
-	b, err := retried(ctx, &pacer{}, func(ctx context.Context) (*batchResult, error) {
-		return batchOnce(ctx, h.JS.Conn(), subj, req, 0, true)
-	})
+	a, err := h.reader().Get(ctx, directget.Request{Seq: max(seq, 1), NextFor: h.Filter(agentID), Batch: limit})
 	if err != nil {
 		return nil, 0, fmt.Errorf("history %s: %w", h.Filter(agentID), err)
 	}
-	out := make([]T, 0, len(b.msgs))
+	out := make([]T, 0, len(a.Msgs))
 	next := uint64(0)
-	for _, m := range b.msgs {
-		v, err := decode[T](m.key, m.data)
+	for i := range a.Msgs {
+		m := &a.Msgs[i]
+		v, err := decode[T](m.Subject, m.Data)
 		if err != nil {
 			return nil, 0, err
 		}
 		out = append(out, *v)
-		next = m.seq + 1
+		next = m.Seq + 1
 	}
-	if b.pending == 0 {
+	if a.Pending == 0 {
 		next = 0
 	}
 	return out, next, nil
