@@ -43,8 +43,16 @@ func TestEndedWaitsLeaveTheirBucket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []*subjects.Wait{picked, named} {
-		if _, ended, err := s.Cancel(ctx, "h", w.ID, subjects.CancelByRequest, "Wait cancelled."); err != nil || !ended {
+	byIntervention, err := s.Create(ctx, "h", &subjects.WaitSpec{Mode: subjects.WaitDuration, Target: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []*subjects.Wait{byIntervention, picked, named} {
+		by := subjects.CancelByRequest
+		if w == byIntervention {
+			by = "iv_x"
+		}
+		if _, ended, err := s.Cancel(ctx, "h", w.ID, by, "Wait cancelled."); err != nil || !ended {
 			t.Fatalf("cancel %s: %v %v", w.ID, ended, err)
 		}
 	}
@@ -61,6 +69,15 @@ func TestEndedWaitsLeaveTheirBucket(t *testing.T) {
 	if _, err := kv.Get(ctx, "h.mine"); err != nil {
 		t.Fatalf("a wait with the caller's id left its bucket: %v", err)
 	}
+	// Archived in the order they ended: the one cancelled by an
+	// intervention came first, and stays for the intervention's
+	// redelivery, which lists the bucket.
+	if all, err := s.List(ctx, "h"); err != nil || len(all) != 2 {
+		t.Fatalf("the bucket holds %+v (%v), want the waits of the caller's id and of the intervention", all, err)
+	}
+	if _, err := kv.Get(ctx, "h."+byIntervention.ID); err != nil {
+		t.Fatalf("a wait cancelled by an intervention left its bucket: %v", err)
+	}
 	if got, err := s.Get(ctx, "h", picked.ID); err != nil || got.Status != subjects.WaitCancelled {
 		t.Fatalf("get from the history: %+v %v", got, err)
 	}
@@ -68,7 +85,7 @@ func TestEndedWaitsLeaveTheirBucket(t *testing.T) {
 		t.Fatalf("a second cancel: %+v %v %v", got, ended, err)
 	}
 	page, next, err := s.Page(ctx, "h", 10, subjects.CursorPos{})
-	if err != nil || len(page) != 2 || page[0].ID != "mine" || page[1].ID != picked.ID || next.Bucket < next.Buckets {
+	if err != nil || len(page) != 3 || page[0].ID != byIntervention.ID || page[1].ID != "mine" || page[2].ID != picked.ID || next.Bucket < next.Buckets {
 		t.Fatalf("list: %+v %+v %v", page, next, err)
 	}
 }

@@ -52,15 +52,25 @@ func NewStore(waits *partitions.Set, agents *agents.Store, now func() time.Time,
 // (see kvrec.Archiver), and reads them there: a get, a list, an end that
 // finds the wait ended. A wait whose ID the caller chose (an id or a
 // request_id) stays in its bucket for its retention, as before, so that
-// the ID stays taken (wait_exists) or the request's retry finds it.
+// the ID stays taken (wait_exists) or the request's retry finds it; so
+// does a wait cancelled by an intervention (see archive).
 func (s *Store) WithHistory(h kvrec.History, a *kvrec.Archiver) *Store {
 	s.history, s.archiver = h, a
 	return s
 }
 
-// archive hands a wait just written ended at rev to the archiver.
+// archive hands a wait just written ended at rev to the archiver. Only an
+// end that a retry finds again through Update goes: a completion (the
+// fire's redelivery) and a cancel by request (the request's retry). A
+// wait cancelled by an intervention stays in its bucket: the
+// intervention's redelivery finds what it cancelled, to deliver its end
+// again, by listing the bucket (see Consumer.apply), and the history is
+// not listed for that.
 func (s *Store) archive(kv jetstream.KeyValue, key string, rev uint64, w *subjects.Wait) {
 	if !w.Ended() || !chimePicked(w) || !s.history.On() {
+		return
+	}
+	if w.Status != subjects.WaitCompleted && w.CancelledBy != subjects.CancelByRequest {
 		return
 	}
 	data, err := json.Marshal(w)
