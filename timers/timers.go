@@ -186,7 +186,10 @@ func (s *Store) List(ctx context.Context, agentID string, limit int, from subjec
 
 // Someone reports whether a timer with this ID exists under any agent:
 // a timer is keyed by its agent, so one agent asking for another's finds
-// it only this way.
+// it only this way. It looks in the buckets only, not in the history: the
+// history's subjects name the agent, so finding an ID there without it
+// would read a sixteenth of every agent's finished timers, a cost any
+// agent could ask for with an ID it made up.
 func (s *Store) Someone(ctx context.Context, timerID string) (bool, error) {
 	for _, kv := range s.set.KVs {
 		found, err := kvrec.List[subjects.Timer](ctx, kv, s.set.Layout.IDKeys(timerID))
