@@ -216,6 +216,8 @@ type Topology struct {
 	// RecordRetention is how long finished records are kept: the history
 	// stream's MaxAge. Zero keeps them.
 	RecordRetention time.Duration
+	// HistoryMaxBytes bounds the history stream's size; zero is no limit.
+	HistoryMaxBytes int64
 	// MarkerTTL is how long the record buckets keep the marker of a key
 	// removed (expired or purged); zero is DefaultMarkerTTL.
 	MarkerTTL time.Duration
@@ -277,6 +279,8 @@ func LimitVar(name string) string {
 		return "CHIME_INBOX_MAX_BYTES"
 	case EventsStream:
 		return "CHIME_EVENT_MAX_BYTES"
+	case HistoryStream:
+		return "CHIME_HISTORY_MAX_BYTES"
 	}
 	return ""
 }
@@ -536,9 +540,14 @@ func streams(t Topology) []jetstream.StreamConfig {
 			Subjects:    []string{HistoryTimers + ".>", HistoryWaits + ".>"},
 			Retention:   jetstream.LimitsPolicy,
 			MaxAge:      t.RecordRetention,
+			MaxBytes:    noLimit(t.HistoryMaxBytes),
 			// Gets and lists read it by direct gets, answered by any replica.
 			AllowDirect: true,
-			Discard:     jetstream.DiscardOld,
+			// Full, the oldest finished records go before their retention
+			// ends (a get then answers not found): never a live record, and
+			// never a refused archive, which would keep the record in its
+			// bucket at the memory cost the history is there to save.
+			Discard: jetstream.DiscardOld,
 			// Nothing is published with a Nats-Msg-Id: a repeat of an archive
 			// is read as one (the last one counts). The shortest window the
 			// server allows when MaxAge is short.

@@ -180,7 +180,8 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		Replicas: cfg.JSReplicas, LeaseTTL: cfg.LeaseTTL, Layout: layout,
 		InboxMaxAge: cfg.InboxMaxAge, EventMaxAge: cfg.EventMaxAge, DedupWindow: dedup,
 		InboxMaxBytes: int64(cfg.InboxMaxBytes), EventMaxBytes: int64(cfg.EventMaxBytes), InboxMaxPerAgent: cfg.InboxMaxPerAgent,
-		TaskOutputMaxAge: cfg.RecordRetention, RecordRetention: cfg.RecordRetention, SessionMaxAge: cfg.NATSSessionMaxAge,
+		TaskOutputMaxAge: cfg.RecordRetention, RecordRetention: cfg.RecordRetention, HistoryMaxBytes: int64(cfg.HistoryMaxBytes),
+		SessionMaxAge: cfg.NATSSessionMaxAge,
 		MaxBytes: map[string]int64{
 			engine.TimersBucket: int64(cfg.TimersMaxBytes), engine.WaitsBucket: int64(cfg.WaitsMaxBytes),
 			engine.TasksBucket: int64(cfg.TasksMaxBytes), engine.TaskOutputsBucket: int64(cfg.TaskOutputsMaxBytes),
