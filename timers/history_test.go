@@ -2,7 +2,9 @@ package timers_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -141,5 +143,58 @@ func TestFinishedTimersLeaveTheirBucket(t *testing.T) {
 			t.Fatalf("list after the retention: %d timers, want only the live one", len(page))
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+// TestListsARecordInBothOnce: a finished timer stored in the history whose
+// key still holds it in its bucket (the purge not done yet, or failed) is
+// listed once, from its bucket; one only in the history is listed from
+// there.
+func TestListsARecordInBothOnce(t *testing.T) {
+	ns := natstest.Server(t)
+	_, res := natstest.ProvisionedAs(t, ns, engine.Topology{
+		Replicas: 1, LeaseTTL: 2 * time.Second, InboxMaxAge: time.Hour, EventMaxAge: time.Hour, DedupWindow: time.Minute,
+		RecordRetention: time.Hour,
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r := kvrec.Retention{JS: res.JS, After: time.Hour, Markers: time.Second}
+	h := kvrec.History{JS: res.JS, Stream: engine.HistoryStream, Prefix: engine.HistoryTimers}
+	// An archiver never started: the test moves the records itself.
+	s := timers.NewStore(res.Timers, nil, r).WithHistory(h, kvrec.NewArchiver(r, nil))
+	kv := res.Timers.KVs[0]
+	var ids []string
+	for _, moved := range []bool{false, true} {
+		tm, err := s.Create(ctx, "h", subjects.TimerSpec{Duration: time.Hour, Summary: "t"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tm, err = s.Cancel(ctx, "h", tm.ID); err != nil {
+			t.Fatal(err)
+		}
+		data, err := json.Marshal(tm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := res.JS.Publish(ctx, h.Subject("h", tm.ID), data); err != nil {
+			t.Fatal(err)
+		}
+		if moved {
+			if err := kv.Purge(ctx, "h."+tm.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids = append(ids, tm.ID)
+	}
+	page, next, err := s.List(ctx, "h", 10, subjects.CursorPos{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, tm := range page {
+		got = append(got, tm.ID)
+	}
+	if !slices.Equal(got, ids) || next.Bucket < next.Buckets {
+		t.Fatalf("list %v (next %+v), want %v once each", got, next, ids)
 	}
 }

@@ -174,7 +174,11 @@ func (s *Store) update(ctx context.Context, agentID, timerID string, change func
 // history in the order they finished; and where the next page starts. It reads
 // what it returns (see kvrec.ListPage), whatever else the agent keeps.
 func (s *Store) List(ctx context.Context, agentID string, limit int, from subjects.CursorPos) ([]subjects.Timer, subjects.CursorPos, error) {
-	pg, err := kvrec.PageWithHistory[subjects.Timer](ctx, s.retention.JS, s.set.Buckets(), s.set.Layout.AgentKeys(agentID), s.history, agentID, kvrec.Pos(from), limit)
+	pg, err := kvrec.PageWithHistory(ctx, s.retention.JS, s.set.Buckets(), s.set.Layout.AgentKeys(agentID), s.history, agentID, kvrec.Pos(from), limit,
+		func(t *subjects.Timer) (string, string) {
+			kv, key := s.set.For(agentID, t.ID)
+			return kv.Bucket(), key
+		})
 	if errors.Is(err, kvrec.ErrPos) {
 		return nil, subjects.CursorPos{}, subjects.ErrCursorStale()
 	}

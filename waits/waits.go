@@ -265,7 +265,11 @@ func (s *Store) List(ctx context.Context, agentID string) ([]subjects.Wait, erro
 // Page returns a page of the agent's waits, as timers.Store.List does
 // for timers.
 func (s *Store) Page(ctx context.Context, agentID string, limit int, from subjects.CursorPos) ([]subjects.Wait, subjects.CursorPos, error) {
-	pg, err := kvrec.PageWithHistory[subjects.Wait](ctx, s.retention.JS, s.waits.Buckets(), s.waits.Layout.AgentKeys(agentID), s.history, agentID, kvrec.Pos(from), limit)
+	pg, err := kvrec.PageWithHistory(ctx, s.retention.JS, s.waits.Buckets(), s.waits.Layout.AgentKeys(agentID), s.history, agentID, kvrec.Pos(from), limit,
+		func(w *subjects.Wait) (string, string) {
+			kv, key := s.waits.For(agentID, w.ID)
+			return kv.Bucket(), key
+		})
 	if errors.Is(err, kvrec.ErrPos) {
 		return nil, subjects.CursorPos{}, subjects.ErrCursorStale()
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -228,7 +229,8 @@ func (a *Archiver) archive(ctx context.Context, j archiveJob) {
 	err := a.ret.PurgeRev(ctx, j.kv, j.key, j.rev)
 	if err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		// It stays in both for its retention: a get finds it in its
-		// bucket first.
+		// bucket first, and a list leaves out the history's copy
+		// (PageWithHistory).
 		a.skipped.Inc()
 		a.log.Warn("finished record left in its bucket: purge failed", "key", j.key, "err", err)
 		return
@@ -253,8 +255,11 @@ func (a *Archiver) Archive(h History, kv jetstream.KeyValue, key string, rev uin
 // PageWithHistory is ListPage over buckets (filter, no keep) followed by
 // agentID's records in h, as one walk: its positions count h as one more
 // bucket after the others, so a position of a walk without the history is
-// refused (ErrPos). With h off it is ListPage.
-func PageWithHistory[T any](ctx context.Context, js jetstream.JetStream, buckets []string, filter string, h History, agentID string, from Pos, limit int) (Page[T], error) {
+// refused (ErrPos). With h off it is ListPage. liveKey names a record's
+// bucket and key: a record of the history whose key still holds it in its
+// bucket (moved, not purged yet: an instant, or for its retention when the
+// purge failed) is left out, as it comes from the bucket.
+func PageWithHistory[T any](ctx context.Context, js jetstream.JetStream, buckets []string, filter string, h History, agentID string, from Pos, limit int, liveKey func(*T) (bucket, key string)) (Page[T], error) {
 	if !h.On() {
 		return ListPage[T](ctx, js, buckets, filter, from, limit, nil)
 	}
@@ -304,12 +309,58 @@ func PageWithHistory[T any](ctx context.Context, js jetstream.JetStream, buckets
 	if err != nil {
 		return Page[T]{}, err
 	}
-	pg.Items = append(pg.Items, items...)
 	pg.Read += len(items)
+	items, asked, err := notInBucket(ctx, js, items, liveKey)
+	pg.Requests += asked
+	if err != nil {
+		return Page[T]{}, err
+	}
+	pg.Items = append(pg.Items, items...)
 	if next == 0 {
 		pg.Next = end
 	} else {
 		pg.Next = Pos{Buckets: n + 1, Bucket: n, Seq: next}
 	}
 	return pg, nil
+}
+
+// notInBucket leaves out of items, records read from the history, those
+// whose key still holds a record in its bucket, in one multi-last direct
+// get per bucket (and 1024 keys); it returns how many it asked.
+func notInBucket[T any](ctx context.Context, js jetstream.JetStream, items []T, liveKey func(*T) (string, string)) ([]T, int, error) {
+	if liveKey == nil || len(items) == 0 {
+		return items, 0, nil
+	}
+	subject := func(v *T) string {
+		bucket, key := liveKey(v)
+		return "$KV." + bucket + "." + key
+	}
+	byBucket := map[string][]string{}
+	for i := range items {
+		bucket, _ := liveKey(&items[i])
+		byBucket[bucket] = append(byBucket[bucket], subject(&items[i]))
+	}
+	live, asked := map[string]bool{}, 0
+	for bucket, subjects := range byBucket {
+		st := directget.New(js, "KV_"+bucket, directget.WithRetry(Retried[*directget.Answer]))
+		for chunk := range slices.Chunk(subjects, directget.MaxMultiLast) {
+			asked++
+			a, err := st.Get(ctx, directget.Request{MultiLast: chunk, Batch: len(chunk)})
+			if err != nil {
+				return nil, asked, fmt.Errorf("history: which records are still in %s: %w", bucket, err)
+			}
+			for i := range a.Msgs {
+				if !a.Msgs[i].Deleted() {
+					live[a.Msgs[i].Subject] = true
+				}
+			}
+		}
+	}
+	out := make([]T, 0, len(items))
+	for i := range items {
+		if !live[subject(&items[i])] {
+			out = append(out, items[i])
+		}
+	}
+	return out, asked, nil
 }
