@@ -71,18 +71,20 @@ type Config struct {
 
 // Operations are the agent actions, by the action part of their subject.
 type Operations struct {
-	store      *timers.Store
-	waits      *waits.Store
-	waitOps    *waits.Requests
-	triggers   *callbacks.Store
-	callbacks  *callbacks.Service
-	tokens     *access.Tokens
-	questions  *questions.Service
-	quotas     *quotas.Quotas
-	tz         string
-	now        func() time.Time
-	log        *slog.Logger
-	requests   *prometheus.CounterVec
+	store     *timers.Store
+	waits     *waits.Store
+	waitOps   *waits.Requests
+	triggers  *callbacks.Store
+	callbacks *callbacks.Service
+	tokens    *access.Tokens
+	questions *questions.Service
+	quotas    *quotas.Quotas
+	tz        string
+	now       func() time.Time
+	log       *slog.Logger
+	requests  *prometheus.CounterVec
+	// panics counts handler panics recovered, by surface (see recovered).
+	panics     *prometheus.CounterVec
 	waitFor    *waitfor.Service
 	tasks      *tasks.Store
 	agents     *agents.Store
@@ -115,10 +117,13 @@ func NewOperations(c Config) *Operations {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chime_requests_total", Help: "Requests by endpoint and outcome (ok or the error code).",
 		}, []string{"endpoint", "outcome"}),
+		panics: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chime_request_panics_total", Help: "Requests whose handler panicked, by surface (nats, http): answered internal, the replica kept running.",
+		}, []string{"surface"}),
 		questions: c.Questions,
 	}
 	if reg != nil {
-		reg.MustRegister(o.requests)
+		reg.MustRegister(o.requests, o.panics)
 	}
 	return o
 }

@@ -113,7 +113,7 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (boo
 		}
 		writeJSON(w, http.StatusNotFound, subjects.MarshalError(&subjects.Error{Code: "not_found", Message: "no route for " + r.Method + " " + path}))
 	})
-	return crossOrigin(guard{resolver}.wrap(mux))
+	return crossOrigin(guard{resolver}.wrap(ops.recoverHTTP(mux)))
 }
 
 // asSent passes a route's body to its action as it was sent.

@@ -37,22 +37,33 @@ type ServiceConfig struct {
 	// Triggers names a callback token's trigger, for Confine.
 	Triggers access.CallbackResolver
 	Log      *slog.Logger
-	// Registerer receives chime_requests_refused_total; nil registers none.
+	// Registerer receives chime_requests_refused_total and
+	// chime_replies_failed_total; nil registers none.
 	Registerer prometheus.Registerer
+	// MaxConcurrent bounds requests in flight on this replica; zero is
+	// defaultMaxConcurrent.
+	MaxConcurrent int
 }
 
 // Service is the micro service every replica registers.
 type Service struct {
-	cfg     ServiceConfig
-	ops     *Operations
-	nc      *nats.Conn
-	svc     micro.Service
-	sem     chan struct{}
-	ctx     context.Context
-	once    sync.Once
-	err     error
-	log     *slog.Logger
-	refused *prometheus.CounterVec
+	cfg ServiceConfig
+	ops *Operations
+	nc  *nats.Conn
+	svc micro.Service
+	sem chan struct{}
+	// stopping is closed when Stop begins: requests micro still hands
+	// over while its subscriptions drain are served if a slot is free and
+	// answered unavailable otherwise, never left waiting for a slot that
+	// Stop holds.
+	stopping chan struct{}
+	ctx      context.Context
+	once     sync.Once
+	err      error
+	log      *slog.Logger
+	refused  *prometheus.CounterVec
+	// failed counts replies that could not be sent as built.
+	failed *prometheus.CounterVec
 	// refusedLog paces the log of refused requests: a flood of them is
 	// one line per interval, with the count since the last.
 	refusedLog *pacer.Pacer
@@ -61,13 +72,13 @@ type Service struct {
 // refusedLogInterval is how often refused requests are logged at most.
 const refusedLogInterval = 10 * time.Second
 
-// maxConcurrent bounds requests in flight per replica. micro calls a
+// defaultMaxConcurrent bounds requests in flight per replica. micro calls a
 // handler serially per subscription, so each request moves to its own
 // goroutine, bounded here, to keep storage round trips overlapping.
 // Replies go out on the connection, not through micro.Request: micro
 // reads the request's error state for its stats once the handler
 // returns, which would race with a reply sent later.
-const maxConcurrent = 1024
+const defaultMaxConcurrent = 1024
 
 // flushTimeout bounds the round trip that registers the endpoints.
 const flushTimeout = 10 * time.Second
@@ -77,6 +88,9 @@ func StartService(ctx context.Context, cfg ServiceConfig) (*Service, error) {
 	nc, ops := cfg.NC, cfg.Ops
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxConcurrent <= 0 {
+		cfg.MaxConcurrent = defaultMaxConcurrent
 	}
 	if cfg.Confine && cfg.Triggers == nil {
 		return nil, fmt.Errorf("api: a confined service needs the callback triggers")
@@ -91,17 +105,23 @@ func StartService(ctx context.Context, cfg ServiceConfig) (*Service, error) {
 		return nil, fmt.Errorf("api: micro service: %w", err)
 	}
 	s := &Service{
-		cfg: cfg, ops: ops, nc: nc, svc: svc, sem: make(chan struct{}, maxConcurrent), ctx: ctx,
+		cfg: cfg, ops: ops, nc: nc, svc: svc, sem: make(chan struct{}, cfg.MaxConcurrent), stopping: make(chan struct{}), ctx: ctx,
 		log: cfg.Log.With("component", "service"), refusedLog: pacer.New(refusedLogInterval),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chime_requests_refused_total",
 			Help: "NATS requests refused unserved, by reason (reply_subject: the reply subject is no inbox of a principal that may send the request).",
 		}, []string{"reason"}),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chime_replies_failed_total",
+			Help: "NATS replies not sent as built, by reason (too_large: over the server's max payload, answered reply_too_large instead; publish: the publish failed, the caller gets no answer).",
+		}, []string{"reason"}),
 	}
 	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(s.refused); err != nil {
-			_ = svc.Stop()
-			return nil, fmt.Errorf("api: metrics: %w", err)
+		for _, c := range []prometheus.Collector{s.refused, s.failed} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				_ = svc.Stop()
+				return nil, fmt.Errorf("api: metrics: %w", err)
+			}
 		}
 	}
 	add := func(subject string, h func(micro.Request) *nats.Msg) error {
@@ -139,16 +159,69 @@ func StartService(ctx context.Context, cfg ServiceConfig) (*Service, error) {
 
 func (s *Service) handler(h func(micro.Request) *nats.Msg) func(micro.Request) {
 	return func(req micro.Request) {
-		s.sem <- struct{}{}
+		select {
+		case s.sem <- struct{}{}:
+		case <-s.stopping:
+			s.send(req, answer(req, nil, errStopping))
+			return
+		}
 		go func() {
 			defer func() { <-s.sem }()
-			// A request without a reply subject is served and answered
-			// nowhere; a refused one is not served.
-			if m := h(req); m != nil && m.Subject != "" {
-				_ = s.nc.PublishMsg(m)
-			}
+			s.send(req, s.serve(h, req))
 		}()
 	}
+}
+
+// errStopping answers a request that reached this replica while it stops
+// and all its slots are taken: another replica can serve the retry.
+var errStopping = &retryError{
+	wire:  &subjects.Error{Code: subjects.CodeUnavailable, Message: canceledMessage},
+	after: retryAfter,
+}
+
+// serve runs h; a panic in it is counted and answered internal rather than
+// taking the replica down, as net/http does for a route.
+func (s *Service) serve(h func(micro.Request) *nats.Msg, req micro.Request) (m *nats.Msg) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.ops.recovered("nats", req.Subject(), r)
+			m = answer(req, nil, errInternal)
+		}
+	}()
+	return h(req)
+}
+
+// send publishes a reply. A request without a reply subject is served and
+// answered nowhere; a refused one (nil) is not answered. A reply over the
+// server's max payload becomes reply_too_large, so that the caller learns
+// to ask for less rather than time out.
+func (s *Service) send(req micro.Request, m *nats.Msg) {
+	if m == nil || m.Subject == "" {
+		return
+	}
+	if max := s.nc.MaxPayload(); max > 0 && int64(len(m.Data)+headerSize(m.Header)) > max {
+		s.failed.WithLabelValues("too_large").Inc()
+		s.log.Warn("reply over the max payload answered reply_too_large", "subject", req.Subject(), "bytes", len(m.Data), "max_payload", max)
+		m = answer(req, nil, subjects.ErrReplyTooLarge(len(m.Data), max))
+	}
+	if err := s.nc.PublishMsg(m); err != nil {
+		s.failed.WithLabelValues("publish").Inc()
+		s.log.Warn("reply not sent", "subject", req.Subject(), "err", err)
+	}
+}
+
+// headerSize is about what m's headers add to its payload.
+func headerSize(h nats.Header) int {
+	n := 0
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	if n > 0 {
+		n += len("NATS/1.0\r\n\r\n")
+	}
+	return n
 }
 
 // reply runs action for the subject's agent.
@@ -226,6 +299,7 @@ func answer(req micro.Request, res any, err error) *nats.Msg {
 // their reply. It is idempotent.
 func (s *Service) Stop() error {
 	s.once.Do(func() {
+		close(s.stopping)
 		s.err = s.svc.Stop()
 		for range cap(s.sem) {
 			s.sem <- struct{}{}

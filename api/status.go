@@ -29,6 +29,11 @@ func httpStatus(code string) int {
 		return http.StatusTooManyRequests
 	case subjects.CodePayloadTooLarge:
 		return http.StatusRequestEntityTooLarge
+	case subjects.CodeReplyTooLarge:
+		// The request was valid but asks for more than one reply carries:
+		// the caller's to change, like 413, but the reply's size, not the
+		// request's.
+		return http.StatusUnprocessableEntity
 	case subjects.CodeUnavailable:
 		return http.StatusServiceUnavailable
 	case subjects.CodeStorageFull, subjects.CodeBucketFull:

@@ -29,6 +29,10 @@ const (
 	// its byte limit (HTTP 507): others still take writes; this one again
 	// once older records end and expire, or the limit is raised.
 	CodeBucketFull = "bucket_full"
+	// CodeReplyTooLarge answers, over NATS, a request whose reply would
+	// exceed the server's max payload: asking for fewer items (a smaller
+	// limit) helps; repeating the same request does not.
+	CodeReplyTooLarge = "reply_too_large"
 )
 
 // Error is the one error shape of chime's replies:
@@ -70,6 +74,13 @@ const MaxRequestBody = 64 << 10
 // "callback".
 func BodyTooLarge(what string, limit int64) *Error {
 	return &Error{Code: CodePayloadTooLarge, Message: fmt.Sprintf("%s body larger than %d KiB", what, limit>>10)}
+}
+
+// ErrReplyTooLarge is the reply_too_large error of a reply of size bytes
+// over the server's max payload.
+func ErrReplyTooLarge(size int, maxPayload int64) *Error {
+	return &Error{Code: CodeReplyTooLarge, Message: fmt.Sprintf(
+		"the reply (%d bytes) is larger than the NATS server's max payload (%d bytes); ask for fewer items (a smaller limit), or use HTTP", size, maxPayload)}
 }
 
 // ErrorReply is the JSON body that wraps an Error.

@@ -273,7 +273,10 @@ func (s *Stream) once(ctx context.Context, req *Request, body []byte) (*Answer, 
 // status, a request's one message, or a message of a batch without a
 // pending count (a server before batch gets answers one message alone).
 func (a *Answer) add(m *nats.Msg, batch bool) (bool, error) {
-	if status := m.Header.Get(statusHeader); status != "" && len(m.Data) == 0 {
+	// A stored message keeps its own headers, Status included (anyone may
+	// publish one into a stream): only the server's answers come without
+	// the stored message's sequence.
+	if status := m.Header.Get(statusHeader); status != "" && len(m.Data) == 0 && m.Header.Get(jetstream.SequenceHeader) == "" {
 		return true, a.status(status, m.Header)
 	}
 	seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)

@@ -167,6 +167,35 @@ func TestStatusAnswers(t *testing.T) {
 	})
 }
 
+// TestStoredStatusShapedMessages: a message anyone stored with a Status
+// header and no body (as a pull's status reply aimed into a KV bucket
+// is) is read as the message it is, alone or in a batch, not taken for
+// the server's answer (which made every read of the bucket fail).
+func TestStoredStatusShapedMessages(t *testing.T) {
+	each(t, func(t *testing.T, js jetstream.JetStream, ctx context.Context, st *directget.Stream) {
+		// Not 503: nats.go itself reads a bodiless message with that
+		// status as "no responders" before chime sees it.
+		for _, status := range []string{"404", "204", "408", "409"} {
+			m := &nats.Msg{Subject: "s.planted." + status, Header: nats.Header{"Status": []string{status}, "Description": []string{"planted"}}}
+			if _, err := js.PublishMsg(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a, err := st.Get(ctx, directget.Request{LastFor: "s.planted.404"})
+		if err != nil || len(a.Msgs) != 1 || a.Msgs[0].Subject != "s.planted.404" {
+			t.Fatalf("last for a planted 404: %+v %v, want the message", a, err)
+		}
+		a, err = st.Get(ctx, directget.Request{Seq: 1, NextFor: "s.planted.*", Batch: 10})
+		if err != nil || !slices.Equal(seqs(a), []uint64{22, 23, 24, 25}) {
+			t.Fatalf("a batch of planted statuses: %v %v, want 22..25", a, err)
+		}
+		a, err = st.Get(ctx, directget.Request{MultiLast: []string{"s.planted.*"}})
+		if err != nil || len(a.Msgs) != 4 {
+			t.Fatalf("multi-last of planted statuses: %v %v, want 4", a, err)
+		}
+	})
+}
+
 // TestRetry: a stream's reads are retried as its Retry says: one that
 // finds no responder until the stream answers direct gets gets its answer
 // then.
