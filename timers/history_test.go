@@ -23,19 +23,11 @@ import (
 // it; a live timer and a timer made with a request_id stay in the bucket.
 func TestFinishedTimersLeaveTheirBucket(t *testing.T) {
 	const retention = 3 * time.Second
-	ns := natstest.Server(t)
-	_, res := natstest.ProvisionedAs(t, ns, engine.Topology{
-		Replicas: 1, LeaseTTL: 2 * time.Second, InboxMaxAge: time.Hour, EventMaxAge: time.Hour, DedupWindow: time.Minute,
-		RecordRetention: retention,
-	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	r := kvrec.Retention{JS: res.JS, After: retention, Markers: time.Second}
-	arch := kvrec.NewArchiver(r, nil)
+	res, _, arch, s := historyStore(t, retention)
 	arch.Start(ctx)
 	defer arch.Stop()
-	s := timers.NewStore(res.Timers, nil, r).
-		WithHistory(kvrec.History{JS: res.JS, Stream: engine.HistoryStream, Prefix: engine.HistoryTimers}, arch)
 	kv := res.Timers.KVs[0]
 
 	var made []*subjects.Timer
@@ -151,17 +143,10 @@ func TestFinishedTimersLeaveTheirBucket(t *testing.T) {
 // listed once, from its bucket; one only in the history is listed from
 // there.
 func TestListsARecordInBothOnce(t *testing.T) {
-	ns := natstest.Server(t)
-	_, res := natstest.ProvisionedAs(t, ns, engine.Topology{
-		Replicas: 1, LeaseTTL: 2 * time.Second, InboxMaxAge: time.Hour, EventMaxAge: time.Hour, DedupWindow: time.Minute,
-		RecordRetention: time.Hour,
-	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	r := kvrec.Retention{JS: res.JS, After: time.Hour, Markers: time.Second}
-	h := kvrec.History{JS: res.JS, Stream: engine.HistoryStream, Prefix: engine.HistoryTimers}
-	// An archiver never started: the test moves the records itself.
-	s := timers.NewStore(res.Timers, nil, r).WithHistory(h, kvrec.NewArchiver(r, nil))
+	// The archiver is never started: the test moves the records itself.
+	res, h, _, s := historyStore(t, time.Hour)
 	kv := res.Timers.KVs[0]
 	var ids []string
 	for _, moved := range []bool{false, true} {
@@ -197,4 +182,19 @@ func TestListsARecordInBothOnce(t *testing.T) {
 	if !slices.Equal(got, ids) || next.Bucket < next.Buckets {
 		t.Fatalf("list %v (next %+v), want %v once each", got, next, ids)
 	}
+}
+
+// historyStore is a timers store on an embedded server whose finished
+// timers go to the history stream, kept for retention, through the
+// archiver returned (not started).
+func historyStore(t *testing.T, retention time.Duration) (*engine.Resources, kvrec.History, *kvrec.Archiver, *timers.Store) {
+	t.Helper()
+	_, res := natstest.ProvisionedAs(t, natstest.Server(t), engine.Topology{
+		Replicas: 1, LeaseTTL: 2 * time.Second, InboxMaxAge: time.Hour, EventMaxAge: time.Hour, DedupWindow: time.Minute,
+		RecordRetention: retention,
+	})
+	r := kvrec.Retention{JS: res.JS, After: retention, Markers: time.Second}
+	h := kvrec.History{JS: res.JS, Stream: engine.HistoryStream, Prefix: engine.HistoryTimers}
+	arch := kvrec.NewArchiver(r, nil)
+	return res, h, arch, timers.NewStore(res.Timers, nil, r).WithHistory(h, arch)
 }
