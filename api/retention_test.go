@@ -186,7 +186,8 @@ func TestFinishedRecordsExpire(t *testing.T) {
 }
 
 // TestRetentionZeroKeepsRecords: with CHIME_RECORD_RETENTION=0 nothing
-// expires, as before.
+// expires, as before: the cancelled timer moves to CHIME_HISTORY, which
+// then has no maximum age, and a get still finds it there.
 func TestRetentionZeroKeepsRecords(t *testing.T) {
 	_, nc := startChimeWith(t, io.Discard, func(c *config.Config) { c.RecordRetention = 0 })
 	c, _ := client.New(nc, "keep")
@@ -202,12 +203,18 @@ func TestRetentionZeroKeepsRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := js.Stream(ctx, "KV_"+engine.TimersBucket)
+	s, err := js.Stream(ctx, engine.HistoryStream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := s.GetLastMsgForSubject(ctx, "$KV."+engine.TimersBucket+".keep."+tm.ID)
-	if err != nil || m.Header.Get(jetstream.MsgTTLHeader) != "" {
-		t.Fatalf("cancelled timer with retention 0: %v %v", err, m)
+	if s.CachedInfo().Config.MaxAge != 0 {
+		t.Fatalf("history kept for %v with retention 0", s.CachedInfo().Config.MaxAge)
+	}
+	within(t, 5*time.Second, "the cancelled timer in the history", func() bool {
+		info, err := s.Info(ctx)
+		return err == nil && info.State.Msgs == 1
+	})
+	if got, err := c.GetTimer(ctx, tm.ID); err != nil || got.Status != subjects.TimerCancelled {
+		t.Fatalf("cancelled timer with retention 0: %+v %v", got, err)
 	}
 }

@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
+	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -106,6 +108,9 @@ func TestWaitForWakes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		other, _ := client.New(nc, "wf-other")
+		_, err = other.WaitFor(ctx, subjects.WaitForRequest{Wake: "timer", Resource: tm.ID, Reason: "r", Delivery: "silent"})
+		wantCode(t, err, "timer_agent_mismatch", "wait_for timer agent mismatch: "+tm.ID)
 		r := registerWaitFor(t, c, "timer", tm.ID, "silent")
 		if r.Continuation != subjects.YieldAndWait || r.Disposition != "registered" || !r.WaitRegistered || r.Scope != "agent" {
 			t.Fatalf("reply %+v", r)
@@ -119,9 +124,25 @@ func TestWaitForWakes(t *testing.T) {
 		wantCode(t, err, "timer_not_active", "wait_for timer is not active: "+tm.ID)
 		_, err = c.WaitFor(ctx, subjects.WaitForRequest{Wake: "timer", Resource: "nope", Reason: "r", Delivery: "silent"})
 		wantCode(t, err, subjects.CodeTimerNotFound, "wait_for timer does not exist: nope")
-		other, _ := client.New(nc, "wf-other")
+		// Once it has left its bucket for CHIME_HISTORY, another agent's
+		// finished timer is not found: the history is read by agent, not
+		// searched across agents (see the contract's timers section).
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kv, err := js.KeyValue(ctx, engine.TimersBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		within(t, 5*time.Second, "the completed timer in the history", func() bool {
+			_, err := kv.Get(ctx, subjects.TimerKey("wf", tm.ID))
+			return errors.Is(err, jetstream.ErrKeyNotFound)
+		})
 		_, err = other.WaitFor(ctx, subjects.WaitForRequest{Wake: "timer", Resource: tm.ID, Reason: "r", Delivery: "silent"})
-		wantCode(t, err, "timer_agent_mismatch", "wait_for timer agent mismatch: "+tm.ID)
+		wantCode(t, err, subjects.CodeTimerNotFound, "wait_for timer does not exist: "+tm.ID)
+		_, err = c.WaitFor(ctx, subjects.WaitForRequest{Wake: "timer", Resource: tm.ID, Reason: "r", Delivery: "silent"})
+		wantCode(t, err, "timer_not_active", "wait_for timer is not active: "+tm.ID)
 	})
 	t.Run("system", func(t *testing.T) {
 		r := registerWaitFor(t, c, "system", "", "silent")

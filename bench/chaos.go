@@ -22,6 +22,7 @@ import (
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/backoff"
+	"github.com/chime-nats/chime/internal/directget"
 	"github.com/chime-nats/chime/internal/natsproc"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -574,7 +575,9 @@ func (r *chaosRun) observe(ctx context.Context) (*observed, error) {
 	obs := &observed{}
 	err := r.reading(ctx, "timer records", func(ctx context.Context) error {
 		obs.timers = map[string]*subjects.Timer{}
-		return readBucket(ctx, r.js, engine.TimersBucket, func(b []byte) error {
+		// Finished timers leave the bucket for the history; one in both
+		// (moved, its key not purged yet) is the same record.
+		return readRecords(ctx, r.js, engine.TimersBucket, engine.HistoryTimers, func(b []byte) error {
 			var t subjects.Timer
 			if err := json.Unmarshal(b, &t); err != nil {
 				return err
@@ -588,7 +591,7 @@ func (r *chaosRun) observe(ctx context.Context) (*observed, error) {
 	}
 	err = r.reading(ctx, "wait records", func(ctx context.Context) error {
 		obs.waits = map[string]*subjects.Wait{}
-		return readBucket(ctx, r.js, engine.WaitsBucket, func(b []byte) error {
+		return readRecords(ctx, r.js, engine.WaitsBucket, engine.HistoryWaits, func(b []byte) error {
 			var w subjects.Wait
 			if err := json.Unmarshal(b, &w); err != nil {
 				return err
@@ -624,6 +627,25 @@ func (r *chaosRun) reading(ctx context.Context, what string, read func(context.C
 		}
 	}
 	return err
+}
+
+// readRecords reads a kind's records: those in CHIME_HISTORY under prefix
+// (none when a build without it made the store), then those in bucket.
+func readRecords(ctx context.Context, js jetstream.JetStream, bucket, prefix string, fn func([]byte) error) error {
+	if _, err := js.Stream(ctx, engine.HistoryStream); err == nil {
+		err := directget.New(js, engine.HistoryStream).Walk(ctx, directget.Request{NextFor: prefix + ".>", Batch: 256}, func(m *directget.Msg) error {
+			if err := fn(m.Data); err != nil {
+				return fmt.Errorf("bench: %s %s: %w", engine.HistoryStream, m.Subject, err)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("bench: read %s: %w", engine.HistoryStream, err)
+		}
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("bench: %s: %w", engine.HistoryStream, err)
+	}
+	return readBucket(ctx, js, bucket, fn)
 }
 
 func readBucket(ctx context.Context, js jetstream.JetStream, bucket string, fn func([]byte) error) error {

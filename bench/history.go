@@ -149,12 +149,12 @@ func History(ctx context.Context, o HistoryOptions) (*HistoryResult, error) {
 	// agents' per-subject state) is not counted as history.
 	warm := o
 	warm.N = max(o.N/10, o.Agents)
-	if _, err := historyRound(ctx, nc, stream, inbox, warm, run); err != nil {
+	if _, err := historyRound(ctx, nc, js, stream, inbox, warm, run); err != nil {
 		return nil, err
 	}
 	rss0, heap0, split0 := memory(ctx, o.Settle)
 	for round := range o.Rounds {
-		missed, err := historyRound(ctx, nc, stream, inbox, o, run)
+		missed, err := historyRound(ctx, nc, js, stream, inbox, o, run)
 		if err != nil {
 			return nil, err
 		}
@@ -181,14 +181,26 @@ func History(ctx context.Context, o HistoryOptions) (*HistoryResult, error) {
 
 // historyRound creates o.N timers due 1 s after the last create, waits for
 // their fires and then for their records to be written finished (one
-// create and one update each in the timers bucket), and returns how many
+// create and one update each in the timers bucket) and, where finished
+// timers go to the history stream, stored there; it returns how many
 // fires did not come.
-func historyRound(ctx context.Context, nc *nats.Conn, stream jetstream.Stream, inbox chan struct{}, o HistoryOptions, run string) (int, error) {
+func historyRound(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, stream jetstream.Stream, inbox chan struct{}, o HistoryOptions, run string) (int, error) {
 	info, err := stream.Info(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("bench: %w", err)
 	}
 	first := info.State.LastSeq
+	// A build that moves finished timers to the history stream has done
+	// so when the stream holds N more; an earlier build has no such stream.
+	hist, archived := js.Stream(ctx, engine.HistoryStream)
+	var histFirst uint64
+	if archived == nil {
+		hi, err := hist.Info(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("bench: %w", err)
+		}
+		histFirst = hi.State.LastSeq
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	for c := range o.Clients {
 		g.Go(func() error {
@@ -226,7 +238,15 @@ func historyRound(ctx context.Context, nc *nats.Conn, stream jetstream.Stream, i
 		if err != nil {
 			return 0, fmt.Errorf("bench: %w", err)
 		}
-		if info.State.LastSeq-first >= uint64(2*o.N) {
+		done := info.State.LastSeq-first >= uint64(2*o.N)
+		if done && archived == nil {
+			hi, err := hist.Info(ctx)
+			if err != nil {
+				return 0, fmt.Errorf("bench: %w", err)
+			}
+			done = hi.State.LastSeq-histFirst >= uint64(o.N)
+		}
+		if done {
 			return 0, nil
 		}
 		select {

@@ -90,6 +90,7 @@ type Config struct {
 	InboxMaxBytes      ByteSize `envconfig:"INBOX_MAX_BYTES" default:"1GiB" desc:"size of the inbox stream; the oldest deliveries go beyond it; 0: no limit"`
 	InboxMaxPerAgent   int64    `envconfig:"INBOX_MAX_PER_AGENT" default:"10000" desc:"deliveries kept per agent inbox; its oldest go beyond it; 0: no limit"`
 	EventMaxBytes      ByteSize `envconfig:"EVENT_MAX_BYTES" default:"256MiB" desc:"size of the internal events stream; the oldest events go beyond it; 0: no limit"`
+	HistoryMaxBytes    ByteSize `envconfig:"HISTORY_MAX_BYTES" default:"1GiB" desc:"size of the history stream (CHIME_HISTORY: finished timers and ended waits kept for RECORD_RETENTION after they left their bucket); the oldest go beyond it, before their retention ends; 0: no limit"`
 	// Byte limits of the buckets and the store chime writes on agents'
 	// behalf, so that agent data never takes the room timers, leases and
 	// inboxes need. Each is reserved in the JetStream store; full, a
@@ -297,6 +298,7 @@ func (c *Config) validateLimits() error {
 		v    ByteSize
 	}{
 		{"CHIME_INBOX_MAX_BYTES", c.InboxMaxBytes}, {"CHIME_EVENT_MAX_BYTES", c.EventMaxBytes},
+		{"CHIME_HISTORY_MAX_BYTES", c.HistoryMaxBytes},
 		{"CHIME_TIMERS_MAX_BYTES", c.TimersMaxBytes}, {"CHIME_WAITS_MAX_BYTES", c.WaitsMaxBytes},
 		{"CHIME_TASKS_MAX_BYTES", c.TasksMaxBytes}, {"CHIME_TASK_OUTPUTS_MAX_BYTES", c.TaskOutputsMaxBytes},
 		{"CHIME_NOTIFICATIONS_MAX_BYTES", c.NotificationsMaxBytes}, {"CHIME_QUESTIONS_MAX_BYTES", c.QuestionsMaxBytes},

@@ -96,7 +96,7 @@ func TestNATSAuthRequiredBeyondLoopback(t *testing.T) {
 // TestLimitDefaults: the environment's defaults are the documented ones.
 func TestLimitDefaults(t *testing.T) {
 	for _, v := range []string{"MAX_TIMERS_PER_AGENT", "MAX_WAITS_PER_AGENT", "MAX_OPEN_QUESTIONS_PER_AGENT", "MIN_INTERVAL", "CREATE_RATE", "CREATE_BURST",
-		"INBOX_MAX_BYTES", "INBOX_MAX_PER_AGENT", "EVENT_MAX_BYTES", "NOTIFICATIONS_MAX", "TASKS_MAX_BYTES", "TASK_OUTPUTS_MAX_BYTES"} {
+		"INBOX_MAX_BYTES", "INBOX_MAX_PER_AGENT", "EVENT_MAX_BYTES", "HISTORY_MAX_BYTES", "NOTIFICATIONS_MAX", "TASKS_MAX_BYTES", "TASK_OUTPUTS_MAX_BYTES"} {
 		t.Setenv("CHIME_"+v, "") // unset counts as default only when absent
 		os.Unsetenv("CHIME_" + v)
 	}
@@ -106,10 +106,10 @@ func TestLimitDefaults(t *testing.T) {
 	}
 	if c.MaxTimersPerAgent != 10000 || c.MaxWaitsPerAgent != 1000 || c.MaxOpenQuestions != 100 || c.MinInterval != time.Second || c.CreateRate != 50 ||
 		c.CreateBurst != 100 || c.InboxMaxBytes != 1<<30 || c.InboxMaxPerAgent != 10000 || c.EventMaxBytes != 256<<20 ||
-		c.NotificationsMax != 100 {
+		c.HistoryMaxBytes != 1<<30 || c.NotificationsMax != 100 {
 		t.Fatalf("defaults: %+v", c)
 	}
-	// The buckets' byte limits: 1.67 GiB in all, with the streams' 2.92 GiB;
+	// The buckets' byte limits: 1.67 GiB in all, with the streams' 3.92 GiB;
 	// timers and waits, bounded per agent by count, take what is left.
 	buckets := []ByteSize{c.TimersMaxBytes, c.WaitsMaxBytes, c.TasksMaxBytes, c.TaskOutputsMaxBytes, c.NotificationsMaxBytes,
 		c.QuestionsMaxBytes, c.WaitForMaxBytes, c.IdempotencyMaxBytes, c.TokensMaxBytes, c.TriggersMaxBytes, c.AgentsMaxBytes}
@@ -175,6 +175,7 @@ func TestLimitValidation(t *testing.T) {
 		{func(c *Config) { c.TaskStartRate, c.NotifyRate, c.MaxTaskOutputBytes = 0.1, 1000, 1 }, ""},
 		{func(c *Config) { c.InboxMaxBytes = 1 << 20 }, "CHIME_INBOX_MAX_BYTES must be 0 (no limit) or at least 8MiB, not 1MiB"},
 		{func(c *Config) { c.EventMaxBytes = -1 }, "CHIME_EVENT_MAX_BYTES"},
+		{func(c *Config) { c.HistoryMaxBytes = 1 << 10 }, "CHIME_HISTORY_MAX_BYTES must be 0 (no limit) or at least 8MiB, not 1KiB"},
 		{func(c *Config) { c.InboxMaxBytes, c.EventMaxBytes = 8<<20, 1<<40 }, ""},
 		{func(c *Config) { c.InboxMaxPerAgent = -1 }, "CHIME_INBOX_MAX_PER_AGENT"},
 		{func(c *Config) { c.TasksMaxBytes = 4 << 20 }, "CHIME_TASKS_MAX_BYTES must be 0 (no limit) or at least 8MiB, not 4MiB"},

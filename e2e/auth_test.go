@@ -224,6 +224,8 @@ func TestNATSAuthorization(t *testing.T) {
 			"$KV.chime_timers.bob." + bobTimer.ID, "$JS.API.STREAM.INFO.KV_chime_timers", "$JS.API.STREAM.LIST",
 			"$JS.API.STREAM.MSG.GET.CHIME_INBOX", "$JS.API.DIRECT.GET.CHIME_INBOX", "$JS.API.CONSUMER.CREATE.CHIME_INBOX.inbox-bob.agent.bob.inbox",
 			"$JS.API.CONSUMER.MSG.NEXT.CHIME_INBOX.inbox-bob",
+			// Finished records: neither read nor planted in bob's history.
+			"$JS.API.DIRECT.GET.CHIME_HISTORY", "history.timer.bob.0", "history.wait.bob.f",
 		} {
 			if err := alice.Publish(subj, []byte(`{"action":"message","text":"forged"}`)); err != nil {
 				t.Fatal(err)

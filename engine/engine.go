@@ -43,6 +43,15 @@ const (
 	// (waitfor.schedule.<agent>.<wait>) and what they deliver when due
 	// (waitfor.recheck.<agent>.<wait>).
 	WaitForStream = "CHIME_WAITFOR"
+	// HistoryStream holds finished timers and ended waits for the record
+	// retention once they have left their bucket (see kvrec.History):
+	// history.timer.<agent>.<x>, history.wait.<agent>.<x>, x a hex digit
+	// of the record ID's hash.
+	HistoryStream = "CHIME_HISTORY"
+	// HistoryTimers and HistoryWaits are the kinds' subject prefixes in
+	// HistoryStream.
+	HistoryTimers = "history.timer"
+	HistoryWaits  = "history.wait"
 	// QuestionsBucket holds agents' questions to operators, key <agent>.<question>.
 	QuestionsBucket = "chime_questions"
 	// TasksBucket holds task records, key <agent>.<task>; owner=<task>
@@ -204,6 +213,11 @@ type Topology struct {
 	// TaskOutputMaxAge is how long a stored task output is kept (the
 	// record retention); zero keeps them.
 	TaskOutputMaxAge time.Duration
+	// RecordRetention is how long finished records are kept: the history
+	// stream's MaxAge. Zero keeps them.
+	RecordRetention time.Duration
+	// HistoryMaxBytes bounds the history stream's size; zero is no limit.
+	HistoryMaxBytes int64
 	// MarkerTTL is how long the record buckets keep the marker of a key
 	// removed (expired or purged); zero is DefaultMarkerTTL.
 	MarkerTTL time.Duration
@@ -265,6 +279,8 @@ func LimitVar(name string) string {
 		return "CHIME_INBOX_MAX_BYTES"
 	case EventsStream:
 		return "CHIME_EVENT_MAX_BYTES"
+	case HistoryStream:
+		return "CHIME_HISTORY_MAX_BYTES"
 	}
 	return ""
 }
@@ -514,7 +530,40 @@ func streams(t Topology) []jetstream.StreamConfig {
 			AllowMsgSchedules: true,
 			AllowRollup:       true,
 		},
+		{
+			// No per-message TTL and no KV key per record: the server keeps
+			// a subject index entry per agent and hash digit, a finished
+			// record costs its memory next to nothing, and MaxAge removes
+			// records in whole blocks, oldest first.
+			Name:        HistoryStream,
+			Description: "finished timers and ended waits, kept for the record retention after they left their bucket",
+			Subjects:    []string{HistoryTimers + ".>", HistoryWaits + ".>"},
+			Retention:   jetstream.LimitsPolicy,
+			MaxAge:      t.RecordRetention,
+			MaxBytes:    noLimit(t.HistoryMaxBytes),
+			// Gets and lists read it by direct gets, answered by any replica.
+			AllowDirect: true,
+			// Full, the oldest finished records go before their retention
+			// ends (a get then answers not found): never a live record, and
+			// never a refused archive, which would keep the record in its
+			// bucket at the memory cost the history is there to save.
+			Discard: jetstream.DiscardOld,
+			// Nothing is published with a Nats-Msg-Id: a repeat of an archive
+			// is read as one (the last one counts). The shortest window the
+			// server allows when MaxAge is short.
+			Duplicates: historyDuplicates(t.RecordRetention),
+			Replicas:   t.Replicas,
+		},
 	}
+}
+
+// historyDuplicates is the history stream's duplicate window: a second,
+// within MaxAge (the server refuses a window longer than MaxAge).
+func historyDuplicates(maxAge time.Duration) time.Duration {
+	if maxAge > 0 && maxAge < time.Second {
+		return maxAge
+	}
+	return time.Second
 }
 
 // Provision creates or updates the streams and buckets. It is idempotent, so

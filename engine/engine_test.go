@@ -169,6 +169,50 @@ func TestProvisionUpdatesStreamLimits(t *testing.T) {
 	}
 }
 
+// TestProvisionAddsTheHistory: a store made by a version without
+// CHIME_HISTORY gains it at the next start, with the record retention as
+// its max age, its byte limit (discarding the oldest), direct gets and
+// the replicas every stream has; the records there stay as they were.
+func TestProvisionAddsTheHistory(t *testing.T) {
+	js := connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := engine.Provision(ctx, js, topo); err != nil {
+		t.Fatal(err)
+	}
+	// As an earlier version left it: everything but the history.
+	if err := js.DeleteStream(ctx, engine.HistoryStream); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, subjects.Inbox("a"), []byte("kept")); err != nil {
+		t.Fatal(err)
+	}
+	withHistory := topo
+	withHistory.RecordRetention, withHistory.HistoryMaxBytes = 2*time.Hour, 16<<20
+	if _, err := engine.Provision(ctx, js, withHistory); err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, engine.HistoryStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.CachedInfo().Config
+	if c.MaxAge != 2*time.Hour || c.MaxBytes != 16<<20 || c.Discard != jetstream.DiscardOld || !c.AllowDirect ||
+		c.Replicas != topo.Replicas || c.AllowMsgTTL || !slices.Equal(c.Subjects, []string{engine.HistoryTimers + ".>", engine.HistoryWaits + ".>"}) {
+		t.Fatalf("history stream: %+v", c)
+	}
+	if engine.LimitVar(engine.HistoryStream) != "CHIME_HISTORY_MAX_BYTES" {
+		t.Fatalf("the history's limit is named %q", engine.LimitVar(engine.HistoryStream))
+	}
+	inbox, err := js.Stream(ctx, engine.InboxStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := inbox.Info(ctx); err != nil || info.State.Msgs != 1 {
+		t.Fatalf("the inbox after the start that added the history: %v %+v", err, info)
+	}
+}
+
 // TestStreamLimitBeyondTheStore: a size limit larger than the JetStream
 // store can reserve refuses to start, saying which variable to lower.
 func TestStreamLimitBeyondTheStore(t *testing.T) {

@@ -82,6 +82,8 @@ type Replica struct {
 	cancel       context.CancelFunc
 	once         sync.Once
 	Version      string
+	// archiver moves finished timers and ended waits to CHIME_HISTORY.
+	archiver *kvrec.Archiver
 
 	// sweeps runs the start's sweep of records kept without a TTL.
 	sweeps sync.WaitGroup
@@ -178,7 +180,8 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		Replicas: cfg.JSReplicas, LeaseTTL: cfg.LeaseTTL, Layout: layout,
 		InboxMaxAge: cfg.InboxMaxAge, EventMaxAge: cfg.EventMaxAge, DedupWindow: dedup,
 		InboxMaxBytes: int64(cfg.InboxMaxBytes), EventMaxBytes: int64(cfg.EventMaxBytes), InboxMaxPerAgent: cfg.InboxMaxPerAgent,
-		TaskOutputMaxAge: cfg.RecordRetention, SessionMaxAge: cfg.NATSSessionMaxAge,
+		TaskOutputMaxAge: cfg.RecordRetention, RecordRetention: cfg.RecordRetention, HistoryMaxBytes: int64(cfg.HistoryMaxBytes),
+		SessionMaxAge: cfg.NATSSessionMaxAge,
 		MaxBytes: map[string]int64{
 			engine.TimersBucket: int64(cfg.TimersMaxBytes), engine.WaitsBucket: int64(cfg.WaitsMaxBytes),
 			engine.TasksBucket: int64(cfg.TasksMaxBytes), engine.TaskOutputsBucket: int64(cfg.TaskOutputsMaxBytes),
@@ -211,10 +214,15 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	if err := r.storage.Start(ctx); err != nil {
 		return nil, err
 	}
-	store := timers.NewStore(res.Timers, time.Now, retention)
+	r.archiver = kvrec.NewArchiver(retention, log)
+	r.archiver.Register(reg)
+	r.archiver.Start(ctx)
+	store := timers.NewStore(res.Timers, time.Now, retention).
+		WithHistory(kvrec.History{JS: js, Stream: engine.HistoryStream, Prefix: engine.HistoryTimers}, r.archiver)
 
 	agentStore := agents.NewStore(res.Agents)
-	waitStore := waits.NewStore(res.Waits, agentStore, time.Now, retention)
+	waitStore := waits.NewStore(res.Waits, agentStore, time.Now, retention).
+		WithHistory(kvrec.History{JS: js, Stream: engine.HistoryStream, Prefix: engine.HistoryWaits}, r.archiver)
 
 	// The HTTP listener comes first: trigger URLs are built on its address
 	// when CHIME_PUBLIC_URL is unset.
@@ -485,6 +493,7 @@ func (r *Replica) Stop(ctx context.Context) {
 		if r.sched != nil {
 			r.sched.Stop()
 		}
+		r.archiver.Stop()
 		if r.healer != nil {
 			r.healer.Stop()
 		}

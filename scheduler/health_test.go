@@ -2,13 +2,17 @@ package scheduler
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/kvwatch"
 	"github.com/chime-nats/chime/internal/natstest"
 	"github.com/chime-nats/chime/partitions"
+	"github.com/chime-nats/chime/timers"
 )
 
 // TestShardedHealthIsPerShard: in the sharded layout a watch not live
@@ -45,4 +49,45 @@ func TestShardedHealthIsPerShard(t *testing.T) {
 	if ok, _ := s.Healthy(); ok {
 		t.Fatal("healthy with no loaded shard's watch live")
 	}
+}
+
+// TestHealthyWhileStarting: the leases, started before the scheduler, ask
+// Healthy while Start makes the whole-bucket watches; with -race this
+// failed when Start appended them unguarded.
+func TestHealthyWhileStarting(t *testing.T) {
+	_, res := natstest.ProvisionedAs(t, natstest.Server(t), engine.Topology{
+		Replicas: 1, LeaseTTL: 2 * time.Second, InboxMaxAge: time.Hour, EventMaxAge: time.Hour, DedupWindow: time.Minute,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	leases := NewLeases(LeasesConfig{KV: res.Leases, ReplicaID: "a", Shards: 4, TTL: 2 * time.Second, Renew: 500 * time.Millisecond})
+	s := New(Config{
+		JS: res.JS, Timers: res.Timers, Waits: res.Waits, Records: timers.NewStore(res.Timers, nil, kvrec.Retention{}),
+		Inbox: consumer.NewInbox(res.JS, engine.InboxStream, time.Minute, nil), Leases: leases, Shards: 4,
+	})
+	asking := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-asking:
+				return
+			default:
+				s.Healthy()
+			}
+		}
+	})
+	err := s.Start(ctx)
+	close(asking)
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	select {
+	case <-s.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("not ready")
+	}
+	eventually(t, "healthy once started", func() bool { ok, _ := s.Healthy(); return ok })
 }

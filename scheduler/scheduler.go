@@ -192,27 +192,29 @@ func (s *Scheduler) Start(ctx context.Context) error {
 // startWhole begins the watches of whole buckets, the unsharded layout:
 // every replica sees every change, and keeps the held shards' entries.
 func (s *Scheduler) startWhole(ctx context.Context) error {
-	s.watches = append(s.watches, kvwatch.New(kvwatch.Config{
+	watches := []*kvwatch.Watch{kvwatch.New(kvwatch.Config{
 		JS: s.cfg.JS, Bucket: s.cfg.Timers.KVs[0].Bucket(), Heartbeat: s.cfg.Heartbeat, Log: s.cfg.Log,
 		Apply: func(e kvwatch.Entry) { s.applyTimer(s.cfg.Timers.KVs[0].Bucket(), 0, e) }, Reset: func() { s.reset(false) },
-	}))
+	})}
 	if s.cfg.Waits != nil {
-		s.watches = append(s.watches, kvwatch.New(kvwatch.Config{
+		watches = append(watches, kvwatch.New(kvwatch.Config{
 			JS: s.cfg.JS, Bucket: s.cfg.Waits.KVs[0].Bucket(), Heartbeat: s.cfg.Heartbeat, Log: s.cfg.Log,
 			Apply: func(e kvwatch.Entry) { s.applyWait(s.cfg.Waits.KVs[0].Bucket(), 0, e) }, Reset: func() { s.reset(true) },
 		}))
 	}
+	// Under mu: the leases, started first, ask Healthy (wholeWatches)
+	// meanwhile.
 	s.mu.Lock()
-	s.watching = true
+	s.watches, s.watching = watches, true
 	s.mu.Unlock()
-	for _, w := range s.watches {
+	for _, w := range watches {
 		if err := w.Start(ctx); err != nil {
 			return fmt.Errorf("scheduler: %w", err)
 		}
 	}
 	go func() {
 		var loaded []<-chan struct{}
-		for _, w := range s.watches {
+		for _, w := range watches {
 			loaded = append(loaded, w.Loaded())
 		}
 		s.loadedWhen(ctx, 0, loaded...)

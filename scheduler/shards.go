@@ -67,11 +67,11 @@ func (s *Scheduler) Reshard() {
 		}
 	}
 	replay := gained && s.watching
-	gen := s.loadGen
+	gen, watches := s.loadGen, s.watches
 	s.mu.Unlock()
 	if replay {
 		var done []<-chan struct{}
-		for _, w := range s.watches {
+		for _, w := range watches {
 			done = append(done, w.Replay())
 		}
 		go s.loadedWhen(s.ctx, gen, done...)
@@ -274,10 +274,19 @@ func (s *Scheduler) checkReady() {
 	s.log.Info("index loaded", "shards", s.ShardsHeld(), "timers", len(s.index.entries), "waits", len(s.index.waits))
 }
 
+// wholeWatches are the whole-bucket watches of the unsharded layout:
+// none until Start has made them (read under mu, as Start writes them
+// while the leases may ask Healthy).
+func (s *Scheduler) wholeWatches() []*kvwatch.Watch {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.watches
+}
+
 // allWatches are every watch this replica runs.
 func (s *Scheduler) allWatches() []*kvwatch.Watch {
 	if !s.layout.Sharded() {
-		return s.watches
+		return s.wholeWatches()
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -294,7 +303,7 @@ func (s *Scheduler) allWatches() []*kvwatch.Watch {
 // every watch was live.
 func (s *Scheduler) liveOnly(owned []bool) bool {
 	if !s.layout.Sharded() {
-		live, _ := kvwatch.AllLive(s.watches...)
+		live, _ := kvwatch.AllLive(s.wholeWatches()...)
 		if !live {
 			clear(owned)
 		}
@@ -324,7 +333,7 @@ func (s *Scheduler) liveOnly(owned []bool) bool {
 // can fire.
 func (s *Scheduler) watchesLive() (bool, string) {
 	if !s.layout.Sharded() {
-		return kvwatch.AllLive(s.watches...)
+		return kvwatch.AllLive(s.wholeWatches()...)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

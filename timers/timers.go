@@ -6,6 +6,7 @@ package timers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -22,6 +23,9 @@ type Store struct {
 	set       *partitions.Set
 	now       func() time.Time
 	retention kvrec.Retention
+	// history and archiver: where finished timers go (see WithHistory).
+	history  kvrec.History
+	archiver *kvrec.Archiver
 }
 
 // NewStore returns a Store over the timers buckets. now is the clock that
@@ -31,6 +35,41 @@ func NewStore(set *partitions.Set, now func() time.Time, retention kvrec.Retenti
 		now = time.Now
 	}
 	return &Store{set: set, now: now, retention: retention}
+}
+
+// WithHistory makes finished timers leave their bucket for h, moved there
+// by a (see kvrec.Archiver), and reads them there: a get, a list, a
+// second cancel. A timer made with a request_id stays in its bucket for
+// its retention, as before, so that a retry of that request finds it
+// there (the key it would be made under is taken until then).
+func (s *Store) WithHistory(h kvrec.History, a *kvrec.Archiver) *Store {
+	s.history, s.archiver = h, a
+	return s
+}
+
+// archive hands a timer just written finished at rev to the archiver.
+func (s *Store) archive(kv jetstream.KeyValue, key string, rev uint64, t *subjects.Timer) {
+	if !t.Finished() || t.RequestID != "" || !s.history.On() {
+		return
+	}
+	data, err := json.Marshal(t)
+	if err != nil {
+		return // it stays in its bucket
+	}
+	s.archiver.Archive(s.history, kv, key, rev, t.AgentID, t.ID, data)
+}
+
+// finished reads a timer that has left its bucket from the history;
+// ErrNotFound when it is not there either.
+func (s *Store) finished(ctx context.Context, agentID, timerID string) (*subjects.Timer, error) {
+	t, err := kvrec.HistoryGet(ctx, s.history, agentID, timerID, func(t *subjects.Timer) string { return t.ID })
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, subjects.ErrNotFound(timerID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("timers: get %s: %w", timerID, err)
+	}
+	return t, nil
 }
 
 // Create stores a new active timer and returns its record. A create with
@@ -96,7 +135,7 @@ func (s *Store) Get(ctx context.Context, agentID, timerID string) (*subjects.Tim
 	kv, key := s.set.For(agentID, timerID)
 	t, _, err := kvrec.Get[subjects.Timer](ctx, kv, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, subjects.ErrNotFound(timerID)
+		return s.finished(ctx, agentID, timerID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("timers: get %s: %w", timerID, err)
@@ -108,20 +147,38 @@ func (s *Store) Get(ctx context.Context, agentID, timerID string) (*subjects.Tim
 // elections within ctx.
 func (s *Store) update(ctx context.Context, agentID, timerID string, change func(*subjects.Timer) (bool, error)) (*subjects.Timer, bool, error) {
 	kv, key := s.set.For(agentID, timerID)
-	t, changed, err := kvrec.Update(ctx, kv, key, false, change,
+	t, rev, changed, err := kvrec.UpdateRev(ctx, kv, key, false, change,
 		kvrec.ExpireFinished(s.retention, (*subjects.Timer).Finished))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, false, subjects.ErrNotFound(timerID)
+		// Finished and moved to the history, or never there. A finished
+		// timer is never written again, so change only answers from it
+		// (a second cancel, a completed one's refusal).
+		t, err := s.finished(ctx, agentID, timerID)
+		if err != nil {
+			return nil, false, err
+		}
+		if _, err := change(t); err != nil {
+			return nil, false, err
+		}
+		return t, false, nil
+	}
+	if err == nil && changed {
+		s.archive(kv, key, rev, t)
 	}
 	return t, changed, err
 }
 
 // List returns a page of the agent's timers: at most limit, from from (a
-// cursor's place; the zero one is the start), in the order of each timer's
-// last change (oldest first), and where the next page starts. It reads
+// cursor's place; the zero one is the start): those in their bucket in the
+// order of each timer's last change (oldest first), then those in the
+// history in the order they finished; and where the next page starts. It reads
 // what it returns (see kvrec.ListPage), whatever else the agent keeps.
 func (s *Store) List(ctx context.Context, agentID string, limit int, from subjects.CursorPos) ([]subjects.Timer, subjects.CursorPos, error) {
-	pg, err := kvrec.ListPage[subjects.Timer](ctx, s.retention.JS, s.set.Buckets(), s.set.Layout.AgentKeys(agentID), kvrec.Pos(from), limit, nil)
+	pg, err := kvrec.PageWithHistory(ctx, s.retention.JS, s.set.Buckets(), s.set.Layout.AgentKeys(agentID), s.history, agentID, kvrec.Pos(from), limit,
+		func(t *subjects.Timer) (string, string) {
+			kv, key := s.set.For(agentID, t.ID)
+			return kv.Bucket(), key
+		})
 	if errors.Is(err, kvrec.ErrPos) {
 		return nil, subjects.CursorPos{}, subjects.ErrCursorStale()
 	}
@@ -133,7 +190,10 @@ func (s *Store) List(ctx context.Context, agentID string, limit int, from subjec
 
 // Someone reports whether a timer with this ID exists under any agent:
 // a timer is keyed by its agent, so one agent asking for another's finds
-// it only this way.
+// it only this way. It looks in the buckets only, not in the history: the
+// history's subjects name the agent, so finding an ID there without it
+// would read a sixteenth of every agent's finished timers, a cost any
+// agent could ask for with an ID it made up.
 func (s *Store) Someone(ctx context.Context, timerID string) (bool, error) {
 	for _, kv := range s.set.KVs {
 		found, err := kvrec.List[subjects.Timer](ctx, kv, s.set.Layout.IDKeys(timerID))

@@ -9,8 +9,10 @@ package waits
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -32,6 +34,9 @@ type Store struct {
 	agents    *agents.Store
 	now       func() time.Time
 	retention kvrec.Retention
+	// history and archiver: where ended waits go (see WithHistory).
+	history  kvrec.History
+	archiver *kvrec.Archiver
 }
 
 // NewStore returns a Store over the waits bucket; the agents' pause state
@@ -41,6 +46,67 @@ func NewStore(waits *partitions.Set, agents *agents.Store, now func() time.Time,
 		now = time.Now
 	}
 	return &Store{waits: waits, agents: agents, now: now, retention: retention}
+}
+
+// WithHistory makes ended waits leave their bucket for h, moved there by a
+// (see kvrec.Archiver), and reads them there: a get, a list, an end that
+// finds the wait ended. A wait whose ID the caller chose (an id or a
+// request_id) stays in its bucket for its retention, as before, so that
+// the ID stays taken (wait_exists) or the request's retry finds it; so
+// does a wait cancelled by an intervention (see archive).
+func (s *Store) WithHistory(h kvrec.History, a *kvrec.Archiver) *Store {
+	s.history, s.archiver = h, a
+	return s
+}
+
+// archive hands a wait just written ended at rev to the archiver. Only an
+// end that a retry finds again through Update goes: a completion (the
+// fire's redelivery) and a cancel by request (the request's retry). A
+// wait cancelled by an intervention stays in its bucket: the
+// intervention's redelivery finds what it cancelled, to deliver its end
+// again, by listing the bucket (see Consumer.apply), and the history is
+// not listed for that.
+func (s *Store) archive(kv jetstream.KeyValue, key string, rev uint64, w *subjects.Wait) {
+	if !w.Ended() || !chimePicked(w) || !s.history.On() {
+		return
+	}
+	if w.Status != subjects.WaitCompleted && w.CancelledBy != subjects.CancelByRequest {
+		return
+	}
+	data, err := json.Marshal(w)
+	if err != nil {
+		return // it stays in its bucket
+	}
+	s.archiver.Archive(s.history, kv, key, rev, w.AgentID, w.ID, data)
+}
+
+// chimePicked reports whether w's ID is one chime picked (wait_ and a
+// NUID) rather than the caller (an id, or one derived from a request_id).
+// An id the caller chose in that very shape counts as chime's.
+func chimePicked(w *subjects.Wait) bool {
+	const prefix, nuidLen = "wait_", 22
+	if w.RequestID != "" || len(w.ID) != len(prefix)+nuidLen || !strings.HasPrefix(w.ID, prefix) {
+		return false
+	}
+	for _, c := range w.ID[len(prefix):] {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// ended reads a wait that has left its bucket from the history; the
+// wait_not_found error when it is not there either.
+func (s *Store) ended(ctx context.Context, agentID, waitID string) (*subjects.Wait, error) {
+	w, err := kvrec.HistoryGet(ctx, s.history, agentID, waitID, func(w *subjects.Wait) string { return w.ID })
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, notFound(waitID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("waits: get: %w", err)
+	}
+	return w, nil
 }
 
 // Create stores a new waiting wait. A duration wait created while its agent
@@ -106,7 +172,7 @@ func (s *Store) Get(ctx context.Context, agentID, waitID string) (*subjects.Wait
 	kv, key := s.waits.For(agentID, waitID)
 	w, _, err := kvrec.Get[subjects.Wait](ctx, kv, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, notFound(waitID)
+		return s.ended(ctx, agentID, waitID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("waits: get: %w", err)
@@ -121,13 +187,25 @@ func notFound(waitID string) error {
 // Update changes one wait by CAS; see kvrec.Update.
 func (s *Store) Update(ctx context.Context, agentID, waitID string, change func(*subjects.Wait) (bool, error)) (*subjects.Wait, bool, error) {
 	kv, key := s.waits.For(agentID, waitID)
-	w, changed, err := kvrec.Update(ctx, kv, key, false, change,
+	w, rev, changed, err := kvrec.UpdateRev(ctx, kv, key, false, change,
 		kvrec.ExpireFinished(s.retention, (*subjects.Wait).Ended))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, false, notFound(waitID)
+		// Ended and moved to the history, or never there. An ended wait
+		// is never written again, so change only answers from it.
+		w, err := s.ended(ctx, agentID, waitID)
+		if err != nil {
+			return nil, false, err
+		}
+		if _, err := change(w); err != nil {
+			return nil, false, err
+		}
+		return w, false, nil
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("waits: %w", err)
+	}
+	if changed {
+		s.archive(kv, key, rev, w)
 	}
 	return w, changed, nil
 }
@@ -187,7 +265,11 @@ func (s *Store) List(ctx context.Context, agentID string) ([]subjects.Wait, erro
 // Page returns a page of the agent's waits, as timers.Store.List does
 // for timers.
 func (s *Store) Page(ctx context.Context, agentID string, limit int, from subjects.CursorPos) ([]subjects.Wait, subjects.CursorPos, error) {
-	pg, err := kvrec.ListPage[subjects.Wait](ctx, s.retention.JS, s.waits.Buckets(), s.waits.Layout.AgentKeys(agentID), kvrec.Pos(from), limit, nil)
+	pg, err := kvrec.PageWithHistory(ctx, s.retention.JS, s.waits.Buckets(), s.waits.Layout.AgentKeys(agentID), s.history, agentID, kvrec.Pos(from), limit,
+		func(w *subjects.Wait) (string, string) {
+			kv, key := s.waits.For(agentID, w.ID)
+			return kv.Bucket(), key
+		})
 	if errors.Is(err, kvrec.ErrPos) {
 		return nil, subjects.CursorPos{}, subjects.ErrCursorStale()
 	}

@@ -121,6 +121,7 @@ exponent (values read 1000000 as a float).
   "maxOpenQuestionsPerAgent" "CHIME_MAX_OPEN_QUESTIONS_PER_AGENT" "minInterval" "CHIME_MIN_INTERVAL"
   "createRate" "CHIME_CREATE_RATE" "createBurst" "CHIME_CREATE_BURST" "inboxMaxBytes" "CHIME_INBOX_MAX_BYTES"
   "inboxMaxPerAgent" "CHIME_INBOX_MAX_PER_AGENT" "eventMaxBytes" "CHIME_EVENT_MAX_BYTES"
+  "historyMaxBytes" "CHIME_HISTORY_MAX_BYTES"
   "notificationsMax" "CHIME_NOTIFICATIONS_MAX" "pprofAddr" "CHIME_PPROF_ADDR"
   "natsSessionMaxAge" "CHIME_NATS_SESSION_MAX_AGE"
   "timersMaxBytes" "CHIME_TIMERS_MAX_BYTES" "waitsMaxBytes" "CHIME_WAITS_MAX_BYTES"
