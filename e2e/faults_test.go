@@ -334,6 +334,8 @@ func TestClusterLeaderKills(t *testing.T) {
 	type record struct {
 		cancelled time.Time // when its cancel was acknowledged as cancelled
 		completed bool      // its cancel found it completed
+		agent     string
+		due       time.Time
 	}
 	var mu sync.Mutex
 	created := map[string]*record{}
@@ -361,7 +363,7 @@ func TestClusterLeaderKills(t *testing.T) {
 					time.Sleep(50 * time.Millisecond)
 					continue
 				}
-				rec := &record{}
+				rec := &record{agent: fmt.Sprintf("load-%d", a), due: *tm.NextFireAt}
 				mu.Lock()
 				created[tm.ID] = rec
 				mu.Unlock()
@@ -444,7 +446,11 @@ func TestClusterLeaderKills(t *testing.T) {
 			expected++
 		}
 	}
-	eventually(t, 60*time.Second, "every live timer delivered", func() bool { return countInbox(t, nc) >= expected })
+	// Not eventually's Fatal: when some never arrive, the lost ones are
+	// named below, which is what a failure here must be read by.
+	for deadline := time.Now().Add(60 * time.Second); countInbox(t, nc) < expected && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
 	time.Sleep(2 * time.Second)
 	deliveries := map[string][]time.Time{}
 	ids := map[string]int{}
@@ -469,6 +475,9 @@ func TestClusterLeaderKills(t *testing.T) {
 		if r.cancelled.IsZero() {
 			if len(got) == 0 {
 				lost++
+				if lost <= 10 {
+					t.Logf("lost: agent %s timer %s due %s", r.agent, id, r.due.Format(time.RFC3339Nano))
+				}
 			}
 			continue
 		}
