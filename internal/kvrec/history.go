@@ -315,13 +315,33 @@ func PageWithHistory[T any](ctx context.Context, js jetstream.JetStream, buckets
 	if err != nil {
 		return Page[T]{}, err
 	}
-	pg.Items = append(pg.Items, items...)
+	pg.Items = append(pg.Items, inPageOnce(pg.Items, items, liveKey)...)
 	if next == 0 {
 		pg.Next = end
 	} else {
 		pg.Next = Pos{Buckets: n + 1, Bucket: n, Seq: next}
 	}
 	return pg, nil
+}
+
+// inPageOnce leaves out of items, read from the history, those the page
+// already holds from their bucket: a record moved between the page's read
+// of its bucket and its read of the history is in both reads, and its key
+// is gone from the bucket by the time notInBucket looks.
+func inPageOnce[T any](page, items []T, liveKey func(*T) (string, string)) []T {
+	if liveKey == nil || len(page) == 0 {
+		return items
+	}
+	type place struct{ bucket, key string }
+	seen := make(map[place]bool, len(page))
+	for i := range page {
+		b, k := liveKey(&page[i])
+		seen[place{b, k}] = true
+	}
+	return slices.DeleteFunc(items, func(v T) bool {
+		b, k := liveKey(&v)
+		return seen[place{b, k}]
+	})
 }
 
 // notInBucket leaves out of items, records read from the history, those
