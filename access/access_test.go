@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/chime-nats/chime/access"
+	"github.com/chime-nats/chime/api"
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/natsproc"
@@ -98,7 +99,7 @@ func calloutServer(t testing.TB) (url string, tokens *access.Tokens, op string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := natsproc.New(t, natsproc.Options{Config: access.ServerConfig(keys), ConnectOptions: []nats.Option{creds}})
+	srv := natsproc.New(t, natsproc.Options{Config: access.ServerConfig(keys, api.Rights()), ConnectOptions: []nats.Option{creds}})
 	srv.Start()
 	nc, err := engine.Connect(engine.ConnectOptions{URL: srv.ClientURL(), NkeyFile: seed, Name: "chime test"}, slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -125,7 +126,7 @@ func calloutServer(t testing.TB) (url string, tokens *access.Tokens, op string) 
 		t.Fatal(err)
 	}
 	c, err := access.StartCallout(ctx, access.CalloutConfig{
-		NC: nc, Issuer: issuer, Resolver: access.Resolver{Operators: operators, Tokens: tokens}, Registerer: prometheus.NewRegistry(),
+		NC: nc, Issuer: issuer, Resolver: access.Resolver{Operators: operators, Tokens: tokens}, Registerer: prometheus.NewRegistry(), Rights: api.Rights(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -279,7 +280,7 @@ func TestChartResponderPermissions(t *testing.T) {
 	}
 	for what, want := range map[string]string{
 		"publish":   "publish: {allow: " + quote(access.ResponderPublish()) + "}",
-		"subscribe": "subscribe: {allow: " + quote(access.ResponderSubscribe()) + "}",
+		"subscribe": "subscribe: {allow: " + quote(access.ResponderSubscribe(api.Rights())) + "}",
 	} {
 		if !strings.Contains(values, want) {
 			t.Errorf("values-production.yaml: the responder's %s permissions differ from chime nats-config's: want %s", what, want)
@@ -336,5 +337,16 @@ func TestSessionsBoundedPerPrincipal(t *testing.T) {
 	}
 	if got := recorded("bob"); len(got) != 1 || got[0] != 7 {
 		t.Fatalf("bob's records: %v", got)
+	}
+}
+
+// TestCalloutNeedsRights: a callout configured without the rights it
+// grants would admit every token with every right (a user with no
+// publish allowances may publish anywhere); it refuses to start.
+func TestCalloutNeedsRights(t *testing.T) {
+	for _, r := range []access.Rights{{}, {Agent: []string{"timer.list"}}, {All: []string{"timer.list"}}} {
+		if _, err := access.StartCallout(context.Background(), access.CalloutConfig{Rights: r}); !errors.Is(err, access.ErrNoRights) {
+			t.Errorf("rights %+v: %v, want ErrNoRights", r, err)
+		}
 	}
 }

@@ -42,6 +42,8 @@ type CalloutConfig struct {
 	// the server config has no accounts.
 	Account  string
 	Resolver Resolver
+	// Rights are what principals may request (RightsOf the action table).
+	Rights Rights
 	// Sessions, when set, records where each agent and callback sender is
 	// admitted, so that revoking its token ends its connections, and
 	// bounds each admitted user by its MaxAge.
@@ -50,6 +52,9 @@ type CalloutConfig struct {
 	// Registerer receives chime_auth_connects_total; nil registers none.
 	Registerer prometheus.Registerer
 }
+
+// ErrNoRights refuses a callout configured without the rights it grants.
+var ErrNoRights = errors.New("access: callout without rights: it would admit every principal with every right")
 
 // Callout answers the server's authorization requests: it resolves the
 // connect token to a principal and admits the client with exactly that
@@ -77,6 +82,11 @@ const lookupTimeout = 1500 * time.Millisecond
 
 // StartCallout subscribes to the callout subject and answers until Stop.
 func StartCallout(ctx context.Context, cfg CalloutConfig) (*Callout, error) {
+	// A user with no publish allowances may publish anywhere: rights
+	// left out would admit every token with every right.
+	if len(cfg.Rights.Agent) == 0 || len(cfg.Rights.All) == 0 {
+		return nil, ErrNoRights
+	}
 	if cfg.Account == "" {
 		cfg.Account = "$G"
 	}
@@ -221,7 +231,7 @@ func (c *Callout) user(nkey string, p Principal) (string, error) {
 	uc := jwt.NewUserClaims(nkey)
 	uc.Name = p.Name()
 	uc.Audience = c.cfg.Account
-	uc.Permissions = p.Permissions()
+	uc.Permissions = p.Permissions(c.cfg.Rights)
 	if c.cfg.Sessions != nil && c.cfg.Sessions.MaxAge() > 0 {
 		uc.Expires = time.Now().Add(c.cfg.Sessions.MaxAge()).Unix()
 	}

@@ -1,8 +1,11 @@
 package access
 
 import (
+	"slices"
+
 	"github.com/nats-io/jwt/v2"
 
+	"github.com/chime-nats/chime/action"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -57,19 +60,20 @@ func (p Principal) InboxPrefix() string {
 // AgentInboxPrefix is the reply prefix of agentID's connections.
 func AgentInboxPrefix(agentID string) string { return ReplyPrefix + "agent." + agentID }
 
-// agentActions are what an agent may request of its own subjects, and an
-// operator of any agent's.
-var agentActions = []string{
-	subjects.ActionTimerCreate, subjects.ActionTimerList, subjects.ActionTimerGet, subjects.ActionTimerCancel,
-	subjects.ActionWaitRequest, subjects.ActionWaitCancel, subjects.ActionWaitList, subjects.ActionWaitFor, "wait.tasks", "wait.report",
-	subjects.ActionNotify, "task.>", "question.ask", "question.list", subjects.ActionNotificationsList,
-	subjects.ActionInboxFetch, subjects.ActionInboxAck,
+// Rights are the actions principals may request, from the action table:
+// an agent its own subjects' agent actions, an operator every action of
+// any agent.
+type Rights struct {
+	Agent, All []string
 }
 
-// operatorActions are what only operators may request.
-var operatorActions = []string{
-	subjects.ActionIntervention, "lifecycle.>", "trigger.>", "token.>", "question.answer", "system.wake",
-	subjects.ActionNotificationsMark, subjects.ActionNotificationsClear,
+// RightsOf reads the rights from the action table, sorted so that the
+// configurations written from them do not change with the table's order.
+func RightsOf(t *action.Table) Rights {
+	r := Rights{Agent: t.Names(action.Agent), All: t.Names(action.Operator)}
+	slices.Sort(r.Agent)
+	slices.Sort(r.All)
+	return r
 }
 
 // agentReads are the agent's subjects it may subscribe to.
@@ -82,18 +86,18 @@ var agentReads = []string{subjects.ActionInbox, subjects.ActionWaitProgress, sub
 // a deliver subject) with the stream's own rights, so any JetStream right
 // would let a principal write into chime's buckets: agents and operators
 // read inboxes through chime instead (inbox.fetch, inbox.ack, HTTP).
-func (p Principal) Permissions() jwt.Permissions {
+func (p Principal) Permissions(rights Rights) jwt.Permissions {
 	var perm jwt.Permissions
 	switch p.Kind {
 	case KindAgent:
-		for _, a := range agentActions {
+		for _, a := range rights.Agent {
 			perm.Pub.Allow.Add(subjects.Agent(p.AgentID, a))
 		}
 		for _, r := range agentReads {
 			perm.Sub.Allow.Add(subjects.Agent(p.AgentID, r))
 		}
 	case KindOperator:
-		for _, a := range append(append([]string{}, agentActions...), operatorActions...) {
+		for _, a := range rights.All {
 			perm.Pub.Allow.Add(subjects.AgentWildcard(a))
 		}
 		perm.Pub.Allow.Add(subjects.CallbackWake, subjects.CallbackEnqueue)

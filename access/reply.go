@@ -90,9 +90,9 @@ func ResponderPublish() []string { return []string{ReplyPrefix + ">"} }
 
 // ResponderSubscribe is what chime's responder connection serves: every
 // request subject of every principal, and micro's discovery ($SRV).
-func ResponderSubscribe() []string {
+func ResponderSubscribe(rights Rights) []string {
 	var subs []string
-	for _, a := range append(append([]string{}, agentActions...), operatorActions...) {
+	for _, a := range rights.All {
 		subs = append(subs, subjects.AgentWildcard(a))
 	}
 	return append(subs, subjects.CallbackWake, subjects.CallbackEnqueue, "$SRV.>")

@@ -86,7 +86,7 @@ func ensureKey(path string, create func() (nkeys.KeyPair, error)) (string, error
 // callout, the callout that decides every other connection by its token,
 // and chime's user in the system account, through which a revocation
 // disconnects the revoked token's clients.
-func ServerConfig(k ServerKeys) string {
+func ServerConfig(k ServerKeys, rights Rights) string {
 	return fmt.Sprintf(`# chime: NATS authorization through chime's auth callout (CHIME_NATS_AUTH=true).
 # chime connects as the nkey user below (CHIME_NATS_NKEY_FILE=%[3]s),
 # answers requests as its responder (CHIME_NATS_RESPONDER_NKEY_FILE=%[6]s),
@@ -114,7 +114,7 @@ accounts {
   SYS: { users: [ { nkey: %[9]q } ] }
 }
 `, k.User, k.Issuer, UserKeyFile, CalloutKeyFile, k.Responder, ResponderKeyFile,
-		quoteAll(ResponderPublish()), quoteAll(ResponderSubscribe()), k.System, SystemKeyFile)
+		quoteAll(ResponderPublish()), quoteAll(ResponderSubscribe(rights)), k.System, SystemKeyFile)
 }
 
 func quoteAll(ss []string) string {

@@ -10,7 +10,6 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/chime-nats/chime/access"
+	"github.com/chime-nats/chime/action"
 	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/deliveries"
@@ -95,6 +95,8 @@ type Operations struct {
 	// streams are the event streams open on this replica, by principal,
 	// so that a revocation ends them (EndStreams).
 	streams openStreams
+	// table is every action, with its handler (features).
+	table *action.Table
 }
 
 // NewOperations returns the operations.
@@ -125,6 +127,11 @@ func NewOperations(c Config) *Operations {
 	if reg != nil {
 		reg.MustRegister(o.requests, o.panics)
 	}
+	t, err := action.NewTable(o.features()...)
+	if err != nil {
+		panic(err) // the declarations are constant: a test would have caught it
+	}
+	o.table = t
 	return o
 }
 
@@ -143,106 +150,18 @@ func (o *Operations) Do(ctx context.Context, surface, action, agentID string, bo
 	return res, err
 }
 
-func (o *Operations) do(ctx context.Context, surface, action, agentID string, body []byte) (any, error) {
+func (o *Operations) do(ctx context.Context, surface, name, agentID string, body []byte) (any, error) {
 	if err := subjects.ValidateID("agent_id", agentID); err != nil {
 		return nil, err
 	}
-	if err := o.checkBody(action, len(body)); err != nil {
+	a, ok := o.table.Lookup(name)
+	if !ok {
+		return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: fmt.Sprintf("unknown action %q", name)}
+	}
+	if err := o.checkBody(name, len(body)); err != nil {
 		return nil, err
 	}
-	switch action {
-	case subjects.ActionTimerCreate:
-		spec, err := subjects.DecodeCreateTimer(body, o.quotas.TimerLimits())
-		if errors.Is(err, subjects.ErrIntervalTooShort) {
-			o.quotas.RefusedInterval()
-		}
-		if err != nil {
-			return nil, err
-		}
-		// A retry of a create already stored replays it: it creates
-		// nothing, so no quota or rate stands in its way.
-		if !replay(ctx, o.store.Get, agentID, subjects.TimerIDFor, spec.Request) {
-			if err := o.quotas.Timer(ctx, agentID); err != nil {
-				return nil, err
-			}
-		}
-		return o.store.Create(ctx, agentID, spec)
-	case subjects.ActionInboxFetch, subjects.ActionInboxAck:
-		return o.doInbox(ctx, action, agentID, body)
-	case subjects.ActionTimerList:
-		page, err := subjects.DecodeListTimers(body)
-		if err != nil {
-			return nil, err
-		}
-		list, next, err := o.store.List(ctx, agentID, page.Limit, page.Walk(0))
-		if err != nil {
-			return nil, err
-		}
-		return subjects.ListTimersReply{Timers: list, NextCursor: subjects.EncodeCursor(action, next)}, nil
-	case subjects.ActionTimerGet, subjects.ActionTimerCancel:
-		timerID, err := subjects.DecodeTimerRef(body)
-		if err != nil {
-			return nil, err
-		}
-		if action == subjects.ActionTimerGet {
-			return o.store.Get(ctx, agentID, timerID)
-		}
-		return o.store.Cancel(ctx, agentID, timerID)
-	case subjects.ActionWaitRequest:
-		spec, err := subjects.DecodeWaitRequest(body, o.now(), o.tz)
-		if err != nil {
-			return nil, err
-		}
-		if !replay(ctx, o.waits.Get, agentID, subjects.WaitIDFor, spec.Request) {
-			if err := o.quotas.Wait(ctx, agentID); err != nil {
-				return nil, err
-			}
-		}
-		w, err := o.waits.Create(ctx, agentID, spec)
-		if err != nil {
-			return nil, err
-		}
-		return subjects.WaitReply{WaitID: w.ID, TargetTime: subjects.FormatISO(w.Target()), Mode: w.Mode}, nil
-	case subjects.ActionWaitCancel:
-		waitID, err := subjects.DecodeWaitRef(body)
-		if err != nil {
-			return nil, err
-		}
-		return o.waitOps.Cancel(ctx, agentID, waitID)
-	case subjects.ActionWaitList:
-		return o.waitList(ctx, agentID, body)
-	case subjects.ActionIntervention:
-		req, err := subjects.DecodeIntervention(body)
-		if err != nil {
-			return nil, err
-		}
-		return o.waitOps.Intervene(ctx, agentID, req)
-	case subjects.ActionWaitFor, subjects.ActionWaitTasks, subjects.ActionWaitReport, subjects.ActionSystemWake:
-		return o.doWaitFor(ctx, action, agentID, body)
-	case subjects.ActionLifecycleStart, subjects.ActionLifecycleStop, subjects.ActionTriggerCreate,
-		subjects.ActionTriggerCancel, subjects.ActionTriggerList, subjects.ActionTriggerReset:
-		return o.lifecycle(ctx, surface, action, agentID, body)
-	case subjects.ActionTaskStart, subjects.ActionTaskResult, subjects.ActionTaskGet, subjects.ActionTaskList,
-		subjects.ActionTaskCancel, subjects.ActionTaskOutput, subjects.ActionTaskOutputAppend:
-		return o.task(ctx, action, agentID, body)
-	case subjects.ActionTokenIssue, subjects.ActionTokenRevoke:
-		if o.tokens == nil {
-			return nil, &subjects.Error{Code: subjects.CodeUnavailable, Message: "agent tokens are not configured"}
-		}
-		if err := subjects.DecodeNoFields(body); err != nil {
-			return nil, err
-		}
-		if action == subjects.ActionTokenIssue {
-			return o.tokens.Issue(ctx, agentID)
-		}
-		return o.tokens.Revoke(ctx, agentID)
-	case subjects.ActionQuestionAsk, subjects.ActionQuestionList, subjects.ActionQuestionAnswer:
-		return o.question(ctx, action, agentID, body)
-	case subjects.ActionNotify, subjects.ActionNotificationsCreate, subjects.ActionNotificationsList,
-		subjects.ActionNotificationsMark, subjects.ActionNotificationsClear:
-		return o.notification(ctx, action, agentID, body)
-	}
-	return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: fmt.Sprintf("unknown action %q", action)}
+	return a.Handle(ctx, action.Request{Surface: surface, AgentID: agentID, Body: body})
 }
 
 // callbackAction names callbacks in the body policy.
@@ -250,32 +169,22 @@ const callbackAction = "callback"
 
 // bodyLimit is the one body policy, by action, over HTTP and NATS alike:
 // a body beyond its limit is refused with payload_too_large (HTTP 413)
-// before it is decoded. Callbacks take 256 KiB (the contract). An
-// intervention's text may be as long as its deliveries can carry, which
-// Intervene checks against the inbox; its body is bounded by the most
-// that could still decode to such a text (every byte escaped as \uXXXX:
-// six to one), so that HTTP, where no server's max payload bounds it,
-// never reads more. Every other request takes 64 KiB.
-func (o *Operations) bodyLimit(action string) int64 {
-	switch action {
-	case callbackAction:
+// before it is decoded. Callbacks take 256 KiB (the contract); each action
+// names its own limit (action.Action.MaxBody), 64 KiB unless it says.
+func (o *Operations) bodyLimit(name string) int64 {
+	if name == callbackAction {
 		return subjects.MaxCallbackBody
-	case subjects.ActionIntervention:
-		if o.waitOps == nil {
-			return subjects.MaxRequestBody
-		}
-		return 6*o.waitOps.Room() + subjects.MaxRequestBody
-	case subjects.ActionTaskOutputAppend:
-		return subjects.MaxAppendBody
-	default:
-		return subjects.MaxRequestBody
 	}
+	if a, ok := o.table.Lookup(name); ok {
+		return a.Limit()
+	}
+	return subjects.MaxRequestBody
 }
 
 // checkBody refuses a body of n bytes beyond its action's limit.
-func (o *Operations) checkBody(action string, n int) error {
-	if limit := o.bodyLimit(action); int64(n) > limit {
-		return tooLarge(action, limit)
+func (o *Operations) checkBody(name string, n int) error {
+	if limit := o.bodyLimit(name); int64(n) > limit {
+		return tooLarge(name, limit)
 	}
 	return nil
 }
@@ -298,22 +207,11 @@ func replay[T any](ctx context.Context, get func(context.Context, string, string
 	return err == nil
 }
 
-// Actions are the agent actions served.
-func Actions() []string {
-	return []string{
-		subjects.ActionTimerCreate, subjects.ActionTimerList, subjects.ActionTimerGet, subjects.ActionTimerCancel,
-		subjects.ActionWaitRequest, subjects.ActionWaitCancel, subjects.ActionWaitList, subjects.ActionIntervention,
-		subjects.ActionLifecycleStart, subjects.ActionLifecycleStop, subjects.ActionTriggerCreate,
-		subjects.ActionTriggerCancel, subjects.ActionTriggerList, subjects.ActionTriggerReset,
-		subjects.ActionTokenIssue, subjects.ActionTokenRevoke,
-		subjects.ActionWaitFor, subjects.ActionWaitTasks, subjects.ActionWaitReport, subjects.ActionSystemWake,
-		subjects.ActionQuestionAsk, subjects.ActionQuestionList, subjects.ActionQuestionAnswer,
-		subjects.ActionTaskStart, subjects.ActionTaskResult, subjects.ActionTaskGet, subjects.ActionTaskList,
-		subjects.ActionTaskCancel, subjects.ActionTaskOutput, subjects.ActionTaskOutputAppend,
-		subjects.ActionNotify, subjects.ActionNotificationsList, subjects.ActionNotificationsMark, subjects.ActionNotificationsClear,
-		subjects.ActionInboxFetch, subjects.ActionInboxAck,
-	}
-}
+// Actions returns the actions served over NATS, by name.
+func (o *Operations) Actions() []string { return o.table.Names(action.Operator) }
+
+// Table returns the action table the operations serve.
+func (o *Operations) Table() *action.Table { return o.table }
 
 // doWaitFor serves the WaitFor actions.
 func (o *Operations) doWaitFor(ctx context.Context, action, agentID string, body []byte) (any, error) {

@@ -7,26 +7,14 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/chime-nats/chime/action"
 	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/subjects"
 )
 
-// consoleRoutes are the routes the operator console needs beyond the
-// agents' own: interventions, waits and tasks as actions (on NATS too), and
-// the operator's views that are no agent's action (HTTP only): the agent
-// list, an agent's recent deliveries and their live feed.
-func consoleRoutes(route routeFunc, mux *http.ServeMux, ops *Operations) {
-	taskRef := func(r *http.Request, _ []byte) []byte {
-		return encode(subjects.TaskRef{TaskID: r.PathValue("task_id")})
-	}
-	route("POST /api/control/agents/{id}/intervention", subjects.ActionIntervention, asSent, http.StatusOK)
-	route("GET /api/agents/{id}/waits", subjects.ActionWaitList, listQuery, http.StatusOK)
-	route("GET /api/agents/{id}/tasks", subjects.ActionTaskList, listQuery, http.StatusOK)
-	route("GET /api/agents/{id}/tasks/{task_id}", subjects.ActionTaskGet, taskRef, http.StatusOK)
-	route("GET /api/agents/{id}/tasks/{task_id}/output", subjects.ActionTaskOutput, func(r *http.Request, _ []byte) []byte {
-		return withQuery(r, map[string]any{"task_id": r.PathValue("task_id")}, "offset", "limit")
-	}, http.StatusOK)
-
+// consoleViews are the operator's views that are no agent's action (HTTP
+// only): the agent list, an agent's recent deliveries and their live feed.
+func consoleViews(mux *http.ServeMux, ops *Operations) {
 	view := func(pattern string, read func(r *http.Request) (any, error)) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			res, err := read(r)
@@ -48,41 +36,10 @@ func consoleRoutes(route routeFunc, mux *http.ServeMux, ops *Operations) {
 	mux.HandleFunc("GET /api/agents/{id}/inbox/events", ops.inboxEvents)
 }
 
-// query passes the named query parameters that are set as a JSON object
-// (rawOrString), so their rules and texts are those of NATS.
-func query(names ...string) func(r *http.Request, _ []byte) []byte {
-	return func(r *http.Request, _ []byte) []byte { return withQuery(r, map[string]any{}, names...) }
-}
-
-// withQuery adds the named query parameters that are set to m and encodes
-// it; an empty m is no body.
-func withQuery(r *http.Request, m map[string]any, names ...string) []byte {
-	q := r.URL.Query()
-	for _, name := range names {
-		if v := q.Get(name); v != "" {
-			m[name] = rawOrString(v)
-		}
-	}
-	if len(m) == 0 {
-		return nil
-	}
-	return encode(m)
-}
-
-// listQuery is a listing's ?limit and ?cursor as its body: the limit as
-// query passes it, the cursor always as a string.
-func listQuery(r *http.Request, _ []byte) []byte {
-	m := map[string]any{}
-	if c := r.URL.Query().Get("cursor"); c != "" {
-		m["cursor"] = c
-	}
-	return withQuery(r, m, "limit")
-}
-
 // limitParam is ?limit as ParseLimit reads it.
 func limitParam(r *http.Request) []byte {
 	if l := r.URL.Query().Get("limit"); l != "" {
-		return encode(rawOrString(l))
+		return encode(action.RawOrString(l))
 	}
 	return nil
 }

@@ -48,40 +48,17 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (boo
 			writeJSON(w, status, encode(res))
 		})
 	}
-	none := func(*http.Request, []byte) []byte { return nil }
-	timerRef := func(r *http.Request, _ []byte) []byte {
-		return encode(subjects.TimerRef{TimerID: r.PathValue("timer_id")})
+	for _, a := range ops.Table().All() {
+		if a.HTTP == nil {
+			continue
+		}
+		body := a.HTTP.Body
+		if body == nil {
+			body = asSent
+		}
+		route(a.HTTP.Pattern(), a.Name, body, a.HTTP.Status)
 	}
-	route("POST /api/control/agents/{id}/timers", subjects.ActionTimerCreate, asSent, http.StatusCreated)
-	route("GET /api/agents/{id}/timers", subjects.ActionTimerList, listQuery, http.StatusOK)
-	route("GET /api/agents/{id}/timers/{timer_id}", subjects.ActionTimerGet, timerRef, http.StatusOK)
-	route("POST /api/control/agents/{id}/timers/{timer_id}/cancel", subjects.ActionTimerCancel, timerRef, http.StatusOK)
-
-	route("POST /api/control/agents/{id}/start", subjects.ActionLifecycleStart, asSent, http.StatusOK)
-	route("POST /api/control/agents/{id}/stop", subjects.ActionLifecycleStop, asSent, http.StatusOK)
-	route("POST /api/control/agents/{id}/reset-callback", subjects.ActionTriggerReset, asSent, http.StatusOK)
-	route("POST /api/control/agents/{id}/triggers", subjects.ActionTriggerCreate, asSent, http.StatusCreated)
-	route("POST /api/control/agents/{id}/triggers/{trigger_id}/cancel", subjects.ActionTriggerCancel, func(r *http.Request, _ []byte) []byte {
-		return encode(subjects.TriggerRef{ID: r.PathValue("trigger_id")})
-	}, http.StatusOK)
-	route("GET /api/agents/{id}/triggers", subjects.ActionTriggerList, none, http.StatusOK)
-	route("POST /api/control/agents/{id}/token", subjects.ActionTokenIssue, asSent, http.StatusCreated)
-	route("DELETE /api/control/agents/{id}/token", subjects.ActionTokenRevoke, asSent, http.StatusOK)
-	route("GET /api/agents/{id}/questions", subjects.ActionQuestionList, func(r *http.Request, read []byte) []byte {
-		m := map[string]any{}
-		if all := r.URL.Query().Get("all"); all != "" {
-			m["all"] = rawBoolOrString(all)
-		}
-		if c := r.URL.Query().Get("cursor"); c != "" {
-			m["cursor"] = c
-		}
-		return withQuery(r, m, "limit")
-	}, http.StatusOK)
-	route("POST /api/control/agents/{id}/questions/{question_id}/answer", subjects.ActionQuestionAnswer, func(r *http.Request, read []byte) []byte {
-		return subjects.WithQuestionID(read, r.PathValue("question_id"))
-	}, http.StatusOK)
-	notificationRoutes(mux, ops, route)
-	inboxRoutes(route)
+	notificationFeeds(mux, ops)
 	for _, mode := range subjects.DeliveryModes() {
 		mux.HandleFunc("POST /api/callbacks/"+mode.Route()+"/{token}", func(w http.ResponseWriter, r *http.Request) {
 			res, err := callback(ops, mode, w, r)
@@ -93,7 +70,7 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (boo
 		})
 	}
 
-	consoleRoutes(route, mux, ops)
+	consoleViews(mux, ops)
 	console.Register(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -146,30 +123,6 @@ func (o *Operations) readBody(w http.ResponseWriter, r *http.Request, action str
 	}
 	return b, nil
 }
-
-// rawOrString passes a numeric query value as a JSON number and anything
-// else as a string, so the limit rules and texts are those of NATS.
-func rawOrString(v string) any {
-	for i := 0; i < len(v); i++ {
-		if (v[i] < '0' || v[i] > '9') && v[i] != '-' && v[i] != '.' {
-			return v
-		}
-	}
-	return jsonNumber(v)
-}
-
-// rawBoolOrString passes true and false as JSON booleans and anything
-// else as a string, for the decoder to refuse in its own words.
-func rawBoolOrString(v string) any {
-	if v == "true" || v == "false" {
-		return jsonNumber(v)
-	}
-	return v
-}
-
-type jsonNumber string
-
-func (n jsonNumber) MarshalJSON() ([]byte, error) { return []byte(n), nil }
 
 // writeError writes err's wire error with its status, and a storage
 // outage's Retry-After.

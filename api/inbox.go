@@ -7,14 +7,6 @@ import (
 	"github.com/chime-nats/chime/subjects"
 )
 
-// inboxRoutes are an agent's reliable read of its inbox over HTTP, the
-// actions inbox.fetch and inbox.ack with their rules and texts: the
-// agent's own token may call them (the guard), as may an operator.
-func inboxRoutes(route routeFunc) {
-	route("GET /api/agents/{id}/inbox/fetch", subjects.ActionInboxFetch, query("max", "after", "wait_ms"), http.StatusOK)
-	route("POST /api/agents/{id}/inbox/ack", subjects.ActionInboxAck, asSent, http.StatusOK)
-}
-
 // ownWrite reports the one write route an agent may call for itself:
 // acking its inbox.
 func ownWrite(r *http.Request, agentID string) bool {

@@ -69,6 +69,9 @@ type Service struct {
 	refusedLog *pacer.Pacer
 }
 
+// ServiceDescription is the micro service's description.
+const ServiceDescription = "chime: timers, waits and callbacks for AI agents"
+
 // refusedLogInterval is how often refused requests are logged at most.
 const refusedLogInterval = 10 * time.Second
 
@@ -98,7 +101,7 @@ func StartService(ctx context.Context, cfg ServiceConfig) (*Service, error) {
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        subjects.ServiceName,
 		Version:     cfg.Version,
-		Description: "chime: timers, waits and callbacks for AI agents",
+		Description: ServiceDescription,
 		QueueGroup:  subjects.QueueGroup,
 	})
 	if err != nil {
@@ -124,16 +127,20 @@ func StartService(ctx context.Context, cfg ServiceConfig) (*Service, error) {
 			}
 		}
 	}
-	add := func(subject string, h func(micro.Request) *nats.Msg) error {
+	add := func(subject, summary string, h func(micro.Request) *nats.Msg) error {
 		name := strings.ReplaceAll(strings.TrimPrefix(subject, "agent.*."), ".", "_")
-		if err := svc.AddEndpoint(name, micro.HandlerFunc(s.handler(h)), micro.WithEndpointSubject(subject)); err != nil {
+		if err := svc.AddEndpoint(name, micro.HandlerFunc(s.handler(h)), micro.WithEndpointSubject(subject),
+			micro.WithEndpointMetadata(map[string]string{"summary": summary})); err != nil {
 			_ = svc.Stop()
 			return fmt.Errorf("api: endpoint %s: %w", name, err)
 		}
 		return nil
 	}
-	for _, action := range Actions() {
-		if err := add(subjects.AgentWildcard(action), func(req micro.Request) *nats.Msg { return s.reply(action, req) }); err != nil {
+	for _, a := range ops.Table().All() {
+		if !a.OnNATS() {
+			continue
+		}
+		if err := add(subjects.AgentWildcard(a.Name), a.Summary, func(req micro.Request) *nats.Msg { return s.reply(a.Name, req) }); err != nil {
 			return nil, err
 		}
 	}
@@ -142,7 +149,11 @@ func StartService(ctx context.Context, cfg ServiceConfig) (*Service, error) {
 		if mode == subjects.ModeEnqueueMessage {
 			subject = subjects.CallbackEnqueue
 		}
-		if err := add(subject, func(req micro.Request) *nats.Msg { return s.callback(mode, req) }); err != nil {
+		summary := "a callback: wake the agent (wake_hint)"
+		if mode == subjects.ModeEnqueueMessage {
+			summary = "a callback: enqueue the body in the agent's inbox"
+		}
+		if err := add(subject, summary, func(req micro.Request) *nats.Msg { return s.callback(mode, req) }); err != nil {
 			return nil, err
 		}
 	}

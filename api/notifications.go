@@ -68,17 +68,9 @@ func (o *Operations) notification(ctx context.Context, action, agentID string, b
 	return subjects.ClearReply{Success: true, Message: subjects.AllClearedText, GUID: guid}, nil
 }
 
-// routeFunc registers a route that runs an action (see NewHandler).
-type routeFunc func(pattern, action string, body func(r *http.Request, read []byte) []byte, status int)
-
-// notificationRoutes registers the notification routes: Agent Zero's
-// create, history, mark-read and clear, and the SSE feeds of one agent
-// (agent-readable, like the history) and of all (operators).
-func notificationRoutes(mux *http.ServeMux, ops *Operations, route routeFunc) {
-	route("POST /api/control/agents/{id}/notifications", subjects.ActionNotificationsCreate, asSent, http.StatusOK)
-	route("GET /api/agents/{id}/notifications", subjects.ActionNotificationsList, query("since"), http.StatusOK)
-	route("POST /api/control/agents/{id}/notifications/mark-read", subjects.ActionNotificationsMark, asSent, http.StatusOK)
-	route("POST /api/control/agents/{id}/notifications/clear", subjects.ActionNotificationsClear, asSent, http.StatusOK)
+// notificationFeeds registers the SSE feeds of notifications: one agent's
+// (agent-readable, like the history) and all agents' (operators).
+func notificationFeeds(mux *http.ServeMux, ops *Operations) {
 	mux.HandleFunc("GET /api/agents/{id}/notifications/events", func(w http.ResponseWriter, r *http.Request) {
 		agentID := r.PathValue("id")
 		if err := subjects.ValidateID("agent_id", agentID); err != nil {

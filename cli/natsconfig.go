@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/chime-nats/chime/access"
+	"github.com/chime-nats/chime/api"
 )
 
 // natsConfig runs `chime nats-config --dir DIR`: it writes chime's keys
@@ -20,6 +21,6 @@ func (a *App) natsConfig(args []string) error {
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprint(a.Stdout, access.ServerConfig(keys))
+	_, err = fmt.Fprint(a.Stdout, access.ServerConfig(keys, api.Rights()))
 	return err
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/chime-nats/chime/access"
+	"github.com/chime-nats/chime/api"
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/natsproc"
@@ -250,7 +251,7 @@ func TestSecurityExternalServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := natsproc.New(t, natsproc.Options{Config: access.ServerConfig(keys), ConnectOptions: []nats.Option{creds}})
+	srv := natsproc.New(t, natsproc.Options{Config: access.ServerConfig(keys, api.Rights()), ConnectOptions: []nats.Option{creds}})
 	srv.Start()
 	op := "op-external-" + strings.Repeat("y", 16)
 	sum := sha256.Sum256([]byte(op))

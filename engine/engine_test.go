@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/chime-nats/chime/access"
+	"github.com/chime-nats/chime/api"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/natstest"
 	"github.com/chime-nats/chime/internal/storefull"
@@ -284,7 +285,7 @@ func TestEmbeddedResponderMayOnlyReply(t *testing.T) {
 	pub, _ := issuer.PublicKey()
 	auth := &engine.EmbeddedAuth{
 		Password: "svc-pass", Issuer: pub, ResponderPassword: "resp-pass",
-		ResponderPublish: access.ResponderPublish(), ResponderSubscribe: access.ResponderSubscribe(),
+		ResponderPublish: access.ResponderPublish(), ResponderSubscribe: access.ResponderSubscribe(api.Rights()),
 	}
 	log := slog.New(slog.DiscardHandler)
 	ns, err := engine.StartEmbedded(ctx, engine.EmbeddedOptions{Listen: "127.0.0.1:-1", DataDir: t.TempDir(), Auth: auth}, log)
@@ -479,7 +480,7 @@ func TestPermissionViolationsLoggedOncePerInterval(t *testing.T) {
 	pub, _ := issuer.PublicKey()
 	auth := &engine.EmbeddedAuth{
 		Password: "svc-pass", Issuer: pub, ResponderPassword: "resp-pass",
-		ResponderPublish: access.ResponderPublish(), ResponderSubscribe: access.ResponderSubscribe(),
+		ResponderPublish: access.ResponderPublish(), ResponderSubscribe: access.ResponderSubscribe(api.Rights()),
 	}
 	ns, err := engine.StartEmbedded(ctx, engine.EmbeddedOptions{Listen: "127.0.0.1:-1", DataDir: t.TempDir(), Auth: auth}, slog.New(slog.DiscardHandler))
 	if err != nil {

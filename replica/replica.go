@@ -137,7 +137,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 			pub, _ := issuer.PublicKey()
 			eo.Auth = &engine.EmbeddedAuth{
 				Password: secret.NewToken(""), Issuer: pub, ResponderPassword: secret.NewToken(""),
-				ResponderPublish: access.ResponderPublish(), ResponderSubscribe: access.ResponderSubscribe(),
+				ResponderPublish: access.ResponderPublish(), ResponderSubscribe: access.ResponderSubscribe(api.Rights()),
 			}
 			conn.User, conn.Password = engine.ServiceUser, eo.Auth.Password
 			responder.User, responder.Password = engine.ResponderUser, eo.Auth.ResponderPassword
@@ -361,7 +361,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 			r.sessions.End(ctx, access.Principal{Kind: access.KindCallback, AgentID: t.AgentID, TriggerID: t.ID})
 		})
 		if r.callout, err = access.StartCallout(ctx, access.CalloutConfig{
-			NC: r.nc, Issuer: issuer, Resolver: resolver, Sessions: r.sessions, Log: log, Registerer: reg,
+			NC: r.nc, Issuer: issuer, Resolver: resolver, Sessions: r.sessions, Log: log, Registerer: reg, Rights: api.Rights(),
 		}); err != nil {
 			return nil, err
 		}

@@ -1,0 +1,191 @@
+// Package action is chime's table of actions. Each feature package
+// declares its actions once: the name (the subject's last part,
+// agent.<id>.<name>), a one-line summary, who may call it, its body limit,
+// its HTTP route, and its handler. Every surface is then derived from one
+// list. The NATS micro endpoints, the HTTP routes and the NATS rights the
+// auth callout grants all come from it, as do the CLI's generic commands
+// and the contract's tables (which a test checks against it). Adding an
+// action is one declaration in its feature's package.
+package action
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+)
+
+// Access says who may call an action.
+type Access int
+
+const (
+	// Agent actions may be called by the agent on its own subjects and
+	// routes, and by an operator on any agent's.
+	Agent Access = iota + 1
+	// Operator actions may be called by operators only.
+	Operator
+)
+
+func (a Access) String() string {
+	switch a {
+	case Agent:
+		return "agent"
+	case Operator:
+		return "operator"
+	}
+	return fmt.Sprintf("Access(%d)", int(a))
+}
+
+// DefaultMaxBody bounds a request's body when its action names no limit
+// (64 KiB, the contract's request limit).
+const DefaultMaxBody = 64 << 10
+
+// Request is one call of an action, from either surface.
+type Request struct {
+	// Surface is "nats" or "http".
+	Surface string
+	// AgentID is the agent the call is for: the <id> of its subject or
+	// route, validated before the handler runs.
+	AgentID string
+	// Body is the request's JSON body, within the action's limit (an
+	// HTTP route's Body has made it from the path and query).
+	Body []byte
+}
+
+// Handler serves one call. It returns the reply value or an error that
+// is, or wraps, a *subjects.Error for the caller to read.
+type Handler func(ctx context.Context, r Request) (any, error)
+
+// Route is an action's HTTP route.
+type Route struct {
+	// Method and Path are the route's pattern, as net/http reads it:
+	// Path has {id} for the agent and may have more path values. Operator
+	// routes live under /api/control/, agents' under /api/agents/.
+	Method, Path string
+	// Status is the status of a successful reply.
+	Status int
+	// Body makes the action's request body from the HTTP request and the
+	// body read; nil passes the body as it was sent.
+	Body func(r *http.Request, read []byte) []byte
+}
+
+// Pattern is the route's net/http pattern.
+func (r Route) Pattern() string { return r.Method + " " + r.Path }
+
+// Action is one declared action.
+type Action struct {
+	// Name is the subject's last part: agent.<id>.<Name>.
+	Name string
+	// Summary says in one line what the action does (the micro endpoint's
+	// description, the CLI's help, the contract's table).
+	Summary string
+	Access  Access
+	// MaxBody returns the most bytes a request body may have; nil is
+	// DefaultMaxBody. It is a function because some limits follow the
+	// configuration (an intervention's text may be as long as the inbox
+	// can carry).
+	MaxBody func() int64
+	// HTTP is the action's route; nil serves it over NATS only.
+	HTTP *Route
+	// HTTPOnly keeps the action off NATS (a route shaped for the console).
+	HTTPOnly bool
+	Handle   Handler
+}
+
+// Limit is the most bytes a's request body may have.
+func (a *Action) Limit() int64 {
+	if a.MaxBody == nil {
+		return DefaultMaxBody
+	}
+	return a.MaxBody()
+}
+
+// OnNATS reports whether the action is served over NATS.
+func (a *Action) OnNATS() bool { return !a.HTTPOnly }
+
+// ErrDuplicate is returned by NewTable for two actions of one name.
+var ErrDuplicate = errors.New("action: declared twice")
+
+// Table is every action, in the order declared.
+type Table struct {
+	list   []*Action
+	byName map[string]*Action
+}
+
+// NewTable lists the features' actions, in the order given.
+func NewTable(features ...[]Action) (*Table, error) {
+	t := &Table{byName: map[string]*Action{}}
+	for _, f := range features {
+		for i := range f {
+			a := &f[i]
+			if err := a.check(); err != nil {
+				return nil, err
+			}
+			if _, dup := t.byName[a.Name]; dup {
+				return nil, fmt.Errorf("%w: %s", ErrDuplicate, a.Name)
+			}
+			t.byName[a.Name] = a
+			t.list = append(t.list, a)
+		}
+	}
+	return t, nil
+}
+
+func (a *Action) check() error {
+	switch {
+	case a.Name == "" || strings.ContainsAny(a.Name, " *>\t\r\n") || strings.HasPrefix(a.Name, ".") || strings.HasSuffix(a.Name, "."):
+		return fmt.Errorf("action: bad name %q", a.Name)
+	case a.Access != Agent && a.Access != Operator:
+		return fmt.Errorf("action %s: no access", a.Name)
+	case a.Handle == nil:
+		return fmt.Errorf("action %s: no handler", a.Name)
+	case a.HTTPOnly && a.HTTP == nil:
+		return fmt.Errorf("action %s: HTTP only with no route", a.Name)
+	case a.HTTP != nil && !strings.Contains(a.HTTP.Path, "{id}"):
+		return fmt.Errorf("action %s: route %s names no agent {id}", a.Name, a.HTTP.Pattern())
+	}
+	return nil
+}
+
+// Lookup returns the action of this name.
+func (t *Table) Lookup(name string) (*Action, bool) {
+	a, ok := t.byName[name]
+	return a, ok
+}
+
+// All returns every action, in the order declared.
+func (t *Table) All() []*Action { return slices.Clone(t.list) }
+
+// Names returns the names of the actions served over NATS that access
+// may call: Agent gives the agents' actions, Operator every action (an
+// operator may call all of them).
+func (t *Table) Names(access Access) []string {
+	var out []string
+	for _, a := range t.list {
+		if a.OnNATS() && (access == Operator || a.Access == access) {
+			out = append(out, a.Name)
+		}
+	}
+	return out
+}
+
+// Markdown is the table's reference in the contract: one row per action
+// with its subject, who may call it, its HTTP route and its summary.
+func (t *Table) Markdown() string {
+	var b strings.Builder
+	b.WriteString("| subject (`agent.<id>.` + ) | micro endpoint | who | HTTP route | what it does |\n|---|---|---|---|---|\n")
+	for _, a := range t.list {
+		subject, endpoint := "`"+a.Name+"`", "`"+strings.ReplaceAll(a.Name, ".", "_")+"`"
+		if !a.OnNATS() {
+			subject, endpoint = "(HTTP only)", "-"
+		}
+		httpRoute := "-"
+		if a.HTTP != nil {
+			httpRoute = "`" + a.HTTP.Pattern() + "`"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", subject, endpoint, a.Access, httpRoute, a.Summary)
+	}
+	return b.String()
+}
