@@ -91,7 +91,21 @@ type Action struct {
 	HTTP *Route
 	// HTTPOnly keeps the action off NATS (a route shaped for the console).
 	HTTPOnly bool
-	Handle   Handler
+	// Command is the CLI's words for the action (`chime <Command>`), when
+	// not the name's parts ("task get" for task.get).
+	Command string
+	// IDField is the body field the CLI's first positional argument
+	// fills ("task_id" for `chime task get ID`); empty takes none.
+	IDField string
+	Handle  Handler
+}
+
+// Words are the CLI's words for the action.
+func (a *Action) Words() []string {
+	if a.Command != "" {
+		return strings.Fields(a.Command)
+	}
+	return strings.Split(a.Name, ".")
 }
 
 // Limit is the most bytes a's request body may have.
@@ -188,4 +202,28 @@ func (t *Table) Markdown() string {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", subject, endpoint, a.Access, httpRoute, a.Summary)
 	}
 	return b.String()
+}
+
+// Replayed reports whether a create that names requestID (its caller's
+// key for retries) is already stored under idFor's ID: the store's create
+// then answers it (the record, or a conflict) and creates nothing, so no
+// quota or rate may stand in its way.
+func Replayed[T any](ctx context.Context, get func(ctx context.Context, agentID, id string) (*T, error), agentID, requestID string, idFor func(agentID, requestID string) string) bool {
+	if requestID == "" {
+		return false
+	}
+	_, err := get(ctx, agentID, idFor(agentID, requestID))
+	return err == nil
+}
+
+// Where routes live: agents' reads under AgentRoutes, operators' writes
+// under ControlRoutes (the HTTP guard tells them apart by that).
+const (
+	AgentRoutes   = "/api/agents/{id}"
+	ControlRoutes = "/api/control/agents/{id}"
+)
+
+// HTTPRoute is a route for an action's declaration.
+func HTTPRoute(method, path string, status int, body func(*http.Request, []byte) []byte) *Route {
+	return &Route{Method: method, Path: path, Status: status, Body: body}
 }

@@ -196,17 +196,6 @@ func tooLarge(action string, limit int64) error {
 	return subjects.BodyTooLarge("request", limit)
 }
 
-// replay reports whether a create keyed by req is already stored: the
-// store's Create then answers it (the record, or a conflict) without
-// creating anything.
-func replay[T any](ctx context.Context, get func(context.Context, string, string) (*T, error), agentID string, idFor func(string, string) string, req subjects.RequestKey) bool {
-	if req.RequestID == "" {
-		return false
-	}
-	_, err := get(ctx, agentID, idFor(agentID, req.RequestID))
-	return err == nil
-}
-
 // Actions returns the actions served over NATS, by name.
 func (o *Operations) Actions() []string { return o.table.Names(action.Operator) }
 

@@ -3,15 +3,16 @@ package api
 import (
 	"context"
 
+	"github.com/chime-nats/chime/action"
 	"github.com/chime-nats/chime/subjects"
 )
 
 // question serves question.ask, question.list and question.answer.
-func (o *Operations) question(ctx context.Context, action, agentID string, body []byte) (any, error) {
+func (o *Operations) question(ctx context.Context, name, agentID string, body []byte) (any, error) {
 	if o.questions == nil {
 		return nil, &subjects.Error{Code: subjects.CodeUnavailable, Message: "questions are not configured"}
 	}
-	switch action {
+	switch name {
 	case subjects.ActionQuestionAsk:
 		spec, err := subjects.DecodeAsk(body)
 		if err != nil {
@@ -19,7 +20,7 @@ func (o *Operations) question(ctx context.Context, action, agentID string, body 
 		}
 		// A retry of an ask already stored replays it: it asks nothing
 		// new, so the bound does not stand in its way.
-		if !replay(ctx, o.questions.Get, agentID, subjects.QuestionIDFor, spec.Request) {
+		if !action.Replayed(ctx, o.questions.Get, agentID, spec.Request.RequestID, subjects.QuestionIDFor) {
 			open, err := o.questions.Open(ctx, agentID)
 			if err != nil {
 				return nil, err
