@@ -37,7 +37,7 @@ type App struct {
 	token string
 }
 
-const usage = `chime: timers, waits and callbacks for AI agents over NATS
+const usage = `chime: timers, waits, callbacks, tasks, questions and notifications for AI agents over NATS
 
 Usage:
   chime serve                      run chime (see chime serve --help)
@@ -82,6 +82,9 @@ func (a *App) Run(ctx context.Context, args []string) error {
 		fmt.Fprint(a.Stderr, usage)
 		return ErrUsage
 	}
+	if act, rest := findAction(actionTable(), args); act != nil {
+		return a.runAction(ctx, act, rest)
+	}
 	switch args[0] {
 	case "serve":
 		return a.serve(ctx, args[1:])
@@ -103,11 +106,12 @@ func (a *App) Run(ctx context.Context, args []string) error {
 		return a.task(ctx, args[1:])
 	case "nats-config":
 		return a.natsConfig(args[1:])
-	case "version":
+	case "version", "--version":
 		fmt.Fprintln(a.Stdout, a.Version)
 		return nil
 	case "help", "-h", "--help":
 		fmt.Fprint(a.Stdout, usage)
+		actionsUsage(a.Stdout, actionTable())
 		return nil
 	}
 	fmt.Fprint(a.Stderr, usage)

@@ -189,3 +189,68 @@ func cliTimerList(t *testing.T, natsAddr, agent string) []subjects.Timer {
 	}
 	return page.Timers
 }
+
+// TestCLIActions drives actions through the commands derived from the
+// action table (no code of their own in cli): a task started, read,
+// listed and cancelled, a managed wait listed and cancelled, an inbox
+// read; bad input is refused with the server's error and a non-zero exit.
+func TestCLIActions(t *testing.T) {
+	natsAddr := freeAddr(t)
+	startServe(t, "cliact", "CHIME_DATA_DIR="+t.TempDir(), "CHIME_NATS_LISTEN="+natsAddr)
+	run := func(args ...string) map[string]any {
+		t.Helper()
+		out, errOut, code := chimeCLI(t, natsAddr, append(args, "--agent", "gen")...)
+		if code != 0 {
+			t.Fatalf("chime %v: exit %d: %s", args, code, errOut)
+		}
+		var v map[string]any
+		if err := json.Unmarshal([]byte(out), &v); err != nil {
+			t.Fatalf("chime %v: output %q: %v", args, out, err)
+		}
+		return v
+	}
+	started := run("task", "start", "task_id=build-1", "title=build")
+	if started["task_id"] != "build-1" || started["status"] != "running" {
+		t.Fatalf("task start: %v", started)
+	}
+	if got := run("task", "get", "build-1"); got["title"] != "build" {
+		t.Errorf("task get: %v", got)
+	}
+	if list := run("task", "list", "limit=10"); len(list["tasks"].([]any)) != 1 {
+		t.Errorf("task list: %v", list)
+	}
+	if got := run("task", "cancel", "build-1"); got["task_id"] != "build-1" {
+		t.Errorf("task cancel: %v", got)
+	}
+	wait := run("wait", "request", "seconds=600")
+	waitID, _ := wait["wait_id"].(string)
+	if waitID == "" {
+		t.Fatalf("wait request: %v", wait)
+	}
+	if list := run("wait", "list"); len(list["waits"].([]any)) != 1 {
+		t.Errorf("wait list: %v", list)
+	}
+	if got := run("wait", "cancel", waitID); got["status"] != "cancelled" {
+		t.Errorf("wait cancel: %v", got)
+	}
+	if got := run("inbox", "fetch", `--body={"max":5}`); got["deliveries"] == nil {
+		t.Errorf("inbox fetch: %v", got)
+	}
+
+	_, errOut, code := chimeCLI(t, natsAddr, "task", "get", "nope", "--agent", "gen")
+	if code == 0 || !strings.Contains(errOut, "nope") {
+		t.Errorf("task get nope: exit %d, %q", code, errOut)
+	}
+	_, errOut, code = chimeCLI(t, natsAddr, "task", "get", "a", "b", "--agent", "gen")
+	if code == 0 || !strings.Contains(errOut, `unexpected "b"`) {
+		t.Errorf("two IDs: exit %d, %q", code, errOut)
+	}
+	_, errOut, code = chimeCLI(t, natsAddr, "wait", "request", "bogus_field=1", "--agent", "gen")
+	if code == 0 || !strings.Contains(errOut, "bogus_field") {
+		t.Errorf("unknown field: exit %d, %q", code, errOut)
+	}
+	out, _, code := chimeCLI(t, natsAddr, "--help")
+	if code != 0 || !strings.Contains(out, "chime task output TASK_ID") || !strings.Contains(out, "chime intervene") {
+		t.Errorf("--help lists no derived commands: %q", out)
+	}
+}
