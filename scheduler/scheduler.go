@@ -18,6 +18,7 @@ import (
 	"github.com/chime-nats/chime/internal/pacer"
 	"github.com/chime-nats/chime/partitions"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // Recorder writes a delivered timer occurrence into its record; timers.Store
@@ -376,7 +377,7 @@ func (s *Scheduler) applyTimer(bucket string, gen uint64, e kvwatch.Entry) {
 		s.removed(false, key, agentLen, shard, gen)
 		return
 	}
-	if t.Status != subjects.TimerActive || t.NextFireAt == nil {
+	if t.Finished() {
 		s.removed(false, key, agentLen, shard, gen)
 		return
 	}
@@ -394,16 +395,21 @@ func (s *Scheduler) applyTimer(bucket string, gen uint64, e kvwatch.Entry) {
 	en := s.entryFor(false, key, agentLen, shard)
 	en.summary = t.Summary
 	en.interval = t.Interval()
+	due, fires := timers.Due(&t)
+	if !fires {
+		s.index.disarm(en) // kept and counted, but not fired
+		return
+	}
 	next := t.FireCount + 1
 	if en.fired >= next {
 		// We published past this record already; its update is on the way.
 		return
 	}
-	if en.occ == next && en.due == t.NextFireAt.UnixNano() && en.pos >= 0 {
+	if en.occ == next && en.due == due.UnixNano() && en.pos >= 0 {
 		return // armed as the record says, maybe backing off a retry: keep it
 	}
 	en.occ = next
-	s.armAt(en, t.NextFireAt.UnixNano())
+	s.armAt(en, due.UnixNano())
 }
 
 // decode reads a record strictly: it must decode, and name the agent and

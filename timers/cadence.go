@@ -45,6 +45,16 @@ func applyFire(t *subjects.Timer, n int64, due, firedAt time.Time, nextDue *time
 	return true, nil
 }
 
+// Due is when t fires next, and whether it fires at all: an active timer
+// at its next_fire_at. A timer that is not finished but does not fire
+// still counts against its agent's limit.
+func Due(t *subjects.Timer) (time.Time, bool) {
+	if t.Status != subjects.TimerActive || t.NextFireAt == nil {
+		return time.Time{}, false
+	}
+	return *t.NextFireAt, true
+}
+
 // ErrOutOfOrder means a timer occurrence's record update came before an
 // earlier occurrence's: it applies once that one has.
 var ErrOutOfOrder = errors.New("timers: an earlier occurrence is not recorded yet")
