@@ -131,7 +131,7 @@ func writeError(w http.ResponseWriter, err error) {
 		w.Header().Set("Retry-After", after)
 	}
 	e := subjects.AsError(err)
-	writeJSON(w, httpStatus(e.Code), subjects.MarshalError(e))
+	writeJSON(w, httpStatus(e), subjects.MarshalError(e))
 }
 
 func writeJSON(w http.ResponseWriter, status int, body []byte) {

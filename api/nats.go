@@ -294,7 +294,7 @@ func answer(req micro.Request, res any, err error) *nats.Msg {
 		e := subjects.AsError(err)
 		msg.Header = nats.Header{
 			micro.ErrorHeader:     []string{e.Message},
-			micro.ErrorCodeHeader: []string{strconv.Itoa(httpStatus(e.Code))},
+			micro.ErrorCodeHeader: []string{strconv.Itoa(httpStatus(e))},
 		}
 		if after, ok := retryAfterSeconds(err); ok {
 			msg.Header.Set("Retry-After", after) // the same hint as over HTTP

@@ -6,9 +6,13 @@ import (
 	"github.com/chime-nats/chime/subjects"
 )
 
-// httpStatus maps an error code to its HTTP status.
-func httpStatus(code string) int {
-	switch code {
+// httpStatus is e's HTTP status: the one its feature gave it, else its
+// shared code's.
+func httpStatus(e *subjects.Error) int {
+	if e.Status != 0 {
+		return e.Status
+	}
+	switch e.Code {
 	case subjects.CodeInvalidJSON, subjects.CodeInvalidRequest, subjects.CodeInvalidID,
 		subjects.CodeInvalidDuration, subjects.CodeInvalidTimestamp, subjects.CodeTargetInPast, subjects.CodeInvalidTimezone:
 		return http.StatusBadRequest

@@ -126,7 +126,7 @@ func TestAnswerStorageFull(t *testing.T) {
 			if tc.want == subjects.CodeUnavailable {
 				return
 			}
-			if got := httpStatus(tc.want); got != http.StatusInsufficientStorage {
+			if got := httpStatus(&subjects.Error{Code: tc.want}); got != http.StatusInsufficientStorage {
 				t.Fatalf("HTTP status %d, want 507", got)
 			}
 			msg := answer(stubRequest{}, nil, got)

@@ -40,6 +40,9 @@ const (
 type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Status is the HTTP status of a code a feature owns (zero: the
+	// surfaces map the shared codes), so a new code needs no central edit.
+	Status int `json:"-"`
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
