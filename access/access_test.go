@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -258,32 +257,6 @@ func TestReplyAllowed(t *testing.T) {
 	} {
 		if got := access.CallbackReplyAllowed(c.trigger, c.reply); got != c.want {
 			t.Errorf("CallbackReplyAllowed(%q, %q) = %v, want %v", c.trigger, c.reply, got, c.want)
-		}
-	}
-}
-
-// TestChartResponderPermissions: the production values carry the
-// responder's permissions by hand; they must be exactly what chime
-// nats-config prints, or the responder cannot serve (or may do more).
-func TestChartResponderPermissions(t *testing.T) {
-	b, err := os.ReadFile("../helm/chime/values-production.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	values := string(b)
-	quote := func(ss []string) string {
-		q := make([]string, len(ss))
-		for i, s := range ss {
-			q[i] = strconv.Quote(s)
-		}
-		return "[" + strings.Join(q, ", ") + "]"
-	}
-	for what, want := range map[string]string{
-		"publish":   "publish: {allow: " + quote(access.ResponderPublish()) + "}",
-		"subscribe": "subscribe: {allow: " + quote(access.ResponderSubscribe(api.Rights())) + "}",
-	} {
-		if !strings.Contains(values, want) {
-			t.Errorf("values-production.yaml: the responder's %s permissions differ from chime nats-config's: want %s", what, want)
 		}
 	}
 }

@@ -3,13 +3,16 @@ package api_test
 import (
 	"flag"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/api"
 )
 
-var update = flag.Bool("update", false, "rewrite docs/contract.md's generated action table")
+var update = flag.Bool("update", false, "rewrite what is generated from the action table: docs/contract.md's table, the chart's responder permissions")
 
 // contractPath is the contract, whose action table is generated.
 const contractPath = "../docs/contract.md"
@@ -49,6 +52,47 @@ func TestActionsAreComplete(t *testing.T) {
 		}
 		if a.HTTP == nil && !a.OnNATS() {
 			t.Errorf("%s is served nowhere", a.Name)
+		}
+	}
+}
+
+// chartPath holds the responder's permissions, derived from the table.
+const chartPath = "../helm/chime/values-production.yaml"
+
+// TestChartResponderPermissions: the production values carry the
+// responder's permissions; they must be exactly what chime nats-config
+// prints, or the responder cannot serve (or may do more); -update
+// rewrites them.
+func TestChartResponderPermissions(t *testing.T) {
+	b, err := os.ReadFile(chartPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quote := func(ss []string) string {
+		q := make([]string, len(ss))
+		for i, s := range ss {
+			q[i] = strconv.Quote(s)
+		}
+		return "[" + strings.Join(q, ", ") + "]"
+	}
+	text := string(b)
+	for what, want := range map[string]string{
+		"publish":   "publish: {allow: " + quote(access.ResponderPublish()) + "}",
+		"subscribe": "subscribe: {allow: " + quote(access.ResponderSubscribe(api.Rights())) + "}",
+	} {
+		if strings.Contains(text, want) {
+			continue
+		}
+		line := regexp.MustCompile(`(?m)^(\s*)` + what + `: \{allow: \[.*\]\}$`)
+		if !*update || len(line.FindAllString(text, -1)) != 1 {
+			t.Errorf("%s: the responder's %s permissions differ from chime nats-config's (go test ./api -run TestChartResponderPermissions -update rewrites them): want %s", chartPath, what, want)
+			continue
+		}
+		text = line.ReplaceAllString(text, "${1}"+strings.ReplaceAll(want, "$", "$$"))
+	}
+	if *update && text != string(b) {
+		if err := os.WriteFile(chartPath, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
