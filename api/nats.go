@@ -70,7 +70,7 @@ type Service struct {
 }
 
 // ServiceDescription is the micro service's description.
-const ServiceDescription = "chime: timers, waits and callbacks for AI agents"
+const ServiceDescription = "chime: timers, waits, WaitFor, tasks, questions, notifications and callbacks for AI agents over NATS"
 
 // refusedLogInterval is how often refused requests are logged at most.
 const refusedLogInterval = 10 * time.Second

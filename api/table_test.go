@@ -30,6 +30,9 @@ func TestContractActionTable(t *testing.T) {
 	if i < 0 || j < i {
 		t.Fatalf("%s has no %q ... %q block", contractPath, begin, end)
 	}
+	if !strings.Contains(text, "description `"+api.ServiceDescription+"`") {
+		t.Errorf("%s does not give the micro service's description %q", contractPath, api.ServiceDescription)
+	}
 	i += strings.Index(text[i:], "\n") + 1
 	want := api.NewOperations(api.Config{}).Table().Markdown()
 	if text[i:j] == want {

@@ -233,6 +233,14 @@ func TestCLIActions(t *testing.T) {
 	if got := run("wait", "cancel", waitID); got["status"] != "cancelled" {
 		t.Errorf("wait cancel: %v", got)
 	}
+	tm := run("timer", "create", "--after-ms", "600000")
+	timerID, _ := tm["id"].(string)
+	if got := run("timer", "pause", timerID); got["status"] != "paused" {
+		t.Errorf("timer pause: %v", got)
+	}
+	if got := run("timer", "resume", timerID); got["status"] != "active" {
+		t.Errorf("timer resume: %v", got)
+	}
 	if got := run("inbox", "fetch", `--body={"max":5}`); got["deliveries"] == nil {
 		t.Errorf("inbox fetch: %v", got)
 	}
@@ -252,5 +260,88 @@ func TestCLIActions(t *testing.T) {
 	out, _, code := chimeCLI(t, natsAddr, "--help")
 	if code != 0 || !strings.Contains(out, "chime task output TASK_ID") || !strings.Contains(out, "chime intervene") {
 		t.Errorf("--help lists no derived commands: %q", out)
+	}
+}
+
+// TestCLIInboxFollow: `chime inbox --follow --ack` prints each delivery
+// once, as a JSON line, as it is stored; it rides out chime's restart on
+// the same store, and its acks move the agent's cursor, so a plain
+// `chime inbox` afterwards has nothing left to print.
+func TestCLIInboxFollow(t *testing.T) {
+	natsAddr, dataDir := freeAddr(t), t.TempDir()
+	env := []string{"CHIME_DATA_DIR=" + dataDir, "CHIME_NATS_LISTEN=" + natsAddr}
+	p := startServe(t, "follow", env...)
+
+	cmd := exec.Command(binary, "inbox", "--follow", "--ack", "--agent", "fol")
+	cmd.Env = append(os.Environ(), "CHIME_NATS_URL=nats://"+natsAddr)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	lines := make(chan subjects.InboxDelivery, 10)
+	go func() {
+		dec := json.NewDecoder(out)
+		for {
+			var d subjects.InboxDelivery
+			if dec.Decode(&d) != nil {
+				close(lines)
+				return
+			}
+			lines <- d
+		}
+	}()
+	next := func(what string) subjects.InboxDelivery {
+		t.Helper()
+		select {
+		case d, ok := <-lines:
+			if !ok {
+				t.Fatalf("%s: the follower ended: %s", what, stderr.String())
+			}
+			return d
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: no line within 20s: %s", what, stderr.String())
+		}
+		return subjects.InboxDelivery{}
+	}
+
+	cliTimer(t, natsAddr, "timer", "create", "--after-ms", "200", "--summary", "first", "--agent", "fol")
+	if d := next("first fire"); !strings.Contains(string(d.Envelope), `"text":"first"`) {
+		t.Fatalf("first line: %s", d.Envelope)
+	}
+
+	// chime restarts on the same store; the follower waits it out.
+	p.kill()
+	p = startServeAt(t, "follow-2", p.httpAddr, env...)
+	cliTimer(t, natsAddr, "timer", "create", "--after-ms", "200", "--summary", "second", "--agent", "fol")
+	second := next("fire after the restart")
+	if !strings.Contains(string(second.Envelope), `"text":"second"`) {
+		t.Fatalf("second line: %s", second.Envelope)
+	}
+	select {
+	case d := <-lines:
+		t.Fatalf("a delivery printed twice or unasked: %s", d.Envelope)
+	case <-time.After(500 * time.Millisecond):
+	}
+
+	// The acks moved the cursor past both.
+	var rest string
+	for range 50 {
+		o, errOut, code := chimeCLI(t, natsAddr, "inbox", "--agent", "fol")
+		if code != 0 {
+			t.Fatalf("chime inbox: exit %d: %s", code, errOut)
+		}
+		if rest = o; rest == "" {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // the last ack may still be on its way
+	}
+	if rest != "" {
+		t.Fatalf("after --ack, chime inbox still prints %q", rest)
 	}
 }

@@ -13,7 +13,7 @@ import (
 // Actions are the timer actions, served by s under q's limits.
 func (s *Store) Actions(q *quotas.Quotas) []action.Action {
 	ref := action.Path(map[string]string{"timer_id": "timer_id"})
-	return []action.Action{
+	return append([]action.Action{
 		{Name: subjects.ActionTimerCreate, Access: action.Agent, Summary: "create a one-shot or repeating timer that fires into the agent's inbox",
 			HTTP:   action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/timers", http.StatusCreated, nil),
 			Handle: func(ctx context.Context, r action.Request) (any, error) { return s.create(ctx, q, r) }},
@@ -29,7 +29,7 @@ func (s *Store) Actions(q *quotas.Quotas) []action.Action {
 			Handle: func(ctx context.Context, r action.Request) (any, error) {
 				return s.byRef(ctx, r, s.Cancel)
 			}},
-	}
+	}, s.pauseActions(ref)...)
 }
 
 // create serves timer.create.

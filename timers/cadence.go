@@ -20,7 +20,9 @@ import (
 //     has since lost the shard (the new owner numbered the cadence anew
 //     from the record): superseded, nothing to do.
 func applyFire(t *subjects.Timer, n int64, due, firedAt time.Time, nextDue *time.Time, now time.Time) (bool, error) {
-	if n <= t.FireCount || t.Status != subjects.TimerActive {
+	// A timer paused while this occurrence was on its way records it:
+	// it was delivered.
+	if n <= t.FireCount || (t.Status != subjects.TimerActive && t.Status != TimerPaused) {
 		return false, nil
 	}
 	if n > t.FireCount+1 {
