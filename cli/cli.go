@@ -46,6 +46,9 @@ Usage:
   chime timer get ID [--agent ID]
   chime timer cancel ID [--agent ID]
   chime wait --seconds N | --minutes N | --until T [--tz ZONE] [--agent ID]
+  chime inbox [--follow] [--ack] [--after SEQ] [--max N] [--agent ID]
+                                   the agent's deliveries after its cursor, a JSON line each; --follow
+                                   keeps printing them (a monitor's lines), --ack moves the cursor
   chime agent start|stop [--agent ID]
   chime task run [--agent ID] [--id TASK] [--title T] -- CMD ARGS...
                                    run CMD as a task: prints {"task_id"} at once, streams its output to
@@ -104,6 +107,8 @@ func (a *App) Run(ctx context.Context, args []string) error {
 		return a.notify(ctx, args[1:])
 	case "task":
 		return a.task(ctx, args[1:])
+	case "inbox":
+		return a.inbox(ctx, args[1:])
 	case "nats-config":
 		return a.natsConfig(args[1:])
 	case "version", "--version":
