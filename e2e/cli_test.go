@@ -317,7 +317,7 @@ func TestCLIInboxFollow(t *testing.T) {
 
 	// chime restarts on the same store; the follower waits it out.
 	p.kill()
-	p = startServeAt(t, "follow-2", p.httpAddr, env...)
+	startServeAt(t, "follow-2", p.httpAddr, env...)
 	cliTimer(t, natsAddr, "timer", "create", "--after-ms", "200", "--summary", "second", "--agent", "fol")
 	second := next("fire after the restart")
 	if !strings.Contains(string(second.Envelope), `"text":"second"`) {
