@@ -97,6 +97,9 @@ type Action struct {
 	// IDField is the body field the CLI's first positional argument
 	// fills ("task_id" for `chime task get ID`); empty takes none.
 	IDField string
+	// Columns are the fields of each listed record a CLI table shows, for
+	// an action whose reply lists records; nil: the CLI prints the JSON.
+	Columns []string
 	Handle  Handler
 }
 

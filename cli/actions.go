@@ -51,6 +51,10 @@ func (a *App) runAction(ctx context.Context, act *action.Action, args []string) 
 	fs := newFlagSet(a, name)
 	agent := fs.String("agent", envOr("CHIME_AGENT_ID", "demo"), "agent ID")
 	raw := fs.String("body", "", "the request body as JSON (fields given as field=value are added to it)")
+	asJSON := new(bool)
+	if act.Columns != nil {
+		asJSON = fs.Bool("json", false, "print the JSON reply rather than a table (for scripts)")
+	}
 	fs.Usage = func() { a.actionHelp(a.Stdout, act) }
 	pos, err := parseInterspersed(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
@@ -82,7 +86,11 @@ func (a *App) runAction(ctx context.Context, act *action.Action, args []string) 
 			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	return a.request(ctx, *agent, func(ctx context.Context, c *client.Client) (any, error) {
+	columns := act.Columns
+	if *asJSON {
+		columns = nil
+	}
+	return a.requestShown(ctx, *agent, columns, func(ctx context.Context, c *client.Client) (any, error) {
 		var out json.RawMessage
 		if err := c.Request(ctx, act.Name, req, &out); err != nil {
 			return nil, err

@@ -5,6 +5,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -42,7 +43,7 @@ const usage = `chime: timers, waits, callbacks, tasks, questions and notificatio
 Usage:
   chime serve                      run chime (see chime serve --help)
   chime timer create --after-ms N [--every-ms N] [--summary TEXT] [--request-id ID] [--agent ID]
-  chime timer list [--limit N] [--agent ID]
+  chime timer list [--limit N] [--cursor C | --all] [--json] [--agent ID]   a table; --json for scripts
   chime timer get ID [--agent ID]
   chime timer cancel ID [--agent ID]
   chime wait --seconds N | --minutes N | --until T [--tz ZONE] [--agent ID]
@@ -60,7 +61,7 @@ Usage:
   chime callback create [--mode M] [--label L] [--agent ID]
   chime callback cancel ID [--agent ID]
   chime callback list [--agent ID]
-  chime question list [--all] [--agent ID]
+  chime question list [--all] [--json] [--agent ID]
   chime question answer QID [--agent ID] ANSWER...   one answer per question title, in order
   chime notify send MESSAGE [--title T] [--detail HTML] [--type T] [--priority 10|20] [--timeout S] [--id ID] [--group G] [--agent ID]
   chime notify list [--since SEQ] [--agent ID]     the history, oldest first; with --since only the changes
@@ -197,6 +198,12 @@ func (a *App) connect(opts ...nats.Option) (*nats.Conn, error) {
 // request runs one request of agentID's client, bounded by requestTimeout,
 // and prints its result as JSON.
 func (a *App) request(ctx context.Context, agentID string, fn func(context.Context, *client.Client) (any, error)) error {
+	return a.requestShown(ctx, agentID, nil, fn)
+}
+
+// requestShown is request, its reply shown as tables of columns when it
+// lists records (nil columns: as JSON).
+func (a *App) requestShown(ctx context.Context, agentID string, columns []string, fn func(context.Context, *client.Client) (any, error)) error {
 	ctx, refuse := context.WithCancelCause(ctx)
 	defer refuse(nil)
 	// A request its token does not allow is refused by the server with a
@@ -218,6 +225,15 @@ func (a *App) request(ctx context.Context, agentID string, fn func(context.Conte
 	}
 	if err != nil {
 		return err
+	}
+	if columns != nil {
+		b, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
+		if shown, err := printTable(a.Stdout, b, columns); shown || err != nil {
+			return err
+		}
 	}
 	return a.printJSON(res)
 }
@@ -257,11 +273,16 @@ func (a *App) timer(ctx context.Context, args []string) error {
 	limit := fs.Int("limit", 0, "at most N timers on the page (list; default 50, at most 1000)")
 	cursor := fs.String("cursor", "", "the page after the one whose next_cursor this is (list)")
 	allPages := fs.Bool("all", false, "every page: each timer once, as last read (list)")
+	asJSON := fs.Bool("json", false, "print the JSON reply rather than a table (list)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
-	return a.request(ctx, *agent, func(ctx context.Context, c *client.Client) (any, error) {
+	var columns []string
+	if sub == "list" && !*asJSON {
+		columns = columnsOf(subjects.ActionTimerList)
+	}
+	return a.requestShown(ctx, *agent, columns, func(ctx context.Context, c *client.Client) (any, error) {
 		switch sub {
 		case "create":
 			if *after <= 0 {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/chime-nats/chime/client"
+	"github.com/chime-nats/chime/subjects"
 )
 
 // question runs `chime question list|answer`: an operator's view of an
@@ -18,6 +19,7 @@ func (a *App) question(ctx context.Context, args []string) error {
 	fs := newFlagSet(a, "question "+sub)
 	agent := fs.String("agent", envOr("CHIME_AGENT_ID", "demo"), "agent ID")
 	all := fs.Bool("all", false, "answered questions too (list)")
+	asJSON := fs.Bool("json", false, "print the JSON reply rather than a table (list)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
@@ -27,7 +29,11 @@ func (a *App) question(ctx context.Context, args []string) error {
 		if len(pos) != 0 {
 			return fmt.Errorf("%w: question list takes no arguments", ErrUsage)
 		}
-		return a.request(ctx, *agent, func(ctx context.Context, c *client.Client) (any, error) {
+		var columns []string
+		if !*asJSON {
+			columns = columnsOf(subjects.ActionQuestionList)
+		}
+		return a.requestShown(ctx, *agent, columns, func(ctx context.Context, c *client.Client) (any, error) {
 			return c.ListQuestions(ctx, *all)
 		})
 	case "answer":

@@ -74,7 +74,7 @@ func TestCLITimers(t *testing.T) {
 		t.Errorf("legacy create: %+v", legacy)
 	}
 
-	out, errOut, code := chimeCLI(t, natsAddr, "timer", "list", "--limit", "1", "--agent", "cli")
+	out, errOut, code := chimeCLI(t, natsAddr, "timer", "list", "--json", "--limit", "1", "--agent", "cli")
 	var first subjects.ListTimersReply
 	if code != 0 || json.Unmarshal([]byte(out), &first) != nil || len(first.Timers) != 1 || first.Timers[0].ID != created.ID || first.NextCursor == "" {
 		t.Fatalf("list --limit 1: exit %d, %q %s (want the first created, %s, and a next page)", code, out, errOut, created.ID)
@@ -124,7 +124,7 @@ func TestCLITimers(t *testing.T) {
 	// Pages: --limit and --cursor walk them, --all reads every one.
 	var page subjects.ListTimersReply
 	var walked []string
-	for args := []string{"timer", "list", "--agent", "cli", "--limit", "2"}; ; {
+	for args := []string{"timer", "list", "--json", "--agent", "cli", "--limit", "2"}; ; {
 		out, errOut, code := chimeCLI(t, natsAddr, args...)
 		if code != 0 || json.Unmarshal([]byte(out), &page) != nil || len(page.Timers) > 2 || len(walked) > 3 {
 			t.Fatalf("chime %v: exit %d, %q %s", args, code, out, errOut)
@@ -135,12 +135,12 @@ func TestCLITimers(t *testing.T) {
 		if page.NextCursor == "" {
 			break
 		}
-		args = []string{"timer", "list", "--agent", "cli", "--limit", "2", "--cursor", page.NextCursor}
+		args = []string{"timer", "list", "--json", "--agent", "cli", "--limit", "2", "--cursor", page.NextCursor}
 	}
 	if len(walked) != 3 {
 		t.Errorf("pages of 2 listed %v", walked)
 	}
-	out, errAll, code := chimeCLI(t, natsAddr, "timer", "list", "--agent", "cli", "--all")
+	out, errAll, code := chimeCLI(t, natsAddr, "timer", "list", "--json", "--agent", "cli", "--all")
 	if code != 0 || json.Unmarshal([]byte(out), &page) != nil || len(page.Timers) != 3 || page.NextCursor != "" {
 		t.Errorf("--all: exit %d, %q %s", code, out, errAll)
 	}
@@ -182,7 +182,7 @@ func TestCLITimers(t *testing.T) {
 
 func cliTimerList(t *testing.T, natsAddr, agent string) []subjects.Timer {
 	t.Helper()
-	out, errOut, code := chimeCLI(t, natsAddr, "timer", "list", "--agent", agent)
+	out, errOut, code := chimeCLI(t, natsAddr, "timer", "list", "--json", "--agent", agent)
 	var page subjects.ListTimersReply
 	if code != 0 || json.Unmarshal([]byte(out), &page) != nil {
 		t.Fatalf("list: exit %d, %q %s", code, out, errOut)
@@ -216,8 +216,13 @@ func TestCLIActions(t *testing.T) {
 	if got := run("task", "get", "build-1"); got["title"] != "build" {
 		t.Errorf("task get: %v", got)
 	}
-	if list := run("task", "list", "limit=10"); len(list["tasks"].([]any)) != 1 {
+	if list := run("task", "list", "limit=10", "--json"); len(list["tasks"].([]any)) != 1 {
 		t.Errorf("task list: %v", list)
+	}
+	// Lists are tables unless --json.
+	table, errOut, code := chimeCLI(t, natsAddr, "task", "list", "--agent", "gen")
+	if code != 0 || !strings.HasPrefix(table, "TASK_ID") || !strings.Contains(table, "build-1") || !strings.Contains(table, "running") {
+		t.Errorf("task list as a table: exit %d, %q %s", code, table, errOut)
 	}
 	if got := run("task", "cancel", "build-1"); got["task_id"] != "build-1" {
 		t.Errorf("task cancel: %v", got)
@@ -227,7 +232,7 @@ func TestCLIActions(t *testing.T) {
 	if waitID == "" {
 		t.Fatalf("wait request: %v", wait)
 	}
-	if list := run("wait", "list"); len(list["waits"].([]any)) != 1 {
+	if list := run("wait", "list", "--json"); len(list["waits"].([]any)) != 1 {
 		t.Errorf("wait list: %v", list)
 	}
 	if got := run("wait", "cancel", waitID); got["status"] != "cancelled" {
@@ -245,7 +250,7 @@ func TestCLIActions(t *testing.T) {
 		t.Errorf("inbox fetch: %v", got)
 	}
 
-	_, errOut, code := chimeCLI(t, natsAddr, "task", "get", "nope", "--agent", "gen")
+	_, errOut, code = chimeCLI(t, natsAddr, "task", "get", "nope", "--agent", "gen")
 	if code == 0 || !strings.Contains(errOut, "nope") {
 		t.Errorf("task get nope: exit %d, %q", code, errOut)
 	}

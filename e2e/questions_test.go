@@ -30,7 +30,7 @@ func TestCLIQuestions(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	out, errOut, code := chimeCLI(t, natsAddr, "question", "list", "--agent", "cliq")
+	out, errOut, code := chimeCLI(t, natsAddr, "question", "list", "--json", "--agent", "cliq")
 	var list []subjects.Question
 	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list) != 1 || list[0].ID != ask.QuestionID {
 		t.Fatalf("question list: exit %d, %q %s", code, out, errOut)
@@ -72,11 +72,11 @@ func TestCLIQuestions(t *testing.T) {
 		!strings.Contains(answers[0].Text, "Answer: fixes the flaky test") {
 		t.Fatalf("answer envelopes: %+v", answers)
 	}
-	out, _, _ = chimeCLI(t, natsAddr, "question", "list", "--agent", "cliq")
+	out, _, _ = chimeCLI(t, natsAddr, "question", "list", "--json", "--agent", "cliq")
 	if strings.TrimSpace(out) != "[]" {
 		t.Errorf("open questions after the answer: %s", out)
 	}
-	out, _, _ = chimeCLI(t, natsAddr, "question", "list", "--all", "--agent", "cliq")
+	out, _, _ = chimeCLI(t, natsAddr, "question", "list", "--json", "--all", "--agent", "cliq")
 	if json.Unmarshal([]byte(out), &list) != nil || len(list) != 1 || list[0].Answers[1] != "fixes the flaky test" {
 		t.Errorf("question list --all: %s", out)
 	}

@@ -18,7 +18,8 @@ func (s *Store) Actions(q *quotas.Quotas) []action.Action {
 			HTTP:   action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/timers", http.StatusCreated, nil),
 			Handle: func(ctx context.Context, r action.Request) (any, error) { return s.create(ctx, q, r) }},
 		{Name: subjects.ActionTimerList, Access: action.Agent, Summary: "list the agent's timers, a page at a time",
-			HTTP: action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/timers", http.StatusOK, action.List), Handle: s.list},
+			Columns: []string{"id", "status", "next_fire_at", "interval_ms", "fire_count", "summary"},
+			HTTP:    action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/timers", http.StatusOK, action.List), Handle: s.list},
 		{Name: subjects.ActionTimerGet, IDField: "timer_id", Access: action.Agent, Summary: "read one timer",
 			HTTP: action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/timers/{timer_id}", http.StatusOK, ref),
 			Handle: func(ctx context.Context, r action.Request) (any, error) {
