@@ -15,6 +15,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/chime-nats/chime/subjects"
 )
 
 // Access says who may call an action.
@@ -229,4 +231,16 @@ const (
 // HTTPRoute is a route for an action's declaration.
 func HTTPRoute(method, path string, status int, body func(*http.Request, []byte) []byte) *Route {
 	return &Route{Method: method, Path: path, Status: status, Body: body}
+}
+
+// When is h where the feature it serves runs on this replica (ok), and
+// otherwise a handler that answers unavailable with the message off
+// ("tasks are not configured"): the table lists every action either way.
+func When(ok bool, off string, h Handler) Handler {
+	if ok {
+		return h
+	}
+	return func(context.Context, Request) (any, error) {
+		return nil, &subjects.Error{Code: subjects.CodeUnavailable, Message: off}
+	}
 }

@@ -1,10 +1,13 @@
-// Package api exposes chime's operations to agents and operators: the NATS
-// micro service "chime" (agent.<id>.timer.*, in a queue group so any replica
-// answers; agent.<id>.wait.*, .intervention, .lifecycle.*, .trigger.*, and
-// the callback ingress callback.wake|enqueue) and the HTTP gateway (the same
-// routes, callbacks, operator authentication, /metrics, /healthz, /readyz). Both
-// surfaces decode into the same requests and call the same operations, so a
-// rule or an error text lives in one place.
+// Package api serves the action table on chime's two surfaces: the NATS
+// micro service "chime" (one endpoint per action, agent.<id>.<name>, in a
+// queue group so any replica answers, plus the callback ingress
+// callback.wake|enqueue) and the HTTP gateway (each action's route,
+// callbacks, operator and agent authentication, the console's views,
+// /metrics, /healthz, /readyz). Each feature package declares its actions
+// (see package action); this package lists the features (features), and
+// owns what every action shares: body limits, error replies, panics
+// recovered, request counts. The managed waits' and the agent lifecycle's
+// actions are still declared here (table.go): they combine features.
 package api
 
 import (
@@ -201,44 +204,6 @@ func (o *Operations) Actions() []string { return o.table.Names(action.Operator) 
 
 // Table returns the action table the operations serve.
 func (o *Operations) Table() *action.Table { return o.table }
-
-// doWaitFor serves the WaitFor actions.
-func (o *Operations) doWaitFor(ctx context.Context, action, agentID string, body []byte) (any, error) {
-	if o.waitFor == nil {
-		return nil, &subjects.Error{Code: subjects.CodeUnavailable, Message: "WaitFor is not configured"}
-	}
-	switch action {
-	case subjects.ActionWaitFor:
-		spec, err := subjects.DecodeWaitFor(body)
-		if err != nil {
-			return nil, err
-		}
-		if err := o.quotas.WaitFor(agentID, spec.WorkItemID); err != nil {
-			return nil, err
-		}
-		return o.waitFor.WaitFor(ctx, agentID, spec)
-	case subjects.ActionWaitTasks:
-		spec, err := subjects.DecodeWaitTasks(body)
-		if err != nil {
-			return nil, err
-		}
-		if err := o.quotas.WaitFor(agentID, spec.WorkItemID); err != nil {
-			return nil, err
-		}
-		return o.waitFor.WaitTasks(ctx, agentID, spec)
-	case subjects.ActionWaitReport:
-		req, err := subjects.DecodeWaitReport(body)
-		if err != nil {
-			return nil, err
-		}
-		return o.waitFor.Report(ctx, agentID, req)
-	}
-	req, err := subjects.DecodeSystemWake(body)
-	if err != nil {
-		return nil, err
-	}
-	return o.waitFor.SystemWake(ctx, agentID, req)
-}
 
 func encode(v any) []byte {
 	b, err := json.Marshal(v)

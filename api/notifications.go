@@ -1,72 +1,11 @@
 package api
 
 import (
-	"context"
 	"net/http"
 	"time"
 
 	"github.com/chime-nats/chime/subjects"
 )
-
-// notification serves notify, the console's create, and the history,
-// mark-read and clear of notifications.
-func (o *Operations) notification(ctx context.Context, action, agentID string, body []byte) (any, error) {
-	if o.notifications == nil {
-		return nil, &subjects.Error{Code: subjects.CodeUnavailable, Message: "notifications are not configured"}
-	}
-	switch action {
-	case subjects.ActionNotify, subjects.ActionNotificationsCreate:
-		src := subjects.FromAgent
-		if action == subjects.ActionNotificationsCreate {
-			src = subjects.FromHTTP
-		}
-		n, err := subjects.DecodeNotify(body, src)
-		if err != nil {
-			return nil, err
-		}
-		// The agent's own notify is paced; an operator's create is not.
-		if action == subjects.ActionNotify {
-			if err := o.quotas.Notify(agentID); err != nil {
-				return nil, err
-			}
-		}
-		item, err := o.notifications.Notify(ctx, agentID, n)
-		if err != nil {
-			return nil, err
-		}
-		if src == subjects.FromHTTP {
-			return subjects.CreateNotificationReply{Success: true, NotificationID: item.ID, Message: subjects.NotificationCreatedText}, nil
-		}
-		return subjects.NotifyReply{ID: item.ID, Message: subjects.NotificationSentText}, nil
-	case subjects.ActionNotificationsList:
-		since, err := subjects.DecodeListNotifications(body)
-		if err != nil {
-			return nil, err
-		}
-		return o.notifications.List(ctx, agentID, since)
-	case subjects.ActionNotificationsMark:
-		ids, all, err := subjects.DecodeMarkRead(body)
-		if err != nil {
-			return nil, err
-		}
-		n, err := o.notifications.MarkRead(ctx, agentID, ids, all)
-		if err != nil {
-			return nil, err
-		}
-		if all {
-			return subjects.MarkReadReply{Success: true, Message: subjects.AllMarkedReadText}, nil
-		}
-		return subjects.MarkReadReply{Success: true, MarkedCount: &n, Message: subjects.MarkedReadText(n)}, nil
-	}
-	if err := subjects.DecodeNoFields(body); err != nil {
-		return nil, err
-	}
-	guid, err := o.notifications.Clear(ctx, agentID)
-	if err != nil {
-		return nil, err
-	}
-	return subjects.ClearReply{Success: true, Message: subjects.AllClearedText, GUID: guid}, nil
-}
 
 // notificationFeeds registers the SSE feeds of notifications: one agent's
 // (agent-readable, like the history) and all agents' (operators).

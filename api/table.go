@@ -9,12 +9,6 @@ import (
 	"github.com/chime-nats/chime/subjects"
 )
 
-// by serves an action through a handler of several, which it tells apart
-// by name.
-func by(name string, fn func(ctx context.Context, action, agentID string, body []byte) (any, error)) action.Handler {
-	return func(ctx context.Context, r action.Request) (any, error) { return fn(ctx, name, r.AgentID, r.Body) }
-}
-
 // features are the actions of every feature, in the order the service
 // lists them. Adding a feature's actions is one line here.
 func (o *Operations) features() [][]action.Action {
@@ -22,12 +16,12 @@ func (o *Operations) features() [][]action.Action {
 		o.store.Actions(o.quotas),
 		o.waitActions(),
 		o.lifecycleActions(),
-		o.tokenActions(),
-		o.waitForActions(),
-		o.questionActions(),
-		o.taskActions(),
-		o.notificationActions(),
-		o.inboxActions(),
+		o.tokens.Actions(),
+		o.waitFor.Actions(o.quotas),
+		o.questions.Actions(o.quotas),
+		o.tasks.Actions(),
+		o.notifications.Actions(o.quotas),
+		o.inbox.Actions(),
 	}
 }
 
@@ -66,99 +60,6 @@ func (o *Operations) lifecycleActions() []action.Action {
 			HTTP:    action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/triggers", http.StatusOK, action.NoBody), Handle: h(subjects.ActionTriggerList)},
 		{Name: subjects.ActionTriggerReset, Access: action.Operator, Summary: "replace the agent's default callback trigger and its URL",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/reset-callback", http.StatusOK, nil), Handle: h(subjects.ActionTriggerReset)},
-	}
-}
-
-func (o *Operations) tokenActions() []action.Action {
-	return []action.Action{
-		{Name: subjects.ActionTokenIssue, Access: action.Operator, Summary: "issue an agent token (shown once)",
-			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/token", http.StatusCreated, nil), Handle: by(subjects.ActionTokenIssue, o.token)},
-		{Name: subjects.ActionTokenRevoke, Access: action.Operator, Summary: "revoke the agent's tokens and end its connections",
-			HTTP: action.HTTPRoute(http.MethodDelete, action.ControlRoutes+"/token", http.StatusOK, nil), Handle: by(subjects.ActionTokenRevoke, o.token)},
-	}
-}
-
-func (o *Operations) waitForActions() []action.Action {
-	return []action.Action{
-		{Name: subjects.ActionWaitFor, Command: "wait-for", Access: action.Agent, Summary: "yield until a task result, timer, callback or recheck wakes the agent",
-			Handle: by(subjects.ActionWaitFor, o.doWaitFor)},
-		{Name: subjects.ActionWaitTasks, Command: "wait-tasks", Access: action.Agent, Summary: "yield until all or any of a set of tasks have results",
-			Handle: by(subjects.ActionWaitTasks, o.doWaitFor)},
-		{Name: subjects.ActionWaitReport, Command: "wait-report", Access: action.Agent, Summary: "commit a prepared WaitFor with the agent's final report",
-			Handle: by(subjects.ActionWaitReport, o.doWaitFor)},
-		{Name: subjects.ActionSystemWake, Access: action.Operator, Summary: "wake the agent's WaitFor registrations as a system event",
-			Handle: by(subjects.ActionSystemWake, o.doWaitFor)},
-	}
-}
-
-func (o *Operations) questionActions() []action.Action {
-	return []action.Action{
-		{Name: subjects.ActionQuestionAsk, Access: action.Agent, Summary: "ask the operator a question; the answer is delivered to the inbox",
-			Handle: by(subjects.ActionQuestionAsk, o.question)},
-		{Name: subjects.ActionQuestionList, Access: action.Agent, Summary: "list the agent's questions (open ones unless all)",
-			Columns: []string{"id", "status", "created_at", "questions", "answers"},
-			HTTP: action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/questions", http.StatusOK, func(r *http.Request, _ []byte) []byte {
-				m := map[string]any{}
-				if all := r.URL.Query().Get("all"); all != "" {
-					m["all"] = action.RawBoolOrString(all)
-				}
-				if c := r.URL.Query().Get("cursor"); c != "" {
-					m["cursor"] = c
-				}
-				return action.WithQuery(r, m, "limit")
-			}), Handle: by(subjects.ActionQuestionList, o.question)},
-		{Name: subjects.ActionQuestionAnswer, IDField: "question_id", Access: action.Operator, Summary: "answer an agent's question",
-			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/questions/{question_id}/answer", http.StatusOK, func(r *http.Request, read []byte) []byte {
-				return subjects.WithQuestionID(read, r.PathValue("question_id"))
-			}), Handle: by(subjects.ActionQuestionAnswer, o.question)},
-	}
-}
-
-func (o *Operations) taskActions() []action.Action {
-	ref := action.Path(map[string]string{"task_id": "task_id"})
-	return []action.Action{
-		{Name: subjects.ActionTaskStart, Access: action.Agent, Summary: "start a task: background work whose result reaches the inbox",
-			Handle: by(subjects.ActionTaskStart, o.task)},
-		{Name: subjects.ActionTaskResult, IDField: "task_id", Access: action.Agent, Summary: "report a task's result (completed, failed, interrupted)",
-			Handle: by(subjects.ActionTaskResult, o.task)},
-		{Name: subjects.ActionTaskGet, IDField: "task_id", Access: action.Agent, Summary: "read one task",
-			HTTP: action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/tasks/{task_id}", http.StatusOK, ref), Handle: by(subjects.ActionTaskGet, o.task)},
-		{Name: subjects.ActionTaskList, Access: action.Agent, Summary: "list the agent's tasks, a page at a time",
-			Columns: []string{"task_id", "status", "title", "created_at", "ended_at", "exit_code"},
-			HTTP:    action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/tasks", http.StatusOK, action.List), Handle: by(subjects.ActionTaskList, o.task)},
-		{Name: subjects.ActionTaskCancel, IDField: "task_id", Access: action.Agent, Summary: "ask a running task to stop",
-			Handle: by(subjects.ActionTaskCancel, o.task)},
-		{Name: subjects.ActionTaskOutput, IDField: "task_id", Access: action.Agent, Summary: "read a task's output from an offset",
-			HTTP: action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/tasks/{task_id}/output", http.StatusOK,
-				action.Path(map[string]string{"task_id": "task_id"}, "offset", "limit")), Handle: by(subjects.ActionTaskOutput, o.task)},
-		{Name: subjects.ActionTaskOutputAppend, IDField: "task_id", Access: action.Agent, Summary: "append to a running task's output",
-			MaxBody: func() int64 { return subjects.MaxAppendBody }, Handle: by(subjects.ActionTaskOutputAppend, o.task)},
-	}
-}
-
-func (o *Operations) notificationActions() []action.Action {
-	return []action.Action{
-		{Name: subjects.ActionNotify, Access: action.Agent, Summary: "notify the user (the console's bell), paced per agent",
-			Handle: by(subjects.ActionNotify, o.notification)},
-		{Name: subjects.ActionNotificationsCreate, Access: action.Operator, Summary: "create a notification for the agent (the console's form)",
-			HTTPOnly: true, HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/notifications", http.StatusOK, nil),
-			Handle: by(subjects.ActionNotificationsCreate, o.notification)},
-		{Name: subjects.ActionNotificationsList, Access: action.Agent, Summary: "the agent's notification history, or the changes since a sequence",
-			Columns: []string{"id", "type", "title", "message", "timestamp", "read"},
-			HTTP:    action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/notifications", http.StatusOK, action.Query("since")), Handle: by(subjects.ActionNotificationsList, o.notification)},
-		{Name: subjects.ActionNotificationsMark, Access: action.Operator, Summary: "mark notifications read",
-			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/notifications/mark-read", http.StatusOK, nil), Handle: by(subjects.ActionNotificationsMark, o.notification)},
-		{Name: subjects.ActionNotificationsClear, Access: action.Operator, Summary: "remove every notification of the agent",
-			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/notifications/clear", http.StatusOK, nil), Handle: by(subjects.ActionNotificationsClear, o.notification)},
-	}
-}
-
-func (o *Operations) inboxActions() []action.Action {
-	return []action.Action{
-		{Name: subjects.ActionInboxFetch, Access: action.Agent, Summary: "read the inbox reliably from the agent's cursor",
-			HTTP: action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/inbox/fetch", http.StatusOK, action.Query("max", "after", "wait_ms")), Handle: by(subjects.ActionInboxFetch, o.doInbox)},
-		{Name: subjects.ActionInboxAck, Access: action.Agent, Summary: "acknowledge the inbox up to a sequence, moving the cursor",
-			HTTP: action.HTTPRoute(http.MethodPost, action.AgentRoutes+"/inbox/ack", http.StatusOK, nil), Handle: by(subjects.ActionInboxAck, o.doInbox)},
 	}
 }
 
@@ -208,20 +109,6 @@ func (o *Operations) interventionLimit() int64 {
 		return subjects.MaxRequestBody
 	}
 	return 6*o.waitOps.Room() + subjects.MaxRequestBody
-}
-
-// token serves token.issue and token.revoke.
-func (o *Operations) token(ctx context.Context, name, agentID string, body []byte) (any, error) {
-	if o.tokens == nil {
-		return nil, &subjects.Error{Code: subjects.CodeUnavailable, Message: "agent tokens are not configured"}
-	}
-	if err := subjects.DecodeNoFields(body); err != nil {
-		return nil, err
-	}
-	if name == subjects.ActionTokenIssue {
-		return o.tokens.Issue(ctx, agentID)
-	}
-	return o.tokens.Revoke(ctx, agentID)
 }
 
 // Rights are what principals may request over NATS, from the action table

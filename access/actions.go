@@ -1,0 +1,30 @@
+package access
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/chime-nats/chime/action"
+	"github.com/chime-nats/chime/subjects"
+)
+
+// Actions are the agent token actions, served by t (nil: answered
+// unavailable).
+func (t *Tokens) Actions() []action.Action {
+	h := func(fn func(ctx context.Context, agentID string) (any, error)) action.Handler {
+		return action.When(t != nil, "agent tokens are not configured", func(ctx context.Context, r action.Request) (any, error) {
+			if err := subjects.DecodeNoFields(r.Body); err != nil {
+				return nil, err
+			}
+			return fn(ctx, r.AgentID)
+		})
+	}
+	return []action.Action{
+		{Name: subjects.ActionTokenIssue, Access: action.Operator, Summary: "issue an agent token (shown once)",
+			HTTP:   action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/token", http.StatusCreated, nil),
+			Handle: h(func(ctx context.Context, agentID string) (any, error) { return t.Issue(ctx, agentID) })},
+		{Name: subjects.ActionTokenRevoke, Access: action.Operator, Summary: "revoke the agent's tokens and end its connections",
+			HTTP:   action.HTTPRoute(http.MethodDelete, action.ControlRoutes+"/token", http.StatusOK, nil),
+			Handle: h(func(ctx context.Context, agentID string) (any, error) { return t.Revoke(ctx, agentID) })},
+	}
+}

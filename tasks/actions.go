@@ -1,0 +1,82 @@
+package tasks
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/chime-nats/chime/action"
+	"github.com/chime-nats/chime/subjects"
+)
+
+// Actions are the task actions, served by s (nil: answered unavailable).
+func (s *Store) Actions() []action.Action {
+	h := func(fn action.Handler) action.Handler { return action.When(s != nil, "tasks are not configured", fn) }
+	ref := action.Path(map[string]string{"task_id": "task_id"})
+	return []action.Action{
+		{Name: subjects.ActionTaskStart, Access: action.Agent, Summary: "start a task: background work whose result reaches the inbox",
+			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
+				req, err := subjects.DecodeStartTask(r.Body)
+				if err != nil {
+					return nil, err
+				}
+				return s.Start(ctx, r.AgentID, req)
+			})},
+		{Name: subjects.ActionTaskResult, IDField: "task_id", Access: action.Agent, Summary: "report a task's result (completed, failed, interrupted)",
+			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
+				req, err := subjects.DecodeTaskResult(r.Body)
+				if err != nil {
+					return nil, err
+				}
+				return s.Result(ctx, r.AgentID, req)
+			})},
+		{Name: subjects.ActionTaskGet, IDField: "task_id", Access: action.Agent, Summary: "read one task",
+			HTTP:   action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/tasks/{task_id}", http.StatusOK, ref),
+			Handle: h(s.byRef(s.Get))},
+		{Name: subjects.ActionTaskList, Access: action.Agent, Summary: "list the agent's tasks, a page at a time",
+			Columns: []string{"task_id", "status", "title", "created_at", "ended_at", "exit_code"},
+			HTTP:    action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/tasks", http.StatusOK, action.List),
+			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
+				page, err := subjects.DecodeListTasks(r.Body)
+				if err != nil {
+					return nil, err
+				}
+				list, next, err := s.List(ctx, r.AgentID, page.Limit, page.Walk(0))
+				if err != nil {
+					return nil, err
+				}
+				return subjects.ListTasksReply{Tasks: list, NextCursor: subjects.EncodeCursor(subjects.ActionTaskList, next)}, nil
+			})},
+		{Name: subjects.ActionTaskCancel, IDField: "task_id", Access: action.Agent, Summary: "ask a running task to stop",
+			Handle: h(s.byRef(s.Cancel))},
+		{Name: subjects.ActionTaskOutput, IDField: "task_id", Access: action.Agent, Summary: "read a task's output from an offset",
+			HTTP: action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/tasks/{task_id}/output", http.StatusOK,
+				action.Path(map[string]string{"task_id": "task_id"}, "offset", "limit")),
+			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
+				req, err := subjects.DecodeTaskOutput(r.Body)
+				if err != nil {
+					return nil, err
+				}
+				return s.Output(ctx, r.AgentID, req)
+			})},
+		{Name: subjects.ActionTaskOutputAppend, IDField: "task_id", Access: action.Agent, Summary: "append to a running task's output",
+			MaxBody: func() int64 { return subjects.MaxAppendBody },
+			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
+				req, err := subjects.DecodeAppendOutput(r.Body)
+				if err != nil {
+					return nil, err
+				}
+				return s.Append(ctx, r.AgentID, req)
+			})},
+	}
+}
+
+// byRef serves an action on one task named by its body's task_id.
+func (s *Store) byRef(do func(ctx context.Context, agentID, taskID string) (*subjects.Task, error)) action.Handler {
+	return func(ctx context.Context, r action.Request) (any, error) {
+		taskID, err := subjects.DecodeTaskRef(r.Body)
+		if err != nil {
+			return nil, err
+		}
+		return do(ctx, r.AgentID, taskID)
+	}
+}

@@ -1,0 +1,55 @@
+package waitfor
+
+import (
+	"context"
+
+	"github.com/chime-nats/chime/action"
+	"github.com/chime-nats/chime/quotas"
+	"github.com/chime-nats/chime/subjects"
+)
+
+// Actions are the WaitFor actions, served by s (nil: answered
+// unavailable) under q's bound on live registrations.
+func (s *Service) Actions(q *quotas.Quotas) []action.Action {
+	h := func(fn action.Handler) action.Handler { return action.When(s != nil, "WaitFor is not configured", fn) }
+	return []action.Action{
+		{Name: subjects.ActionWaitFor, Command: "wait-for", Access: action.Agent, Summary: "yield until a task result, timer, callback or recheck wakes the agent",
+			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
+				spec, err := subjects.DecodeWaitFor(r.Body)
+				if err != nil {
+					return nil, err
+				}
+				if err := q.WaitFor(r.AgentID, spec.WorkItemID); err != nil {
+					return nil, err
+				}
+				return s.WaitFor(ctx, r.AgentID, spec)
+			})},
+		{Name: subjects.ActionWaitTasks, Command: "wait-tasks", Access: action.Agent, Summary: "yield until all or any of a set of tasks have results",
+			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
+				spec, err := subjects.DecodeWaitTasks(r.Body)
+				if err != nil {
+					return nil, err
+				}
+				if err := q.WaitFor(r.AgentID, spec.WorkItemID); err != nil {
+					return nil, err
+				}
+				return s.WaitTasks(ctx, r.AgentID, spec)
+			})},
+		{Name: subjects.ActionWaitReport, Command: "wait-report", Access: action.Agent, Summary: "commit a prepared WaitFor with the agent's final report",
+			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
+				req, err := subjects.DecodeWaitReport(r.Body)
+				if err != nil {
+					return nil, err
+				}
+				return s.Report(ctx, r.AgentID, req)
+			})},
+		{Name: subjects.ActionSystemWake, Access: action.Operator, Summary: "wake the agent's WaitFor registrations as a system event",
+			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
+				req, err := subjects.DecodeSystemWake(r.Body)
+				if err != nil {
+					return nil, err
+				}
+				return s.SystemWake(ctx, r.AgentID, req)
+			})},
+	}
+}
