@@ -108,7 +108,7 @@ const (
 // chaosRun is the state of one run.
 type chaosRun struct {
 	o        ChaosOptions
-	tb       *procTB
+	work     *workDir
 	conns    []*nats.Conn
 	js       jetstream.JetStream
 	cluster  *natsproc.ClusterT // nil on a standalone server
@@ -175,22 +175,22 @@ func Chaos(ctx context.Context, o ChaosOptions) (res *ChaosResult, err error) {
 		}
 	}
 	r := &chaosRun{o: o, timers: map[string]*timerReq{}, waits: map[string]*waitReq{}}
-	if r.tb, err = newProcTB(r.progress); err != nil {
+	if r.work, err = newWorkDir(r.progress); err != nil {
 		return nil, err
 	}
 	defer func() {
-		r.tb.close()
+		r.work.close()
 		// A failed run is kept for its logs, unless it failed before
 		// anything was written.
-		entries, _ := os.ReadDir(r.tb.dir)
+		entries, _ := os.ReadDir(r.work.dir)
 		if o.Keep || (res != nil && !res.OK) || (err != nil && len(entries) > 0) {
-			r.progress("work dir kept: %s", r.tb.dir)
+			r.progress("work dir kept: %s", r.work.dir)
 			if res != nil {
-				res.WorkDir = r.tb.dir
+				res.WorkDir = r.work.dir
 			}
 			return
 		}
-		_ = os.RemoveAll(r.tb.dir)
+		_ = os.RemoveAll(r.work.dir)
 	}()
 
 	if err := r.startNATS(ctx); err != nil {
@@ -220,18 +220,16 @@ func Chaos(ctx context.Context, o ChaosOptions) (res *ChaosResult, err error) {
 func (r *chaosRun) startNATS(ctx context.Context) error {
 	begin := time.Now()
 	if r.o.Servers == 1 {
-		r.progress("starting a standalone nats-server (work dir %s)", r.tb.dir)
-		err := guard(func() { r.servers = []*natsproc.Server{natsproc.Standalone(r.tb)} })
+		r.progress("starting a standalone nats-server (work dir %s)", r.work.dir)
+		s, err := r.work.standalone()
 		if err != nil {
 			return fmt.Errorf("bench: nats-server: %w", err)
 		}
+		r.servers = []*natsproc.Server{s}
 	} else {
-		r.progress("starting a cluster of %d nats-servers (work dir %s)", r.o.Servers, r.tb.dir)
-		err := guard(func() {
-			r.cluster = natsproc.Cluster(r.tb, r.o.Servers)
-			r.cluster.WaitJetStreamReady(ctx)
-		})
-		if err != nil {
+		r.progress("starting a cluster of %d nats-servers (work dir %s)", r.o.Servers, r.work.dir)
+		var err error
+		if r.cluster, err = r.work.cluster(ctx, r.o.Servers); err != nil {
 			return fmt.Errorf("bench: nats cluster: %w", err)
 		}
 		r.servers = r.cluster.Servers
@@ -259,8 +257,8 @@ func (r *chaosRun) jsReplicas() int {
 // until each is ready.
 func (r *chaosRun) startReplicas(ctx context.Context) error {
 	begin := time.Now()
-	var ports []int
-	if err := guard(func() { ports = natsproc.FreePorts(r.tb, r.o.Replicas) }); err != nil {
+	ports, err := natsproc.FreePorts(r.o.Replicas)
+	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
 	for i := range r.o.Replicas {
@@ -269,7 +267,7 @@ func (r *chaosRun) startReplicas(ctx context.Context) error {
 			httpAddr: fmt.Sprintf("127.0.0.1:%d", ports[i]),
 			exe:      r.o.Exe,
 		}
-		p.logPath = filepath.Join(r.tb.dir, p.id+".log")
+		p.logPath = filepath.Join(r.work.dir, p.id+".log")
 		// Later entries win: the run's own settings over the caller's.
 		p.env = append(os.Environ(),
 			"CHIME_NATS_URL="+r.urls(),
@@ -284,7 +282,7 @@ func (r *chaosRun) startReplicas(ctx context.Context) error {
 			// Shorter than the default minimum: the run asked for it.
 			p.env = append(p.env, "CHIME_MIN_INTERVAL="+r.o.Interval.Truncate(time.Millisecond).String())
 		}
-		r.tb.Cleanup(func() { _ = p.kill() })
+		r.work.Cleanup(p.kill)
 		r.replicas = append(r.replicas, p)
 		if err := p.start(); err != nil {
 			return fmt.Errorf("bench: %w", err)

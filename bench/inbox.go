@@ -638,7 +638,7 @@ func (r *inboxRun) restart(ctx context.Context, s *natsproc.Server, killed func(
 	if killed != nil {
 		killed(kill)
 	}
-	if err := guard(s.Kill); err != nil {
+	if err := s.Kill(); err != nil {
 		return 0, 0, fmt.Errorf("bench: kill the nats-server: %w", err)
 	}
 	probe := make(chan time.Time, 1) // never blocks the probe
@@ -654,7 +654,7 @@ func (r *inboxRun) restart(ctx context.Context, s *natsproc.Server, killed func(
 			backoff.Sleep(pctx, 10*time.Millisecond)
 		}
 	}()
-	if err := guard(s.Start); err != nil {
+	if err := s.Start(); err != nil {
 		return 0, 0, fmt.Errorf("bench: restart the nats-server: %w", err)
 	}
 	upMs = ms(time.Since(kill))

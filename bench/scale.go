@@ -504,7 +504,7 @@ func jsReplicasFor(servers int) int {
 // fleet is one measurement's processes: fresh nats-servers and chime
 // replicas in a work dir of their own.
 type fleet struct {
-	tb       *procTB
+	work     *workDir
 	servers  []*natsproc.Server
 	cluster  *natsproc.ClusterT
 	replicas []*replicaProc
@@ -524,7 +524,7 @@ type fleetOptions struct {
 // next, as chime bench chaos does. On error everything started is stopped.
 func startFleet(ctx context.Context, o fleetOptions) (f *fleet, err error) {
 	f = &fleet{progress: o.progress}
-	if f.tb, err = newProcTB(o.progress); err != nil {
+	if f.work, err = newWorkDir(o.progress); err != nil {
 		return nil, err
 	}
 	started := f // f is nil by the time a failure's return runs this
@@ -535,19 +535,18 @@ func startFleet(ctx context.Context, o fleetOptions) (f *fleet, err error) {
 	}()
 	begin := time.Now()
 	if o.servers == 1 {
-		err = guard(func() { f.servers = []*natsproc.Server{natsproc.Standalone(f.tb)} })
-	} else {
-		err = guard(func() {
-			f.cluster = natsproc.Cluster(f.tb, o.servers)
-			f.cluster.WaitJetStreamReady(ctx)
-			f.servers = f.cluster.Servers
-		})
+		var s *natsproc.Server
+		if s, err = f.work.standalone(); err == nil {
+			f.servers = []*natsproc.Server{s}
+		}
+	} else if f.cluster, err = f.work.cluster(ctx, o.servers); err == nil {
+		f.servers = f.cluster.Servers
 	}
 	if err != nil {
 		return nil, fmt.Errorf("nats-server: %w", err)
 	}
-	var ports []int
-	if err := guard(func() { ports = natsproc.FreePorts(f.tb, 2*o.replicas) }); err != nil {
+	ports, err := natsproc.FreePorts(2 * o.replicas)
+	if err != nil {
 		return nil, err
 	}
 	for i := range o.replicas {
@@ -555,7 +554,7 @@ func startFleet(ctx context.Context, o fleetOptions) (f *fleet, err error) {
 		if o.pprof {
 			p.pprofAddr = fmt.Sprintf("127.0.0.1:%d", ports[o.replicas+i])
 		}
-		p.logPath = filepath.Join(f.tb.dir, p.id+".log")
+		p.logPath = filepath.Join(f.work.dir, p.id+".log")
 		// Later entries win: the run's own settings over the caller's.
 		p.env = append(os.Environ(),
 			"CHIME_NATS_URL="+f.urls(),
@@ -565,7 +564,7 @@ func startFleet(ctx context.Context, o fleetOptions) (f *fleet, err error) {
 			"CHIME_PPROF_ADDR="+p.pprofAddr,
 		)
 		p.env = append(p.env, o.env...)
-		f.tb.Cleanup(func() { _ = p.kill() })
+		f.work.Cleanup(p.kill)
 		f.replicas = append(f.replicas, p)
 		if err := p.start(); err != nil {
 			return nil, err
@@ -574,7 +573,7 @@ func startFleet(ctx context.Context, o fleetOptions) (f *fleet, err error) {
 			return nil, err
 		}
 	}
-	o.progress("%d nats-server(s) and %d replicas ready in %v (work dir %s)", len(f.servers), o.replicas, time.Since(begin).Round(time.Millisecond), f.tb.dir)
+	o.progress("%d nats-server(s) and %d replicas ready in %v (work dir %s)", len(f.servers), o.replicas, time.Since(begin).Round(time.Millisecond), f.work.dir)
 	return f, nil
 }
 
@@ -588,12 +587,12 @@ func (f *fleet) urls() string {
 // close stops every process, replicas first; the work dir (stores and
 // logs) is kept when the measurement failed.
 func (f *fleet) close(keep bool) {
-	f.tb.close()
+	f.work.close()
 	if keep {
-		f.progress("work dir kept: %s", f.tb.dir)
+		f.progress("work dir kept: %s", f.work.dir)
 		return
 	}
-	_ = os.RemoveAll(f.tb.dir)
+	_ = os.RemoveAll(f.work.dir)
 }
 
 // procTime is one process's CPU time so far.
