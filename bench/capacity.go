@@ -31,7 +31,7 @@ type CapacityOptions struct {
 	Stable   time.Duration
 	Takeover time.Duration
 	Settle   time.Duration // waited after the counts settle, before memory is read
-	Exe      string        // the chime binary run as `serve`; default os.Executable()
+	Exe      string        // the chime binary run as `serve`; default chime beside this binary, else on PATH
 	Progress io.Writer
 }
 

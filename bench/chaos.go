@@ -38,7 +38,7 @@ const (
 const LateAfter = 2 * time.Second
 
 // ChaosOptions configures a chaos run: its own nats-servers and chime
-// replicas (child processes of this binary), a steady load, and kills.
+// replicas (child processes of Exe), a steady load, and kills.
 type ChaosOptions struct {
 	Servers     int           // 1: a standalone nats-server; 3-5: a JetStream cluster, chime's streams at R3
 	Replicas    int           // chime replicas, `serve` children of Exe
@@ -54,7 +54,7 @@ type ChaosOptions struct {
 	Kill        []string      // kill kinds, done in turn
 	Grace       time.Duration // waited after the last due time before the inbox is read
 	Keep        bool          // keep the work dir (stores, logs) even when nothing went wrong
-	Exe         string        // the chime binary run as `serve`; default os.Executable()
+	Exe         string        // the chime binary run as `serve`; default chime beside this binary, else on PATH
 	Progress    io.Writer     // a line per phase and per kill; nil: none
 	Log         *slog.Logger
 }
@@ -169,10 +169,8 @@ func Chaos(ctx context.Context, o ChaosOptions) (res *ChaosResult, err error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	if o.Exe == "" {
-		if o.Exe, err = os.Executable(); err != nil {
-			return nil, fmt.Errorf("bench: find own binary: %w", err)
-		}
+	if o.Exe, err = ownExe(o.Exe); err != nil {
+		return nil, err
 	}
 	r := &chaosRun{o: o, timers: map[string]*timerReq{}, waits: map[string]*waitReq{}}
 	if r.work, err = newWorkDir(r.progress); err != nil {

@@ -34,7 +34,7 @@ type InboxOptions struct {
 	Max      int           // a fetch's max
 	Timeout  time.Duration // one request's time out (a request lost in the kill is sent again after it)
 	Restart  bool          // SIGKILL and restart the nats-server when half the agents have read their delivery
-	Exe      string        // the chime binary run as `serve`; default os.Executable()
+	Exe      string        // the chime binary run as `serve`; default chime beside this binary, else on PATH
 	Keep     bool          // keep the work dir (store, logs); kept anyway when the run fails
 	// ProfileDir, when set, receives a CPU profile of the replica
 	// (CHIME_PPROF_ADDR) of ProfileSeconds from the due time.

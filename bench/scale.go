@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -37,7 +38,7 @@ type ScaleOptions struct {
 	// kind watched whole by every replica; P, P buckets per kind, each
 	// replica watching only the keys of the shards it holds.
 	Partitions int
-	Exe        string    // the chime binary run as `serve`; default os.Executable()
+	Exe        string    // the chime binary run as `serve`; default chime beside this binary, else on PATH
 	Progress   io.Writer // a line per phase; nil: none
 	// ProfileDir, when set, receives CPU profiles of every replica
 	// (CHIME_PPROF_ADDR): ProfileSeconds from the first create, and as
@@ -197,15 +198,23 @@ func Scale(ctx context.Context, o ScaleOptions) (*ScaleResult, error) {
 	return res, nil
 }
 
-// ownExe is exe, or this binary when exe is empty: the replicas run it
-// as `chime serve`.
+// ownExe is exe, or when exe is empty the chime binary beside this one
+// (chime-bench), else chime on PATH: the replicas run it as `chime serve`.
 func ownExe(exe string) (string, error) {
 	if exe != "" {
 		return exe, nil
 	}
-	exe, err := os.Executable()
+	self, err := os.Executable()
 	if err != nil {
 		return "", fmt.Errorf("bench: find own binary: %w", err)
+	}
+	beside := filepath.Join(filepath.Dir(self), "chime")
+	if st, err := os.Stat(beside); err == nil && !st.IsDir() && beside != self {
+		return beside, nil
+	}
+	exe, err = exec.LookPath("chime")
+	if err != nil {
+		return "", fmt.Errorf("bench: no chime binary beside %s nor on PATH (go build ./cmd/chime, or --exe): %w", self, err)
 	}
 	return exe, nil
 }

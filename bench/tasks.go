@@ -40,7 +40,8 @@ type TasksOptions struct {
 	// then holds the server's too); otherwise it connects to a nats-server
 	// of its own, as the Helm chart deploys it.
 	Embedded bool
-	// Exe is the chime binary run as `serve`; default this one.
+	// Exe is the chime binary run as `serve`; default chime beside this
+	// binary, else on PATH.
 	Exe      string
 	Env      []string // added to the replica's environment
 	Progress io.Writer
