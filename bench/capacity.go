@@ -169,7 +169,7 @@ func capacityOne(ctx context.Context, o CapacityOptions, replicas int) (run *Cap
 		return nil, err
 	}
 	defer func() { f.close(err != nil) }()
-	conns, closeConns, err := connectN(f.urls(), scaleConns, "chime bench capacity")
+	conns, closeConns, err := connectN(f.urls(), scaleConns, "chime-bench capacity")
 	if err != nil {
 		return nil, err
 	}

@@ -297,7 +297,7 @@ func (r *chaosRun) startReplicas(ctx context.Context) error {
 // agent's would.
 func (r *chaosRun) connect() error {
 	for range 4 {
-		nc, err := nats.Connect(r.urls(), nats.Name("chime bench chaos"),
+		nc, err := nats.Connect(r.urls(), nats.Name("chime-bench chaos"),
 			nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 		if err != nil {
 			return fmt.Errorf("bench: connect: %w", err)

@@ -722,7 +722,7 @@ func inboxConnect(url string, n int) ([]*nats.Conn, func(), error) {
 		}
 	}
 	for range n {
-		nc, err := nats.Connect(url, nats.Name("chime bench inbox"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+		nc, err := nats.Connect(url, nats.Name("chime-bench inbox"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
 		if err != nil {
 			closeAll()
 			return nil, nil, fmt.Errorf("connect: %w", err)

@@ -251,7 +251,7 @@ func scaleOne(ctx context.Context, o ScaleOptions, replicas int) (run *ScaleRun,
 		f.close(err != nil || run != nil && (run.Missed > 0 || run.Duplicates > 0 || run.Applied < int64(o.N-run.Missed)))
 	}()
 
-	conns, closeConns, err := connectN(f.urls(), scaleConns, "chime bench scale")
+	conns, closeConns, err := connectN(f.urls(), scaleConns, "chime-bench scale")
 	if err != nil {
 		return nil, err
 	}
@@ -260,7 +260,7 @@ func scaleOne(ctx context.Context, o ScaleOptions, replicas int) (run *ScaleRun,
 	agent := func(i int) string { return fmt.Sprintf("%s-%d", prefix, i%o.Agents) }
 
 	// Subscribe first, as an agent would, on a connection of its own.
-	sub, err := nats.Connect(f.urls(), nats.Name("chime bench scale inbox"))
+	sub, err := nats.Connect(f.urls(), nats.Name("chime-bench scale inbox"))
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
@@ -530,7 +530,7 @@ type fleetOptions struct {
 
 // startFleet starts the nats-servers, then the replicas one after the other
 // (the first provisions the streams and buckets), each ready before the
-// next, as chime bench chaos does. On error everything started is stopped.
+// next, as chime-bench chaos does. On error everything started is stopped.
 func startFleet(ctx context.Context, o fleetOptions) (f *fleet, err error) {
 	f = &fleet{progress: o.progress}
 	if f.work, err = newWorkDir(o.progress); err != nil {

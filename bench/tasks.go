@@ -120,7 +120,7 @@ func Tasks(ctx context.Context, o TasksOptions) (*TasksResult, error) {
 	keep := true
 	defer func() { stop(keep) }()
 
-	nc, err := nats.Connect(url, nats.Name("chime bench tasks"))
+	nc, err := nats.Connect(url, nats.Name("chime-bench tasks"))
 	if err != nil {
 		return nil, fmt.Errorf("bench: connect: %w", err)
 	}
@@ -139,7 +139,7 @@ func Tasks(ctx context.Context, o TasksOptions) (*TasksResult, error) {
 	res.BaseRSSBytes, _ = procMemory(pid)
 
 	// The other agent's inbox, subscribed as an agent would.
-	sub, err := nats.Connect(url, nats.Name("chime bench tasks inbox"))
+	sub, err := nats.Connect(url, nats.Name("chime-bench tasks inbox"))
 	if err != nil {
 		return nil, fmt.Errorf("bench: connect: %w", err)
 	}
