@@ -17,21 +17,21 @@ import (
 	"github.com/chime-nats/chime/notifications"
 )
 
-const benchUsage = `Usage: chime-bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--peer] [--auth] [--agent-tokens] [--fire-cpuprofile F] [--create-cpuprofile F] [--json]
-              chime-bench waits [-n N] [--agents N] [-c C] [--lead D] [--spread D] [--timers N] [--json]
-              chime-bench callbacks [-n N] [-c CONNS] [--wakes N] [--auth] [--nats] [--json]
-              chime-bench connect [-n N] [-c C] [--as agent|operator] [--json]
-              chime-bench history [-n N] [--rounds R] [--agents A] [-c C] [--dedup-window D] [--retention D] [--settle D] [--heapprofile F] [--json]
-              chime-bench waitfor [-n N] [--agents N] [-c C] [--rate R] [--json]
-              chime-bench notify [--rate R] [--duration D] [--agents N] [--clients N] [--prefill [--limit N]] [--http URL] [--json]
-              chime-bench notify-memory [--servers 1|3] [--replicas N] [--agents A] [--per-agent K] [--detail-bytes D] [--lists N] [--max-rss B] [--exe PATH] [--json]
-              chime-bench chaos [--servers 1|3] [--replicas N] [--duration D] [--rate R] [--every D]
-                                [--kill replica,server,leader] [--down D] [--exe PATH] [--json] (see chime-bench chaos --help)
-              chime-bench scale [--servers 1|3] [--replicas 1,2,3] [--partitions P] [-n N] [--agents A] [-c C] [--lead D] [--profile DIR] [--exe PATH] [--json]
-              chime-bench capacity [--servers 1|3] [--replicas 1,2,3] [--timers N] [--agents A] [-c C] [--exe PATH] [--json]
-              chime-bench tasks [--output-mib N] [--concurrent N] [--timer-every D] [--embedded] [--exe PATH] [--json]
-              chime-bench inbox [--agents N] [-c C] [--conns N] [--lead D] [--max N] [--timeout D] [--restart=false] [--keep] [--profile DIR] [--exe PATH] [--json]
-              chime-bench soak [--duration D] [--rate R] [--agents N] [--lead D] [--every D] [--notify-rate R] [-c C] [--grace D] [--exe PATH] [--json]
+const benchUsage = `chime-bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--peer] [--auth] [--agent-tokens] [--fire-cpuprofile F] [--create-cpuprofile F] [--json]
+       chime-bench waits [-n N] [--agents N] [-c C] [--lead D] [--spread D] [--timers N] [--json]
+       chime-bench callbacks [-n N] [-c CONNS] [--wakes N] [--auth] [--nats] [--json]
+       chime-bench connect [-n N] [-c C] [--as agent|operator] [--json]
+       chime-bench history [-n N] [--rounds R] [--agents A] [-c C] [--dedup-window D] [--retention D] [--settle D] [--heapprofile F] [--json]
+       chime-bench waitfor [-n N] [--agents N] [-c C] [--rate R] [--json]
+       chime-bench notify [--rate R] [--duration D] [--agents N] [--clients N] [--prefill [--limit N]] [--http URL] [--json]
+       chime-bench notify-memory [--servers 1|3] [--replicas N] [--agents A] [--per-agent K] [--detail-bytes D] [--lists N] [--max-rss B] [--exe PATH] [--json]
+       chime-bench chaos [--servers 1|3] [--replicas N] [--duration D] [--rate R] [--every D]
+                         [--kill replica,server,leader] [--down D] [--exe PATH] [--json] (see chime-bench chaos --help)
+       chime-bench scale [--servers 1|3] [--replicas 1,2,3] [--partitions P] [-n N] [--agents A] [-c C] [--lead D] [--profile DIR] [--exe PATH] [--json]
+       chime-bench capacity [--servers 1|3] [--replicas 1,2,3] [--timers N] [--agents A] [-c C] [--exe PATH] [--json]
+       chime-bench tasks [--output-mib N] [--concurrent N] [--timer-every D] [--embedded] [--exe PATH] [--json]
+       chime-bench inbox [--agents N] [-c C] [--conns N] [--lead D] [--max N] [--timeout D] [--restart=false] [--keep] [--profile DIR] [--exe PATH] [--json]
+       chime-bench soak [--duration D] [--rate R] [--agents N] [--lead D] [--every D] [--notify-rate R] [-c C] [--grace D] [--exe PATH] [--json]
 
 timers, callbacks, waits and waitfor drive the chime at CHIME_NATS_URL when it is set (else one of
 their own); timers, callbacks and connect connect to it with CHIME_NATS_TOKEN, an operator's token

@@ -35,7 +35,7 @@ func (a *app) run(ctx context.Context, args []string) error {
 	if len(args) == 1 {
 		switch args[0] {
 		case "help", "-h", "--help":
-			fmt.Fprintln(a.Stdout, benchUsage)
+			fmt.Fprintln(a.Stdout, "usage:", benchUsage)
 			return nil
 		}
 	}

@@ -29,7 +29,7 @@ func TestUsage(t *testing.T) {
 	if err := (&app{Stdout: &stdout, Stderr: &stdout}).run(context.Background(), []string{"--help"}); err != nil {
 		t.Fatalf("chime-bench --help: %v", err)
 	}
-	if !strings.HasPrefix(stdout.String(), "Usage: chime-bench timers") {
+	if !strings.HasPrefix(stdout.String(), "usage: chime-bench timers") {
 		t.Errorf("chime-bench --help printed %q", stdout.String())
 	}
 }
