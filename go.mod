@@ -3,8 +3,6 @@ module github.com/chime-nats/chime
 go 1.26.0
 
 require (
-	github.com/chromedp/cdproto v0.160.1
-	github.com/chromedp/chromedp v0.23.1
 	github.com/go-json-experiment/json v1.27.2
 	github.com/kelseyhightower/envconfig v1.4.0
 	github.com/microcosm-cc/bluemonday v1.0.27

@@ -21,6 +21,7 @@ import (
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/natsproc"
+	"github.com/chime-nats/chime/internal/natsproc/natsproctest"
 	"github.com/chime-nats/chime/internal/natstest"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -98,7 +99,7 @@ func calloutServer(t testing.TB) (url string, tokens *access.Tokens, op string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := natsproc.New(t, natsproc.Options{Config: access.ServerConfig(keys, api.Rights()), ConnectOptions: []nats.Option{creds}})
+	srv := natsproctest.New(t, natsproc.Options{Config: access.ServerConfig(keys, api.Rights()), ConnectOptions: []nats.Option{creds}})
 	srv.Start()
 	nc, err := engine.Connect(engine.ConnectOptions{URL: srv.ClientURL(), NkeyFile: seed, Name: "chime test"}, slog.New(slog.DiscardHandler))
 	if err != nil {

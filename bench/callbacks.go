@@ -87,7 +87,7 @@ func Callbacks(ctx context.Context, o CallbacksOptions) (*CallbacksResult, error
 		return nil, err
 	}
 	defer stop()
-	nc, err := nats.Connect(url, append(auth, nats.Name("chime bench"))...)
+	nc, err := nats.Connect(url, append(auth, nats.Name("chime-bench"))...)
 	if err != nil {
 		return nil, fmt.Errorf("bench: connect: %w", err)
 	}
@@ -239,7 +239,7 @@ func callbackSenders(url string, triggers map[subjects.DeliveryMode]subjects.Tri
 	senders := map[subjects.DeliveryMode][]*nats.Conn{}
 	for mode, t := range triggers {
 		for range n {
-			nc, err := nats.Connect(url, nats.Token(triggerToken(t)), nats.CustomInboxPrefix(access.Principal{Kind: access.KindCallback, TriggerID: t.ID}.InboxPrefix()), nats.Name("chime bench callback"))
+			nc, err := nats.Connect(url, nats.Token(triggerToken(t)), nats.CustomInboxPrefix(access.Principal{Kind: access.KindCallback, TriggerID: t.ID}.InboxPrefix()), nats.Name("chime-bench callback"))
 			if err != nil {
 				for _, conns := range senders {
 					closeAll(conns)

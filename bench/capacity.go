@@ -31,7 +31,7 @@ type CapacityOptions struct {
 	Stable   time.Duration
 	Takeover time.Duration
 	Settle   time.Duration // waited after the counts settle, before memory is read
-	Exe      string        // the chime binary run as `serve`; default os.Executable()
+	Exe      string        // the chime binary run as `serve`; default chime beside this binary, else on PATH
 	Progress io.Writer
 }
 
@@ -169,7 +169,7 @@ func capacityOne(ctx context.Context, o CapacityOptions, replicas int) (run *Cap
 		return nil, err
 	}
 	defer func() { f.close(err != nil) }()
-	conns, closeConns, err := connectN(f.urls(), scaleConns, "chime bench capacity")
+	conns, closeConns, err := connectN(f.urls(), scaleConns, "chime-bench capacity")
 	if err != nil {
 		return nil, err
 	}

@@ -38,7 +38,7 @@ const (
 const LateAfter = 2 * time.Second
 
 // ChaosOptions configures a chaos run: its own nats-servers and chime
-// replicas (child processes of this binary), a steady load, and kills.
+// replicas (child processes of Exe), a steady load, and kills.
 type ChaosOptions struct {
 	Servers     int           // 1: a standalone nats-server; 3-5: a JetStream cluster, chime's streams at R3
 	Replicas    int           // chime replicas, `serve` children of Exe
@@ -54,7 +54,7 @@ type ChaosOptions struct {
 	Kill        []string      // kill kinds, done in turn
 	Grace       time.Duration // waited after the last due time before the inbox is read
 	Keep        bool          // keep the work dir (stores, logs) even when nothing went wrong
-	Exe         string        // the chime binary run as `serve`; default os.Executable()
+	Exe         string        // the chime binary run as `serve`; default chime beside this binary, else on PATH
 	Progress    io.Writer     // a line per phase and per kill; nil: none
 	Log         *slog.Logger
 }
@@ -108,7 +108,7 @@ const (
 // chaosRun is the state of one run.
 type chaosRun struct {
 	o        ChaosOptions
-	tb       *procTB
+	work     *workDir
 	conns    []*nats.Conn
 	js       jetstream.JetStream
 	cluster  *natsproc.ClusterT // nil on a standalone server
@@ -169,28 +169,26 @@ func Chaos(ctx context.Context, o ChaosOptions) (res *ChaosResult, err error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	if o.Exe == "" {
-		if o.Exe, err = os.Executable(); err != nil {
-			return nil, fmt.Errorf("bench: find own binary: %w", err)
-		}
+	if o.Exe, err = ownExe(o.Exe); err != nil {
+		return nil, err
 	}
 	r := &chaosRun{o: o, timers: map[string]*timerReq{}, waits: map[string]*waitReq{}}
-	if r.tb, err = newProcTB(r.progress); err != nil {
+	if r.work, err = newWorkDir(r.progress); err != nil {
 		return nil, err
 	}
 	defer func() {
-		r.tb.close()
+		r.work.close()
 		// A failed run is kept for its logs, unless it failed before
 		// anything was written.
-		entries, _ := os.ReadDir(r.tb.dir)
+		entries, _ := os.ReadDir(r.work.dir)
 		if o.Keep || (res != nil && !res.OK) || (err != nil && len(entries) > 0) {
-			r.progress("work dir kept: %s", r.tb.dir)
+			r.progress("work dir kept: %s", r.work.dir)
 			if res != nil {
-				res.WorkDir = r.tb.dir
+				res.WorkDir = r.work.dir
 			}
 			return
 		}
-		_ = os.RemoveAll(r.tb.dir)
+		_ = os.RemoveAll(r.work.dir)
 	}()
 
 	if err := r.startNATS(ctx); err != nil {
@@ -220,18 +218,16 @@ func Chaos(ctx context.Context, o ChaosOptions) (res *ChaosResult, err error) {
 func (r *chaosRun) startNATS(ctx context.Context) error {
 	begin := time.Now()
 	if r.o.Servers == 1 {
-		r.progress("starting a standalone nats-server (work dir %s)", r.tb.dir)
-		err := guard(func() { r.servers = []*natsproc.Server{natsproc.Standalone(r.tb)} })
+		r.progress("starting a standalone nats-server (work dir %s)", r.work.dir)
+		s, err := r.work.standalone()
 		if err != nil {
 			return fmt.Errorf("bench: nats-server: %w", err)
 		}
+		r.servers = []*natsproc.Server{s}
 	} else {
-		r.progress("starting a cluster of %d nats-servers (work dir %s)", r.o.Servers, r.tb.dir)
-		err := guard(func() {
-			r.cluster = natsproc.Cluster(r.tb, r.o.Servers)
-			r.cluster.WaitJetStreamReady(ctx)
-		})
-		if err != nil {
+		r.progress("starting a cluster of %d nats-servers (work dir %s)", r.o.Servers, r.work.dir)
+		var err error
+		if r.cluster, err = r.work.cluster(ctx, r.o.Servers); err != nil {
 			return fmt.Errorf("bench: nats cluster: %w", err)
 		}
 		r.servers = r.cluster.Servers
@@ -259,8 +255,8 @@ func (r *chaosRun) jsReplicas() int {
 // until each is ready.
 func (r *chaosRun) startReplicas(ctx context.Context) error {
 	begin := time.Now()
-	var ports []int
-	if err := guard(func() { ports = natsproc.FreePorts(r.tb, r.o.Replicas) }); err != nil {
+	ports, err := natsproc.FreePorts(r.o.Replicas)
+	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
 	for i := range r.o.Replicas {
@@ -269,7 +265,7 @@ func (r *chaosRun) startReplicas(ctx context.Context) error {
 			httpAddr: fmt.Sprintf("127.0.0.1:%d", ports[i]),
 			exe:      r.o.Exe,
 		}
-		p.logPath = filepath.Join(r.tb.dir, p.id+".log")
+		p.logPath = filepath.Join(r.work.dir, p.id+".log")
 		// Later entries win: the run's own settings over the caller's.
 		p.env = append(os.Environ(),
 			"CHIME_NATS_URL="+r.urls(),
@@ -284,7 +280,7 @@ func (r *chaosRun) startReplicas(ctx context.Context) error {
 			// Shorter than the default minimum: the run asked for it.
 			p.env = append(p.env, "CHIME_MIN_INTERVAL="+r.o.Interval.Truncate(time.Millisecond).String())
 		}
-		r.tb.Cleanup(func() { _ = p.kill() })
+		r.work.Cleanup(p.kill)
 		r.replicas = append(r.replicas, p)
 		if err := p.start(); err != nil {
 			return fmt.Errorf("bench: %w", err)
@@ -301,7 +297,7 @@ func (r *chaosRun) startReplicas(ctx context.Context) error {
 // agent's would.
 func (r *chaosRun) connect() error {
 	for range 4 {
-		nc, err := nats.Connect(r.urls(), nats.Name("chime bench chaos"),
+		nc, err := nats.Connect(r.urls(), nats.Name("chime-bench chaos"),
 			nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 		if err != nil {
 			return fmt.Errorf("bench: connect: %w", err)

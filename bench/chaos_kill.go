@@ -119,7 +119,7 @@ func (r *chaosRun) killLeader(ctx context.Context, k *killRecord) {
 func (r *chaosRun) killServer(ctx context.Context, k *killRecord, s *natsproc.Server) {
 	k.target, k.pid = s.Name(), s.Pid()
 	k.at = time.Now()
-	if err := guard(s.Kill); err != nil {
+	if err := s.Kill(); err != nil {
 		k.fail(err)
 	}
 	// The election is watched while the server is down, not waited for:
@@ -135,7 +135,7 @@ func (r *chaosRun) killServer(ctx context.Context, k *killRecord, s *natsproc.Se
 	backoff.Sleep(ctx, time.Until(k.at.Add(r.o.Down)))
 	restarted.Store(true)
 	k.restarted = time.Now()
-	if err := guard(s.Start); err != nil {
+	if err := s.Start(); err != nil {
 		k.fail(err)
 	}
 	k.back = time.Now()

@@ -11,103 +11,79 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/chime-nats/chime/internal/natsproc"
 )
 
-// procTB gives natsproc, written for tests, what it needs outside one: a
-// work dir (the servers' stores and logs, and the replicas' logs), cleanups
-// run by close, and a Fatalf that panics with a fatalError, which guard
-// turns back into an error where the bench called natsproc.
-type procTB struct {
+// workDir is a run's work dir (the servers' stores and logs, and the
+// replicas' logs) with the cleanups that stop its processes, run by close.
+type workDir struct {
 	dir      string
 	logf     func(format string, args ...any)
 	mu       sync.Mutex
 	dirs     int
-	cleanups []func()
-	failed   bool
+	cleanups []func() error
 }
 
-// fatalError is the panic value of procTB.Fatalf.
-type fatalError struct{ msg string }
-
-func newProcTB(logf func(string, ...any)) (*procTB, error) {
+func newWorkDir(logf func(string, ...any)) (*workDir, error) {
 	dir, err := os.MkdirTemp("", "chime-chaos-")
 	if err != nil {
 		return nil, fmt.Errorf("bench: work dir: %w", err)
 	}
-	return &procTB{dir: dir, logf: logf}, nil
+	return &workDir{dir: dir, logf: logf}, nil
 }
 
-func (t *procTB) Helper() {}
-
-func (t *procTB) Logf(format string, args ...any) { t.logf(format, args...) }
-
-func (t *procTB) Errorf(format string, args ...any) {
-	t.fail()
-	t.logf(format, args...)
+// Cleanup registers f to run at close.
+func (w *workDir) Cleanup(f func() error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.cleanups = append(w.cleanups, f)
 }
 
-func (t *procTB) Fatalf(format string, args ...any) {
-	t.fail()
-	panic(fatalError{msg: fmt.Sprintf(format, args...)})
+// natsOptions are the options of a natsproc start: its files in a new
+// directory under the work dir, its notes to the run's progress.
+func (w *workDir) natsOptions() natsproc.Options {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.dirs++
+	return natsproc.Options{Dir: filepath.Join(w.dir, fmt.Sprintf("natsproc-%d", w.dirs)), Logf: w.logf}
 }
 
-func (t *procTB) Cleanup(f func()) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.cleanups = append(t.cleanups, f)
-}
-
-// TempDir returns a new directory under the work dir.
-func (t *procTB) TempDir() string {
-	t.mu.Lock()
-	t.dirs++
-	dir := filepath.Join(t.dir, fmt.Sprintf("natsproc-%d", t.dirs))
-	t.mu.Unlock()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatalf("bench: temp dir: %v", err)
+// standalone starts a standalone nats-server in the work dir, closed by close.
+func (w *workDir) standalone() (*natsproc.Server, error) {
+	s, err := natsproc.Standalone(w.natsOptions())
+	if err != nil {
+		return nil, err
 	}
-	return dir
+	w.Cleanup(s.Close)
+	return s, nil
 }
 
-func (t *procTB) Failed() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.failed
-}
-
-func (t *procTB) fail() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.failed = true
+// cluster starts a cluster of n nats-servers in the work dir, closed by
+// close, and waits until JetStream can place streams on all of them.
+func (w *workDir) cluster(ctx context.Context, n int) (*natsproc.ClusterT, error) {
+	c, err := natsproc.Cluster(n, w.natsOptions())
+	if err != nil {
+		return nil, err
+	}
+	w.Cleanup(c.Close)
+	if err := c.WaitJetStreamReady(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // close runs the cleanups, last registered first; the work dir stays.
-func (t *procTB) close() {
-	t.mu.Lock()
-	fs := t.cleanups
-	t.cleanups = nil
-	t.mu.Unlock()
+func (w *workDir) close() {
+	w.mu.Lock()
+	fs := w.cleanups
+	w.cleanups = nil
+	w.mu.Unlock()
 	for i := len(fs) - 1; i >= 0; i-- {
-		if err := guard(fs[i]); err != nil {
-			t.logf("cleanup: %v", err)
+		if err := fs[i](); err != nil {
+			w.logf("cleanup: %v", err)
 		}
 	}
-}
-
-// guard runs f, a call into natsproc, and returns the message of a
-// procTB.Fatalf as an error; any other panic goes on.
-func guard(f func()) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			fe, ok := r.(fatalError)
-			if !ok {
-				panic(r)
-			}
-			err = errors.New(fe.msg)
-		}
-	}()
-	f()
-	return nil
 }
 
 // replicaProc is one `chime serve` child. Its output is appended to its

@@ -76,7 +76,7 @@ func Connect(ctx context.Context, o ConnectOptions) (*ConnectResult, error) {
 	defer stop()
 	opts := auth
 	if o.As == "agent" {
-		op, err := nats.Connect(url, append(auth, nats.Name("chime bench operator"))...)
+		op, err := nats.Connect(url, append(auth, nats.Name("chime-bench operator"))...)
 		if err != nil {
 			return nil, fmt.Errorf("bench: connect: %w", err)
 		}
@@ -88,7 +88,7 @@ func Connect(ctx context.Context, o ConnectOptions) (*ConnectResult, error) {
 		}
 		opts = client.ConnectOptions(agent, tok)
 	}
-	opts = append(opts, nats.Name("chime bench connect"), nats.NoReconnect(), nats.Timeout(10*time.Second))
+	opts = append(opts, nats.Name("chime-bench connect"), nats.NoReconnect(), nats.Timeout(10*time.Second))
 	connect := func() error {
 		nc, err := nats.Connect(url, opts...)
 		if err != nil {

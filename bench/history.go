@@ -120,7 +120,7 @@ func History(ctx context.Context, o HistoryOptions) (*HistoryResult, error) {
 		return nil, err
 	}
 	defer r.Stop(context.Background())
-	nc, err := nats.Connect(r.NATSURL(), nats.Name("chime bench history"))
+	nc, err := nats.Connect(r.NATSURL(), nats.Name("chime-bench history"))
 	if err != nil {
 		return nil, fmt.Errorf("bench: connect: %w", err)
 	}

@@ -34,7 +34,7 @@ type InboxOptions struct {
 	Max      int           // a fetch's max
 	Timeout  time.Duration // one request's time out (a request lost in the kill is sent again after it)
 	Restart  bool          // SIGKILL and restart the nats-server when half the agents have read their delivery
-	Exe      string        // the chime binary run as `serve`; default os.Executable()
+	Exe      string        // the chime binary run as `serve`; default chime beside this binary, else on PATH
 	Keep     bool          // keep the work dir (store, logs); kept anyway when the run fails
 	// ProfileDir, when set, receives a CPU profile of the replica
 	// (CHIME_PPROF_ADDR) of ProfileSeconds from the due time.
@@ -638,7 +638,7 @@ func (r *inboxRun) restart(ctx context.Context, s *natsproc.Server, killed func(
 	if killed != nil {
 		killed(kill)
 	}
-	if err := guard(s.Kill); err != nil {
+	if err := s.Kill(); err != nil {
 		return 0, 0, fmt.Errorf("bench: kill the nats-server: %w", err)
 	}
 	probe := make(chan time.Time, 1) // never blocks the probe
@@ -654,7 +654,7 @@ func (r *inboxRun) restart(ctx context.Context, s *natsproc.Server, killed func(
 			backoff.Sleep(pctx, 10*time.Millisecond)
 		}
 	}()
-	if err := guard(s.Start); err != nil {
+	if err := s.Start(); err != nil {
 		return 0, 0, fmt.Errorf("bench: restart the nats-server: %w", err)
 	}
 	upMs = ms(time.Since(kill))
@@ -722,7 +722,7 @@ func inboxConnect(url string, n int) ([]*nats.Conn, func(), error) {
 		}
 	}
 	for range n {
-		nc, err := nats.Connect(url, nats.Name("chime bench inbox"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+		nc, err := nats.Connect(url, nats.Name("chime-bench inbox"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
 		if err != nil {
 			closeAll()
 			return nil, nil, fmt.Errorf("connect: %w", err)

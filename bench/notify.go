@@ -110,7 +110,7 @@ func Notify(ctx context.Context, o NotifyOptions) (*NotifyResult, error) {
 		defer stop()
 		natsURL, httpURL = r.NATSURL(), "http://"+r.HTTPAddr()
 	}
-	nc, err := nats.Connect(natsURL, nats.Name("chime bench"))
+	nc, err := nats.Connect(natsURL, nats.Name("chime-bench"))
 	if err != nil {
 		return nil, fmt.Errorf("bench: connect: %w", err)
 	}

@@ -126,7 +126,7 @@ func NotifyMemory(ctx context.Context, o NotifyMemoryOptions) (res *NotifyMemory
 		return nil, err
 	}
 	defer func() { f.close(err != nil) }()
-	conns, closeConns, err := connectN(f.urls(), scaleConns, "chime bench notify-memory")
+	conns, closeConns, err := connectN(f.urls(), scaleConns, "chime-bench notify-memory")
 	if err != nil {
 		return nil, err
 	}

@@ -41,7 +41,7 @@ const (
 // bench subscribes to the republished subject as an agent would. The stream
 // is deleted at the end.
 func peer(ctx context.Context, url string, o TimersOptions, run string) (*PeerResult, error) {
-	nc, err := nats.Connect(url, nats.Name("chime bench peer"))
+	nc, err := nats.Connect(url, nats.Name("chime-bench peer"))
 	if err != nil {
 		return nil, fmt.Errorf("bench: peer: connect: %w", err)
 	}
@@ -76,7 +76,7 @@ func peer(ctx context.Context, url string, o TimersOptions, run string) (*PeerRe
 	}()
 
 	res := &PeerResult{Kind: peerKind}
-	sub, err := nats.Connect(url, nats.Name("chime bench peer inbox"))
+	sub, err := nats.Connect(url, nats.Name("chime-bench peer inbox"))
 	if err != nil {
 		return nil, fmt.Errorf("bench: peer: connect: %w", err)
 	}
@@ -96,7 +96,7 @@ func peer(ctx context.Context, url string, o TimersOptions, run string) (*PeerRe
 	// acknowledged publish at a time (as a create is one request at a time).
 	conns := make([]jetstream.JetStream, min(o.Clients, 4))
 	for i := range conns {
-		c, err := nats.Connect(url, nats.Name("chime bench peer"))
+		c, err := nats.Connect(url, nats.Name("chime-bench peer"))
 		if err != nil {
 			return nil, fmt.Errorf("bench: peer: connect: %w", err)
 		}

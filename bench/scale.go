@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -37,7 +38,7 @@ type ScaleOptions struct {
 	// kind watched whole by every replica; P, P buckets per kind, each
 	// replica watching only the keys of the shards it holds.
 	Partitions int
-	Exe        string    // the chime binary run as `serve`; default os.Executable()
+	Exe        string    // the chime binary run as `serve`; default chime beside this binary, else on PATH
 	Progress   io.Writer // a line per phase; nil: none
 	// ProfileDir, when set, receives CPU profiles of every replica
 	// (CHIME_PPROF_ADDR): ProfileSeconds from the first create, and as
@@ -197,15 +198,23 @@ func Scale(ctx context.Context, o ScaleOptions) (*ScaleResult, error) {
 	return res, nil
 }
 
-// ownExe is exe, or this binary when exe is empty: the replicas run it
-// as `chime serve`.
+// ownExe is exe, or when exe is empty the chime binary beside this one
+// (chime-bench), else chime on PATH: the replicas run it as `chime serve`.
 func ownExe(exe string) (string, error) {
 	if exe != "" {
 		return exe, nil
 	}
-	exe, err := os.Executable()
+	self, err := os.Executable()
 	if err != nil {
 		return "", fmt.Errorf("bench: find own binary: %w", err)
+	}
+	beside := filepath.Join(filepath.Dir(self), "chime")
+	if st, err := os.Stat(beside); err == nil && !st.IsDir() && beside != self {
+		return beside, nil
+	}
+	exe, err = exec.LookPath("chime")
+	if err != nil {
+		return "", fmt.Errorf("bench: no chime binary beside %s nor on PATH (go build ./cmd/chime, or --exe): %w", self, err)
 	}
 	return exe, nil
 }
@@ -242,7 +251,7 @@ func scaleOne(ctx context.Context, o ScaleOptions, replicas int) (run *ScaleRun,
 		f.close(err != nil || run != nil && (run.Missed > 0 || run.Duplicates > 0 || run.Applied < int64(o.N-run.Missed)))
 	}()
 
-	conns, closeConns, err := connectN(f.urls(), scaleConns, "chime bench scale")
+	conns, closeConns, err := connectN(f.urls(), scaleConns, "chime-bench scale")
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +260,7 @@ func scaleOne(ctx context.Context, o ScaleOptions, replicas int) (run *ScaleRun,
 	agent := func(i int) string { return fmt.Sprintf("%s-%d", prefix, i%o.Agents) }
 
 	// Subscribe first, as an agent would, on a connection of its own.
-	sub, err := nats.Connect(f.urls(), nats.Name("chime bench scale inbox"))
+	sub, err := nats.Connect(f.urls(), nats.Name("chime-bench scale inbox"))
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
@@ -504,7 +513,7 @@ func jsReplicasFor(servers int) int {
 // fleet is one measurement's processes: fresh nats-servers and chime
 // replicas in a work dir of their own.
 type fleet struct {
-	tb       *procTB
+	work     *workDir
 	servers  []*natsproc.Server
 	cluster  *natsproc.ClusterT
 	replicas []*replicaProc
@@ -521,10 +530,10 @@ type fleetOptions struct {
 
 // startFleet starts the nats-servers, then the replicas one after the other
 // (the first provisions the streams and buckets), each ready before the
-// next, as chime bench chaos does. On error everything started is stopped.
+// next, as chime-bench chaos does. On error everything started is stopped.
 func startFleet(ctx context.Context, o fleetOptions) (f *fleet, err error) {
 	f = &fleet{progress: o.progress}
-	if f.tb, err = newProcTB(o.progress); err != nil {
+	if f.work, err = newWorkDir(o.progress); err != nil {
 		return nil, err
 	}
 	started := f // f is nil by the time a failure's return runs this
@@ -535,19 +544,18 @@ func startFleet(ctx context.Context, o fleetOptions) (f *fleet, err error) {
 	}()
 	begin := time.Now()
 	if o.servers == 1 {
-		err = guard(func() { f.servers = []*natsproc.Server{natsproc.Standalone(f.tb)} })
-	} else {
-		err = guard(func() {
-			f.cluster = natsproc.Cluster(f.tb, o.servers)
-			f.cluster.WaitJetStreamReady(ctx)
-			f.servers = f.cluster.Servers
-		})
+		var s *natsproc.Server
+		if s, err = f.work.standalone(); err == nil {
+			f.servers = []*natsproc.Server{s}
+		}
+	} else if f.cluster, err = f.work.cluster(ctx, o.servers); err == nil {
+		f.servers = f.cluster.Servers
 	}
 	if err != nil {
 		return nil, fmt.Errorf("nats-server: %w", err)
 	}
-	var ports []int
-	if err := guard(func() { ports = natsproc.FreePorts(f.tb, 2*o.replicas) }); err != nil {
+	ports, err := natsproc.FreePorts(2 * o.replicas)
+	if err != nil {
 		return nil, err
 	}
 	for i := range o.replicas {
@@ -555,7 +563,7 @@ func startFleet(ctx context.Context, o fleetOptions) (f *fleet, err error) {
 		if o.pprof {
 			p.pprofAddr = fmt.Sprintf("127.0.0.1:%d", ports[o.replicas+i])
 		}
-		p.logPath = filepath.Join(f.tb.dir, p.id+".log")
+		p.logPath = filepath.Join(f.work.dir, p.id+".log")
 		// Later entries win: the run's own settings over the caller's.
 		p.env = append(os.Environ(),
 			"CHIME_NATS_URL="+f.urls(),
@@ -565,7 +573,7 @@ func startFleet(ctx context.Context, o fleetOptions) (f *fleet, err error) {
 			"CHIME_PPROF_ADDR="+p.pprofAddr,
 		)
 		p.env = append(p.env, o.env...)
-		f.tb.Cleanup(func() { _ = p.kill() })
+		f.work.Cleanup(p.kill)
 		f.replicas = append(f.replicas, p)
 		if err := p.start(); err != nil {
 			return nil, err
@@ -574,7 +582,7 @@ func startFleet(ctx context.Context, o fleetOptions) (f *fleet, err error) {
 			return nil, err
 		}
 	}
-	o.progress("%d nats-server(s) and %d replicas ready in %v (work dir %s)", len(f.servers), o.replicas, time.Since(begin).Round(time.Millisecond), f.tb.dir)
+	o.progress("%d nats-server(s) and %d replicas ready in %v (work dir %s)", len(f.servers), o.replicas, time.Since(begin).Round(time.Millisecond), f.work.dir)
 	return f, nil
 }
 
@@ -588,12 +596,12 @@ func (f *fleet) urls() string {
 // close stops every process, replicas first; the work dir (stores and
 // logs) is kept when the measurement failed.
 func (f *fleet) close(keep bool) {
-	f.tb.close()
+	f.work.close()
 	if keep {
-		f.progress("work dir kept: %s", f.tb.dir)
+		f.progress("work dir kept: %s", f.work.dir)
 		return
 	}
-	_ = os.RemoveAll(f.tb.dir)
+	_ = os.RemoveAll(f.work.dir)
 }
 
 // procTime is one process's CPU time so far.

@@ -38,7 +38,7 @@ type SoakOptions struct {
 	// Grace is how long after its due time a fire not yet read counts as
 	// missed in a row; the run's end waits this long for the last.
 	Grace    time.Duration
-	Exe      string   // the chime binary run as `serve`; default this one
+	Exe      string   // the chime binary run as `serve`; default chime beside this binary, else on PATH
 	Env      []string // added to the replica's environment
 	Progress io.Writer
 }

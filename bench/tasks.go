@@ -40,7 +40,8 @@ type TasksOptions struct {
 	// then holds the server's too); otherwise it connects to a nats-server
 	// of its own, as the Helm chart deploys it.
 	Embedded bool
-	// Exe is the chime binary run as `serve`; default this one.
+	// Exe is the chime binary run as `serve`; default chime beside this
+	// binary, else on PATH.
 	Exe      string
 	Env      []string // added to the replica's environment
 	Progress io.Writer
@@ -119,7 +120,7 @@ func Tasks(ctx context.Context, o TasksOptions) (*TasksResult, error) {
 	keep := true
 	defer func() { stop(keep) }()
 
-	nc, err := nats.Connect(url, nats.Name("chime bench tasks"))
+	nc, err := nats.Connect(url, nats.Name("chime-bench tasks"))
 	if err != nil {
 		return nil, fmt.Errorf("bench: connect: %w", err)
 	}
@@ -138,7 +139,7 @@ func Tasks(ctx context.Context, o TasksOptions) (*TasksResult, error) {
 	res.BaseRSSBytes, _ = procMemory(pid)
 
 	// The other agent's inbox, subscribed as an agent would.
-	sub, err := nats.Connect(url, nats.Name("chime bench tasks inbox"))
+	sub, err := nats.Connect(url, nats.Name("chime-bench tasks inbox"))
 	if err != nil {
 		return nil, fmt.Errorf("bench: connect: %w", err)
 	}
@@ -197,29 +198,29 @@ func tasksTarget(ctx context.Context, o TasksOptions, exe string, progress func(
 		}
 		return f.replicas[0], f.urls(), f.close, nil
 	}
-	tb, err := newProcTB(progress)
+	w, err := newWorkDir(progress)
 	if err != nil {
 		return nil, "", nil, err
 	}
 	stop := func(keep bool) {
-		tb.close()
+		w.close()
 		if keep {
-			progress("work dir kept: %s", tb.dir)
+			progress("work dir kept: %s", w.dir)
 			return
 		}
-		_ = os.RemoveAll(tb.dir)
+		_ = os.RemoveAll(w.dir)
 	}
-	var ports []int
-	if err := guard(func() { ports = natsproc.FreePorts(tb, 2) }); err != nil {
+	ports, err := natsproc.FreePorts(2)
+	if err != nil {
 		stop(true)
 		return nil, "", nil, err
 	}
-	p := &replicaProc{id: "r1", httpAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), exe: exe, logPath: filepath.Join(tb.dir, "r1.log")}
+	p := &replicaProc{id: "r1", httpAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), exe: exe, logPath: filepath.Join(w.dir, "r1.log")}
 	listen := fmt.Sprintf("127.0.0.1:%d", ports[1])
-	p.env = append(os.Environ(), "CHIME_NATS_URL=", "CHIME_DATA_DIR="+filepath.Join(tb.dir, "data"), "CHIME_NATS_LISTEN="+listen,
+	p.env = append(os.Environ(), "CHIME_NATS_URL=", "CHIME_DATA_DIR="+filepath.Join(w.dir, "data"), "CHIME_NATS_LISTEN="+listen,
 		"CHIME_HTTP_ADDR="+p.httpAddr, "CHIME_REPLICA_ID=r1")
 	p.env = append(p.env, o.Env...)
-	tb.Cleanup(func() { _ = p.kill() })
+	w.Cleanup(p.kill)
 	if err := p.start(); err != nil {
 		stop(true)
 		return nil, "", nil, err

@@ -140,7 +140,7 @@ func Timers(ctx context.Context, o TimersOptions) (*TimersResult, error) {
 	} else {
 		conns = make([]*nats.Conn, min(o.Clients, 4))
 		for i := range conns {
-			if conns[i], err = nats.Connect(url, append(auth, nats.Name("chime bench"))...); err != nil {
+			if conns[i], err = nats.Connect(url, append(auth, nats.Name("chime-bench"))...); err != nil {
 				closeAll(conns)
 				return nil, fmt.Errorf("bench: connect: %w", err)
 			}
@@ -149,7 +149,7 @@ func Timers(ctx context.Context, o TimersOptions) (*TimersResult, error) {
 	defer closeAll(conns)
 
 	// Subscribe first, as an agent would, on its own connection.
-	sub, err := nats.Connect(url, append(auth, nats.Name("chime bench inbox"))...)
+	sub, err := nats.Connect(url, append(auth, nats.Name("chime-bench inbox"))...)
 	if err != nil {
 		return nil, fmt.Errorf("bench: connect: %w", err)
 	}
@@ -348,7 +348,7 @@ func profileFrom(ctx context.Context, path string, at time.Time) (func(), error)
 // agentConns issues a token for each of n agents, named by agent, with
 // the operator's rights in auth, and connects as each of them.
 func agentConns(ctx context.Context, url string, auth []nats.Option, n int, agent func(int) string) ([]*nats.Conn, error) {
-	op, err := nats.Connect(url, append(auth, nats.Name("chime bench operator"))...)
+	op, err := nats.Connect(url, append(auth, nats.Name("chime-bench operator"))...)
 	if err != nil {
 		return nil, fmt.Errorf("bench: connect: %w", err)
 	}
@@ -358,7 +358,7 @@ func agentConns(ctx context.Context, url string, auth []nats.Option, n int, agen
 		tok, err := issueToken(ctx, op, agent(i))
 		if err == nil {
 			var nc *nats.Conn
-			if nc, err = nats.Connect(url, append(client.ConnectOptions(agent(i), tok), nats.Name("chime bench agent"))...); err == nil {
+			if nc, err = nats.Connect(url, append(client.ConnectOptions(agent(i), tok), nats.Name("chime-bench agent"))...); err == nil {
 				conns = append(conns, nc)
 				continue
 			}

@@ -85,7 +85,7 @@ func WaitFor(ctx context.Context, o WaitForOptions) (*WaitForResult, error) {
 		return nil, err
 	}
 	defer stop()
-	nc, err := nats.Connect(url, nats.Name("chime bench"))
+	nc, err := nats.Connect(url, nats.Name("chime-bench"))
 	if err != nil {
 		return nil, fmt.Errorf("bench: connect: %w", err)
 	}
@@ -97,7 +97,7 @@ func WaitFor(ctx context.Context, o WaitForOptions) (*WaitForResult, error) {
 	wakes := make(map[string]time.Time, o.N)   // task ID -> its wait_woken's arrival
 	dups := 0
 	done := make(chan struct{})
-	subc, err := nats.Connect(url, nats.Name("chime bench inbox"))
+	subc, err := nats.Connect(url, nats.Name("chime-bench inbox"))
 	if err != nil {
 		return nil, fmt.Errorf("bench: connect: %w", err)
 	}

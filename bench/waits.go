@@ -93,7 +93,7 @@ func Waits(ctx context.Context, o WaitsOptions) (*WaitsResult, error) {
 		}
 	}
 
-	nc, err := nats.Connect(url, nats.Name("chime bench"))
+	nc, err := nats.Connect(url, nats.Name("chime-bench"))
 	if err != nil {
 		return nil, fmt.Errorf("bench: connect: %w", err)
 	}

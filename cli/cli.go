@@ -1,6 +1,7 @@
-// Package cli owns chime's command line: serve, timer, wait, agent, callback, bench and version. Commands
-// other than serve speak NATS to CHIME_NATS_URL (default the local embedded
-// server's address), as any agent would.
+// Package cli owns chime's command line: serve, timer, wait, agent,
+// callback and version (the benchmarks are a command of their own,
+// cmd/chime-bench). Commands other than serve speak NATS to CHIME_NATS_URL
+// (default the local embedded server's address), as any agent would.
 package cli
 
 import (
@@ -68,12 +69,6 @@ Usage:
   chime notify read [ID...] [--agent ID]           mark read (no ID: all); operators
   chime notify clear [--agent ID]                  remove all, new guid; operators
   chime notify follow [--since SEQ] [--agent ID]   print each change (JSON lines) until Ctrl-C
-  chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--peer] [--json]
-  chime bench waits [-n N] [--agents N] [-c C] [--lead D] [--spread D] [--timers N] [--json]
-  chime bench callbacks [-n N] [-c CONNS] [--wakes N] [--json]
-  chime bench waitfor [-n N] [--agents N] [-c C] [--json]
-  chime bench notify [--rate R] [--duration D] [--agents N] [--clients N] [--json]
-  chime bench chaos [--servers N] [--replicas N] [--duration D] [--every D] [--kill replica,server,leader] [--json]
   chime version
 
 Commands that speak NATS take --token T (default CHIME_NATS_TOKEN): an agent's or an operator's.
@@ -94,8 +89,6 @@ func (a *App) Run(ctx context.Context, args []string) error {
 		return a.serve(ctx, args[1:])
 	case "timer":
 		return a.timer(ctx, args[1:])
-	case "bench":
-		return a.bench(ctx, args[1:])
 	case "wait":
 		return a.wait(ctx, args[1:])
 	case "agent":

@@ -14,22 +14,22 @@ import (
 	"github.com/chime-nats/chime/bench"
 )
 
-// runBench runs `chime bench ... --json` with its own embedded server and
+// runBench runs `chime-bench ... --json` with its own embedded server and
 // decodes the one JSON object it prints. Only correctness is checked here:
 // the figures belong in benchmarks' notes, not in assertions.
 func runBench(t *testing.T, out any, args ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, append([]string{"bench"}, append(args, "--json")...)...)
+	cmd := exec.CommandContext(ctx, benchBinary, append(args, "--json")...)
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "CHIME_NATS_URL=") })
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("chime bench %v: %v: %s", args, err, stderr.String())
+		t.Fatalf("chime-bench %v: %v: %s", args, err, stderr.String())
 	}
 	if err := json.Unmarshal(stdout.Bytes(), out); err != nil {
-		t.Fatalf("chime bench %v printed %q: %v", args, stdout.String(), err)
+		t.Fatalf("chime-bench %v printed %q: %v", args, stdout.String(), err)
 	}
 }
 

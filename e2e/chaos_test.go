@@ -15,31 +15,31 @@ import (
 	"github.com/chime-nats/chime/bench"
 )
 
-// TestBenchChaos runs a short `chime bench chaos`: its own standalone
-// nats-server and two replicas of the built binary, under load, a replica
+// TestBenchChaos runs a short `chime-bench chaos`: its own standalone
+// nats-server and two replicas of the built chime beside it, under load, a replica
 // and then the server SIGKILLed and restarted. Its JSON must count nothing
 // lost or duplicated, and it must exit 0. Lateness is the long run's to
 // report, not an assertion here.
 func TestBenchChaos(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	args := []string{"bench", "chaos", "--servers", "1", "--replicas", "2", "--duration", "8s", "--every", "3s",
+	args := []string{"chaos", "--servers", "1", "--replicas", "2", "--duration", "8s", "--every", "3s",
 		"--rate", "50", "--kill", "replica,server", "--json"}
-	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd := exec.CommandContext(ctx, benchBinary, args...)
 	// The run starts its own NATS and replicas: none of the caller's settings.
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "CHIME_") })
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	begin := time.Now()
 	runErr := cmd.Run()
-	t.Logf("chime %s: %v, exit %v\n%s", strings.Join(args, " "), time.Since(begin).Round(time.Millisecond), runErr, stderr.String())
+	t.Logf("chime-bench %s: %v, exit %v\n%s", strings.Join(args, " "), time.Since(begin).Round(time.Millisecond), runErr, stderr.String())
 	var exit *exec.ExitError
 	if runErr != nil && !errors.As(runErr, &exit) {
-		t.Fatalf("chime bench chaos: %v", runErr)
+		t.Fatalf("chime-bench chaos: %v", runErr)
 	}
 	var res bench.ChaosResult
 	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
-		t.Fatalf("chime bench chaos printed %q: %v", stdout.String(), err)
+		t.Fatalf("chime-bench chaos printed %q: %v", stdout.String(), err)
 	}
 	var text bytes.Buffer
 	res.WriteText(&text)

@@ -21,7 +21,7 @@ import (
 
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/engine"
-	"github.com/chime-nats/chime/internal/natsproc"
+	"github.com/chime-nats/chime/internal/natsproc/natsproctest"
 	"github.com/chime-nats/chime/internal/natstest"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -117,7 +117,7 @@ func count(t *testing.T, nc *nats.Conn) tally {
 // 100 waits. Every one is delivered exactly once without restarting
 // chime; /readyz says 503 while chime cannot fire and 200 again by itself.
 func TestNATSServerRestart(t *testing.T) {
-	srv := natsproc.Standalone(t)
+	srv := natsproctest.Standalone(t)
 	env := []string{"CHIME_NATS_URL=" + srv.ClientURL()}
 	procs := []*proc{startServe(t, "ra", env...), startServe(t, "rb", env...)}
 	nc, err := nats.Connect(srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
@@ -287,7 +287,7 @@ func TestDedupWindowCrossed(t *testing.T) {
 // the election is refused by every replica from the acknowledgement on;
 // no request is answered `internal`.
 func TestClusterLeaderKills(t *testing.T) {
-	cl := natsproc.Cluster(t, 3)
+	cl := natsproctest.Cluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cl.WaitJetStreamReady(ctx)

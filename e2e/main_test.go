@@ -22,7 +22,9 @@ import (
 	"github.com/chime-nats/chime/subjects"
 )
 
-var binary string
+// binary is the built chime; benchBinary, chime-bench, is beside it, so
+// that the benches that run replicas run this chime.
+var binary, benchBinary string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "chime-e2e-")
@@ -30,12 +32,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "chime")
-	build := exec.Command("go", "build", "-o", binary, "./cmd/chime")
+	binary, benchBinary = filepath.Join(dir, "chime"), filepath.Join(dir, "chime-bench")
+	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/chime", "./cmd/chime-bench")
 	build.Dir = ".."
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build chime:", err)
+		fmt.Fprintln(os.Stderr, "build chime and chime-bench:", err)
 		os.Exit(1)
 	}
 	code := m.Run()

@@ -21,6 +21,7 @@ import (
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/natsproc"
+	"github.com/chime-nats/chime/internal/natsproc/natsproctest"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -251,7 +252,7 @@ func TestSecurityExternalServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := natsproc.New(t, natsproc.Options{Config: access.ServerConfig(keys, api.Rights()), ConnectOptions: []nats.Option{creds}})
+	srv := natsproctest.New(t, natsproc.Options{Config: access.ServerConfig(keys, api.Rights()), ConnectOptions: []nats.Option{creds}})
 	srv.Start()
 	op := "op-external-" + strings.Repeat("y", 16)
 	sum := sha256.Sum256([]byte(op))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/natsproc"
+	"github.com/chime-nats/chime/internal/natsproc/natsproctest"
 	"github.com/chime-nats/chime/internal/tlstest"
 )
 
@@ -145,7 +146,7 @@ func TestEmbeddedTLS(t *testing.T) {
 // client certificate, and is refused without either.
 func TestConnectTLSVerify(t *testing.T) {
 	certs := tlstest.New(t)
-	s := natsproc.New(t, natsproc.Options{
+	s := natsproctest.New(t, natsproc.Options{
 		Config: fmt.Sprintf("tls {\n  cert_file: %q\n  key_file: %q\n  ca_file: %q\n  verify: true\n  timeout: 5\n}\n",
 			certs.ServerCert, certs.ServerKey, certs.CA),
 		ConnectOptions: engine.TLSOptions(certs.CA, certs.ClientCert, certs.ClientKey),

@@ -20,6 +20,7 @@ import (
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/natsproc"
+	"github.com/chime-nats/chime/internal/natsproc/natsproctest"
 	"github.com/chime-nats/chime/internal/tlstest"
 	"github.com/chime-nats/chime/replica"
 	"github.com/chime-nats/chime/subjects"
@@ -46,7 +47,7 @@ func httpsClient(t *testing.T, caFile string) *http.Client {
 func TestTLSExternalNATSAndHTTPS(t *testing.T) {
 	certs := tlstest.New(t)
 	clientTLS := engine.TLSOptions(certs.CA, certs.ClientCert, certs.ClientKey)
-	s := natsproc.New(t, natsproc.Options{
+	s := natsproctest.New(t, natsproc.Options{
 		Config: fmt.Sprintf("tls {\n  cert_file: %q\n  key_file: %q\n  ca_file: %q\n  verify: true\n  timeout: 5\n}\n",
 			certs.ServerCert, certs.ServerKey, certs.CA),
 		ConnectOptions: clientTLS,

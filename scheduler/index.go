@@ -79,7 +79,7 @@ const shrinkMin = 4096
 // shrunk returns m, or a copy of it once it has fallen to a quarter of
 // peak, its largest size since it was made, which it tracks: a Go map
 // keeps the room of its largest size for good, so a burst of timers,
-// once fired, would hold theirs (measured: chime bench history). The copy
+// once fired, would hold theirs (measured: chime-bench history). The copy
 // costs O(n) once per fall to a quarter: O(1) a removal, amortized.
 func shrunk[K comparable, V any](m map[K]V, peak *int) map[K]V {
 	n := len(m)

@@ -14,7 +14,7 @@ import (
 //
 // It is a list of fixed-size chunks, not one growing slice: a burst's
 // appends then never copy what is queued (growing a slice of 50k fires
-// cost the ack loop a tenth of a burst's CPU, chime bench timers
+// cost the ack loop a tenth of a burst's CPU, chime-bench timers
 // --fire-cpuprofile), and each chunk goes once drained, so the queue does
 // not keep a burst's room.
 type recordQueue struct {

@@ -58,7 +58,7 @@ func NewConsumer(c ConsumerConfig) *Consumer {
 		// A wake is a few round trips of waiting (a record read, its
 		// CAS, the wait_woken publish, the index purge), little CPU: the
 		// workers bound what is in flight, and sixteen fell behind the
-		// results a loaded replica accepts (chime bench waitfor).
+		// results a loaded replica accepts (chime-bench waitfor).
 		c.Workers = 64
 	}
 	if c.AckWait <= 0 {

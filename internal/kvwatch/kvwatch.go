@@ -682,7 +682,7 @@ type quietLook struct {
 // only within one wait, and the wait ends first): no answer in time fails
 // the consumer as missed heartbeats would, and so does a consumer the
 // server counts messages pending for and delivered none of since the
-// last look, a heartbeat or more before (its pull is gone: in chime bench
+// last look, a heartbeat or more before (its pull is gone: in chime-bench
 // chaos a shard's load stayed at 13 pending, 0 delivered while a server
 // of the cluster restarted, and the shard, held, never fired).
 func (w *Watch) settle(ctx context.Context, cons jetstream.Consumer, delivered, after uint64, look *quietLook) error {

@@ -676,7 +676,7 @@ func TestLoadsABucketOfOnlyAStatusShapedMessage(t *testing.T) {
 // counts messages pending for, and delivers none of, is made anew while
 // the watch loads, as one whose heartbeats went missing is. A load waits
 // at most a heartbeat for each delivery (to look at a quiet consumer),
-// and nats.go watches heartbeats only within one wait: in chime bench
+// and nats.go watches heartbeats only within one wait: in chime-bench
 // chaos a shard's load stayed at "13 pending, 0 delivered" while a
 // cluster's server restarted, and the shard, held, never fired. A paused
 // consumer delivers nothing in the same way here.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -15,7 +16,6 @@ import (
 // ClusterT is a JetStream cluster of nats-server processes on 127.0.0.1,
 // named "chime", whose servers are n1, n2, ... in Servers.
 type ClusterT struct {
-	tb      TB
 	Servers []*Server
 }
 
@@ -25,38 +25,73 @@ const pollInterval = 100 * time.Millisecond
 
 // Cluster starts n servers routed to each other and waits until each accepts
 // connections. JetStream may not have a meta leader yet: call
-// WaitJetStreamReady before creating streams.
-func Cluster(tb TB, n int) *ClusterT {
-	tb.Helper()
+// WaitJetStreamReady before creating streams. Each server takes base's Bin,
+// Logf, Config and ConnectOptions; with base.Dir set, server nK keeps its
+// files in Dir/nK. On error every server started is closed.
+func Cluster(n int, base Options) (c *ClusterT, err error) {
 	if n < 1 {
-		tb.Fatalf("natsproc: cluster of %d servers", n)
+		return nil, fmt.Errorf("natsproc: cluster of %d servers", n)
 	}
-	ports := FreePorts(tb, 2*n)
+	ports, err := FreePorts(2 * n)
+	if err != nil {
+		return nil, err
+	}
 	routes := make([]string, n)
 	for i := range n {
 		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", ports[2*i+1])
 	}
-	c := &ClusterT{tb: tb}
+	c = &ClusterT{}
+	started := c // c is nil by the time a failure's return runs this
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, started.Close())
+		}
+	}()
 	for i := range n {
 		others := make([]string, 0, n-1)
 		others = append(others, routes[:i]...)
 		others = append(others, routes[i+1:]...)
-		c.Servers = append(c.Servers, New(tb, Options{
-			Name:        fmt.Sprintf("n%d", i+1),
-			ClientPort:  ports[2*i],
-			ClusterPort: ports[2*i+1],
-			ClusterName: "chime",
-			Routes:      others,
-		}))
+		o := Options{
+			Name:           fmt.Sprintf("n%d", i+1),
+			ClientPort:     ports[2*i],
+			ClusterPort:    ports[2*i+1],
+			ClusterName:    "chime",
+			Routes:         others,
+			Bin:            base.Bin,
+			Logf:           base.Logf,
+			Config:         base.Config,
+			ConnectOptions: base.ConnectOptions,
+		}
+		if base.Dir != "" {
+			o.Dir = filepath.Join(base.Dir, o.Name)
+		}
+		s, err := New(o)
+		if err != nil {
+			return nil, err
+		}
+		c.Servers = append(c.Servers, s)
 	}
 	// Spawn all before waiting on any, so the routes form while each starts.
 	for _, s := range c.Servers {
-		s.spawn()
+		if err := s.spawn(); err != nil {
+			return nil, err
+		}
 	}
 	for _, s := range c.Servers {
-		s.waitReady()
+		if err := s.waitReady(); err != nil {
+			return nil, err
+		}
 	}
-	return c
+	return c, nil
+}
+
+// Close closes every server.
+func (c *ClusterT) Close() error {
+	var errs []error
+	for _, s := range c.Servers {
+		errs = append(errs, s.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // URLs is the comma-joined client URLs, for nats.Connect.
@@ -85,8 +120,7 @@ func (c *ClusterT) Server(name string) *Server {
 // heard statistics from, which lags its election: an R3 create right after
 // the election can fail with "no suitable peers for placement", and no
 // client API shows that state, so a probe stream is created and deleted.
-func (c *ClusterT) WaitJetStreamReady(ctx context.Context) {
-	c.tb.Helper()
+func (c *ClusterT) WaitJetStreamReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
 	running := 0
@@ -96,16 +130,17 @@ func (c *ClusterT) WaitJetStreamReady(ctx context.Context) {
 		}
 		running++
 		if err := retry(ctx, func(ctx context.Context) error { return withJetStream(ctx, s.ClientURL(), accountInfo) }); err != nil {
-			s.fatalf("JetStream not ready: %v", err)
+			return s.fail(fmt.Errorf("JetStream not ready: %w", err))
 		}
 	}
 	if running < len(c.Servers) || running < 2 {
-		return
+		return nil
 	}
 	placed := func(ctx context.Context, js jetstream.JetStream) error { return placeProbe(ctx, js, running) }
 	if err := retry(ctx, func(ctx context.Context) error { return withJetStream(ctx, c.URLs(), placed) }); err != nil {
-		c.tb.Fatalf("natsproc: cluster %s: cannot place an R%d stream: %v", c.URLs(), running, err)
+		return fmt.Errorf("natsproc: cluster %s: cannot place an R%d stream: %w", c.URLs(), running, err)
 	}
+	return nil
 }
 
 const probeStream = "natsproc_ready"

@@ -1,6 +1,8 @@
 // Package natsproc runs real nats-server processes for fault tests and for
-// `chime bench chaos`: a standalone server or a JetStream cluster on
-// 127.0.0.1, killed with SIGKILL and restarted on the same store.
+// the benches (chaos, scale, inbox, ...): a standalone server or a JetStream
+// cluster on 127.0.0.1, killed with SIGKILL and restarted on the same store.
+// Every call returns an error; tests that want t.Fatal use the natsproctest
+// adapter.
 package natsproc
 
 import (
@@ -35,22 +37,6 @@ const serverPkg = "github.com/nats-io/nats-server/v2"
 // ErrNoLeader is returned when a stream has no elected leader right now.
 var ErrNoLeader = errors.New("natsproc: no leader")
 
-// TB is what natsproc needs of its caller: *testing.T and *testing.B
-// satisfy it, and a program that runs servers outside a test gives its own.
-// Fatalf must not return: a test's stops the goroutine, another may panic
-// and recover where it called natsproc. Cleanup functions run, last
-// registered first, when the caller is done with the servers; TempDir
-// returns a new directory, removed after them (or kept for a failure's logs).
-type TB interface {
-	Helper()
-	Logf(format string, args ...any)
-	Errorf(format string, args ...any)
-	Fatalf(format string, args ...any)
-	Cleanup(func())
-	TempDir() string
-	Failed() bool
-}
-
 type binary struct {
 	path string
 	note string // why the fallback was used, empty after a successful build
@@ -67,22 +53,24 @@ var errNoModule = errors.New("not run from inside the chime module, so no nats-s
 // Binary returns the path of a nats-server binary: $NATS_SERVER_BIN if set,
 // else one built from the module's go.mod once per process (in the repo),
 // else nats-server from PATH (outside the module, or when the build fails).
-func Binary(tb TB) string {
-	tb.Helper()
+func Binary() (string, error) {
+	b, err := findBinary()
+	return b.path, err
+}
+
+// findBinary is Binary with the note of a fallback.
+func findBinary() (binary, error) {
 	if p := os.Getenv("NATS_SERVER_BIN"); p != "" {
 		if _, err := os.Stat(p); err != nil {
-			tb.Fatalf("natsproc: NATS_SERVER_BIN: %v", err)
+			return binary{}, fmt.Errorf("natsproc: NATS_SERVER_BIN: %w", err)
 		}
-		return p
+		return binary{path: p}, nil
 	}
 	b, err := build()
 	if err != nil {
-		tb.Fatalf("natsproc: %v", err)
+		return binary{}, fmt.Errorf("natsproc: %w", err)
 	}
-	if b.note != "" {
-		tb.Logf("natsproc: %s", b.note)
-	}
-	return b.path
+	return b, nil
 }
 
 func buildBinary() (binary, error) {
@@ -111,7 +99,7 @@ func goBuild() (string, error) {
 	// go that runs it.
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		return "", fmt.Errorf("%w (no go tool: %v)", errNoModule, err)
+		return "", fmt.Errorf("%w (no go tool: %w)", errNoModule, err)
 	}
 	out, err := exec.CommandContext(ctx, goTool, "env", "GOMOD").Output()
 	if err != nil {
@@ -155,16 +143,7 @@ func goBuild() (string, error) {
 // below the kernel's ephemeral range when it is known, so that outgoing
 // connections (routes and clients reconnecting to a killed server) cannot
 // take a port while its server is down between a Kill and a Restart.
-func FreePorts(tb TB, n int) []int {
-	tb.Helper()
-	ports, err := freePorts(n)
-	if err != nil {
-		tb.Fatalf("natsproc: %v", err)
-	}
-	return ports
-}
-
-func freePorts(n int) ([]int, error) {
+func FreePorts(n int) ([]int, error) {
 	lo, hi := portRange()
 	// Hold every listener until all are picked, so no port is returned twice.
 	var held []net.Listener
@@ -176,7 +155,7 @@ func freePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
 	for attempt := 0; len(ports) < n; attempt++ {
 		if attempt >= 100*n {
-			return nil, fmt.Errorf("no free port on 127.0.0.1 after %d attempts", attempt)
+			return nil, fmt.Errorf("natsproc: no free port on 127.0.0.1 after %d attempts", attempt)
 		}
 		addr := "127.0.0.1:0"
 		if hi > lo {

@@ -2,7 +2,11 @@ package natsproc_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -10,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/internal/natsproc"
+	"github.com/chime-nats/chime/internal/natsproc/natsproctest"
 )
 
 // connect makes a client that reconnects forever, as chime's own does, with
@@ -41,7 +46,7 @@ func connect(t *testing.T, urls string) (*nats.Conn, jetstream.JetStream, <-chan
 func TestStandaloneKillRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 	defer cancel()
-	s := natsproc.Standalone(t)
+	s := natsproctest.Standalone(t)
 	nc, js, reconnected := connect(t, s.ClientURL())
 
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FAULT", Subjects: []string{"fault.>"}, Storage: jetstream.FileStorage}); err != nil {
@@ -99,7 +104,7 @@ func TestClusterStreamLeaderKilled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 28*time.Second)
 	defer cancel()
 	begin := time.Now()
-	c := natsproc.Cluster(t, 3)
+	c := natsproctest.Cluster(t, 3)
 	t.Logf("3 servers accepting connections in %v", time.Since(begin))
 	c.WaitJetStreamReady(ctx)
 	t.Logf("JetStream ready in %v", time.Since(begin))
@@ -175,4 +180,49 @@ func TestClusterStreamLeaderKilled(t *testing.T) {
 	if string(e.Value()) != "v2" {
 		t.Fatalf("kv k = %q, want v2", e.Value())
 	}
+}
+
+// TestStartError: a binary that is not there, or a client port another
+// listener holds, is an error from natsproc, not a panic, and leaves no
+// process behind.
+func TestStartError(t *testing.T) {
+	t.Run("bad binary", func(t *testing.T) {
+		bin := filepath.Join(t.TempDir(), "no-nats-server")
+		s, err := natsproc.New(natsproc.Options{Bin: bin})
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		defer s.Close()
+		err = s.Start()
+		if !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("Start with %s: %v, want an error wrapping os.ErrNotExist", bin, err)
+		}
+		if s.Running() {
+			t.Fatal("running after a failed start")
+		}
+		if _, err := natsproc.Standalone(natsproc.Options{Bin: bin}); err == nil {
+			t.Fatal("Standalone with a bad binary: no error")
+		}
+	})
+	t.Run("port in use", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		port := l.Addr().(*net.TCPAddr).Port
+		dir := t.TempDir()
+		s, err := natsproc.Standalone(natsproc.Options{ClientPort: port, Dir: dir, Logf: t.Logf})
+		if err == nil {
+			s.Close()
+			t.Fatalf("Standalone on port %d, held by a listener: no error", port)
+		}
+		t.Logf("port in use: %v", err)
+		if s != nil {
+			t.Fatal("a server returned with the error")
+		}
+		if _, err := os.Stat(filepath.Join(dir, "server.log")); err != nil {
+			t.Fatalf("the log is not kept in the given dir: %v", err)
+		}
+	})
 }

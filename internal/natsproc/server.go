@@ -31,8 +31,15 @@ type Options struct {
 	ClusterName string
 	// Routes are the route URLs to solicit, e.g. "nats://127.0.0.1:6222".
 	Routes []string
-	// StoreDir is the JetStream store directory. Default: a dir of tb.TempDir().
+	// Dir holds the config file, the log and, by default, the store.
+	// Default: a new temporary directory, removed by Close.
+	Dir string
+	// StoreDir is the JetStream store directory. Default: Dir/store.
 	StoreDir string
+	// Bin is the nats-server binary. Default: Binary().
+	Bin string
+	// Logf, when set, is told why a fallback binary is used.
+	Logf func(format string, args ...any)
 	// Config is appended to the generated config, e.g. an authorization
 	// block.
 	Config string
@@ -41,19 +48,19 @@ type Options struct {
 	ConnectOptions []nats.Option
 }
 
-// Server is one nats-server process. Its methods fail with tb.Fatalf, so
-// call them from the test goroutine (or where the TB's Fatalf is recovered).
+// Server is one nats-server process. Its methods return errors that carry
+// the tail of the server's log; Close kills it for good.
 type Server struct {
-	tb       TB
 	bin      string
 	opts     Options
+	dir      string
+	ownDir   bool // dir was made by New, and Close removes it
 	confPath string
 	logPath  string
 
-	mu        sync.Mutex
-	proc      *proc // the last process started; nil after Kill or Stop
-	starts    int
-	tailShown bool // a fatalf already logged the tail; cleanup need not repeat it
+	mu     sync.Mutex
+	proc   *proc // the last process started; nil after Kill or Stop
+	starts int
 }
 
 // proc is one run of the binary; err is set before done is closed.
@@ -63,19 +70,39 @@ type proc struct {
 	err  error
 }
 
-// New configures a server without starting it; it is killed when the test
-// ends (by tb's cleanups).
-func New(tb TB, opts Options) *Server {
-	tb.Helper()
-	bin := Binary(tb)
-	// TempDir before Cleanup: cleanups run last-in first-out, so the process
-	// is dead before its directory is removed.
-	dir := tb.TempDir()
+// New configures a server without starting it. Close kills it and removes
+// the directory New made, if it made one.
+func New(opts Options) (*Server, error) {
+	bin := opts.Bin
+	if bin == "" {
+		b, err := findBinary()
+		if err != nil {
+			return nil, err
+		}
+		if b.note != "" && opts.Logf != nil {
+			opts.Logf("natsproc: %s", b.note)
+		}
+		bin = b.path
+	}
 	if opts.ClientPort == 0 {
-		opts.ClientPort = FreePorts(tb, 1)[0]
+		ports, err := FreePorts(1)
+		if err != nil {
+			return nil, err
+		}
+		opts.ClientPort = ports[0]
 	}
 	if opts.Name == "" {
 		opts.Name = fmt.Sprintf("natsproc-%d", opts.ClientPort)
+	}
+	dir, ownDir := opts.Dir, false
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "natsproc-"); err != nil {
+			return nil, fmt.Errorf("natsproc: server %s: %w", opts.Name, err)
+		}
+		ownDir = true
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("natsproc: server %s: %w", opts.Name, err)
 	}
 	if opts.StoreDir == "" {
 		opts.StoreDir = filepath.Join(dir, "store")
@@ -85,26 +112,36 @@ func New(tb TB, opts Options) *Server {
 		opts.ClusterName = "chime"
 	}
 	s := &Server{
-		tb:       tb,
 		bin:      bin,
 		opts:     opts,
+		dir:      dir,
+		ownDir:   ownDir,
 		confPath: filepath.Join(dir, "server.conf"),
 		logPath:  filepath.Join(dir, "server.log"),
 	}
 	if err := os.WriteFile(s.confPath, []byte(s.config()), 0o644); err != nil {
-		tb.Fatalf("natsproc: server %s: write config: %v", opts.Name, err)
+		if ownDir {
+			_ = os.RemoveAll(dir)
+		}
+		return nil, fmt.Errorf("natsproc: server %s: write config: %w", opts.Name, err)
 	}
-	tb.Cleanup(s.cleanup)
-	return s
+	return s, nil
 }
 
-// Standalone starts a single JetStream server with a file store in a temp
-// dir and waits until it accepts connections.
-func Standalone(tb TB) *Server {
-	tb.Helper()
-	s := New(tb, Options{Name: "standalone"})
-	s.Start()
-	return s
+// Standalone starts a single JetStream server (named "standalone" unless
+// opts names it) with a file store and waits until it accepts connections.
+func Standalone(opts Options) (*Server, error) {
+	if opts.Name == "" {
+		opts.Name = "standalone"
+	}
+	s, err := New(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Start(); err != nil {
+		return nil, errors.Join(err, s.Close())
+	}
+	return s, nil
 }
 
 // config is a config file rather than flags because JetStream clustering
@@ -185,58 +222,79 @@ func (s *Server) current() *proc {
 }
 
 // Start starts the process and waits until it answers a NATS ping.
-func (s *Server) Start() {
-	s.tb.Helper()
-	s.spawn()
-	s.waitReady()
+func (s *Server) Start() error {
+	if err := s.spawn(); err != nil {
+		return err
+	}
+	return s.waitReady()
 }
 
 // Restart starts the server again on the same ports and store, killing it
 // first with SIGKILL if it is still running, and waits until it answers a
 // NATS ping.
-func (s *Server) Restart() {
-	s.tb.Helper()
-	s.Kill()
-	s.Start()
+func (s *Server) Restart() error {
+	if err := s.Kill(); err != nil {
+		return err
+	}
+	return s.Start()
 }
 
 // Kill sends SIGKILL, the way operators lose a server, and waits for the
 // process to exit. It does nothing if the server is not running.
-func (s *Server) Kill() {
-	s.tb.Helper()
+func (s *Server) Kill() error {
 	p := s.current()
 	if p == nil {
-		return
+		return nil
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		s.fatalf("SIGKILL: %v", err)
+		return s.fail(fmt.Errorf("SIGKILL: %w", err))
 	}
 	if !p.wait(killTimeout) {
-		s.fatalf("still running %v after SIGKILL", killTimeout)
+		return s.fail(fmt.Errorf("still running %v after SIGKILL", killTimeout))
 	}
 	s.clear(p)
+	return nil
 }
 
 // Stop sends SIGTERM, which makes nats-server shut down cleanly, and waits
-// for it to exit. A server that does not exit in time is killed and the test
-// fails.
-func (s *Server) Stop() {
-	s.tb.Helper()
+// for it to exit. A server that does not exit in time is killed, and that
+// is an error.
+func (s *Server) Stop() error {
 	p := s.current()
 	if p == nil {
-		return
+		return nil
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		s.fatalf("SIGTERM: %v", err)
+		return s.fail(fmt.Errorf("SIGTERM: %w", err))
 	}
 	if !p.wait(stopTimeout) {
-		s.Kill()
-		s.fatalf("did not exit within %v of SIGTERM; killed", stopTimeout)
+		err := s.Kill()
+		return errors.Join(s.fail(fmt.Errorf("did not exit within %v of SIGTERM; killed", stopTimeout)), err)
 	}
 	s.clear(p)
 	if p.err != nil {
-		s.fatalf("exit after SIGTERM: %v", p.err)
+		return s.fail(fmt.Errorf("exit after SIGTERM: %w", p.err))
 	}
+	return nil
+}
+
+// Close kills the server if it runs and removes the directory New made
+// (one given as Options.Dir stays, with the log). It is safe to call more
+// than once.
+func (s *Server) Close() error {
+	if p := s.current(); p != nil {
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		if !p.wait(killTimeout) {
+			return fmt.Errorf("natsproc: server %s (pid %d) still running %v after SIGKILL", s.opts.Name, p.cmd.Process.Pid, killTimeout)
+		}
+		s.clear(p)
+	}
+	if s.ownDir {
+		if err := os.RemoveAll(s.dir); err != nil {
+			return fmt.Errorf("natsproc: server %s: %w", s.opts.Name, err)
+		}
+	}
+	return nil
 }
 
 func (p *proc) wait(d time.Duration) bool {
@@ -258,11 +316,11 @@ func (s *Server) clear(p *proc) {
 	}
 }
 
-func (s *Server) spawn() {
-	s.tb.Helper()
+func (s *Server) spawn() error {
 	if err := s.trySpawn(); err != nil {
-		s.fatalf("%v", err)
+		return s.fail(err)
 	}
+	return nil
 }
 
 func (s *Server) trySpawn() error {
@@ -302,22 +360,25 @@ func (s *Server) trySpawn() error {
 
 // waitReady polls until a nats.go connection to the server flushes (a PING
 // answered by a PONG), which implies the TCP listener is up.
-func (s *Server) waitReady() {
-	s.tb.Helper()
+func (s *Server) waitReady() error {
 	p := s.current()
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
 	var last error
 	for {
 		if last = ping(ctx, s.ClientURL(), s.opts.ConnectOptions); last == nil {
-			return
+			return nil
 		}
 		select {
 		case <-p.done:
 			s.clear(p)
-			s.fatalf("exited while starting: %v", p.err)
+			err := p.err
+			if err == nil {
+				err = errors.New("exit status 0")
+			}
+			return s.fail(fmt.Errorf("exited while starting: %w", err))
 		case <-ctx.Done():
-			s.fatalf("not accepting connections within %v: %v", readyTimeout, last)
+			return s.fail(fmt.Errorf("not accepting connections within %v: %w", readyTimeout, last))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -337,30 +398,12 @@ func ping(ctx context.Context, url string, opts []nats.Option) error {
 	return nil
 }
 
-func (s *Server) cleanup() {
-	if p := s.current(); p != nil {
-		_ = p.cmd.Process.Signal(syscall.SIGKILL)
-		if !p.wait(killTimeout) {
-			s.tb.Errorf("natsproc: server %s (pid %d) still running %v after SIGKILL", s.opts.Name, p.cmd.Process.Pid, killTimeout)
-		}
-		s.clear(p)
-	}
-	s.mu.Lock()
-	shown := s.tailShown
-	s.mu.Unlock()
-	if s.tb.Failed() && !shown {
-		s.tb.Logf("natsproc: server %s log tail (%s):\n%s", s.opts.Name, s.logPath, s.LogTail(logTailLines))
-	}
-}
+// LogTailLines is how many lines of the log an error carries.
+const LogTailLines = 40
 
-const logTailLines = 40
-
-func (s *Server) fatalf(format string, args ...any) {
-	s.tb.Helper()
-	s.mu.Lock()
-	s.tailShown = true
-	s.mu.Unlock()
-	s.tb.Fatalf("natsproc: server %s: %s\n--- log tail (%s) ---\n%s", s.opts.Name, fmt.Sprintf(format, args...), s.logPath, s.LogTail(logTailLines))
+// fail is err with the server's name and the tail of its log.
+func (s *Server) fail(err error) error {
+	return fmt.Errorf("natsproc: server %s: %w\n--- log tail (%s) ---\n%s", s.opts.Name, err, s.logPath, s.LogTail(LogTailLines))
 }
 
 // LogTail returns the last n lines of the server's log.

@@ -1,4 +1,4 @@
-package cli
+package main
 
 import (
 	"context"
@@ -8,10 +8,10 @@ import (
 	"github.com/chime-nats/chime/bench"
 )
 
-// benchInbox runs its own nats-server and a replica of this binary, as
+// benchInbox runs its own nats-server and a replica of chime, as
 // scale does, so that the server can be SIGKILLed and restarted on its
 // store; it ignores CHIME_NATS_URL.
-func (a *App) benchInbox(ctx context.Context, args []string) error {
+func (a *app) benchInbox(ctx context.Context, args []string) error {
 	o := bench.InboxOptions{Progress: a.Stderr}
 	return a.runBench(ctx, "inbox", args, func(fs *flag.FlagSet) {
 		fs.IntVar(&o.Agents, "agents", 10000, "agents, one timer each, each reading its inbox reliably (inbox.fetch, inbox.ack)")
@@ -24,6 +24,6 @@ func (a *App) benchInbox(ctx context.Context, args []string) error {
 		fs.BoolVar(&o.Keep, "keep", false, "keep the work dir (the server's store, server and replica logs); it is kept anyway when the run fails")
 		fs.StringVar(&o.ProfileDir, "profile", "", "write a CPU profile of the replica from the due time into this directory")
 		fs.IntVar(&o.ProfileSeconds, "profile-seconds", 10, "length of the replica profile, in seconds")
-		fs.StringVar(&o.Exe, "exe", "", "the chime binary run as `serve` (default: this one)")
+		fs.StringVar(&o.Exe, "exe", "", exeUsage)
 	}, func(ctx context.Context) (result, error) { return bench.Inbox(ctx, o) })
 }

@@ -1,4 +1,4 @@
-package cli
+package main
 
 import (
 	"context"
@@ -17,29 +17,31 @@ import (
 	"github.com/chime-nats/chime/notifications"
 )
 
-const benchUsage = `chime bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--peer] [--auth] [--agent-tokens] [--fire-cpuprofile F] [--create-cpuprofile F] [--json]
-       chime bench waits [-n N] [--agents N] [-c C] [--lead D] [--spread D] [--timers N] [--json]
-       chime bench callbacks [-n N] [-c CONNS] [--wakes N] [--auth] [--nats] [--json]
-       chime bench connect [-n N] [-c C] [--as agent|operator] [--json]
-       chime bench history [-n N] [--rounds R] [--agents A] [-c C] [--dedup-window D] [--retention D] [--settle D] [--heapprofile F] [--json]
-       chime bench waitfor [-n N] [--agents N] [-c C] [--rate R] [--json]
-       chime bench notify [--rate R] [--duration D] [--agents N] [--clients N] [--prefill [--limit N]] [--http URL] [--json]
-       chime bench notify-memory [--servers 1|3] [--replicas N] [--agents A] [--per-agent K] [--detail-bytes D] [--lists N] [--max-rss B] [--exe PATH] [--json]
-       chime bench chaos [--servers 1|3] [--replicas N] [--duration D] [--rate R] [--every D]
-                         [--kill replica,server,leader] [--down D] [--json] (see chime bench chaos --help)
-       chime bench scale [--servers 1|3] [--replicas 1,2,3] [--partitions P] [-n N] [--agents A] [-c C] [--lead D] [--profile DIR] [--json]
-       chime bench capacity [--servers 1|3] [--replicas 1,2,3] [--timers N] [--agents A] [-c C] [--json]
-       chime bench tasks [--output-mib N] [--concurrent N] [--timer-every D] [--embedded] [--exe PATH] [--json]
-       chime bench inbox [--agents N] [-c C] [--conns N] [--lead D] [--max N] [--timeout D] [--restart=false] [--keep] [--profile DIR] [--json]
-       chime bench soak [--duration D] [--rate R] [--agents N] [--lead D] [--every D] [--notify-rate R] [-c C] [--grace D] [--exe PATH] [--json]
+const benchUsage = `chime-bench timers [-n N] [-c C] [--lead D] [--spread D] [--hold] [--peer] [--auth] [--agent-tokens] [--fire-cpuprofile F] [--create-cpuprofile F] [--json]
+       chime-bench waits [-n N] [--agents N] [-c C] [--lead D] [--spread D] [--timers N] [--json]
+       chime-bench callbacks [-n N] [-c CONNS] [--wakes N] [--auth] [--nats] [--json]
+       chime-bench connect [-n N] [-c C] [--as agent|operator] [--json]
+       chime-bench history [-n N] [--rounds R] [--agents A] [-c C] [--dedup-window D] [--retention D] [--settle D] [--heapprofile F] [--json]
+       chime-bench waitfor [-n N] [--agents N] [-c C] [--rate R] [--json]
+       chime-bench notify [--rate R] [--duration D] [--agents N] [--clients N] [--prefill [--limit N]] [--http URL] [--json]
+       chime-bench notify-memory [--servers 1|3] [--replicas N] [--agents A] [--per-agent K] [--detail-bytes D] [--lists N] [--max-rss B] [--exe PATH] [--json]
+       chime-bench chaos [--servers 1|3] [--replicas N] [--duration D] [--rate R] [--every D]
+                         [--kill replica,server,leader] [--down D] [--exe PATH] [--json] (see chime-bench chaos --help)
+       chime-bench scale [--servers 1|3] [--replicas 1,2,3] [--partitions P] [-n N] [--agents A] [-c C] [--lead D] [--profile DIR] [--exe PATH] [--json]
+       chime-bench capacity [--servers 1|3] [--replicas 1,2,3] [--timers N] [--agents A] [-c C] [--exe PATH] [--json]
+       chime-bench tasks [--output-mib N] [--concurrent N] [--timer-every D] [--embedded] [--exe PATH] [--json]
+       chime-bench inbox [--agents N] [-c C] [--conns N] [--lead D] [--max N] [--timeout D] [--restart=false] [--keep] [--profile DIR] [--exe PATH] [--json]
+       chime-bench soak [--duration D] [--rate R] [--agents N] [--lead D] [--every D] [--notify-rate R] [-c C] [--grace D] [--exe PATH] [--json]
 
 timers, callbacks, waits and waitfor drive the chime at CHIME_NATS_URL when it is set (else one of
 their own); timers, callbacks and connect connect to it with CHIME_NATS_TOKEN, an operator's token
-where NATS authorization is on.`
+where NATS authorization is on. The benches that run chime replicas as processes (chaos, scale,
+capacity, notify-memory, tasks, inbox, soak) run --exe, default the chime binary beside chime-bench,
+else chime on PATH (go build -o DIR/ ./cmd/chime ./cmd/chime-bench puts both in DIR).`
 
-func (a *App) bench(ctx context.Context, args []string) error {
+func (a *app) bench(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: %s", ErrUsage, benchUsage)
+		return fmt.Errorf("%w: %s", errUsage, benchUsage)
 	}
 	switch args[0] {
 	case "timers":
@@ -71,10 +73,10 @@ func (a *App) bench(ctx context.Context, args []string) error {
 	case "soak":
 		return a.benchSoak(ctx, args[1:])
 	}
-	return fmt.Errorf("%w: %s", ErrUsage, benchUsage)
+	return fmt.Errorf("%w: %s", errUsage, benchUsage)
 }
 
-func (a *App) benchTimers(ctx context.Context, args []string) error {
+func (a *app) benchTimers(ctx context.Context, args []string) error {
 	o := bench.TimersOptions{NATSURL: os.Getenv("CHIME_NATS_URL"), Token: os.Getenv("CHIME_NATS_TOKEN"), Log: a.benchLog()}
 	var compare bool
 	return a.runBench(ctx, "timers", args, func(fs *flag.FlagSet) {
@@ -103,7 +105,7 @@ func (a *App) benchTimers(ctx context.Context, args []string) error {
 	})
 }
 
-func (a *App) benchWaits(ctx context.Context, args []string) error {
+func (a *app) benchWaits(ctx context.Context, args []string) error {
 	o := bench.WaitsOptions{NATSURL: os.Getenv("CHIME_NATS_URL"), Log: a.benchLog()}
 	return a.runBench(ctx, "waits", args, func(fs *flag.FlagSet) {
 		fs.IntVar(&o.N, "n", 10000, "waits to register")
@@ -115,7 +117,7 @@ func (a *App) benchWaits(ctx context.Context, args []string) error {
 	}, func(ctx context.Context) (result, error) { return bench.Waits(ctx, o) })
 }
 
-func (a *App) benchCallbacks(ctx context.Context, args []string) error {
+func (a *app) benchCallbacks(ctx context.Context, args []string) error {
 	o := bench.CallbacksOptions{NATSURL: os.Getenv("CHIME_NATS_URL"), Token: os.Getenv("CHIME_NATS_TOKEN"), Log: a.benchLog()}
 	var compare bool
 	return a.runBench(ctx, "callbacks", args, func(fs *flag.FlagSet) {
@@ -132,7 +134,7 @@ func (a *App) benchCallbacks(ctx context.Context, args []string) error {
 	})
 }
 
-func (a *App) benchHistory(ctx context.Context, args []string) error {
+func (a *app) benchHistory(ctx context.Context, args []string) error {
 	o := bench.HistoryOptions{Log: a.benchLog()}
 	return a.runBench(ctx, "history", args, func(fs *flag.FlagSet) {
 		fs.IntVar(&o.N, "n", 20000, "one-shot timers created and fired per round")
@@ -146,7 +148,7 @@ func (a *App) benchHistory(ctx context.Context, args []string) error {
 	}, func(ctx context.Context) (result, error) { return bench.History(ctx, o) })
 }
 
-func (a *App) benchWaitFor(ctx context.Context, args []string) error {
+func (a *app) benchWaitFor(ctx context.Context, args []string) error {
 	o := bench.WaitForOptions{NATSURL: os.Getenv("CHIME_NATS_URL"), Log: a.benchLog()}
 	return a.runBench(ctx, "waitfor", args, func(fs *flag.FlagSet) {
 		fs.IntVar(&o.N, "n", 10000, "WaitFor registrations, each on its own task, then each task's result")
@@ -156,7 +158,7 @@ func (a *App) benchWaitFor(ctx context.Context, args []string) error {
 	}, func(ctx context.Context) (result, error) { return bench.WaitFor(ctx, o) })
 }
 
-func (a *App) benchNotify(ctx context.Context, args []string) error {
+func (a *app) benchNotify(ctx context.Context, args []string) error {
 	o := bench.NotifyOptions{NATSURL: os.Getenv("CHIME_NATS_URL"), Log: a.benchLog()}
 	return a.runBench(ctx, "notify", args, func(fs *flag.FlagSet) {
 		fs.Float64Var(&o.Rate, "rate", 1000, "notifications sent per second")
@@ -170,14 +172,14 @@ func (a *App) benchNotify(ctx context.Context, args []string) error {
 	}, func(ctx context.Context) (result, error) { return bench.Notify(ctx, o) })
 }
 
-// benchChaos runs its own nats-servers and replicas of this binary, so it
-// ignores CHIME_NATS_URL.
-func (a *App) benchChaos(ctx context.Context, args []string) error {
+// benchChaos runs its own nats-servers and replicas of chime (--exe), so
+// it ignores CHIME_NATS_URL.
+func (a *app) benchChaos(ctx context.Context, args []string) error {
 	o := bench.ChaosOptions{Log: a.benchLog(), Progress: a.Stderr}
 	var kill string
 	return a.runBench(ctx, "chaos", args, func(fs *flag.FlagSet) {
 		fs.IntVar(&o.Servers, "servers", 3, "nats-servers: 1 (standalone) or 3 (a JetStream cluster; chime's streams at R3)")
-		fs.IntVar(&o.Replicas, "replicas", 3, "chime replicas, child processes running this binary's serve")
+		fs.IntVar(&o.Replicas, "replicas", 3, "chime replicas, child processes running --exe serve")
 		fs.DurationVar(&o.Duration, "duration", 2*time.Minute, "how long load is applied and kills are done")
 		fs.Float64Var(&o.Rate, "rate", 200, "one-shot timers created per second, each due 1-5 s later")
 		fs.IntVar(&o.Agents, "agents", 20, "agents the timers and waits belong to")
@@ -191,6 +193,7 @@ func (a *App) benchChaos(ctx context.Context, args []string) error {
 		fs.DurationVar(&o.Down, "down", 3*time.Second, "how long a killed process stays down before it is restarted")
 		fs.DurationVar(&o.Grace, "grace", 10*time.Second, "waited after the last due time before the inbox is read")
 		fs.BoolVar(&o.Keep, "keep", false, "keep the work dir (stores, server and replica logs); it is kept anyway when something was lost or duplicated")
+		fs.StringVar(&o.Exe, "exe", "", exeUsage)
 	}, func(ctx context.Context) (result, error) {
 		for k := range strings.SplitSeq(kill, ",") {
 			if k = strings.TrimSpace(k); k != "" {
@@ -201,11 +204,11 @@ func (a *App) benchChaos(ctx context.Context, args []string) error {
 	})
 }
 
-// benchScale runs its own nats-servers and replicas of this binary, as
-// chaos does. The replicas' CPU is read from /proc per phase; --profile
+// benchScale runs its own nats-servers and replicas of chime, as chaos
+// does. The replicas' CPU is read from /proc per phase; --profile
 // takes their CPU profiles (CHIME_PPROF_ADDR), while --cpuprofile
 // profiles the bench process only.
-func (a *App) benchScale(ctx context.Context, args []string) error {
+func (a *app) benchScale(ctx context.Context, args []string) error {
 	o := bench.ScaleOptions{Progress: a.Stderr}
 	var replicas string
 	return a.runBench(ctx, "scale", args, func(fs *flag.FlagSet) {
@@ -218,6 +221,7 @@ func (a *App) benchScale(ctx context.Context, args []string) error {
 		fs.DurationVar(&o.Lead, "lead", 30*time.Second, "the common due time after the first create (must outlast the creates)")
 		fs.StringVar(&o.ProfileDir, "profile", "", "write CPU profiles of every replica (create phase, fire phase) into this directory")
 		fs.IntVar(&o.ProfileSeconds, "profile-seconds", 3, "length of each replica profile, in seconds")
+		fs.StringVar(&o.Exe, "exe", "", exeUsage)
 	}, func(ctx context.Context) (result, error) {
 		var err error
 		if o.Replicas, err = bench.ParseReplicas(replicas); err != nil {
@@ -227,9 +231,9 @@ func (a *App) benchScale(ctx context.Context, args []string) error {
 	})
 }
 
-// benchNotifyMemory runs its own nats-servers and replicas (of this
-// binary, or --exe: a build of other code, to compare).
-func (a *App) benchNotifyMemory(ctx context.Context, args []string) error {
+// benchNotifyMemory runs its own nats-servers and replicas (of chime, or
+// --exe: a build of other code, to compare).
+func (a *app) benchNotifyMemory(ctx context.Context, args []string) error {
 	o := bench.NotifyMemoryOptions{Progress: a.Stderr}
 	var maxRSS int64
 	return a.runBench(ctx, "notify-memory", args, func(fs *flag.FlagSet) {
@@ -242,15 +246,15 @@ func (a *App) benchNotifyMemory(ctx context.Context, args []string) error {
 		fs.IntVar(&o.Lists, "lists", 500, "whole histories read over HTTP after the writes, one at a time")
 		fs.DurationVar(&o.Settle, "settle", 15*time.Second, "waited after the writes before memory is read")
 		fs.Int64Var(&maxRSS, "max-rss", 4<<30, "stop the writes when a replica's RSS passes this many bytes (0: never)")
-		fs.StringVar(&o.Exe, "exe", "", "the chime binary the replicas run (default: this one)")
+		fs.StringVar(&o.Exe, "exe", "", exeUsage)
 	}, func(ctx context.Context) (result, error) {
 		o.MaxRSS = maxRSS
 		return bench.NotifyMemory(ctx, o)
 	})
 }
 
-// benchCapacity runs its own nats-servers and replicas of this binary.
-func (a *App) benchCapacity(ctx context.Context, args []string) error {
+// benchCapacity runs its own nats-servers and replicas of chime.
+func (a *app) benchCapacity(ctx context.Context, args []string) error {
 	o := bench.CapacityOptions{Progress: a.Stderr}
 	var replicas string
 	return a.runBench(ctx, "capacity", args, func(fs *flag.FlagSet) {
@@ -262,6 +266,7 @@ func (a *App) benchCapacity(ctx context.Context, args []string) error {
 		fs.DurationVar(&o.Stable, "stable", 3*time.Second, "how long each replica's chime_timers_active must hold still before memory is read")
 		fs.DurationVar(&o.Settle, "settle", 5*time.Second, "waited after that, before memory is read")
 		fs.DurationVar(&o.Takeover, "takeover", 30*time.Second, "how long the survivors are given to hold every timer after one replica is SIGKILLed")
+		fs.StringVar(&o.Exe, "exe", "", exeUsage)
 	}, func(ctx context.Context) (result, error) {
 		var err error
 		if o.Replicas, err = bench.ParseReplicas(replicas); err != nil {
@@ -273,7 +278,7 @@ func (a *App) benchCapacity(ctx context.Context, args []string) error {
 
 // benchConnect measures NATS connects through chime's auth callout: its
 // own chime with authorization on, or CHIME_NATS_URL with CHIME_NATS_TOKEN.
-func (a *App) benchConnect(ctx context.Context, args []string) error {
+func (a *app) benchConnect(ctx context.Context, args []string) error {
 	o := bench.ConnectOptions{NATSURL: os.Getenv("CHIME_NATS_URL"), Token: os.Getenv("CHIME_NATS_TOKEN"), Log: a.benchLog()}
 	return a.runBench(ctx, "connect", args, func(fs *flag.FlagSet) {
 		fs.IntVar(&o.N, "n", 2000, "connects, each closed once admitted")
@@ -282,9 +287,9 @@ func (a *App) benchConnect(ctx context.Context, args []string) error {
 	}, func(ctx context.Context) (result, error) { return bench.Connect(ctx, o) })
 }
 
-// benchTasks runs a replica of this binary (or --exe) as a child, so
+// benchTasks runs a replica of chime (--exe) as a child, so
 // that its memory is its own, and ignores CHIME_NATS_URL.
-func (a *App) benchTasks(ctx context.Context, args []string) error {
+func (a *app) benchTasks(ctx context.Context, args []string) error {
 	o := bench.TasksOptions{Progress: a.Stderr}
 	return a.runBench(ctx, "tasks", args, func(fs *flag.FlagSet) {
 		fs.IntVar(&o.OutputMiB, "output-mib", 64, "each task's output, appended in 48 KiB parts")
@@ -292,14 +297,14 @@ func (a *App) benchTasks(ctx context.Context, args []string) error {
 		fs.DurationVar(&o.TimerEvery, "timer-every", 100*time.Millisecond, "another agent creates a one-shot timer this often meanwhile")
 		fs.DurationVar(&o.TimerLead, "timer-lead", time.Second, "each such timer is due this long after its create")
 		fs.BoolVar(&o.Embedded, "embedded", false, "the replica embeds its NATS server (its RSS holds the server's); default a nats-server of its own, as the chart deploys")
-		fs.StringVar(&o.Exe, "exe", "", "the chime binary run as `serve` (default: this one), to measure another build")
+		fs.StringVar(&o.Exe, "exe", "", exeUsage)
 	}, func(ctx context.Context) (result, error) { return bench.Tasks(ctx, o) })
 }
 
-// benchSoak runs a replica of this binary (or --exe) as a child on its
+// benchSoak runs a replica of chime (--exe) as a child on its
 // embedded NATS server, with the CHIME_* settings of this environment, and
 // ignores CHIME_NATS_URL; a row per --every goes to stderr as it is taken.
-func (a *App) benchSoak(ctx context.Context, args []string) error {
+func (a *app) benchSoak(ctx context.Context, args []string) error {
 	o := bench.SoakOptions{Progress: a.Stderr}
 	return a.runBench(ctx, "soak", args, func(fs *flag.FlagSet) {
 		fs.DurationVar(&o.Duration, "duration", 10*time.Minute, "how long timers are created")
@@ -310,9 +315,12 @@ func (a *App) benchSoak(ctx context.Context, args []string) error {
 		fs.Float64Var(&o.NotifyRate, "notify-rate", 20, "notifications per second, each to an agent at random (0: none)")
 		fs.IntVar(&o.InFlight, "c", 64, "creates (and notifies) in flight at most")
 		fs.DurationVar(&o.Grace, "grace", 30*time.Second, "a fire not read this long after its due time counts as missed")
-		fs.StringVar(&o.Exe, "exe", "", "the chime binary run as `serve` (default: this one), to measure another build")
+		fs.StringVar(&o.Exe, "exe", "", exeUsage)
 	}, func(ctx context.Context) (result, error) { return bench.Soak(ctx, o) })
 }
+
+// exeUsage is the --exe flag of the benches that run chime replicas.
+const exeUsage = "the chime binary run as `serve` (default: chime beside chime-bench, else on PATH), e.g. another build to compare"
 
 const authUsage = "run twice in this process, with NATS authorization off and then on (the bench connects as an operator through chime's auth callout), and report both"
 
@@ -353,21 +361,21 @@ type result interface{ WriteText(io.Writer) }
 // exit status is then non-zero.
 type failer interface{ Err() error }
 
-func (a *App) benchLog() *slog.Logger {
+func (a *app) benchLog() *slog.Logger {
 	return slog.New(slog.NewTextHandler(a.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
 // runBench parses a benchmark's flags (its own, from flags, and --json
 // and --cpuprofile), runs fn under the optional CPU profile, stopping on
 // Ctrl-C, and prints its result.
-func (a *App) runBench(ctx context.Context, name string, args []string, flags func(*flag.FlagSet), fn func(context.Context) (result, error)) error {
-	fs := flag.NewFlagSet("bench "+name, flag.ContinueOnError)
+func (a *app) runBench(ctx context.Context, name string, args []string, flags func(*flag.FlagSet), fn func(context.Context) (result, error)) error {
+	fs := flag.NewFlagSet("chime-bench "+name, flag.ContinueOnError)
 	fs.SetOutput(a.Stderr)
 	flags(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file")
 	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %w", ErrUsage, err)
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
