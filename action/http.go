@@ -3,6 +3,8 @@ package action
 import (
 	"encoding/json"
 	"net/http"
+
+	"github.com/chime-nats/chime/subjects"
 )
 
 // The Body makers of routes: each turns an HTTP request into the JSON
@@ -28,6 +30,12 @@ func Path(fields map[string]string, query ...string) func(*http.Request, []byte)
 		}
 		return WithQuery(r, m, query...)
 	}
+}
+
+// PathField passes the request's body with field set to the path value
+// of the same name (see subjects.WithField).
+func PathField(field string) func(*http.Request, []byte) []byte {
+	return func(r *http.Request, read []byte) []byte { return subjects.WithField(read, field, r.PathValue(field)) }
 }
 
 // List is a listing's ?limit and ?cursor as its body: the limit as Query

@@ -27,8 +27,11 @@ func (o *Operations) features() [][]action.Action {
 
 func (o *Operations) waitActions() []action.Action {
 	return []action.Action{
-		{Name: subjects.ActionWaitRequest, Access: action.Agent, Summary: "wait for a duration or until a time; the end is delivered to the inbox", Handle: o.requestWait},
-		{Name: subjects.ActionWaitCancel, IDField: "wait_id", Access: action.Agent, Summary: "cancel a managed wait", Handle: o.cancelWait},
+		{Name: subjects.ActionWaitRequest, Access: action.Agent, Summary: "wait for a duration or until a time; the end is delivered to the inbox",
+			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/waits", http.StatusCreated, nil), Handle: o.requestWait},
+		{Name: subjects.ActionWaitCancel, IDField: "wait_id", Access: action.Agent, Summary: "cancel a managed wait",
+			HTTP:   action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/waits/{wait_id}/cancel", http.StatusOK, action.Path(map[string]string{"wait_id": "wait_id"})),
+			Handle: o.cancelWait},
 		{Name: subjects.ActionWaitList, Access: action.Agent, Summary: "list the agent's managed waits and WaitFor registrations",
 			Columns: []string{"wait_id", "status", "mode", "target_time", "wake", "resource", "reason", "work_item_id"},
 			HTTP:    action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/waits", http.StatusOK, action.List),

@@ -17,6 +17,7 @@ func (s *Service) Actions(q *quotas.Quotas) []action.Action {
 	}
 	return []action.Action{
 		{Name: subjects.ActionQuestionAsk, Access: action.Agent, Summary: "ask the operator a question; the answer is delivered to the inbox",
+			HTTP:   action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/questions", http.StatusCreated, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) { return s.ask(ctx, q, r) })},
 		{Name: subjects.ActionQuestionList, Access: action.Agent, Summary: "list the agent's questions (open ones unless all)",
 			Columns: []string{"id", "status", "created_at", "questions", "answers"},

@@ -305,20 +305,27 @@ func AnswerEnvelope(q *Question) Envelope {
 }
 
 // WithQuestionID adds question_id to an HTTP answer body, whose question
-// is named by the route's path: a body that is not a JSON object is left
-// as it is for the decoder to refuse, and one naming question_id itself
-// is refused as a duplicate key.
+// is named by the route's path (see WithField).
 func WithQuestionID(body []byte, questionID string) []byte {
-	id, _ := json.Marshal(questionID)
-	field := append([]byte(`{"question_id":`), id...)
+	return WithField(body, "question_id", questionID)
+}
+
+// WithField adds field, a string, to an HTTP request's body whose route
+// names it in its path: a body that is not a JSON object is left as it is
+// for the decoder to refuse, and one naming field itself is refused as a
+// duplicate key.
+func WithField(body []byte, field, value string) []byte {
+	name, _ := json.Marshal(field)
+	v, _ := json.Marshal(value)
+	head := append(append(append([]byte{'{'}, name...), ':'), v...)
 	rest := bytes.TrimLeft(body, jsonSpace)
 	switch {
 	case len(rest) == 0:
-		return append(field, '}')
+		return append(head, '}')
 	case rest[0] != '{':
 		return body
 	case len(bytes.TrimLeft(rest[1:], jsonSpace)) > 0 && bytes.TrimLeft(rest[1:], jsonSpace)[0] == '}':
-		return append(field, rest[1:]...)
+		return append(head, rest[1:]...)
 	}
-	return append(append(field, ','), rest[1:]...)
+	return append(append(head, ','), rest[1:]...)
 }

@@ -14,6 +14,7 @@ func (s *Store) Actions() []action.Action {
 	ref := action.Path(map[string]string{"task_id": "task_id"})
 	return []action.Action{
 		{Name: subjects.ActionTaskStart, Access: action.Agent, Summary: "start a task: background work whose result reaches the inbox",
+			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/tasks", http.StatusCreated, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
 				req, err := subjects.DecodeStartTask(r.Body)
 				if err != nil {
@@ -22,6 +23,7 @@ func (s *Store) Actions() []action.Action {
 				return s.Start(ctx, r.AgentID, req)
 			})},
 		{Name: subjects.ActionTaskResult, IDField: "task_id", Access: action.Agent, Summary: "report a task's result (completed, failed, interrupted)",
+			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/tasks/{task_id}/result", http.StatusOK, action.PathField("task_id")),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
 				req, err := subjects.DecodeTaskResult(r.Body)
 				if err != nil {
@@ -47,6 +49,7 @@ func (s *Store) Actions() []action.Action {
 				return subjects.ListTasksReply{Tasks: list, NextCursor: subjects.EncodeCursor(subjects.ActionTaskList, next)}, nil
 			})},
 		{Name: subjects.ActionTaskCancel, IDField: "task_id", Access: action.Agent, Summary: "ask a running task to stop",
+			HTTP:   action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/tasks/{task_id}/cancel", http.StatusOK, ref),
 			Handle: h(s.byRef(s.Cancel))},
 		{Name: subjects.ActionTaskOutput, IDField: "task_id", Access: action.Agent, Summary: "read a task's output from an offset",
 			HTTP: action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/tasks/{task_id}/output", http.StatusOK,
@@ -59,6 +62,7 @@ func (s *Store) Actions() []action.Action {
 				return s.Output(ctx, r.AgentID, req)
 			})},
 		{Name: subjects.ActionTaskOutputAppend, IDField: "task_id", Access: action.Agent, Summary: "append to a running task's output",
+			HTTP:    action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/tasks/{task_id}/output", http.StatusOK, action.PathField("task_id")),
 			MaxBody: func() int64 { return subjects.MaxAppendBody },
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
 				req, err := subjects.DecodeAppendOutput(r.Body)
