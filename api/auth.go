@@ -10,15 +10,18 @@ import (
 	"time"
 
 	"github.com/chime-nats/chime/access"
+	"github.com/chime-nats/chime/action"
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/internal/secret"
 	"github.com/chime-nats/chime/subjects"
 )
 
 // guard lets a request through when its bearer token's principal may call
-// the route: an operator every route, an agent only the reads of its own
-// agent (GET /api/agents/{own id}/...) and its inbox ack. Callbacks, health
-// and metrics need no token. Without operator tokens configured the routes
+// the route: an operator every route, an agent the reads of its own agent
+// (GET /api/agents/{own id}/...), its inbox ack, and its own control
+// routes, where each action's route then admits the agent only to the
+// actions the table grants agents, as NATS does (see mayCall). Callbacks,
+// health and metrics need no token. Without operator tokens configured the routes
 // are open (chime then listens on loopback only, see config).
 type guard struct {
 	resolver access.Resolver
@@ -50,9 +53,11 @@ func (g guard) wrap(next http.Handler) http.Handler {
 			writeError(w, &subjects.Error{Code: subjects.CodeUnauthorized, Message: "an operator or agent bearer token is required"})
 		case err != nil:
 			writeError(w, answerError(err))
-		case p.Kind == access.KindOperator, p.Kind == access.KindAgent && r.Method == http.MethodGet && ownRead(r.URL.Path, p.AgentID),
-			p.Kind == access.KindAgent && ownWrite(r, p.AgentID):
+		case p.Kind == access.KindOperator:
 			next.ServeHTTP(w, withPrincipal(r, principalName(p, token)))
+		case p.Kind == access.KindAgent && (r.Method == http.MethodGet && ownRead(r.URL.Path, p.AgentID) ||
+			ownWrite(r, p.AgentID) || strings.HasPrefix(r.URL.Path, "/api/control/agents/"+p.AgentID+"/")):
+			next.ServeHTTP(w, withAgent(withPrincipal(r, principalName(p, token)), p.AgentID))
 		default:
 			writeError(w, &subjects.Error{Code: subjects.CodeForbidden, Message: p.Name() + " may not call " + r.Method + " " + r.URL.Path})
 		}
@@ -131,6 +136,22 @@ func principalName(p access.Principal, token string) string {
 		return "operator token " + secret.Hash(token)[:12]
 	}
 	return p.Name()
+}
+
+// agentKey holds, in a request's context, the agent ID of an agent the
+// guard let through.
+type agentKey struct{}
+
+func withAgent(r *http.Request, agentID string) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), agentKey{}, agentID))
+}
+
+// mayCall refuses an agent an action the table grants operators only.
+func mayCall(r *http.Request, a *action.Action) error {
+	if _, agent := r.Context().Value(agentKey{}).(string); !agent || a.Access == action.Agent {
+		return nil
+	}
+	return &subjects.Error{Code: subjects.CodeForbidden, Message: requestPrincipal(r) + " may not call " + r.Method + " " + r.URL.Path}
 }
 
 // requestPrincipal is the name withPrincipal gave the request; a handler

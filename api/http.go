@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/chime-nats/chime/access"
+	"github.com/chime-nats/chime/action"
 	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/console"
 	"github.com/chime-nats/chime/subjects"
@@ -34,18 +35,22 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (boo
 	// route serves an action. Every route reads its body under the action's
 	// limit, whether it uses the body or not; body makes the request the
 	// action decodes from the request and the body read.
-	route := func(pattern, action string, body func(r *http.Request, read []byte) []byte, status int) {
-		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-			read, err := ops.readBody(w, r, action)
+	route := func(a *action.Action, body func(r *http.Request, read []byte) []byte) {
+		mux.HandleFunc(a.HTTP.Pattern(), func(w http.ResponseWriter, r *http.Request) {
+			err := mayCall(r, a)
+			var read []byte
+			if err == nil {
+				read, err = ops.readBody(w, r, a.Name)
+			}
 			var res any
 			if err == nil {
-				res, err = ops.Do(r.Context(), "http", action, r.PathValue("id"), body(r, read))
+				res, err = ops.Do(r.Context(), "http", a.Name, r.PathValue("id"), body(r, read))
 			}
 			if err != nil {
 				writeError(w, err)
 				return
 			}
-			writeJSON(w, status, encode(res))
+			writeJSON(w, a.HTTP.Status, encode(res))
 		})
 	}
 	for _, a := range ops.Table().All() {
@@ -56,7 +61,7 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (boo
 		if body == nil {
 			body = asSent
 		}
-		route(a.HTTP.Pattern(), a.Name, body, a.HTTP.Status)
+		route(a, body)
 	}
 	notificationFeeds(mux, ops)
 	for _, mode := range subjects.DeliveryModes() {

@@ -216,11 +216,19 @@ func TestInboxHTTP(t *testing.T) {
 		{"POST", "/api/agents/other/inbox/ack", agent, 403},
 		{"POST", "/api/agents/hana/inbox/fetch", agent, 403},
 		{"POST", "/api/agents/hana/notifications/mark-read", agent, 403},
-		{"POST", "/api/control/agents/hana/timers", agent, 403},
+		{"POST", "/api/control/agents/other/timers", agent, 403},
+		// Its own routes of actions the table grants operators only.
+		{"POST", "/api/control/agents/hana/token", agent, 403},
+		{"GET", "/api/agents/hana/triggers", agent, 403},
+		{"POST", "/api/control/agents/hana/questions/q_1/answer", agent, 403},
 	} {
 		if s, body := send(t, tc.method, base+tc.path, []byte(`{"seq":1}`), tc.header...); s != tc.status {
 			t.Errorf("%s %s: %d %s, want %d", tc.method, tc.path, s, body, tc.status)
 		}
+	}
+	// Its own routes of actions granted to agents: as over NATS.
+	if s, body := send(t, "POST", base+"/api/control/agents/hana/timers", []byte(`{"duration_ms":600000}`), agent...); s != 201 {
+		t.Errorf("an agent's own timer over HTTP: %d %s", s, body)
 	}
 	if r, _ := c.FetchInbox(context.Background(), 0, 0); r.Acked != first.Deliveries[2].Seq {
 		t.Fatalf("the refusals moved the cursor: %+v", r)

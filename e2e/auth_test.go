@@ -276,7 +276,10 @@ func TestNATSAuthorization(t *testing.T) {
 			{http.MethodGet, "/api/agents/bob/timers/" + bobTimer.ID, bobTok, http.StatusOK},
 			{http.MethodGet, "/api/agents/alice/timers", bobTok, http.StatusForbidden},
 			{http.MethodGet, "/api/agents/bobby/timers", bobTok, http.StatusForbidden},
-			{http.MethodPost, "/api/control/agents/bob/timers", bobTok, http.StatusForbidden},
+			// The rights of NATS: bob creates his own timers, no one else's.
+			{http.MethodPost, "/api/control/agents/bob/timers", bobTok, http.StatusCreated},
+			{http.MethodPost, "/api/control/agents/alice/timers", bobTok, http.StatusForbidden},
+			{http.MethodPost, "/api/control/agents/bobby/timers", bobTok, http.StatusForbidden},
 			{http.MethodPost, "/api/control/agents/bob/token", bobTok, http.StatusForbidden},
 			{http.MethodGet, "/api/agents/bob/timers", "", http.StatusUnauthorized},
 			{http.MethodGet, "/api/agents/bob/timers", "chime_at_forged", http.StatusUnauthorized},
