@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
+	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/replica"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -131,17 +133,10 @@ func TestCancelCompletedOneShot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testwait.Until(t, 5*time.Second, func() (bool, string) {
 		got, err := c.GetTimer(ctx, tm.ID)
-		if err == nil && got.Status == subjects.TimerCompleted {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not completed: %+v %v", got, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil && got.Status == subjects.TimerCompleted, fmt.Sprintf("%+v %v", got, err)
+	}, "timer completed")
 	_, err = c.CancelTimer(ctx, tm.ID)
 	if !errors.Is(err, subjects.ErrTimerCompleted) || subjects.AsError(err).Message != "cannot cancel completed timer "+tm.ID {
 		t.Fatalf("cancel completed: %v", err)

@@ -22,6 +22,7 @@ import (
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -328,16 +329,6 @@ func rejectedAt(t *testing.T, what, url string) {
 	t.Helper()
 	status, body := post(t, url, "", nil)
 	assertRejected(t, what, status, body)
-}
-
-func eventually(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatal("condition not met within 5s")
 }
 
 func TestCallbackCoalescing(t *testing.T) {
@@ -689,12 +680,12 @@ func TestCallbackStoppedAgentActiveToken(t *testing.T) {
 		}
 	}
 	setStatus(subjects.AgentStopped)
-	eventually(t, func() bool {
+	testwait.Eventually(t, 5*time.Second, func() bool {
 		status, _ := post(t, enqueue, "text/plain", []byte("x"))
 		return status == 403
 	})
 	setStatus(subjects.AgentActive)
-	eventually(t, func() bool {
+	testwait.Eventually(t, 5*time.Second, func() bool {
 		status, _ := post(t, enqueue, "text/plain", []byte("x"))
 		return status == 200
 	})

@@ -11,10 +11,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/deliveries"
+	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -36,7 +38,7 @@ func TestConsoleRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var page deliveries.Page
-	eventually(t, func() bool {
+	testwait.Eventually(t, 5*time.Second, func() bool {
 		status, body := get(t, base+"/api/agents/con/inbox?limit=5")
 		return status == 200 && json.Unmarshal(body, &page) == nil && len(page.Deliveries) == 1
 	})
@@ -82,7 +84,7 @@ func TestConsoleRoutes(t *testing.T) {
 		}
 		kinds[env.Kind] = true
 	}
-	eventually(t, func() bool {
+	testwait.Eventually(t, 5*time.Second, func() bool {
 		list, err := c.ListWaits(ctx, 1)
 		return err == nil && len(list.Waits) == 1 && list.Waits[0].Status == subjects.WaitCancelled
 	})

@@ -16,6 +16,7 @@ import (
 
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
+	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -94,7 +95,7 @@ func TestTimerCreateRequestID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, func() bool {
+	testwait.Eventually(t, 5*time.Second, func() bool {
 		got, err := c.GetTimer(ctx, fired.ID)
 		return err == nil && got.Status == subjects.TimerCompleted
 	})

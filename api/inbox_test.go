@@ -18,6 +18,7 @@ import (
 
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
+	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -135,7 +136,7 @@ func deliveriesFor(t *testing.T, nc *nats.Conn, agentID string, n int) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, func() bool {
+	testwait.Eventually(t, 5*time.Second, func() bool {
 		r, err := c.FetchInbox(context.Background(), subjects.MaxInboxFetch, 0)
 		return err == nil && len(r.Deliveries) == n
 	})

@@ -20,6 +20,7 @@ import (
 
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
+	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -64,7 +65,7 @@ func TestRunningTasksLimit(t *testing.T) {
 	// admitted is finished at once, so that it does not count.
 	probes := 0
 	refused := ""
-	eventually(t, func() bool {
+	testwait.Eventually(t, 5*time.Second, func() bool {
 		probes++
 		id := fmt.Sprintf("probe%d", probes)
 		msg := request(t, nc, "agent.busy.task.start", `{"task_id":"`+id+`"}`)
@@ -80,7 +81,7 @@ func TestRunningTasksLimit(t *testing.T) {
 	// Refused now (the index holds t1 and t2), and once it has seen an
 	// admitted probe finish, at the count of the two.
 	var msg *nats.Msg
-	eventually(t, func() bool {
+	testwait.Eventually(t, 5*time.Second, func() bool {
 		msg = request(t, nc, "agent.busy.task.start", `{}`)
 		return strings.HasPrefix(subjects.AsError(subjects.DecodeReply(msg.Data, &struct{}{})).Message, "agent busy has 2 ")
 	})
@@ -99,7 +100,7 @@ func TestRunningTasksLimit(t *testing.T) {
 	if _, err := c.ReportResult(ctx, subjects.TaskResultRequest{TaskID: "t1", Status: subjects.TaskCompleted}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, func() bool {
+	testwait.Eventually(t, 5*time.Second, func() bool {
 		_, err := c.StartTask(ctx, "t3", "")
 		return err == nil
 	})
@@ -173,11 +174,11 @@ func TestTaskOutputBytesLimit(t *testing.T) {
 		tk, err := c.GetTask(ctx, "big")
 		return err == nil && tk.AppendedBytes == limit
 	}
-	eventually(t, settledBytes)
+	testwait.Eventually(t, 5*time.Second, settledBytes)
 	const text = "agent writer stores 1048576 bytes of task output; 1 more would pass the 1048576 allowed (CHIME_MAX_TASK_OUTPUT_BYTES_PER_AGENT)"
 	var msg []byte
 	var header map[string][]string
-	eventually(t, func() bool { // the index counts the last part a moment later
+	testwait.Eventually(t, 5*time.Second, func() bool { // the index counts the last part a moment later
 		m := request(t, nc, "agent.writer.task.output.append", `{"task_id":"big","seq":`+strconv.FormatInt(seq, 10)+`,"data":"eA=="}`)
 		msg, header = m.Data, m.Header
 		return subjects.AsError(subjects.DecodeReply(msg, &struct{}{})).Code == subjects.CodeQuotaExceeded
@@ -237,7 +238,7 @@ func TestWaitForLimit(t *testing.T) {
 	const text = "agent waiter has 2 live WaitFor registrations; at most 2 are allowed (CHIME_MAX_WAITFORS_PER_AGENT)"
 	var last []byte
 	var header map[string][]string
-	eventually(t, func() bool {
+	testwait.Eventually(t, 5*time.Second, func() bool {
 		m := request(t, nc, "agent.waiter.wait.for", body("w3"))
 		last, header = m.Data, m.Header
 		return subjects.AsError(subjects.DecodeReply(last, &struct{}{})).Code == subjects.CodeQuotaExceeded
@@ -353,7 +354,7 @@ func TestStreamsPerPrincipal(t *testing.T) {
 		t.Fatalf("the agent's 3rd stream: %d", s)
 	}
 	first() // closed: its place comes back once the server sees it gone
-	eventually(t, func() bool {
+	testwait.Eventually(t, 5*time.Second, func() bool {
 		s, _ := getStream(t, base+"/api/notifications/events", one)
 		return s == http.StatusOK
 	})

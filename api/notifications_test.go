@@ -25,6 +25,7 @@ import (
 
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/replica"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -502,14 +503,14 @@ func TestNotificationEvictionFollowers(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys := 0
-	within(t, 5*time.Second, "eve's keys (live and markers) within 3× the limit", func() bool {
+	testwait.Eventually(t, 5*time.Second, func() bool {
 		info, err := st.Info(context.Background(), jetstream.WithSubjectFilter("$KV."+engine.NotificationsBucket+".eve.*"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		keys = len(info.State.Subjects)
 		return keys <= 3*limit
-	})
+	}, "eve's keys (live and markers) within 3× the limit")
 	// A follower from before the compacted removals is told to replace
 	// its list.
 	if fh := far.poll(t, r, "eve"); !fh.Cleared {

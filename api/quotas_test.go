@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
+	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/replica"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -40,13 +42,10 @@ func metric(t *testing.T, r *replica.Replica, series string) float64 {
 // read the index, which follows the buckets a few milliseconds behind).
 func settled(t *testing.T, r *replica.Replica, series string, n float64) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for metric(t, r, series) != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s stays at %v, want %v", series, metric(t, r, series), n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(t, 5*time.Second, func() (bool, string) {
+		got := metric(t, r, series)
+		return got == n, fmt.Sprint(got)
+	}, "%s at %v", series, n)
 }
 
 // httpCreate posts a timer create and returns the status, the Retry-After

@@ -17,6 +17,7 @@ import (
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -34,16 +35,6 @@ func gauge(t *testing.T, base, name string) string {
 		t.Fatalf("no %s in /metrics", name)
 	}
 	return string(m[1])
-}
-
-// within polls cond for up to d.
-func within(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(d); !cond(); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-	}
 }
 
 // TestFinishedRecordsExpire runs a replica with a 2 s record retention:
@@ -97,10 +88,10 @@ func TestFinishedRecordsExpire(t *testing.T) {
 	if all, _ := c.ListTriggers(ctx); len(all) != 4 {
 		t.Fatalf("%d triggers before expiry, want 2 live and 2 revoked", len(all))
 	}
-	within(t, 5*time.Second, "one-shot fired", func() bool {
+	testwait.Eventually(t, 5*time.Second, func() bool {
 		got, err := c.GetTimer(ctx, fires.ID)
 		return err == nil && got.Status == subjects.TimerCompleted
-	})
+	}, "one-shot fired")
 
 	timerIDs := func() []string {
 		list, err := c.ListTimers(ctx, 100)
@@ -116,20 +107,20 @@ func TestFinishedRecordsExpire(t *testing.T) {
 	}
 	want := []string{active.ID, repeating.ID, late.ID}
 	slices.Sort(want)
-	within(t, 10*time.Second, "finished timers gone from the list", func() bool { return slices.Equal(timerIDs(), want) })
+	testwait.Eventually(t, 10*time.Second, func() bool { return slices.Equal(timerIDs(), want) }, "finished timers gone from the list")
 	for _, id := range []string{fires.ID, cancelled.ID} {
 		if _, err := c.GetTimer(ctx, id); !errors.Is(err, subjects.ErrTimerNotFound) {
 			t.Errorf("get %s after expiry: %v", id, err)
 		}
 	}
-	within(t, 10*time.Second, "ended waits gone", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		_, err := c.CancelWait(ctx, "w-done")
 		return errors.Is(err, subjects.ErrWaitNotFound)
-	})
+	}, "ended waits gone")
 	if _, err := c.CancelWait(ctx, "w-cancel"); !errors.Is(err, subjects.ErrWaitNotFound) {
 		t.Errorf("cancel of an expired cancelled wait: %v", err)
 	}
-	within(t, 10*time.Second, "revoked triggers gone", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		all, err := c.ListTriggers(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -140,7 +131,7 @@ func TestFinishedRecordsExpire(t *testing.T) {
 			}
 		}
 		return len(all) == 2
-	})
+	}, "revoked triggers gone")
 	var http200 struct {
 		Timers []subjects.Timer `json:"timers"`
 	}
@@ -165,7 +156,7 @@ func TestFinishedRecordsExpire(t *testing.T) {
 		t.Errorf("the waiting wait: %v", err)
 	}
 	seen := map[string]bool{}
-	within(t, 10*time.Second, "the late timer and the repeating one fire after the expiry", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		select {
 		case env := <-inbox:
 			if env.Kind == subjects.KindTimerFired {
@@ -174,7 +165,7 @@ func TestFinishedRecordsExpire(t *testing.T) {
 		default:
 		}
 		return seen[late.ID] && seen[repeating.ID]
-	})
+	}, "the late timer and the repeating one fire after the expiry")
 	status, body := post(t, reset.TriggerURL, "", nil)
 	accepted(t, status, body, "ret", subjects.ModeWakeHint, "triggered")
 	status, body = post(t, urls[subjects.ModeEnqueueMessage], "text/plain", []byte("still here"))
@@ -210,10 +201,10 @@ func TestRetentionZeroKeepsRecords(t *testing.T) {
 	if s.CachedInfo().Config.MaxAge != 0 {
 		t.Fatalf("history kept for %v with retention 0", s.CachedInfo().Config.MaxAge)
 	}
-	within(t, 5*time.Second, "the cancelled timer in the history", func() bool {
+	testwait.Eventually(t, 5*time.Second, func() bool {
 		info, err := s.Info(ctx)
 		return err == nil && info.State.Msgs == 1
-	})
+	}, "the cancelled timer in the history")
 	if got, err := c.GetTimer(ctx, tm.ID); err != nil || got.Status != subjects.TimerCancelled {
 		t.Fatalf("cancelled timer with retention 0: %+v %v", got, err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -135,10 +136,10 @@ func TestWaitForWakes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		within(t, 5*time.Second, "the completed timer in the history", func() bool {
+		testwait.Eventually(t, 5*time.Second, func() bool {
 			_, err := kv.Get(ctx, subjects.TimerKey("wf", tm.ID))
 			return errors.Is(err, jetstream.ErrKeyNotFound)
-		})
+		}, "the completed timer in the history")
 		_, err = other.WaitFor(ctx, subjects.WaitForRequest{Wake: "timer", Resource: tm.ID, Reason: "r", Delivery: "silent"})
 		wantCode(t, err, subjects.CodeTimerNotFound, "wait_for timer does not exist: "+tm.ID)
 		_, err = c.WaitFor(ctx, subjects.WaitForRequest{Wake: "timer", Resource: tm.ID, Reason: "r", Delivery: "silent"})

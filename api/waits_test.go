@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/chime-nats/chime/client"
+	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -113,9 +114,7 @@ func TestInterventionCancelsWaits(t *testing.T) {
 			errs <- err
 		}()
 	}
-	for started.Load() < 2 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Eventually(t, 10*time.Second, func() bool { return started.Load() == 2 }, "both waits started")
 	sent := time.Now()
 	if err := c.Intervene(ctx, subjects.ActionMessage, "the operator needs you now"); err != nil {
 		t.Fatal(err)

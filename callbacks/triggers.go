@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
 	"github.com/chime-nats/chime/agents"
-	"github.com/chime-nats/chime/internal/backoff"
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -39,6 +39,7 @@ type Store struct {
 	agents      *agents.Store
 	idempotency jetstream.KeyValue
 	leases      jetstream.KeyValue // TTL bucket for the per-agent lifecycle guard
+	leaseTTL    atomic.Int64       // the leases bucket's TTL, read at the first guard
 	publicURL   string
 	now         func() time.Time
 	index       *Index
@@ -64,27 +65,6 @@ func NewStore(triggers jetstream.KeyValue, agents *agents.Store, idempotency, le
 	return &Store{
 		triggers: triggers, agents: agents, idempotency: idempotency, leases: leases, publicURL: publicURL, now: now, index: index,
 		retention: retention,
-	}
-}
-
-// guarded runs fn while holding the agent's lifecycle guard, a key
-// created in the TTL bucket: two resets, or a start and a stop, of one
-// agent never interleave (that could leave two defaults, or an active
-// agent without triggers). A holder that dies frees it with the TTL.
-func (s *Store) guarded(ctx context.Context, agentID string, fn func() error) error {
-	key := "lifecycle." + agentID
-	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
-		rev, err := s.leases.Create(ctx, key, []byte("held"))
-		if err == nil {
-			defer func() { _ = s.leases.Delete(context.WithoutCancel(ctx), key, jetstream.LastRevision(rev)) }()
-			return fn()
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) {
-			return fmt.Errorf("triggers: lifecycle guard: %w", err)
-		}
-		if !backoff.Sleep(ctx, wait) {
-			return fmt.Errorf("triggers: lifecycle guard of %s: %w", agentID, ctx.Err())
-		}
 	}
 }
 
@@ -182,25 +162,25 @@ func (s *Store) start(ctx context.Context, agentID string) ([]Issued, error) {
 // Start starts the agent and issues its default triggers (see start),
 // under the agent's lifecycle guard.
 func (s *Store) Start(ctx context.Context, agentID string) (out []Issued, err error) {
-	return out, s.guarded(ctx, agentID, func() error { out, err = s.start(ctx, agentID); return err })
+	return out, s.guarded(ctx, agentID, func(ctx context.Context) error { out, err = s.start(ctx, agentID); return err })
 }
 
 // Stop stops the agent and revokes its triggers (see stop), under the
 // agent's lifecycle guard.
 func (s *Store) Stop(ctx context.Context, agentID string) (out []subjects.Trigger, err error) {
-	return out, s.guarded(ctx, agentID, func() error { out, err = s.stop(ctx, agentID); return err })
+	return out, s.guarded(ctx, agentID, func(ctx context.Context) error { out, err = s.stop(ctx, agentID); return err })
 }
 
 // Reset replaces the agent's default trigger of mode (see reset), under
 // the agent's lifecycle guard.
 func (s *Store) Reset(ctx context.Context, agentID string, mode subjects.DeliveryMode) (out *Issued, err error) {
-	return out, s.guarded(ctx, agentID, func() error { out, err = s.reset(ctx, agentID, mode); return err })
+	return out, s.guarded(ctx, agentID, func(ctx context.Context) error { out, err = s.reset(ctx, agentID, mode); return err })
 }
 
 // Create issues an extra trigger for an active agent, under the agent's
 // lifecycle guard, so none is issued to an agent being stopped.
 func (s *Store) Create(ctx context.Context, agentID string, mode subjects.DeliveryMode, label string) (out *Issued, err error) {
-	return out, s.guarded(ctx, agentID, func() error { out, err = s.create(ctx, agentID, mode, label); return err })
+	return out, s.guarded(ctx, agentID, func(ctx context.Context) error { out, err = s.create(ctx, agentID, mode, label); return err })
 }
 
 // revokeAll revokes every active trigger of the agent, found in the index

@@ -18,6 +18,7 @@ import (
 	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/internal/metrictest"
 	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/internal/testwait"
 )
 
 const (
@@ -93,18 +94,6 @@ func (e *env) counter(t *testing.T, name string, labels map[string]string) float
 
 func terminated(reason string) map[string]string {
 	return map[string]string{"consumer": testDurable, "reason": reason}
-}
-
-// eventually polls cond until it holds or d passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func TestRedeliveryConfig(t *testing.T) {
@@ -195,11 +184,11 @@ func TestPoolTerminates(t *testing.T) {
 	for _, s := range []string{"t.poison", "t.fail", "t.later", "t.panic", "t.ok"} {
 		e.publish(t, s, "x")
 	}
-	eventually(t, 5*time.Second, "terminations counted", func() bool {
+	testwait.Eventually(t, 5*time.Second, func() bool {
 		return e.counter(t, "chime_consumer_terminated_total", terminated(consumer.ReasonPoison)) == 1 &&
 			e.counter(t, "chime_consumer_terminated_total", terminated(consumer.ReasonMaxDeliver)) == 2 &&
 			e.counter(t, "chime_consumer_terminated_total", terminated(consumer.ReasonPanic)) == 1
-	})
+	}, "terminations counted")
 	mu.Lock()
 	defer mu.Unlock()
 	for s, want := range map[string]string{"t.poison": "[1]", "t.fail": "[1 2]", "t.later": "[1 2]", "t.panic": "[1 2]", "t.ok": "[1]"} {
@@ -214,10 +203,10 @@ func TestPoolTerminates(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	eventually(t, 3*time.Second, "nothing pending", func() bool {
+	testwait.Eventually(t, 3*time.Second, func() bool {
 		c, err := e.js.Consumer(ctx, testStream, testDurable)
 		return err == nil && c.CachedInfo().NumAckPending == 0 && c.CachedInfo().NumPending == 0
-	})
+	}, "nothing pending")
 }
 
 // TestPoolKeepsSlowMessage: a handler working for several AckWaits is not

@@ -22,6 +22,7 @@ import (
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/natstest"
 	"github.com/chime-nats/chime/internal/storefull"
+	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -508,10 +509,7 @@ func TestPermissionViolationsLoggedOncePerInterval(t *testing.T) {
 	if err := resp.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(logs(), "nats permission violations") && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Eventually(t, 5*time.Second, func() bool { return strings.Contains(logs(), "nats permission violations") }, "the violations logged")
 	time.Sleep(200 * time.Millisecond) // the rest of the flood arrives
 	if n := strings.Count(logs(), `msg="nats permission violations"`); n != 1 {
 		t.Errorf("%d log lines for 200 violations, want 1:\n%s", n, logs())

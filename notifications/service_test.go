@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -71,13 +72,10 @@ func TestCompactionOffTheReplyPath(t *testing.T) {
 		}
 		return len(info.State.Subjects)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for n := keys(); n > 3*limit; n = keys() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d keys of ann (live and markers) kept, limit %d: not compacted", n, limit)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(t, 5*time.Second, func() (bool, string) {
+		n := keys()
+		return n <= 3*limit, fmt.Sprintf("%d keys of ann (live and markers) kept", n)
+	}, "ann compacted to its limit %d", limit)
 	h, err := s.List(ctx, "ann", &first)
 	if err != nil {
 		t.Fatal(err)

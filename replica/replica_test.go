@@ -2,6 +2,7 @@ package replica_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/replica"
 )
 
@@ -112,7 +114,7 @@ func TestStartSweepsRecordsKeptWithoutTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Stop(context.Background())
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	testwait.Until(t, 10*time.Second, func() (bool, string) {
 		left := 0
 		for bucket, recs := range old {
 			kv, err := js.KeyValue(ctx, bucket)
@@ -125,13 +127,8 @@ func TestStartSweepsRecordsKeptWithoutTTL(t *testing.T) {
 				}
 			}
 		}
-		if left == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of the 6 records left, want the 3 live ones", left)
-		}
-	}
+		return left == 3, fmt.Sprintf("%d of the 6 records left", left)
+	}, "the 3 live records left")
 	for bucket, recs := range old {
 		kv, _ := js.KeyValue(ctx, bucket)
 		for k := range recs {

@@ -19,6 +19,7 @@ import (
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/replica"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -57,19 +58,6 @@ func httpDo(t *testing.T, method, url, body string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
-}
-
-// waitFor polls cond every 100 ms until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	var last string
-	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		var ok bool
-		if ok, last = cond(); ok {
-			return
-		}
-	}
-	t.Fatalf("%s: not within %v; last: %s", what, d, last)
 }
 
 // TestStorageFull fills the JetStream store with a stream that is not
@@ -164,14 +152,14 @@ func TestStorageFull(t *testing.T) {
 	if code != http.StatusInsufficientStorage || !strings.Contains(body, `"code":"storage_full"`) {
 		t.Errorf("HTTP timer create: %d %s, want 507 storage_full", code, body)
 	}
-	waitFor(t, 10*time.Second, "/readyz saying the store is full", func() (bool, string) {
+	testwait.Until(t, 10*time.Second, func() (bool, string) {
 		code, body := httpDo(t, "GET", base+"/readyz", "")
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "storage full"), fmt.Sprint(code, " ", body)
-	})
-	waitFor(t, 10*time.Second, "chime_storage_full 1", func() (bool, string) {
+	}, "/readyz saying the store is full")
+	testwait.Until(t, 10*time.Second, func() (bool, string) {
 		_, m := httpDo(t, "GET", base+"/metrics", "")
 		return strings.Contains(m, "\nchime_storage_full 1\n"), metricLines(m, "chime_storage")
-	})
+	}, "chime_storage_full 1")
 	_, m := httpDo(t, "GET", base+"/metrics", "")
 	if !strings.Contains(m, `chime_requests_total{endpoint="nats:timer.create",outcome="storage_full"}`) {
 		t.Errorf("refused writes not counted by outcome:\n%s", metricLines(m, "chime_requests_total"))
@@ -188,10 +176,10 @@ func TestStorageFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	freed := time.Now()
-	waitFor(t, 15*time.Second, "/readyz back to ok", func() (bool, string) {
+	testwait.Until(t, 15*time.Second, func() (bool, string) {
 		code, body := httpDo(t, "GET", base+"/readyz", "")
 		return code == http.StatusOK, fmt.Sprint(code, " ", body)
-	})
+	}, "/readyz back to ok")
 	t.Logf("ready again %v after the filler was deleted", time.Since(freed).Round(time.Millisecond))
 	_, m = httpDo(t, "GET", base+"/metrics", "")
 	if !strings.Contains(m, "\nchime_storage_full 0\n") {
@@ -219,10 +207,10 @@ func TestStorageFull(t *testing.T) {
 		t.Errorf("notification stored before: %+v, %v", notes, err)
 	}
 	// The fire is stored in the inbox: its record completed.
-	waitFor(t, 20*time.Second, "the timer due while the store was full fired and completed", func() (bool, string) {
+	testwait.Until(t, 20*time.Second, func() (bool, string) {
 		got, err := c.GetTimer(ctx, due.ID)
 		return err == nil && got.Status == subjects.TimerCompleted, fmt.Sprintf("%+v %v", got, err)
-	})
+	}, "the timer due while the store was full fired and completed")
 	inbox, err := js.Stream(ctx, "CHIME_INBOX")
 	if err != nil {
 		t.Fatal(err)

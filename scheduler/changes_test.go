@@ -9,6 +9,7 @@ import (
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/partitions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
@@ -54,9 +55,9 @@ func TestChangesCountedPerReplica(t *testing.T) {
 			store := timers.NewStore(res.Timers, nil, kvrec.Retention{})
 			a := startReplica(t, res, "a", shards, store)
 			b := startReplica(t, res, "b", shards, store)
-			eventually(t, "the shards divided and loaded", func() bool {
+			testwait.Eventually(t, 15*time.Second, func() bool {
 				return a.leases.Count() == shards/2 && b.leases.Count() == shards/2 && a.loaded() && b.loaded()
-			})
+			}, "the shards divided and loaded")
 			rs := []*replicaUnderTest{a, b}
 			before := make([]int, len(rs))
 			for i, r := range rs {
@@ -83,9 +84,9 @@ func TestChangesCountedPerReplica(t *testing.T) {
 						}
 					}
 				}
-				eventually(t, fmt.Sprintf("replica %d's changes counted", i), func() bool {
+				testwait.Eventually(t, 15*time.Second, func() bool {
 					return changes(t, r)-before[i] >= want
-				})
+				}, "replica %d's changes counted", i)
 				time.Sleep(100 * time.Millisecond) // more would come within this
 				if got := changes(t, r) - before[i]; got != want {
 					t.Errorf("replica %d: %d timer changes delivered, want %d", i, got, want)

@@ -34,7 +34,14 @@ type pendingFire struct {
 	timer subjects.TimerFired // the record update of a timer fire
 }
 
-func (s *Scheduler) fireLoop(ctx context.Context) {
+// publishFunc sends one pass's fires; fireLoop takes it as a parameter so
+// the loop's timing can be tested without a server.
+type publishFunc func(ctx context.Context, timerFires []subjects.TimerFired, waitFires []subjects.WaitFired)
+
+// fireLoop pops what is due in the shards this replica may fire (owned by
+// a valid lease, loaded, watched live), hands it to publish, and sleeps
+// until the next due time or a wake.
+func (s *Scheduler) fireLoop(ctx context.Context, publish publishFunc) {
 	owned := make([]bool, s.cfg.Shards)
 	batch := make([]*entry, 0, s.cfg.BatchSize)
 	timer := time.NewTimer(time.Hour)
@@ -52,9 +59,7 @@ func (s *Scheduler) fireLoop(ctx context.Context) {
 		timerFires, waitFires := s.prepare(batch, now)
 		next, armed := s.index.next(owned)
 		s.mu.Unlock()
-		timerFires = s.dropDelivered(ctx, timerFires)
-		s.publishTimers(ctx, timerFires)
-		s.publishWaits(ctx, waitFires)
+		publish(ctx, timerFires, waitFires)
 		if ctx.Err() != nil {
 			return
 		}
@@ -119,6 +124,13 @@ func (s *Scheduler) prepare(batch []*entry, now time.Time) ([]subjects.TimerFire
 		timerFires = append(timerFires, f)
 	}
 	return timerFires, waitFires
+}
+
+// publish is the fire loop's publishFunc: fires whose envelope is
+// already stored go to their record update, the others out.
+func (s *Scheduler) publish(ctx context.Context, timerFires []subjects.TimerFired, waitFires []subjects.WaitFired) {
+	s.publishTimers(ctx, s.dropDelivered(ctx, timerFires))
+	s.publishWaits(ctx, waitFires)
 }
 
 // dropDelivered takes out of fires those whose envelope the inbox already

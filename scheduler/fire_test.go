@@ -15,6 +15,7 @@ import (
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/metrictest"
 	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/scheduler"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
@@ -102,11 +103,11 @@ func TestTimersFireIntoInbox(t *testing.T) {
 		t.Errorf("one-shot fired %d times", seen[once.ID])
 	}
 
-	waitFor(t, func() bool {
+	testwait.Eventually(t, 5*time.Second, func() bool {
 		got, err := store.Get(ctx, "demo", once.ID)
 		return err == nil && got.Status == subjects.TimerCompleted && got.FireCount == 1 && got.NextFireAt == nil && got.LastFiredAt != nil
 	})
-	waitFor(t, func() bool {
+	testwait.Eventually(t, 5*time.Second, func() bool {
 		got, err := store.Get(ctx, "demo", rep.ID)
 		if err != nil || got.FireCount < 3 || got.NextFireAt == nil {
 			return false
@@ -117,17 +118,6 @@ func TestTimersFireIntoInbox(t *testing.T) {
 	})
 	if _, err := store.Cancel(ctx, "demo", once.ID); !errors.Is(err, subjects.ErrTimerCompleted) {
 		t.Errorf("cancel completed: %v", err)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/kvwatch"
 	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/partitions"
 	"github.com/chime-nats/chime/timers"
 )
@@ -31,7 +32,7 @@ func TestShardedHealthIsPerShard(t *testing.T) {
 	_ = live.Start(ctx)
 	defer live.Stop()
 	<-live.Loaded()
-	eventually(t, "the watch live", func() bool { ok, _ := live.Live(); return ok })
+	testwait.Eventually(t, 15*time.Second, func() bool { ok, _ := live.Live(); return ok }, "the watch live")
 	stalled := kvwatch.New(kvwatch.Config{JS: res.JS, Bucket: res.Timers.KVs[1].Bucket(), Keys: partitions.ShardKeys(1), Apply: func(kvwatch.Entry) {}})
 	s.shardStates[0].watches = []*kvwatch.Watch{live}
 	s.shardStates[1].watches = []*kvwatch.Watch{stalled} // never started
@@ -89,5 +90,5 @@ func TestHealthyWhileStarting(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("not ready")
 	}
-	eventually(t, "healthy once started", func() bool { ok, _ := s.Healthy(); return ok })
+	testwait.Eventually(t, 15*time.Second, func() bool { ok, _ := s.Healthy(); return ok }, "healthy once started")
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -164,7 +165,7 @@ func (l *Leases) Owned(now time.Time, owned []bool) {
 	defer l.mu.Unlock()
 	for s := range owned {
 		ls, ok := l.owned[s]
-		owned[s] = ok && now.Before(ls.validUntil)
+		owned[s] = ok && ls.valid(now)
 	}
 }
 
@@ -219,8 +220,8 @@ func (l *Leases) round(ctx context.Context) error {
 		}
 		return err
 	}
-	target := (l.shards + replicas - 1) / replicas
-	if l.rebalance(ctx, start, target) {
+	target := share(l.shards, replicas)
+	if l.rebalance(ctx, start, replicas) {
 		changed = true
 	}
 	if changed {
@@ -243,9 +244,9 @@ func (l *Leases) refresh(ctx context.Context, start time.Time) bool {
 		l.mu.Lock()
 		switch {
 		case err == nil:
-			l.owned[s] = lease{rev: rev, validUntil: start.Add(l.ttl - l.renew)}
+			l.owned[s] = lease{rev: rev, validUntil: validUntil(start, l.ttl, l.renew)}
 		case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists),
-			errors.Is(err, jetstream.ErrKeyNotFound), !start.Add(l.ttl - l.renew).After(l.now()):
+			errors.Is(err, jetstream.ErrKeyNotFound), !(lease{validUntil: validUntil(start, l.ttl, l.renew)}).valid(l.now()):
 			// Lost to another replica, or unconfirmed past its validity.
 			delete(l.owned, s)
 			changed = true
@@ -267,19 +268,19 @@ func (l *Leases) replicas(ctx context.Context) (int, error) {
 	return max(n, 1), nil
 }
 
-func (l *Leases) rebalance(ctx context.Context, start time.Time, target int) bool {
-	changed := false
+// rebalance gives back the shards beyond this replica's share and seeks
+// others up to it, as plan says.
+func (l *Leases) rebalance(ctx context.Context, start time.Time, replicas int) bool {
 	l.mu.Lock()
-	have := len(l.owned)
-	var extra []int
+	held := make([]int, 0, len(l.owned))
 	for s := range l.owned {
-		if have-len(extra) <= target {
-			break
-		}
-		extra = append(extra, s)
+		held = append(held, s)
 	}
 	l.mu.Unlock()
-	for _, s := range extra {
+	slices.Sort(held)
+	give, seek, want := plan(held, l.shards, replicas, offset(l.id, l.shards))
+	changed := false
+	for _, s := range give {
 		l.mu.Lock()
 		ls := l.owned[s]
 		delete(l.owned, s)
@@ -287,30 +288,59 @@ func (l *Leases) rebalance(ctx context.Context, start time.Time, target int) boo
 		_ = l.kv.Delete(ctx, shardKey(s), jetstream.LastRevision(ls.rev))
 		changed = true
 	}
-	if have >= target {
-		return changed
-	}
-	// Start at a replica-specific offset so newcomers don't all race for shard 0.
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(l.id))
-	offset := int(h.Sum32() % uint32(l.shards))
-	for i := 0; i < l.shards && have < target; i++ {
-		s := (offset + i) % l.shards
-		l.mu.Lock()
-		_, mine := l.owned[s]
-		l.mu.Unlock()
-		if mine {
-			continue
+	for _, s := range seek {
+		if want == 0 {
+			break
 		}
 		rev, err := l.kv.Create(ctx, shardKey(s), []byte(l.id))
 		if err != nil {
 			continue // held by another replica, or a transient error
 		}
 		l.mu.Lock()
-		l.owned[s] = lease{rev: rev, validUntil: start.Add(l.ttl - l.renew)}
+		l.owned[s] = lease{rev: rev, validUntil: validUntil(start, l.ttl, l.renew)}
 		l.mu.Unlock()
-		have++
+		want--
 		changed = true
 	}
 	return changed
+}
+
+// validUntil is until when a lease confirmed by a write sent at start may
+// be fired on: its TTL less one renew period, so the owner stops before
+// its key can expire and be created by another replica.
+func validUntil(start time.Time, ttl, renew time.Duration) time.Time { return start.Add(ttl - renew) }
+
+// valid reports whether the lease may be fired on at now.
+func (ls lease) valid(now time.Time) bool { return now.Before(ls.validUntil) }
+
+// share is the most shards one of replicas aims to hold: the equal share
+// rounded up, so that between them every shard has an owner.
+func share(shards, replicas int) int { return (shards + replicas - 1) / replicas }
+
+// plan says what a replica holding held (sorted) of shards, shared among
+// replicas, does next: the held shards it gives back, beyond its share;
+// the shards it may seek, in the order to try them, starting at offset;
+// and how many of those it wants.
+func plan(held []int, shards, replicas, offset int) (give, seek []int, want int) {
+	target := share(shards, replicas)
+	if len(held) > target {
+		return held[target:], nil, 0
+	}
+	if len(held) == target {
+		return nil, nil, 0
+	}
+	for i := range shards {
+		if s := (offset + i) % shards; !slices.Contains(held, s) {
+			seek = append(seek, s)
+		}
+	}
+	return nil, seek, target - len(held)
+}
+
+// offset is where replica id starts seeking shards, so that newcomers do
+// not all race for shard 0.
+func offset(id string, shards int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return int(h.Sum32() % uint32(shards))
 }

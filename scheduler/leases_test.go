@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/scheduler"
 )
 
@@ -28,7 +29,7 @@ func TestLeasesShareAndTakeOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Stop(context.Background())
-	waitUntil(t, 10*time.Second, func() bool { return a.Count() == shards/2 && b.Count() == shards/2 })
+	testwait.Eventually(t, 10*time.Second, func() bool { return a.Count() == shards/2 && b.Count() == shards/2 })
 
 	owned := make([]bool, shards)
 	a.Owned(time.Now(), owned)
@@ -42,17 +43,6 @@ func TestLeasesShareAndTakeOver(t *testing.T) {
 
 	killA() // dies without handing back its leases
 	start := time.Now()
-	waitUntil(t, 10*time.Second, func() bool { return b.Count() == shards })
+	testwait.Eventually(t, 10*time.Second, func() bool { return b.Count() == shards })
 	t.Logf("takeover after %v", time.Since(start))
-}
-
-func waitUntil(t *testing.T, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", d)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
 }

@@ -176,7 +176,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		return err
 	}
 	s.wg.Add(3)
-	go func() { defer s.wg.Done(); s.fireLoop(ctx) }()
+	go func() { defer s.wg.Done(); s.fireLoop(ctx, s.publish) }()
 	go func() { defer s.wg.Done(); s.ackLoop(ctx) }()
 	go func() { defer s.wg.Done(); s.progressLoop(ctx) }()
 	for range s.cfg.RecordWorkers {

@@ -18,6 +18,7 @@ import (
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/partitions"
 	"github.com/chime-nats/chime/quotas"
 	"github.com/chime-nats/chime/subjects"
@@ -138,15 +139,15 @@ func testReplicasHoldOnlyTheirShards(t *testing.T, partitionCount int) {
 
 	a := startReplica(t, res, "a", shards, tstore)
 	b := startReplica(t, res, "b", shards, tstore)
-	eventually(t, "the shards divided and loaded", func() bool {
+	testwait.Eventually(t, 15*time.Second, func() bool {
 		return a.leases.Count() == shards/2 && b.leases.Count() == shards/2 && a.loaded() && b.loaded()
-	})
+	}, "the shards divided and loaded")
 	if partitionCount > 0 {
 		counter = NewCounts(res.JS, res.Counts, nil)
-		eventually(t, "the counts written", func() bool {
+		testwait.Eventually(t, 15*time.Second, func() bool {
 			n, err := counter.ActiveTimers(ctx, "agent3")
 			return err == nil && n == 40
-		})
+		}, "the counts written")
 	}
 	for _, r := range []*replicaUnderTest{a, b} {
 		if partitionCount == 0 {
@@ -186,7 +187,7 @@ func testReplicasHoldOnlyTheirShards(t *testing.T, partitionCount int) {
 		}
 		due = append(due, tm.ID)
 	}
-	eventually(t, "a takes every shard and loads it", func() bool { return a.leases.Count() == shards && a.loaded() })
+	testwait.Eventually(t, 15*time.Second, func() bool { return a.leases.Count() == shards && a.loaded() }, "a takes every shard and loads it")
 	_, gotTimers, gotWaits := a.held()
 	if len(gotWaits) != len(waitKeys) || len(gotTimers) < len(timerKeys) {
 		t.Fatalf("after the takeover a holds %d timers and %d waits, want %d+ and %d", len(gotTimers), len(gotWaits), len(timerKeys), len(waitKeys))
@@ -226,17 +227,6 @@ func awaitFires(t *testing.T, inbox <-chan *nats.Msg, n int) map[string]int {
 	return fired
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 15s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestTakeoverLoadsWhatAQuietBucketHolds: a replica that gains shards
 // loads them, and fires their timers, even when the last delivery of its
 // replay says messages are still pending and the bucket then stays quiet.
@@ -257,9 +247,9 @@ func TestTakeoverLoadsWhatAQuietBucketHolds(t *testing.T) {
 	tstore := timers.NewStore(res.Timers, nil, kvrec.Retention{})
 	a := startReplica(t, res, "a", shards, tstore)
 	b := startReplica(t, res, "b", shards, tstore)
-	eventually(t, "the shards divided and loaded", func() bool {
+	testwait.Eventually(t, 15*time.Second, func() bool {
 		return a.leases.Count() == shards/2 && b.leases.Count() == shards/2 && a.loaded() && b.loaded()
-	})
+	}, "the shards divided and loaded")
 	inbox := make(chan *nats.Msg, 64)
 	sub, err := nc.ChanSubscribe(subjects.Inbox("quiet"), inbox)
 	if err != nil {
@@ -288,6 +278,6 @@ func TestTakeoverLoadsWhatAQuietBucketHolds(t *testing.T) {
 	if _, err := res.JS.PublishMsg(ctx, junk); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a takes every shard and loads it", func() bool { return a.leases.Count() == shards && a.loaded() })
+	testwait.Eventually(t, 15*time.Second, func() bool { return a.leases.Count() == shards && a.loaded() }, "a takes every shard and loads it")
 	awaitFires(t, inbox, len(due))
 }

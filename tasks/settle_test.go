@@ -2,6 +2,7 @@ package tasks_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
 )
@@ -67,19 +69,13 @@ func TestStoredResultIsDeliveredWithoutRetry(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer settler.Stop()
-			for {
+			testwait.Eventually(t, 20*time.Second, func() bool {
 				rec, _, err := kvrec.Get[subjects.Task](ctx, res.Tasks, subjects.TaskKey("a", "t1"))
-				if ctx.Err() != nil {
-					t.Fatal("the stored result was not delivered")
-				}
 				if err != nil {
 					t.Fatal(err)
 				}
-				if rec.DeliveredAt != nil {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+				return rec.DeliveredAt != nil
+			}, "the stored result delivered")
 			got := e.results(t, "a")
 			if len(got) != 1 || got[0].Source.ID != "t1" {
 				t.Fatalf("task_result envelopes %+v, want one for t1", got)
@@ -115,7 +111,7 @@ func TestSettleItemOfAResultThatNeverLanded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer settler.Stop()
-	for {
+	testwait.Until(t, 20*time.Second, func() (bool, string) {
 		c, err := e.res.JS.Consumer(ctx, engine.EventsStream, tasks.SettleDurable)
 		if err != nil {
 			t.Fatal(err)
@@ -124,14 +120,8 @@ func TestSettleItemOfAResultThatNeverLanded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.AckFloor.Stream > 0 && info.NumAckPending == 0 && info.NumPending == 0 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("work item not dropped: %+v", info)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return info.AckFloor.Stream > 0 && info.NumAckPending == 0 && info.NumPending == 0, fmt.Sprintf("%+v", info)
+	}, "work item dropped")
 	if got := e.results(t, "a"); len(got) != 0 {
 		t.Fatalf("a task that never finished delivered %+v", got)
 	}

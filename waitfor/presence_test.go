@@ -11,6 +11,7 @@ import (
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
 )
@@ -62,13 +63,7 @@ func TestRegistrationRacesWake(t *testing.T) {
 		}
 	})
 	defer func() { stopNoise(); wg.Wait() }()
-	deadline := time.Now().Add(5 * time.Second)
-	for !ix.Absent("idle-0") {
-		if time.Now().After(deadline) {
-			t.Fatal("the view never vouched for an agent with no registration")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Eventually(t, 5*time.Second, func() bool { return ix.Absent("idle-0") }, "the view vouching for an agent with no registration")
 
 	spec, err := subjects.DecodeWaitFor([]byte(`{"wake":"external","reason":"ci","delivery":"silent"}`))
 	if err != nil {
@@ -87,18 +82,12 @@ func TestRegistrationRacesWake(t *testing.T) {
 	}
 	for i, id := range ids {
 		agentID := fmt.Sprint("racer-", i)
-		for {
+		testwait.Until(t, 15*time.Second, func() (bool, string) {
 			w, err := store.Get(ctx, agentID, id)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if w.Status == subjects.WaitForWoken {
-				break
-			}
-			if time.Now().After(deadline.Add(10 * time.Second)) {
-				t.Fatalf("%s's registration was never woken by the wake stored after it: %s", agentID, w.Status)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return w.Status == subjects.WaitForWoken, string(w.Status)
+		}, "%s's registration woken by the wake stored after it", agentID)
 	}
 }

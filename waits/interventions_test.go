@@ -20,6 +20,7 @@ import (
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/metrictest"
 	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/waits"
 )
@@ -168,13 +169,10 @@ func TestPoisonInterventionIsolated(t *testing.T) {
 	t.Logf("b's intervention delivered %v after it was sent", expect(t, inboxB, "for b", 3*time.Second).Round(time.Millisecond))
 
 	poison := map[string]string{"consumer": waits.InterventionsDurable, "reason": consumer.ReasonPoison}
-	deadline := time.Now().Add(3 * time.Second)
-	for r.counter(t, "chime_consumer_terminated_total", poison) != 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("poison terminated: %v, want 2", r.counter(t, "chime_consumer_terminated_total", poison))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(t, 3*time.Second, func() (bool, string) {
+		n := r.counter(t, "chime_consumer_terminated_total", poison)
+		return n == 2, fmt.Sprint(n)
+	}, "2 poison terminated")
 	r.intervene(t, "agent-a", subjects.ActionMessage, "for a")
 	expect(t, inboxA, "for a", 3*time.Second)
 

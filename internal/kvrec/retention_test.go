@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/internal/kvrec"
+	"github.com/chime-nats/chime/internal/testwait"
 )
 
 // job is a record that finishes.
@@ -79,13 +80,7 @@ func readJob(t *testing.T, kv jetstream.KeyValue, key string) job {
 
 func waitGone(t *testing.T, kv jetstream.KeyValue, key string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !gone(t, kv, key) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s still there", key)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.Eventually(t, 10*time.Second, func() bool { return gone(t, kv, key) }, "%s still there", key)
 }
 
 // TestFinishedRecordsExpire: the write that finishes a record carries the
@@ -202,16 +197,10 @@ func TestSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := s.GetLastMsgForSubject(ctx, "$KV.jobs.gone"); errors.Is(err, jetstream.ErrMsgNotFound) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the deletion marker of gone is still there")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.Eventually(t, 10*time.Second, func() bool {
+		_, err := s.GetLastMsgForSubject(ctx, "$KV.jobs.gone")
+		return errors.Is(err, jetstream.ErrMsgNotFound)
+	}, "the deletion marker of gone removed")
 	if n, err := kvrec.Sweep(ctx, kvrec.Retention{}, kv, (*job).finished, later); err != nil || n != 0 {
 		t.Fatalf("zero retention swept %d (%v)", n, err)
 	}

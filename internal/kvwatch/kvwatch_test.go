@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/chime-nats/chime/internal/kvwatch"
+	"github.com/chime-nats/chime/internal/testwait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -104,17 +105,6 @@ func connect(t *testing.T, url string) jetstream.JetStream {
 		t.Fatal(err)
 	}
 	return js
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func waitLoaded(t *testing.T, w *kvwatch.Watch) {
@@ -222,16 +212,16 @@ func TestSurvivesServerRestart(t *testing.T) {
 	waitLoaded(t, w)
 	srv.ns.Shutdown()
 	srv.ns.WaitForShutdown()
-	eventually(t, "watch reports not live", func() bool { live, _ := w.Live(); return !live })
+	testwait.Eventually(t, 10*time.Second, func() bool { live, _ := w.Live(); return !live }, "watch reports not live")
 	srv.start(t)
 	var rev uint64
-	eventually(t, "put after restart", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		r, err := kv.Put(pctx, "after", []byte("2"))
 		rev = r
 		return err == nil
-	})
+	}, "put after restart")
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := w.WaitSeen(wctx, rev); err != nil {
@@ -243,7 +233,7 @@ func TestSurvivesServerRestart(t *testing.T) {
 	if _, ok := v.get("before"); !ok || v.resets != 0 {
 		t.Fatalf("view lost its state (resets %d)", v.resets)
 	}
-	eventually(t, "live again", func() bool { live, _ := w.Live(); return live })
+	testwait.Eventually(t, 10*time.Second, func() bool { live, _ := w.Live(); return live }, "live again")
 }
 
 // TestReloadsRecreatedBucket: a bucket deleted and made anew restarts its
@@ -273,10 +263,10 @@ func TestReloadsRecreatedBucket(t *testing.T) {
 	if _, err := kv.Put(ctx, "fresh", []byte("1")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "reloaded", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		_, ok := v.get("fresh")
 		return ok && v.len() == 1
-	})
+	}, "reloaded")
 	if v.resets < 1 {
 		t.Fatal("no reset")
 	}
@@ -320,7 +310,7 @@ func TestExpiredKeyIsDeleted(t *testing.T) {
 	if _, ok := following.get("goes"); !ok {
 		t.Fatal("the key with a TTL was not loaded")
 	}
-	eventually(t, "expired key deleted", func() bool { _, ok := following.get("goes"); return !ok })
+	testwait.Eventually(t, 10*time.Second, func() bool { _, ok := following.get("goes"); return !ok }, "expired key deleted")
 	loading, _ := watch() // the marker is the key's last message now
 	if _, ok := loading.get("goes"); ok || loading.len() != 1 || following.len() != 1 {
 		t.Fatalf("after expiry: following %d keys, loading %d keys", following.len(), loading.len())
@@ -429,14 +419,14 @@ func TestReplay(t *testing.T) {
 			t.Fatal("replay never caught up")
 		}
 	}
-	eventually(t, "every key at v2", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		for i := range 200 {
 			if got, _ := v.get("k" + strconv.Itoa(i)); got != "v2" {
 				return false
 			}
 		}
 		return true
-	})
+	}, "every key at v2")
 	mu.Lock()
 	defer mu.Unlock()
 	if again == 0 {
@@ -615,14 +605,14 @@ func TestCaughtUpWhenPendingStaysAboveZero(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the replay never caught up")
 	}
-	eventually(t, "every key at 2", func() bool {
+	testwait.Eventually(t, 10*time.Second, func() bool {
 		for i := range 10 {
 			if got, _ := v.get("k" + strconv.Itoa(i)); got != "2" {
 				return false
 			}
 		}
 		return true
-	})
+	}, "every key at 2")
 	// The watch goes on with changes after it.
 	rev, err := kv.Put(ctx, "after", []byte("1"))
 	if err != nil {
