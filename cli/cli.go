@@ -1,6 +1,8 @@
-// Package cli owns chime's command line: serve, timer, wait, agent,
-// callback and version (the benchmarks are a command of their own,
-// cmd/chime-bench). Commands other than serve speak NATS to CHIME_NATS_URL
+// Package cli owns chime's command line: serve, the commands written out
+// by hand (timer, wait, agent, callback, question, notify, task run, inbox,
+// nats-config, version) and one command for every other action of the
+// action table (actions.go), its lists shown as tables (table.go). The
+// benchmarks are a command of their own, cmd/chime-bench. Commands other than serve speak NATS to CHIME_NATS_URL
 // (default the local embedded server's address), as any agent would.
 package cli
 
