@@ -64,3 +64,12 @@ type AgentSummary struct {
 type ListAgentsReply struct {
 	Agents []AgentSummary `json:"agents"`
 }
+
+// AgentStatus is an agent's lifecycle state.
+type AgentStatus string
+
+// Agent statuses; an agent never started is neither.
+const (
+	AgentActive  AgentStatus = "active"
+	AgentStopped AgentStatus = "stopped"
+)

@@ -108,17 +108,8 @@ func ParseMode(s string, def DeliveryMode) (DeliveryMode, error) {
 			return m, nil
 		}
 	}
-	return "", invalid("delivery_mode must be wake_hint or enqueue_message, not " + s)
+	return "", Invalid("delivery_mode must be wake_hint or enqueue_message, not " + s)
 }
-
-// AgentStatus is an agent's lifecycle state.
-type AgentStatus string
-
-// Agent statuses; an agent never started is neither.
-const (
-	AgentActive  AgentStatus = "active"
-	AgentStopped AgentStatus = "stopped"
-)
 
 // TriggerStatus is where a trigger is in its life.
 type TriggerStatus string
@@ -178,13 +169,13 @@ type CreateTriggerRequest struct {
 	Label string `json:"label,omitempty"`
 }
 
-// maxLabel bounds a trigger label.
-const maxLabel = 200
+// MaxLabelLen bounds a trigger label.
+const MaxLabelLen = 200
 
 // Validate checks the request; the mode defaults to wake_hint.
 func (r *CreateTriggerRequest) Validate() (DeliveryMode, error) {
-	if len(r.Label) > maxLabel {
-		return "", invalid("label must be at most 200 bytes")
+	if len(r.Label) > MaxLabelLen {
+		return "", Invalid("label must be at most 200 bytes")
 	}
 	return ParseMode(r.Mode, ModeWakeHint)
 }
@@ -230,10 +221,6 @@ func DecodeTriggerRef(data []byte) (string, error) {
 	}
 	return r.ID, r.Validate()
 }
-
-// DecodeNoFields decodes the body of a request that takes none
-// (lifecycle.start, lifecycle.stop, trigger.list): empty or {}.
-func DecodeNoFields(data []byte) error { return DecodeStrict(data, &struct{}{}) }
 
 // TriggerNotFound is the error for an unknown trigger.
 func TriggerNotFound(id string) *Error {
@@ -321,14 +308,14 @@ func DecodeCallbackBody(contentType string, body []byte) (*Payload, error) {
 	}
 	switch {
 	case media == "application/json" || strings.HasSuffix(media, "+json"):
-		compact, err := compactStrict(body)
+		compact, err := CompactStrict(body)
 		if err != nil {
 			return nil, &Error{Code: CodeInvalidJSON, Message: "malformed JSON body: " + strings.TrimPrefix(AsError(err).Message, "malformed JSON: ")}
 		}
 		p.JSON = compact
 		return p, nil
 	case media == "":
-		if compact, err := compactStrict(body); err == nil {
+		if compact, err := CompactStrict(body); err == nil {
 			p.JSON = compact
 			return p, nil
 		}

@@ -1,4 +1,4 @@
-package subjects
+package subjects_test
 
 import (
 	"bytes"
@@ -8,27 +8,30 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/subjects/subjectstest"
 )
 
 func TestDecodeCallbackBody(t *testing.T) {
 	for _, tc := range []struct {
 		name, contentType, body string
-		want                    Payload
+		want                    subjects.Payload
 		reason, text            string
 	}{
-		{"empty", "", "", Payload{}, "external trigger fired", ""},
-		{"blank JSON", "application/json", "  \n", Payload{}, "external trigger fired", ""},
-		{"text", "text/plain; charset=utf-8", "build 7 green", Payload{Text: "build 7 green"}, "build 7 green", "build 7 green"},
-		{"JSON text field", "application/json", `{ "text" : "hi" }`, Payload{JSON: []byte(`{"text":"hi"}`)}, `{"text":"hi"}`, "hi"},
-		{"JSON other", "application/json", `{"ok": true}`, Payload{JSON: []byte(`{"ok":true}`)}, `{"ok":true}`, `{"ok":true}`},
-		{"+json", "application/vnd.github+json", `[1, 2]`, Payload{JSON: []byte(`[1,2]`)}, `[1,2]`, `[1,2]`},
-		{"untyped JSON", "", `{"a":1}`, Payload{JSON: []byte(`{"a":1}`)}, `{"a":1}`, `{"a":1}`},
-		{"untyped bytes", "", "not json", Payload{ContentType: "application/octet-stream", BodyBase64: "bm90IGpzb24="}, "external trigger fired", ""},
-		{"binary", "image/png", "\x89PNG", Payload{ContentType: "image/png", BodyBase64: "iVBORw=="}, "external trigger fired", ""},
-		{"text not UTF-8", "text/plain", "\xff\xfe", Payload{ContentType: "text/plain", BodyBase64: "//4="}, "external trigger fired", ""},
-		{"bad content type", "text/", "x", Payload{ContentType: "application/octet-stream", BodyBase64: "eA=="}, "external trigger fired", ""},
+		{"empty", "", "", subjects.Payload{}, "external trigger fired", ""},
+		{"blank JSON", "application/json", "  \n", subjects.Payload{}, "external trigger fired", ""},
+		{"text", "text/plain; charset=utf-8", "build 7 green", subjects.Payload{Text: "build 7 green"}, "build 7 green", "build 7 green"},
+		{"JSON text field", "application/json", `{ "text" : "hi" }`, subjects.Payload{JSON: []byte(`{"text":"hi"}`)}, `{"text":"hi"}`, "hi"},
+		{"JSON other", "application/json", `{"ok": true}`, subjects.Payload{JSON: []byte(`{"ok":true}`)}, `{"ok":true}`, `{"ok":true}`},
+		{"+json", "application/vnd.github+json", `[1, 2]`, subjects.Payload{JSON: []byte(`[1,2]`)}, `[1,2]`, `[1,2]`},
+		{"untyped JSON", "", `{"a":1}`, subjects.Payload{JSON: []byte(`{"a":1}`)}, `{"a":1}`, `{"a":1}`},
+		{"untyped bytes", "", "not json", subjects.Payload{ContentType: "application/octet-stream", BodyBase64: "bm90IGpzb24="}, "external trigger fired", ""},
+		{"binary", "image/png", "\x89PNG", subjects.Payload{ContentType: "image/png", BodyBase64: "iVBORw=="}, "external trigger fired", ""},
+		{"text not UTF-8", "text/plain", "\xff\xfe", subjects.Payload{ContentType: "text/plain", BodyBase64: "//4="}, "external trigger fired", ""},
+		{"bad content type", "text/", "x", subjects.Payload{ContentType: "application/octet-stream", BodyBase64: "eA=="}, "external trigger fired", ""},
 	} {
-		got, err := DecodeCallbackBody(tc.contentType, []byte(tc.body))
+		got, err := subjects.DecodeCallbackBody(tc.contentType, []byte(tc.body))
 		if err != nil {
 			t.Errorf("%s: %v", tc.name, err)
 			continue
@@ -47,31 +50,31 @@ func TestDecodeCallbackBody(t *testing.T) {
 
 func TestDecodeCallbackBodyErrors(t *testing.T) {
 	for _, tc := range []struct{ contentType, body, code string }{
-		{"application/json", `{"text":`, CodeInvalidJSON},
-		{"application/problem+json", `{]`, CodeInvalidJSON},
-		{"text/plain", strings.Repeat("a", MaxCallbackBody+1), CodePayloadTooLarge},
+		{"application/json", `{"text":`, subjects.CodeInvalidJSON},
+		{"application/problem+json", `{]`, subjects.CodeInvalidJSON},
+		{"text/plain", strings.Repeat("a", subjects.MaxCallbackBody+1), subjects.CodePayloadTooLarge},
 	} {
-		_, err := DecodeCallbackBody(tc.contentType, []byte(tc.body))
-		var e *Error
+		_, err := subjects.DecodeCallbackBody(tc.contentType, []byte(tc.body))
+		var e *subjects.Error
 		if !errors.As(err, &e) || e.Code != tc.code {
 			t.Errorf("%s %.20q: %v, want %s", tc.contentType, tc.body, err, tc.code)
 		}
 	}
-	if _, err := DecodeCallbackBody("text/plain", bytes.Repeat([]byte("a"), MaxCallbackBody)); err != nil {
+	if _, err := subjects.DecodeCallbackBody("text/plain", bytes.Repeat([]byte("a"), subjects.MaxCallbackBody)); err != nil {
 		t.Errorf("256 KiB: %v", err)
 	}
 }
 
 func TestWakeReasonCut(t *testing.T) {
-	p := Payload{JSON: []byte(`"` + strings.Repeat("é", 200) + `"`)}
+	p := subjects.Payload{JSON: []byte(`"` + strings.Repeat("é", 200) + `"`)}
 	if got := p.WakeReason(); got != `"`+strings.Repeat("é", 159)+"..." {
 		t.Errorf("JSON cut by characters: %q", got)
 	}
-	p = Payload{JSON: []byte(strings.Repeat("1", 160))}
+	p = subjects.Payload{JSON: []byte(strings.Repeat("1", 160))}
 	if got := p.WakeReason(); got != string(p.JSON) {
 		t.Errorf("160 characters are not cut: %q", got)
 	}
-	p = Payload{Text: strings.Repeat("x", 500)}
+	p = subjects.Payload{Text: strings.Repeat("x", 500)}
 	if got := p.WakeReason(); got != p.Text {
 		t.Errorf("a text reason is the text, uncut: %d characters", len(got))
 	}
@@ -79,11 +82,11 @@ func TestWakeReasonCut(t *testing.T) {
 
 func TestCallbackEnvelopeSize(t *testing.T) {
 	body := strings.Repeat("<&>", 60000) // HTML escaping would make this 1 MB
-	p, err := DecodeCallbackBody("text/plain", []byte(body))
+	p, err := subjects.DecodeCallbackBody("text/plain", []byte(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := CallbackEnvelope(&CallbackEvent{ID: "x", AgentID: "a", TriggerID: "t", Mode: ModeEnqueueMessage, Payload: p})
+	env := subjects.CallbackEnvelope(&subjects.CallbackEvent{ID: "x", AgentID: "a", TriggerID: "t", Mode: subjects.ModeEnqueueMessage, Payload: p})
 	m, err := env.Msg()
 	if err != nil || len(m.Data) > len(body)+400 || env.Text != body {
 		t.Errorf("envelope of %d bytes for a %d-byte text (%v)", len(m.Data), len(body), err)
@@ -91,16 +94,16 @@ func TestCallbackEnvelopeSize(t *testing.T) {
 }
 
 func TestTriggerRefs(t *testing.T) {
-	if got := TriggerURL("https://chime.example/", ModeEnqueueMessage, "tok"); got != "https://chime.example/api/callbacks/enqueue/tok" {
+	if got := subjects.TriggerURL("https://chime.example/", subjects.ModeEnqueueMessage, "tok"); got != "https://chime.example/api/callbacks/enqueue/tok" {
 		t.Errorf("url %q", got)
 	}
-	if CallbackMsgID("trg_1", "k", "cb_1") != CallbackMsgID("trg_1", "k", "cb_2") || CallbackMsgID("trg_1", "k", "x") == CallbackMsgID("trg_2", "k", "x") {
+	if subjects.CallbackMsgID("trg_1", "k", "cb_1") != subjects.CallbackMsgID("trg_1", "k", "cb_2") || subjects.CallbackMsgID("trg_1", "k", "x") == subjects.CallbackMsgID("trg_2", "k", "x") {
 		t.Error("idempotency keys must be scoped to the trigger, and only to it")
 	}
-	if m, err := ParseMode("", ModeWakeHint); err != nil || m != ModeWakeHint {
+	if m, err := subjects.ParseMode("", subjects.ModeWakeHint); err != nil || m != subjects.ModeWakeHint {
 		t.Errorf("default mode %v %v", m, err)
 	}
-	if _, err := ParseMode("wake", ModeWakeHint); err == nil || err.Error() != "invalid_request: delivery_mode must be wake_hint or enqueue_message, not wake" {
+	if _, err := subjects.ParseMode("wake", subjects.ModeWakeHint); err == nil || err.Error() != "invalid_request: delivery_mode must be wake_hint or enqueue_message, not wake" {
 		t.Errorf("bad mode: %v", err)
 	}
 }
@@ -112,9 +115,9 @@ func FuzzDecodeCallbackBody(f *testing.F) {
 		f.Add(s[0], []byte(s[1]))
 	}
 	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
-		p, err := DecodeCallbackBody(contentType, body)
+		p, err := subjects.DecodeCallbackBody(contentType, body)
 		if err != nil {
-			rejected(t, body, err, CodeInvalidJSON, CodePayloadTooLarge)
+			subjectstest.Rejected(t, body, err, subjects.CodeInvalidJSON, subjects.CodePayloadTooLarge)
 			return
 		}
 		forms := 0
@@ -129,7 +132,7 @@ func FuzzDecodeCallbackBody(f *testing.F) {
 		switch {
 		case p.JSON != nil:
 			// Strict JSON, compact: it reads back as itself.
-			again, err := DecodeCallbackBody("application/json", p.JSON)
+			again, err := subjects.DecodeCallbackBody("application/json", p.JSON)
 			if !utf8.Valid(p.JSON) || err != nil || !bytes.Equal(again.JSON, p.JSON) {
 				t.Fatalf("%q: JSON %q reads back as %+v (%v)", body, p.JSON, again, err)
 			}
@@ -145,7 +148,7 @@ func FuzzDecodeCallbackBody(f *testing.F) {
 		if r := []rune(p.WakeReason()); len(r) == 0 || (p.Text == "" && len(r) > 163) {
 			t.Fatalf("reason of %d characters", len(r))
 		}
-		env := CallbackEnvelope(&CallbackEvent{ID: "x", AgentID: "a", TriggerID: "t", Mode: ModeWakeHint, Payload: p})
+		env := subjects.CallbackEnvelope(&subjects.CallbackEvent{ID: "x", AgentID: "a", TriggerID: "t", Mode: subjects.ModeWakeHint, Payload: p})
 		if _, err := env.Msg(); err != nil {
 			t.Fatalf("envelope: %v", err)
 		}

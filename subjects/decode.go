@@ -51,9 +51,9 @@ func DecodeStrict(data []byte, v any) error {
 	return nil
 }
 
-// compactStrict checks that data is one JSON value of any kind under the
+// CompactStrict checks that data is one JSON value of any kind under the
 // rules of DecodeStrict and returns it compacted, escapes as sent.
-func compactStrict(data []byte) ([]byte, error) {
+func CompactStrict(data []byte) ([]byte, error) {
 	if err := checkUTF8(data); err != nil {
 		return nil, err
 	}
@@ -205,9 +205,9 @@ func kindName(k jsontext.Kind) string {
 	}
 }
 
-// positiveInt parses a JSON number field that must be a positive integer no
+// PositiveInt parses a JSON number field that must be a positive integer no
 // larger than max. raw is nil when the field was absent.
-func positiveInt(field string, raw json.RawMessage, max int64) (int64, error) {
+func PositiveInt(field string, raw json.RawMessage, max int64) (int64, error) {
 	s := string(bytes.TrimSpace(raw))
 	if s == "" || s == "null" {
 		return 0, &Error{Code: CodeInvalidRequest, Message: field + " is required"}
@@ -233,3 +233,15 @@ func positiveInt(field string, raw json.RawMessage, max int64) (int64, error) {
 	}
 	return n, nil
 }
+
+// IsNull reports whether a raw member is absent or null.
+func IsNull(raw json.RawMessage) bool {
+	return len(raw) == 0 || string(raw) == "null"
+}
+
+// Invalid is the invalid_request error with msg.
+func Invalid(msg string) *Error { return &Error{Code: CodeInvalidRequest, Message: msg} }
+
+// DecodeNoFields decodes the body of a request that takes none
+// (lifecycle.start, lifecycle.stop, trigger.list): empty or {}.
+func DecodeNoFields(data []byte) error { return DecodeStrict(data, &struct{}{}) }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -47,29 +46,6 @@ type Envelope struct {
 	Data    json.RawMessage `json:"data,omitempty"`
 }
 
-// TimerFiredData is the data of a timer_fired delivery.
-type TimerFiredData struct {
-	TimerID    string    `json:"timer_id"`
-	Occurrence int64     `json:"occurrence"`
-	DueAt      time.Time `json:"due_at"`
-	FiredAt    time.Time `json:"fired_at"`
-}
-
-// TimerFiredEnvelope builds the inbox delivery of a fire event.
-func TimerFiredEnvelope(f *TimerFired) Envelope {
-	data, _ := json.Marshal(TimerFiredData{TimerID: f.TimerID, Occurrence: f.Occurrence, DueAt: f.DueAt, FiredAt: f.FiredAt})
-	return Envelope{
-		ID:      f.EnvelopeID(),
-		AgentID: f.AgentID,
-		Kind:    KindTimerFired,
-		At:      f.FiredAt,
-		Source:  Source{Type: "timer", ID: f.TimerID},
-		Trust:   TrustSystem,
-		Text:    f.Text,
-		Data:    data,
-	}
-}
-
 // Msg is the envelope as the inbox message: on agent.<id>.inbox, headers
 // Chime-Kind and Nats-Msg-Id (the envelope ID, so a repeat is dropped).
 func (e *Envelope) Msg() (*nats.Msg, error) {
@@ -95,50 +71,17 @@ func EncodeJSON(v any) ([]byte, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
-// TimerFiredMsg is the inbox message of a timer fire, byte for byte what
-// TimerFiredEnvelope(f).Msg() gives, encoded without reflection: a burst
-// of fires spends its time here otherwise.
-func TimerFiredMsg(f *TimerFired) *nats.Msg {
-	b := make([]byte, 0, 320+len(f.Text))
-	id := f.EnvelopeID()
-	b = append(b, `{"id":`...)
-	b = appendString(b, id)
-	b = append(b, `,"agent_id":`...)
-	b = appendString(b, f.AgentID)
-	b = append(b, `,"kind":"`+KindTimerFired+`","at":`...)
-	b = appendTime(b, f.FiredAt)
-	b = append(b, `,"source":{"type":"timer","id":`...)
-	b = appendString(b, f.TimerID)
-	b = append(b, `},"trust":"`+TrustSystem+`"`...)
-	if f.Text != "" {
-		b = append(b, `,"text":`...)
-		b = appendString(b, f.Text)
-	}
-	b = append(b, `,"data":{"timer_id":`...)
-	b = appendString(b, f.TimerID)
-	b = append(b, `,"occurrence":`...)
-	b = strconv.AppendInt(b, f.Occurrence, 10)
-	b = append(b, `,"due_at":`...)
-	b = appendTime(b, f.DueAt)
-	b = append(b, `,"fired_at":`...)
-	b = appendTime(b, f.FiredAt)
-	b = append(b, "}}"...)
-	m := &nats.Msg{Subject: Inbox(f.AgentID), Data: b, Header: nats.Header{
-		HeaderKind: {KindTimerFired}, HeaderMsgID: {id},
-	}}
-	return m
-}
-
-func appendTime(b []byte, t time.Time) []byte {
+// AppendJSONTime appends t as a JSON string the way EncodeJSON writes it.
+func AppendJSONTime(b []byte, t time.Time) []byte {
 	b = append(b, '"')
 	b = t.AppendFormat(b, time.RFC3339Nano)
 	return append(b, '"')
 }
 
-// appendString appends s as a JSON string the way EncodeJSON writes it
+// AppendJSONString appends s as a JSON string the way EncodeJSON writes it
 // (no HTML escaping; control characters, invalid UTF-8, U+2028 and U+2029
 // escaped as encoding/json does).
-func appendString(b []byte, s string) []byte {
+func AppendJSONString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
 	start := 0

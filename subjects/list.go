@@ -106,9 +106,9 @@ func ParseCursor(action string, walks int, cursor string) ([]CursorPos, error) {
 		return nil, nil
 	}
 	if len(cursor) > MaxCursorLen {
-		return nil, invalidRequest(fmt.Sprintf("cursor is too long: at most %d characters", MaxCursorLen))
+		return nil, Invalid(fmt.Sprintf("cursor is too long: at most %d characters", MaxCursorLen))
 	}
-	malformed := invalidRequest("cursor is not a next_cursor chime gave: list again without a cursor")
+	malformed := Invalid("cursor is not a next_cursor chime gave: list again without a cursor")
 	raw, err := base64.RawURLEncoding.DecodeString(cursor)
 	if err != nil {
 		return nil, malformed
@@ -118,7 +118,7 @@ func ParseCursor(action string, walks int, cursor string) ([]CursorPos, error) {
 		return nil, malformed
 	}
 	if fields[1] != action {
-		return nil, invalidRequest(fmt.Sprintf("cursor is from a %s listing, not %s", fields[1], action))
+		return nil, Invalid(fmt.Sprintf("cursor is from a %s listing, not %s", fields[1], action))
 	}
 	parts := strings.Split(fields[2], ",")
 	if len(parts) != walks {
@@ -145,7 +145,20 @@ func ParseCursor(action string, walks int, cursor string) ([]CursorPos, error) {
 // ErrCursorStale is the error of a cursor whose walk no longer fits the
 // listing: it was given over another number of partitions.
 func ErrCursorStale() *Error {
-	return invalidRequest("cursor is from a listing over another number of partitions: list again without a cursor")
+	return Invalid("cursor is from a listing over another number of partitions: list again without a cursor")
 }
 
-func invalidRequest(msg string) *Error { return &Error{Code: CodeInvalidRequest, Message: msg} }
+// DefaultListLimit and MaxListLimit bound every listing's page.
+const (
+	DefaultListLimit = 50
+	MaxListLimit     = 1000
+)
+
+// ParseLimit validates a listing limit; absent means DefaultListLimit.
+func ParseLimit(raw json.RawMessage) (int, error) {
+	if IsNull(raw) {
+		return DefaultListLimit, nil
+	}
+	n, err := PositiveInt("limit", raw, MaxListLimit)
+	return int(n), err
+}

@@ -1,4 +1,4 @@
-package subjects
+package subjects_test
 
 import (
 	"encoding/base64"
@@ -6,28 +6,30 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/chime-nats/chime/subjects"
 )
 
 func TestCursorRoundTrip(t *testing.T) {
-	for _, from := range [][]CursorPos{
+	for _, from := range [][]subjects.CursorPos{
 		{{Buckets: 1, Bucket: 0, Seq: 42}},
 		{{Buckets: 8, Bucket: 7, Seq: 1<<64 - 1, Scan: true}},
 		{{Buckets: 1, Bucket: 1}, {Buckets: 1, Seq: 3}}, // wait.list: waits done, wait_for not
 	} {
-		action := ActionTimerList
+		action := subjects.ActionTimerList
 		if len(from) == 2 {
-			action = ActionWaitList
+			action = subjects.ActionWaitList
 		}
-		c := EncodeCursor(action, from...)
-		if c == "" || len(c) > MaxCursorLen {
+		c := subjects.EncodeCursor(action, from...)
+		if c == "" || len(c) > subjects.MaxCursorLen {
 			t.Fatalf("%+v: cursor %q", from, c)
 		}
-		back, err := ParseCursor(action, len(from), c)
+		back, err := subjects.ParseCursor(action, len(from), c)
 		if err != nil || !slices.Equal(back, from) {
 			t.Fatalf("%+v reads back as %+v (%v)", from, back, err)
 		}
 	}
-	if c := EncodeCursor(ActionWaitList, CursorPos{Buckets: 1, Bucket: 1}, CursorPos{Buckets: 2, Bucket: 2}); c != "" {
+	if c := subjects.EncodeCursor(subjects.ActionWaitList, subjects.CursorPos{Buckets: 1, Bucket: 1}, subjects.CursorPos{Buckets: 2, Bucket: 2}); c != "" {
 		t.Fatalf("every walk at its end: cursor %q, want none", c)
 	}
 }
@@ -35,7 +37,7 @@ func TestCursorRoundTrip(t *testing.T) {
 // TestListRequestErrors: each bad limit or cursor has its own text.
 func TestListRequestErrors(t *testing.T) {
 	enc := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
-	taskCursor := EncodeCursor(ActionTaskList, CursorPos{Buckets: 1, Seq: 5})
+	taskCursor := subjects.EncodeCursor(subjects.ActionTaskList, subjects.CursorPos{Buckets: 1, Seq: 5})
 	malformed := "cursor is not a next_cursor chime gave: list again without a cursor"
 	for _, tc := range []struct{ body, msg string }{
 		{`{"limit":0}`, "limit must be a positive integer, not 0"},
@@ -51,22 +53,22 @@ func TestListRequestErrors(t *testing.T) {
 		{`{"cursor":"` + enc("1|timer.list|1.0.-5") + `"}`, malformed},
 		{`{"cursor":"` + enc("1|timer.list|1.0.5.x") + `"}`, malformed},
 		{`{"cursor":"` + enc("1|timer.list|1.0.5,1.0.6") + `"}`, malformed},
-		{`{"cursor":"` + strings.Repeat("A", MaxCursorLen+1) + `"}`, "cursor is too long: at most 256 characters"},
+		{`{"cursor":"` + strings.Repeat("A", subjects.MaxCursorLen+1) + `"}`, "cursor is too long: at most 256 characters"},
 	} {
-		_, err := DecodeListTimers([]byte(tc.body))
-		var e *Error
-		if !errors.As(err, &e) || e.Code != CodeInvalidRequest || e.Message != tc.msg {
+		_, err := subjects.DecodeListTimers([]byte(tc.body))
+		var e *subjects.Error
+		if !errors.As(err, &e) || e.Code != subjects.CodeInvalidRequest || e.Message != tc.msg {
 			t.Errorf("%s: got %v, want invalid_request: %s", tc.body, err, tc.msg)
 		}
 	}
 	// No cursor, or an empty one, is the first page.
 	for _, body := range []string{``, `{}`, `{"cursor":""}`, `{"limit":5}`} {
-		if page, err := DecodeListTimers([]byte(body)); err != nil || page.From != nil {
+		if page, err := subjects.DecodeListTimers([]byte(body)); err != nil || page.From != nil {
 			t.Errorf("%q: %+v %v", body, page, err)
 		}
 	}
 	// wait.list's cursor holds two places; a timer.list one is refused.
-	if _, err := DecodeListWaits([]byte(`{"cursor":"` + EncodeCursor(ActionWaitList, CursorPos{Buckets: 1, Seq: 1}) + `"}`)); err == nil {
+	if _, err := subjects.DecodeListWaits([]byte(`{"cursor":"` + subjects.EncodeCursor(subjects.ActionWaitList, subjects.CursorPos{Buckets: 1, Seq: 1}) + `"}`)); err == nil {
 		t.Error("a wait.list cursor of one walk accepted")
 	}
 }

@@ -118,7 +118,7 @@ func DecodeListNotifications(data []byte) (since *uint64, err error) {
 	if err := DecodeStrict(data, &r); err != nil {
 		return nil, err
 	}
-	if isNull(r.Since) {
+	if IsNull(r.Since) {
 		return nil, nil
 	}
 	n, err := strconv.ParseUint(string(bytes.TrimSpace(r.Since)), 10, 64)
@@ -166,11 +166,11 @@ func DecodeMarkRead(data []byte) (ids []string, all bool, err error) {
 	}
 	raw := bytes.TrimSpace(r.NotificationIDs)
 	if falsy(raw) {
-		return nil, false, invalid(NoNotificationIDsText)
+		return nil, false, Invalid(NoNotificationIDsText)
 	}
 	var list []json.RawMessage
 	if raw[0] != '[' || json.Unmarshal(raw, &list) != nil {
-		return nil, false, invalid(NotificationIDsListText)
+		return nil, false, Invalid(NotificationIDsListText)
 	}
 	for _, e := range list {
 		var s string

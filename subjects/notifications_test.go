@@ -1,9 +1,11 @@
-package subjects
+package subjects_test
 
 import (
 	"errors"
 	"slices"
 	"testing"
+
+	"github.com/chime-nats/chime/subjects"
 )
 
 func TestDecodeMarkRead(t *testing.T) {
@@ -18,24 +20,24 @@ func TestDecodeMarkRead(t *testing.T) {
 		{`{"mark_all":false,"notification_ids":["a"]}`, []string{"a"}, false, ""},
 		{`{"notification_ids":["a"," ","",7,null,"b"]}`, []string{"a", "b"}, false, ""},
 		{`{"notification_ids":[7]}`, nil, false, ""},
-		{`{}`, nil, false, NoNotificationIDsText},
-		{`{"notification_ids":null}`, nil, false, NoNotificationIDsText},
-		{`{"notification_ids":[]}`, nil, false, NoNotificationIDsText},
-		{`{"notification_ids":""}`, nil, false, NoNotificationIDsText},
-		{`{"notification_ids":0}`, nil, false, NoNotificationIDsText},
-		{`{"notification_ids":false}`, nil, false, NoNotificationIDsText},
-		{`{"notification_ids":{}}`, nil, false, NoNotificationIDsText},
-		{`{"notification_ids":"a"}`, nil, false, NotificationIDsListText},
-		{`{"notification_ids":1}`, nil, false, NotificationIDsListText},
-		{`{"notification_ids":true}`, nil, false, NotificationIDsListText},
-		{`{"notification_ids":{"a":1}}`, nil, false, NotificationIDsListText},
+		{`{}`, nil, false, subjects.NoNotificationIDsText},
+		{`{"notification_ids":null}`, nil, false, subjects.NoNotificationIDsText},
+		{`{"notification_ids":[]}`, nil, false, subjects.NoNotificationIDsText},
+		{`{"notification_ids":""}`, nil, false, subjects.NoNotificationIDsText},
+		{`{"notification_ids":0}`, nil, false, subjects.NoNotificationIDsText},
+		{`{"notification_ids":false}`, nil, false, subjects.NoNotificationIDsText},
+		{`{"notification_ids":{}}`, nil, false, subjects.NoNotificationIDsText},
+		{`{"notification_ids":"a"}`, nil, false, subjects.NotificationIDsListText},
+		{`{"notification_ids":1}`, nil, false, subjects.NotificationIDsListText},
+		{`{"notification_ids":true}`, nil, false, subjects.NotificationIDsListText},
+		{`{"notification_ids":{"a":1}}`, nil, false, subjects.NotificationIDsListText},
 		{`{"mark_all":1}`, nil, false, "mark_all must be a JSON boolean, not number"},
 		{`{"ids":["a"]}`, nil, false, `unknown field "ids"`},
 	} {
-		ids, all, err := DecodeMarkRead([]byte(tc.body))
+		ids, all, err := subjects.DecodeMarkRead([]byte(tc.body))
 		if tc.msg != "" {
-			var e *Error
-			if !errors.As(err, &e) || e.Message != tc.msg || !errors.Is(err, ErrInvalidRequest) {
+			var e *subjects.Error
+			if !errors.As(err, &e) || e.Message != tc.msg || !errors.Is(err, subjects.ErrInvalidRequest) {
 				t.Errorf("%s: got %v, want %q", tc.body, err, tc.msg)
 			}
 			continue
@@ -44,20 +46,20 @@ func TestDecodeMarkRead(t *testing.T) {
 			t.Errorf("%s: got %v %v %v", tc.body, ids, all, err)
 		}
 	}
-	if MarkedReadText(2) != "Marked 2 notifications as read" {
-		t.Error(MarkedReadText(2))
+	if subjects.MarkedReadText(2) != "Marked 2 notifications as read" {
+		t.Error(subjects.MarkedReadText(2))
 	}
 }
 
 func TestDecodeListNotifications(t *testing.T) {
-	if since, err := DecodeListNotifications(nil); err != nil || since != nil {
+	if since, err := subjects.DecodeListNotifications(nil); err != nil || since != nil {
 		t.Fatalf("empty: %v %v", since, err)
 	}
-	if since, err := DecodeListNotifications([]byte(`{"since":0}`)); err != nil || since == nil || *since != 0 {
+	if since, err := subjects.DecodeListNotifications([]byte(`{"since":0}`)); err != nil || since == nil || *since != 0 {
 		t.Fatalf("since 0: %v %v", since, err)
 	}
 	for _, body := range []string{`{"since":-1}`, `{"since":1.5}`, `{"since":"3"}`, `{"from":3}`} {
-		if _, err := DecodeListNotifications([]byte(body)); !errors.Is(err, ErrInvalidRequest) {
+		if _, err := subjects.DecodeListNotifications([]byte(body)); !errors.Is(err, subjects.ErrInvalidRequest) {
 			t.Errorf("%s: %v", body, err)
 		}
 	}

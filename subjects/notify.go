@@ -121,7 +121,7 @@ func DecodeNotify(data []byte, src NotifySource) (*Notification, error) {
 			return nil, &Error{Code: CodeInvalidRequest, Message: "Invalid notification type: " + req.Type}
 		}
 	}
-	if !isNull(req.Priority) {
+	if !IsNull(req.Priority) {
 		p, err := strconv.Atoi(string(bytes.TrimSpace(req.Priority)))
 		if err != nil || !slices.Contains(NotificationPriorities(), NotificationPriority(p)) {
 			return nil, &Error{Code: CodeInvalidRequest, Message: "Invalid notification priority: " + rawText(req.Priority)}

@@ -121,13 +121,13 @@ func DecodeAsk(data []byte) (*AskSpec, error) {
 		}
 	}
 	if len(r.Questions) == 0 {
-		return nil, invalid("questions must not be empty")
+		return nil, Invalid("questions must not be empty")
 	}
 	out := make([]QuestionItem, len(r.Questions))
 	for i, q := range r.Questions {
 		out[i].Title = strings.TrimSpace(q.Title)
 		if out[i].Title == "" {
-			return nil, invalid("question titles must not be empty")
+			return nil, Invalid("question titles must not be empty")
 		}
 		if q.Options == nil { // absent or null: free text
 			continue
@@ -139,10 +139,10 @@ func DecodeAsk(data []byte) (*AskSpec, error) {
 			}
 		}
 		if len(out[i].Options) == 0 {
-			return nil, invalid("options must contain at least one non-empty answer")
+			return nil, Invalid("options must contain at least one non-empty answer")
 		}
 	}
-	key, err := newRequestKey(r.RequestID, ActionQuestionAsk, out)
+	key, err := NewRequestKey(r.RequestID, ActionQuestionAsk, out)
 	if err != nil {
 		return nil, err
 	}
@@ -203,19 +203,19 @@ func DecodeAnswer(data []byte) (questionID string, answers []string, err error) 
 	}
 	switch {
 	case r.Answer != nil && r.Answers != nil:
-		return "", nil, invalid("use either answer or answers, not both")
+		return "", nil, Invalid("use either answer or answers, not both")
 	case r.Answer != nil:
 		answers = []string{*r.Answer}
 	default:
 		answers = r.Answers
 	}
 	if len(answers) == 0 {
-		return "", nil, invalid("answers must not be empty")
+		return "", nil, Invalid("answers must not be empty")
 	}
 	out := make([]string, len(answers))
 	for i, a := range answers {
 		if out[i] = strings.TrimSpace(a); out[i] == "" {
-			return "", nil, invalid("answers must not be empty strings")
+			return "", nil, Invalid("answers must not be empty strings")
 		}
 	}
 	return r.QuestionID, out, nil
@@ -225,7 +225,7 @@ func DecodeAnswer(data []byte) (questionID string, answers []string, err error) 
 // of the options where the question has them.
 func (q *Question) CheckAnswers(answers []string) error {
 	if len(answers) != len(q.Questions) {
-		return invalid(fmt.Sprintf("question %s has %d titles: give %d answers, in order, not %d",
+		return Invalid(fmt.Sprintf("question %s has %d titles: give %d answers, in order, not %d",
 			q.ID, len(q.Questions), len(q.Questions), len(answers)))
 	}
 	for i, item := range q.Questions {
@@ -234,7 +234,7 @@ func (q *Question) CheckAnswers(answers []string) error {
 			for j, o := range item.Options {
 				quoted[j] = strconv.Quote(o)
 			}
-			return invalid(fmt.Sprintf("answer %d must be one of the options: %s", i+1, strings.Join(quoted, ", ")))
+			return Invalid(fmt.Sprintf("answer %d must be one of the options: %s", i+1, strings.Join(quoted, ", ")))
 		}
 	}
 	return nil

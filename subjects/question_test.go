@@ -1,4 +1,4 @@
-package subjects
+package subjects_test
 
 import (
 	"encoding/json"
@@ -8,19 +8,22 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/subjects/subjectstest"
 )
 
 func TestDecodeAsk(t *testing.T) {
 	for _, tc := range []struct {
 		body string
-		want []QuestionItem
+		want []subjects.QuestionItem
 	}{
-		{`{"questions":[{"title":"Deploy now?"}]}`, []QuestionItem{{Title: "Deploy now?"}}},
+		{`{"questions":[{"title":"Deploy now?"}]}`, []subjects.QuestionItem{{Title: "Deploy now?"}}},
 		{`{"questions":[{"title":" Region? ","options":["eu"," us ",""]},{"title":"Why?","options":null}]}`,
-			[]QuestionItem{{Title: "Region?", Options: []string{"eu", "us"}}, {Title: "Why?"}}},
+			[]subjects.QuestionItem{{Title: "Region?", Options: []string{"eu", "us"}}, {Title: "Why?"}}},
 	} {
-		got, err := DecodeAsk([]byte(tc.body))
-		if err != nil || !reflect.DeepEqual(got.Items, tc.want) || got.Request != (RequestKey{}) {
+		got, err := subjects.DecodeAsk([]byte(tc.body))
+		if err != nil || !reflect.DeepEqual(got.Items, tc.want) || got.Request != (subjects.RequestKey{}) {
 			t.Errorf("%s: got %+v, %v; want %+v", tc.body, got, err, tc.want)
 		}
 	}
@@ -29,9 +32,9 @@ func TestDecodeAsk(t *testing.T) {
 // TestDecodeAskRequestID: a request_id is keyed with the questions as
 // trimmed; another request_id or other questions is another key.
 func TestDecodeAskRequestID(t *testing.T) {
-	key := func(body string) RequestKey {
+	key := func(body string) subjects.RequestKey {
 		t.Helper()
-		spec, err := DecodeAsk([]byte(body))
+		spec, err := subjects.DecodeAsk([]byte(body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,24 +54,24 @@ func TestDecodeAskRequestID(t *testing.T) {
 
 func TestDecodeAskErrors(t *testing.T) {
 	for _, tc := range []struct{ body, code, msg string }{
-		{``, CodeInvalidRequest, "questions must not be empty"},
-		{`{"questions":[]}`, CodeInvalidRequest, "questions must not be empty"},
-		{`{"questions":null}`, CodeInvalidRequest, "questions must not be empty"},
-		{`{"questions":[{"title":""}]}`, CodeInvalidRequest, "question titles must not be empty"},
-		{`{"questions":[{"title":"ok"},{"title":" \t"}]}`, CodeInvalidRequest, "question titles must not be empty"},
-		{`{"questions":[{"options":["a"]}]}`, CodeInvalidRequest, "question titles must not be empty"},
-		{`{"questions":[{"title":"t","options":[]}]}`, CodeInvalidRequest, "options must contain at least one non-empty answer"},
-		{`{"questions":[{"title":"t","options":[""," "]}]}`, CodeInvalidRequest, "options must contain at least one non-empty answer"},
-		{`{"questions":[{"title":"t","Options":["a"]}]}`, CodeInvalidRequest, `unknown field "Options" in questions.0`},
-		{`{"questions":[{"title":"t"}],"request_id":""}`, CodeInvalidRequest, "request_id must not be empty"},
-		{`{"questions":[{"title":"t"}],"request_id":5}`, CodeInvalidRequest, "request_id must be a JSON string, not number"},
-		{`{"questions":[{"title":"t"}],"request_ids":"r"}`, CodeInvalidRequest, `unknown field "request_ids"`},
-		{`{"questions":[{"title":5}]}`, CodeInvalidRequest, "questions.0.title must be a JSON string, not number"},
-		{`{"questions":[{"title":"a","title":"b"}]}`, CodeInvalidJSON, `duplicate key "title" in questions.0`},
-		{`[]`, CodeInvalidJSON, "request body must be a JSON object"},
+		{``, subjects.CodeInvalidRequest, "questions must not be empty"},
+		{`{"questions":[]}`, subjects.CodeInvalidRequest, "questions must not be empty"},
+		{`{"questions":null}`, subjects.CodeInvalidRequest, "questions must not be empty"},
+		{`{"questions":[{"title":""}]}`, subjects.CodeInvalidRequest, "question titles must not be empty"},
+		{`{"questions":[{"title":"ok"},{"title":" \t"}]}`, subjects.CodeInvalidRequest, "question titles must not be empty"},
+		{`{"questions":[{"options":["a"]}]}`, subjects.CodeInvalidRequest, "question titles must not be empty"},
+		{`{"questions":[{"title":"t","options":[]}]}`, subjects.CodeInvalidRequest, "options must contain at least one non-empty answer"},
+		{`{"questions":[{"title":"t","options":[""," "]}]}`, subjects.CodeInvalidRequest, "options must contain at least one non-empty answer"},
+		{`{"questions":[{"title":"t","Options":["a"]}]}`, subjects.CodeInvalidRequest, `unknown field "Options" in questions.0`},
+		{`{"questions":[{"title":"t"}],"request_id":""}`, subjects.CodeInvalidRequest, "request_id must not be empty"},
+		{`{"questions":[{"title":"t"}],"request_id":5}`, subjects.CodeInvalidRequest, "request_id must be a JSON string, not number"},
+		{`{"questions":[{"title":"t"}],"request_ids":"r"}`, subjects.CodeInvalidRequest, `unknown field "request_ids"`},
+		{`{"questions":[{"title":5}]}`, subjects.CodeInvalidRequest, "questions.0.title must be a JSON string, not number"},
+		{`{"questions":[{"title":"a","title":"b"}]}`, subjects.CodeInvalidJSON, `duplicate key "title" in questions.0`},
+		{`[]`, subjects.CodeInvalidJSON, "request body must be a JSON object"},
 	} {
-		_, err := DecodeAsk([]byte(tc.body))
-		var e *Error
+		_, err := subjects.DecodeAsk([]byte(tc.body))
+		var e *subjects.Error
 		if !errors.As(err, &e) || e.Code != tc.code || e.Message != tc.msg {
 			t.Errorf("%s: got %v, want %s: %s", tc.body, err, tc.code, tc.msg)
 		}
@@ -84,24 +87,24 @@ func TestDecodeAnswer(t *testing.T) {
 		{`{"question_id":"q_1","answer":" yes"}`, []string{"yes"}},
 		{`{"question_id":"q_1","answer":"yes","answers":null}`, []string{"yes"}},
 	} {
-		id, got, err := DecodeAnswer([]byte(tc.body))
+		id, got, err := subjects.DecodeAnswer([]byte(tc.body))
 		if err != nil || id != "q_1" || !slices.Equal(got, tc.answers) {
 			t.Errorf("%s: got %q %q, %v", tc.body, id, got, err)
 		}
 	}
 	for _, tc := range []struct{ body, code, msg string }{
-		{`{"answers":["a"]}`, CodeInvalidID, "question_id must not be empty"},
-		{`{"question_id":"q.1","answers":["a"]}`, CodeInvalidID, `question_id "q.1" may only contain letters, digits, '_' and '-'`},
-		{`{"question_id":"q_1"}`, CodeInvalidRequest, "answers must not be empty"},
-		{`{"question_id":"q_1","answers":[]}`, CodeInvalidRequest, "answers must not be empty"},
-		{`{"question_id":"q_1","answer":"a","answers":["a"]}`, CodeInvalidRequest, "use either answer or answers, not both"},
-		{`{"question_id":"q_1","answers":["a"," "]}`, CodeInvalidRequest, "answers must not be empty strings"},
-		{`{"question_id":"q_1","answer":""}`, CodeInvalidRequest, "answers must not be empty strings"},
-		{`{"question_id":"q_1","answers":"a"}`, CodeInvalidRequest, "answers must be a JSON array, not string"},
-		{`{"question_id":"q_1","answers":["a"],"extra":1}`, CodeInvalidRequest, `unknown field "extra"`},
+		{`{"answers":["a"]}`, subjects.CodeInvalidID, "question_id must not be empty"},
+		{`{"question_id":"q.1","answers":["a"]}`, subjects.CodeInvalidID, `question_id "q.1" may only contain letters, digits, '_' and '-'`},
+		{`{"question_id":"q_1"}`, subjects.CodeInvalidRequest, "answers must not be empty"},
+		{`{"question_id":"q_1","answers":[]}`, subjects.CodeInvalidRequest, "answers must not be empty"},
+		{`{"question_id":"q_1","answer":"a","answers":["a"]}`, subjects.CodeInvalidRequest, "use either answer or answers, not both"},
+		{`{"question_id":"q_1","answers":["a"," "]}`, subjects.CodeInvalidRequest, "answers must not be empty strings"},
+		{`{"question_id":"q_1","answer":""}`, subjects.CodeInvalidRequest, "answers must not be empty strings"},
+		{`{"question_id":"q_1","answers":"a"}`, subjects.CodeInvalidRequest, "answers must be a JSON array, not string"},
+		{`{"question_id":"q_1","answers":["a"],"extra":1}`, subjects.CodeInvalidRequest, `unknown field "extra"`},
 	} {
-		_, _, err := DecodeAnswer([]byte(tc.body))
-		var e *Error
+		_, _, err := subjects.DecodeAnswer([]byte(tc.body))
+		var e *subjects.Error
 		if !errors.As(err, &e) || e.Code != tc.code || e.Message != tc.msg {
 			t.Errorf("%s: got %v, want %s: %s", tc.body, err, tc.code, tc.msg)
 		}
@@ -109,23 +112,23 @@ func TestDecodeAnswer(t *testing.T) {
 }
 
 func TestDecodeListQuestions(t *testing.T) {
-	if all, page, err := DecodeListQuestions(nil); err != nil || all || page.Limit != DefaultListLimit || page.From != nil {
+	if all, page, err := subjects.DecodeListQuestions(nil); err != nil || all || page.Limit != subjects.DefaultListLimit || page.From != nil {
 		t.Errorf("empty body: %v %+v %v", all, page, err)
 	}
-	if all, page, err := DecodeListQuestions([]byte(`{"all":true,"limit":3}`)); err != nil || !all || page.Limit != 3 {
+	if all, page, err := subjects.DecodeListQuestions([]byte(`{"all":true,"limit":3}`)); err != nil || !all || page.Limit != 3 {
 		t.Errorf("all: %v %+v %v", all, page, err)
 	}
-	cursor := EncodeCursor(ActionQuestionList, CursorPos{Buckets: 1, Seq: 9})
-	if _, page, err := DecodeListQuestions([]byte(`{"cursor":"` + cursor + `"}`)); err != nil || len(page.From) != 1 || page.From[0].Seq != 9 {
+	cursor := subjects.EncodeCursor(subjects.ActionQuestionList, subjects.CursorPos{Buckets: 1, Seq: 9})
+	if _, page, err := subjects.DecodeListQuestions([]byte(`{"cursor":"` + cursor + `"}`)); err != nil || len(page.From) != 1 || page.From[0].Seq != 9 {
 		t.Errorf("cursor: %+v %v", page, err)
 	}
-	if _, _, err := DecodeListQuestions([]byte(`{"all":"yes"}`)); err == nil || err.Error() != "invalid_request: all must be a JSON boolean, not string" {
+	if _, _, err := subjects.DecodeListQuestions([]byte(`{"all":"yes"}`)); err == nil || err.Error() != "invalid_request: all must be a JSON boolean, not string" {
 		t.Errorf("all as a string: %v", err)
 	}
 }
 
 func TestCheckAnswers(t *testing.T) {
-	q := &Question{ID: "q_1", Questions: []QuestionItem{{Title: "Deploy?", Options: []string{"yes", "no"}}, {Title: "Why?"}}}
+	q := &subjects.Question{ID: "q_1", Questions: []subjects.QuestionItem{{Title: "Deploy?", Options: []string{"yes", "no"}}, {Title: "Why?"}}}
 	if err := q.CheckAnswers([]string{"yes", "because"}); err != nil {
 		t.Fatal(err)
 	}
@@ -138,8 +141,8 @@ func TestCheckAnswers(t *testing.T) {
 		{[]string{"Yes", "because"}, `answer 1 must be one of the options: "yes", "no"`},
 	} {
 		err := q.CheckAnswers(tc.answers)
-		var e *Error
-		if !errors.As(err, &e) || e.Code != CodeInvalidRequest || e.Message != tc.msg {
+		var e *subjects.Error
+		if !errors.As(err, &e) || e.Code != subjects.CodeInvalidRequest || e.Message != tc.msg {
 			t.Errorf("%q: got %v, want %s", tc.answers, err, tc.msg)
 		}
 	}
@@ -148,22 +151,22 @@ func TestCheckAnswers(t *testing.T) {
 func TestAnswerEnvelope(t *testing.T) {
 	asked := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
 	answered := asked.Add(time.Minute)
-	q := &Question{ID: "q_1", AgentID: "a1", Status: QuestionAnswered, CreatedAt: asked, AnsweredAt: &answered,
-		Questions: []QuestionItem{{Title: "Deploy?", Options: []string{"yes", "no"}}, {Title: "Why?"}}, Answers: []string{"yes", "green CI"}}
-	env := AnswerEnvelope(q)
-	if env.ID != "question_q_1_answer" || env.Kind != KindAnswer || env.Trust != TrustOperator || !env.At.Equal(answered) ||
-		env.Source != (Source{Type: "question", ID: "q_1"}) || env.AgentID != "a1" {
+	q := &subjects.Question{ID: "q_1", AgentID: "a1", Status: subjects.QuestionAnswered, CreatedAt: asked, AnsweredAt: &answered,
+		Questions: []subjects.QuestionItem{{Title: "Deploy?", Options: []string{"yes", "no"}}, {Title: "Why?"}}, Answers: []string{"yes", "green CI"}}
+	env := subjects.AnswerEnvelope(q)
+	if env.ID != "question_q_1_answer" || env.Kind != subjects.KindAnswer || env.Trust != subjects.TrustOperator || !env.At.Equal(answered) ||
+		env.Source != (subjects.Source{Type: "question", ID: "q_1"}) || env.AgentID != "a1" {
 		t.Fatalf("envelope: %+v", env)
 	}
 	if want := "The operator answered your question q_1:\n1. Deploy?\n   Answer: yes\n2. Why?\n   Answer: green CI"; env.Text != want {
 		t.Errorf("text %q, want %q", env.Text, want)
 	}
-	var data AnswerData
+	var data subjects.AnswerData
 	if err := json.Unmarshal(env.Data, &data); err != nil || data.QuestionID != "q_1" || !data.AskedAt.Equal(asked) ||
-		!reflect.DeepEqual(data.Answers, []AnsweredItem{{Title: "Deploy?", Options: []string{"yes", "no"}, Answer: "yes"}, {Title: "Why?", Answer: "green CI"}}) {
+		!reflect.DeepEqual(data.Answers, []subjects.AnsweredItem{{Title: "Deploy?", Options: []string{"yes", "no"}, Answer: "yes"}, {Title: "Why?", Answer: "green CI"}}) {
 		t.Errorf("data: %s (%v)", env.Data, err)
 	}
-	if again := AnswerEnvelope(q); !reflect.DeepEqual(again, env) {
+	if again := subjects.AnswerEnvelope(q); !reflect.DeepEqual(again, env) {
 		t.Error("the envelope of one record differs between attempts")
 	}
 }
@@ -176,23 +179,23 @@ func TestWithQuestionID(t *testing.T) {
 		{"\n{ \"answers\":[\"a\"]}", `{"question_id":"q_1", "answers":["a"]}`},
 		{`["a"]`, `["a"]`},
 	} {
-		if got := string(WithQuestionID([]byte(tc.body), "q_1")); got != tc.want {
+		if got := string(subjects.WithQuestionID([]byte(tc.body), "q_1")); got != tc.want {
 			t.Errorf("%q: got %q, want %q", tc.body, got, tc.want)
 		}
 	}
-	if _, _, err := DecodeAnswer(WithQuestionID([]byte(`{"question_id":"q_2","answer":"a"}`), "q_1")); err == nil ||
+	if _, _, err := subjects.DecodeAnswer(subjects.WithQuestionID([]byte(`{"question_id":"q_2","answer":"a"}`), "q_1")); err == nil ||
 		!strings.Contains(err.Error(), `duplicate key "question_id"`) {
 		t.Errorf("a body naming another question: %v", err)
 	}
-	if _, _, err := DecodeAnswer(WithQuestionID([]byte(`{"answer":"a"}`), `x","answer":"b`)); !errors.Is(err, ErrInvalidID) {
+	if _, _, err := subjects.DecodeAnswer(subjects.WithQuestionID([]byte(`{"answer":"a"}`), `x","answer":"b`)); !errors.Is(err, subjects.ErrInvalidID) {
 		t.Errorf("a path ID with quotes: %v", err)
 	}
 }
 
 func FuzzDecodeAsk(f *testing.F) {
-	addSeeds(f, `{"questions":[{"title":"t"}]}`, `{"questions":[{"title":" t ","options":["a",""," "]}]}`,
+	subjectstest.AddSeeds(f, `{"questions":[{"title":"t"}]}`, `{"questions":[{"title":" t ","options":["a",""," "]}]}`,
 		`{"questions":[{"title":"t","options":[]}]}`, `{"questions":[{"title":"t","options":null}]}`)
-	fuzzRequest(f, DecodeAsk, []string{"questions", "request_id"}, decodeCodes, func(t *testing.T, body []byte, spec *AskSpec) {
+	subjectstest.Request(f, subjects.DecodeAsk, []string{"questions", "request_id"}, subjectstest.DecodeCodes, func(t *testing.T, body []byte, spec *subjects.AskSpec) {
 		items := spec.Items
 		if len(items) == 0 {
 			t.Fatalf("accepted %s with no questions", body)
@@ -203,7 +206,7 @@ func FuzzDecodeAsk(f *testing.F) {
 				t.Fatalf("accepted %s as %+v", body, items)
 			}
 		}
-		if back, err := DecodeAsk(encodeBody(t, AskRequest{Questions: items})); err != nil || !reflect.DeepEqual(back.Items, items) {
+		if back, err := subjects.DecodeAsk(subjectstest.EncodeBody(t, subjects.AskRequest{Questions: items})); err != nil || !reflect.DeepEqual(back.Items, items) {
 			t.Fatalf("%s accepted as %+v, which reads back as %+v (%v)", body, items, back, err)
 		}
 	})
@@ -215,19 +218,19 @@ type decodedAnswer struct {
 }
 
 func FuzzDecodeAnswer(f *testing.F) {
-	addSeeds(f, `{"question_id":"q_1","answers":["a"]}`, `{"question_id":"q_1","answer":" a "}`,
+	subjectstest.AddSeeds(f, `{"question_id":"q_1","answers":["a"]}`, `{"question_id":"q_1","answer":" a "}`,
 		`{"question_id":"q_1","answer":"a","answers":[]}`, `{"question_id":"q.1","answers":[""]}`)
 	decode := func(b []byte) (decodedAnswer, error) {
-		id, answers, err := DecodeAnswer(b)
+		id, answers, err := subjects.DecodeAnswer(b)
 		return decodedAnswer{id, answers}, err
 	}
 	keys := []string{"question_id", "answers", "answer"}
-	fuzzRequest(f, decode, keys, []string{CodeInvalidJSON, CodeInvalidRequest, CodeInvalidID}, func(t *testing.T, body []byte, v decodedAnswer) {
-		if ValidateID("question_id", v.id) != nil || len(v.answers) == 0 ||
+	subjectstest.Request(f, decode, keys, []string{subjects.CodeInvalidJSON, subjects.CodeInvalidRequest, subjects.CodeInvalidID}, func(t *testing.T, body []byte, v decodedAnswer) {
+		if subjects.ValidateID("question_id", v.id) != nil || len(v.answers) == 0 ||
 			slices.ContainsFunc(v.answers, func(a string) bool { return a == "" || a != strings.TrimSpace(a) }) {
 			t.Fatalf("accepted %s as %+v", body, v)
 		}
-		back, err := decode(encodeBody(t, AnswerRequest{QuestionID: v.id, Answers: v.answers}))
+		back, err := decode(subjectstest.EncodeBody(t, subjects.AnswerRequest{QuestionID: v.id, Answers: v.answers}))
 		if err != nil || back.id != v.id || !slices.Equal(back.answers, v.answers) {
 			t.Fatalf("%s accepted as %+v, which reads back as %+v (%v)", body, v, back, err)
 		}

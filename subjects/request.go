@@ -49,11 +49,11 @@ type RequestKey struct {
 	RequestHash string `json:"request_hash,omitempty"`
 }
 
-// newRequestKey keys a validated request_id with the hash of the
+// NewRequestKey keys a validated request_id with the hash of the
 // normalized request (a struct of what the request means, so that key
 // order, spacing or an explicit null do not make another request). A nil
 // id is no key.
-func newRequestKey(id *string, action string, normalized any) (RequestKey, error) {
+func NewRequestKey(id *string, action string, normalized any) (RequestKey, error) {
 	if id == nil {
 		return RequestKey{}, nil
 	}

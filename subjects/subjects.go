@@ -59,3 +59,23 @@ func ParseRecordKey(key string) (agentID, id string, ok bool) {
 	}
 	return agentID, id, true
 }
+
+// interventionApplyPrefix starts every agent's intervention event subject.
+const interventionApplyPrefix = "intervention.apply."
+
+// InterventionApply returns intervention.apply.<agent>, the subject of the
+// agent's intervention events. The id must have passed ValidateID.
+func InterventionApply(agentID string) string { return interventionApplyPrefix + agentID }
+
+// ParseInterventionApply extracts and validates the agent ID of an
+// intervention event's subject.
+func ParseInterventionApply(subject string) (string, error) {
+	id, ok := strings.CutPrefix(subject, interventionApplyPrefix)
+	if !ok {
+		return "", &Error{Code: CodeInvalidID, Message: "subject " + subject + " is not an intervention event"}
+	}
+	if err := ValidateID("agent_id", id); err != nil {
+		return "", err
+	}
+	return id, nil
+}

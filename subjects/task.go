@@ -299,15 +299,15 @@ func DecodeTaskOutput(data []byte) (*OutputRange, error) {
 		return nil, err
 	}
 	out := &OutputRange{TaskID: r.TaskID, Limit: MaxOutputRead}
-	if !isNull(r.Offset) && string(r.Offset) != "0" {
-		n, err := positiveInt("offset", r.Offset, MaxTaskOutput)
+	if !IsNull(r.Offset) && string(r.Offset) != "0" {
+		n, err := PositiveInt("offset", r.Offset, MaxTaskOutput)
 		if err != nil {
 			return nil, err
 		}
 		out.Offset = n
 	}
-	if !isNull(r.Limit) {
-		n, err := positiveInt("limit", r.Limit, MaxOutputRead)
+	if !IsNull(r.Limit) {
+		n, err := PositiveInt("limit", r.Limit, MaxOutputRead)
 		if err != nil {
 			return nil, err
 		}
@@ -408,7 +408,7 @@ func ParseTaskSettle(subject string) (agentID, taskID string, err error) {
 		agentID, taskID, ok = ParseRecordKey(rest)
 	}
 	if !ok {
-		return "", "", invalid("not a task settle subject: " + subject)
+		return "", "", Invalid("not a task settle subject: " + subject)
 	}
 	return agentID, taskID, nil
 }

@@ -99,9 +99,9 @@ type waitRequest struct {
 	TZ      string   `json:"tz"`
 }
 
-// maxWaitSeconds keeps target arithmetic far from time.Duration overflow
+// MaxWaitSeconds keeps target arithmetic far from time.Duration overflow
 // (about 292 years); no agent waits a century.
-const maxWaitSeconds = 100 * 365 * 86400
+const MaxWaitSeconds = 100 * 365 * 86400
 
 // DecodeWaitRequest decodes and validates a wait request at now. defaultTZ
 // is CHIME_TIMEZONE (empty: UTC).
@@ -141,7 +141,7 @@ func (r *WaitRequest) Resolve(now time.Time, defaultTZ string) (*WaitSpec, error
 	} else {
 		norm.Seconds = int64(spec.Target.Sub(now) / time.Second) // the total, exactly: the target is now plus it
 	}
-	if spec.Request, err = newRequestKey(r.RequestID, ActionWaitRequest, norm); err != nil {
+	if spec.Request, err = NewRequestKey(r.RequestID, ActionWaitRequest, norm); err != nil {
 		return nil, err
 	}
 	return spec, nil
@@ -179,7 +179,7 @@ func (r *WaitRequest) resolve(now time.Time, defaultTZ string) (*WaitSpec, error
 		if err != nil {
 			return nil, err
 		}
-		if n > maxWaitSeconds/f.unit || n < -maxWaitSeconds/f.unit {
+		if n > MaxWaitSeconds/f.unit || n < -MaxWaitSeconds/f.unit {
 			return nil, &Error{Code: CodeInvalidDuration, Message: fmt.Sprintf("%s is too large", f.name)}
 		}
 		total += n * f.unit
@@ -187,7 +187,7 @@ func (r *WaitRequest) resolve(now time.Time, defaultTZ string) (*WaitSpec, error
 	if total <= 0 {
 		return nil, &Error{Code: CodeInvalidDuration, Message: "Wait duration must be positive."}
 	}
-	if total > maxWaitSeconds {
+	if total > MaxWaitSeconds {
 		return nil, &Error{Code: CodeInvalidDuration, Message: "Wait duration is too large."}
 	}
 	spec.Mode, spec.Target = WaitDuration, now.Add(time.Duration(total)*time.Second).In(loc)
@@ -217,7 +217,7 @@ func pyInt(field string, raw json.RawMessage) (int64, error) {
 	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || (s[0] != '-' && (s[0] < '0' || s[0] > '9')) {
 		return 0, bad
 	}
-	if math.Abs(f) > maxWaitSeconds {
+	if math.Abs(f) > MaxWaitSeconds {
 		return 0, &Error{Code: CodeInvalidDuration, Message: fmt.Sprintf("%s is too large", field)}
 	}
 	return int64(f), nil // truncation toward zero, as int() does
@@ -507,26 +507,6 @@ func DecodeIntervention(data []byte) (*InterventionRequest, error) {
 		return nil, &Error{Code: CodeInvalidRequest, Message: "text is required for action message"}
 	}
 	return &r, nil
-}
-
-// interventionApplyPrefix starts every agent's intervention event subject.
-const interventionApplyPrefix = "intervention.apply."
-
-// InterventionApply returns intervention.apply.<agent>, the subject of the
-// agent's intervention events. The id must have passed ValidateID.
-func InterventionApply(agentID string) string { return interventionApplyPrefix + agentID }
-
-// ParseInterventionApply extracts and validates the agent ID of an
-// intervention event's subject.
-func ParseInterventionApply(subject string) (string, error) {
-	id, ok := strings.CutPrefix(subject, interventionApplyPrefix)
-	if !ok {
-		return "", &Error{Code: CodeInvalidID, Message: "subject " + subject + " is not an intervention event"}
-	}
-	if err := ValidateID("agent_id", id); err != nil {
-		return "", err
-	}
-	return id, nil
 }
 
 // Intervention is the intervention.apply.<agent> event.

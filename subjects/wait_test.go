@@ -1,9 +1,12 @@
-package subjects
+package subjects_test
 
 import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/subjects/subjectstest"
 )
 
 func TestRemainingText(t *testing.T) {
@@ -26,11 +29,11 @@ func TestRemainingText(t *testing.T) {
 		{86401, "1d 1s remaining"},
 		{90061.7, "1d 1h 1m 1s remaining"},
 	} {
-		if got := RemainingText(tc.s); got != tc.want {
+		if got := subjects.RemainingText(tc.s); got != tc.want {
 			t.Errorf("RemainingText(%v) = %q, want %q", tc.s, got, tc.want)
 		}
 	}
-	if got := WaitHeading(RemainingText(5)); got != "icon://timer Wait: 5.0s remaining" {
+	if got := subjects.WaitHeading(subjects.RemainingText(5)); got != "icon://timer Wait: 5.0s remaining" {
 		t.Errorf("heading %q", got)
 	}
 }
@@ -40,43 +43,43 @@ func TestWaitRequestRules(t *testing.T) {
 	berlin, _ := time.LoadLocation("Europe/Berlin")
 	for _, tc := range []struct {
 		name, body, tz string
-		mode           WaitMode
+		mode           subjects.WaitMode
 		target         time.Time
 		code, msg      string
 	}{
-		{name: "seconds", body: `{"seconds":5}`, mode: WaitDuration, target: now.Add(5 * time.Second)},
-		{name: "summed", body: `{"seconds":1,"minutes":1,"hours":1,"days":1}`, mode: WaitDuration, target: now.Add(90061 * time.Second)},
-		{name: "fraction truncates", body: `{"seconds":1.5}`, mode: WaitDuration, target: now.Add(time.Second)},
-		{name: "integer string", body: `{"minutes":"2"}`, mode: WaitDuration, target: now.Add(2 * time.Minute)},
-		{name: "negative part", body: `{"minutes":1,"seconds":-30}`, mode: WaitDuration, target: now.Add(30 * time.Second)},
-		{name: "zero", body: `{"seconds":0}`, code: CodeInvalidDuration, msg: "Wait duration must be positive."},
-		{name: "empty", body: `{}`, code: CodeInvalidDuration, msg: "Wait duration must be positive."},
-		{name: "sub-second", body: `{"seconds":0.9}`, code: CodeInvalidDuration, msg: "Wait duration must be positive."},
-		{name: "negative", body: `{"seconds":-5}`, code: CodeInvalidDuration, msg: "Wait duration must be positive."},
-		{name: "not a number", body: `{"seconds":"soon"}`, code: CodeInvalidDuration, msg: `seconds must be a number, not "soon"`},
-		{name: "bool", body: `{"seconds":true}`, code: CodeInvalidDuration, msg: "seconds must be a number, not true"},
-		{name: "huge", body: `{"days":1e300}`, code: CodeInvalidDuration, msg: "days is too large"},
-		{name: "until wins", body: `{"seconds":5,"until":"2026-12-03T11:00:00Z"}`, mode: WaitUntil, target: now.Add(time.Hour)},
-		{name: "offset", body: `{"until":"2026-12-03T12:00:00+01:00"}`, mode: WaitUntil, target: now.Add(time.Hour)},
-		{name: "naive in tz", body: `{"until":"2026-12-03T12:00:00","tz":"Europe/Berlin"}`, mode: WaitUntil, target: time.Date(2026, 12, 3, 12, 0, 0, 0, berlin)},
-		{name: "naive in default tz", tz: "Europe/Berlin", body: `{"until":"2026-12-03 12:00:00"}`, mode: WaitUntil, target: time.Date(2026, 12, 3, 12, 0, 0, 0, berlin)},
-		{name: "fallback minutes", body: `{"until":"2026-12-03 10:30"}`, mode: WaitUntil, target: now.Add(30 * time.Minute)},
-		{name: "fallback date", body: `{"until":"2026-12-04"}`, mode: WaitUntil, target: time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)},
-		{name: "fraction", body: `{"until":"2026-12-03T10:00:01.5Z"}`, mode: WaitUntil, target: now.Add(1500 * time.Millisecond)},
-		{name: "garbage", body: `{"until":"tomorrow"}`, code: CodeInvalidTimestamp, msg: "Invalid timestamp format: tomorrow"},
-		{name: "past", body: `{"until":"2026-12-03T09:00:00Z"}`, code: CodeTargetInPast, msg: "Target time 2026-12-03T09:00:00+00:00 is in the past."},
-		{name: "past naive in tz", body: `{"until":"2026-12-03 10:30:00","tz":"Europe/Berlin"}`, code: CodeTargetInPast, msg: "Target time 2026-12-03T10:30:00+01:00 is in the past."},
-		{name: "now is past", body: `{"until":"2026-12-03T10:00:00Z"}`, code: CodeTargetInPast, msg: "Target time 2026-12-03T10:00:00+00:00 is in the past."},
-		{name: "bad tz", body: `{"until":"2026-12-04","tz":"Mars/Olympus"}`, code: CodeInvalidTimezone, msg: "Unknown time zone: Mars/Olympus"},
-		{name: "bad id", body: `{"seconds":5,"id":"a.b"}`, code: CodeInvalidID},
-		{name: "unknown field", body: `{"secs":5}`, code: CodeInvalidRequest, msg: `unknown field "secs"`},
-		{name: "malformed", body: `{"seconds":`, code: CodeInvalidJSON},
-		{name: "not an object", body: `[5]`, code: CodeInvalidJSON},
+		{name: "seconds", body: `{"seconds":5}`, mode: subjects.WaitDuration, target: now.Add(5 * time.Second)},
+		{name: "summed", body: `{"seconds":1,"minutes":1,"hours":1,"days":1}`, mode: subjects.WaitDuration, target: now.Add(90061 * time.Second)},
+		{name: "fraction truncates", body: `{"seconds":1.5}`, mode: subjects.WaitDuration, target: now.Add(time.Second)},
+		{name: "integer string", body: `{"minutes":"2"}`, mode: subjects.WaitDuration, target: now.Add(2 * time.Minute)},
+		{name: "negative part", body: `{"minutes":1,"seconds":-30}`, mode: subjects.WaitDuration, target: now.Add(30 * time.Second)},
+		{name: "zero", body: `{"seconds":0}`, code: subjects.CodeInvalidDuration, msg: "Wait duration must be positive."},
+		{name: "empty", body: `{}`, code: subjects.CodeInvalidDuration, msg: "Wait duration must be positive."},
+		{name: "sub-second", body: `{"seconds":0.9}`, code: subjects.CodeInvalidDuration, msg: "Wait duration must be positive."},
+		{name: "negative", body: `{"seconds":-5}`, code: subjects.CodeInvalidDuration, msg: "Wait duration must be positive."},
+		{name: "not a number", body: `{"seconds":"soon"}`, code: subjects.CodeInvalidDuration, msg: `seconds must be a number, not "soon"`},
+		{name: "bool", body: `{"seconds":true}`, code: subjects.CodeInvalidDuration, msg: "seconds must be a number, not true"},
+		{name: "huge", body: `{"days":1e300}`, code: subjects.CodeInvalidDuration, msg: "days is too large"},
+		{name: "until wins", body: `{"seconds":5,"until":"2026-12-03T11:00:00Z"}`, mode: subjects.WaitUntil, target: now.Add(time.Hour)},
+		{name: "offset", body: `{"until":"2026-12-03T12:00:00+01:00"}`, mode: subjects.WaitUntil, target: now.Add(time.Hour)},
+		{name: "naive in tz", body: `{"until":"2026-12-03T12:00:00","tz":"Europe/Berlin"}`, mode: subjects.WaitUntil, target: time.Date(2026, 12, 3, 12, 0, 0, 0, berlin)},
+		{name: "naive in default tz", tz: "Europe/Berlin", body: `{"until":"2026-12-03 12:00:00"}`, mode: subjects.WaitUntil, target: time.Date(2026, 12, 3, 12, 0, 0, 0, berlin)},
+		{name: "fallback minutes", body: `{"until":"2026-12-03 10:30"}`, mode: subjects.WaitUntil, target: now.Add(30 * time.Minute)},
+		{name: "fallback date", body: `{"until":"2026-12-04"}`, mode: subjects.WaitUntil, target: time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)},
+		{name: "fraction", body: `{"until":"2026-12-03T10:00:01.5Z"}`, mode: subjects.WaitUntil, target: now.Add(1500 * time.Millisecond)},
+		{name: "garbage", body: `{"until":"tomorrow"}`, code: subjects.CodeInvalidTimestamp, msg: "Invalid timestamp format: tomorrow"},
+		{name: "past", body: `{"until":"2026-12-03T09:00:00Z"}`, code: subjects.CodeTargetInPast, msg: "Target time 2026-12-03T09:00:00+00:00 is in the past."},
+		{name: "past naive in tz", body: `{"until":"2026-12-03 10:30:00","tz":"Europe/Berlin"}`, code: subjects.CodeTargetInPast, msg: "Target time 2026-12-03T10:30:00+01:00 is in the past."},
+		{name: "now is past", body: `{"until":"2026-12-03T10:00:00Z"}`, code: subjects.CodeTargetInPast, msg: "Target time 2026-12-03T10:00:00+00:00 is in the past."},
+		{name: "bad tz", body: `{"until":"2026-12-04","tz":"Mars/Olympus"}`, code: subjects.CodeInvalidTimezone, msg: "Unknown time zone: Mars/Olympus"},
+		{name: "bad id", body: `{"seconds":5,"id":"a.b"}`, code: subjects.CodeInvalidID},
+		{name: "unknown field", body: `{"secs":5}`, code: subjects.CodeInvalidRequest, msg: `unknown field "secs"`},
+		{name: "malformed", body: `{"seconds":`, code: subjects.CodeInvalidJSON},
+		{name: "not an object", body: `[5]`, code: subjects.CodeInvalidJSON},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			spec, err := DecodeWaitRequest([]byte(tc.body), now, tc.tz)
+			spec, err := subjects.DecodeWaitRequest([]byte(tc.body), now, tc.tz)
 			if tc.code != "" {
-				var e *Error
+				var e *subjects.Error
 				if !errors.As(err, &e) || e.Code != tc.code || (tc.msg != "" && e.Message != tc.msg) {
 					t.Fatalf("err = %v, want %s: %s", err, tc.code, tc.msg)
 				}
@@ -102,7 +105,7 @@ func TestFormatISO(t *testing.T) {
 		{time.Date(2026, 1, 2, 3, 4, 5, 120000000, time.UTC), "2026-01-02T03:04:05.120000+00:00"},
 		{time.Date(2026, 1, 2, 3, 4, 5, 999, tokyo), "2026-01-02T03:04:05+09:00"},
 	} {
-		if got := FormatISO(tc.t); got != tc.want {
+		if got := subjects.FormatISO(tc.t); got != tc.want {
 			t.Errorf("FormatISO = %q, want %q", got, tc.want)
 		}
 	}
@@ -119,8 +122,8 @@ func TestDecodeIntervention(t *testing.T) {
 		`{"action":"Pause"}`:                      `unknown action "Pause": message, pause, resume or stop`,
 		`{"action":"stop","by":"me"}`:             `unknown field "by"`,
 	} {
-		_, err := DecodeIntervention([]byte(body))
-		if want == "" && err != nil || want != "" && (err == nil || err.(*Error).Message != want) {
+		_, err := subjects.DecodeIntervention([]byte(body))
+		if want == "" && err != nil || want != "" && (err == nil || err.(*subjects.Error).Message != want) {
 			t.Errorf("%s: err %v, want %q", body, err, want)
 		}
 	}
@@ -129,14 +132,14 @@ func TestDecodeIntervention(t *testing.T) {
 func TestPausedWaitClockStands(t *testing.T) {
 	t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	paused := t0.Add(2 * time.Second)
-	w := Wait{Mode: WaitDuration, Status: WaitWaiting, TargetTime: t0.Add(10 * time.Second), PausedAt: &paused}
+	w := subjects.Wait{Mode: subjects.WaitDuration, Status: subjects.WaitWaiting, TargetTime: t0.Add(10 * time.Second), PausedAt: &paused}
 	if got := w.Remaining(t0.Add(5 * time.Second)); got != 8*time.Second {
 		t.Errorf("remaining while paused = %v, want 8s", got)
 	}
 	if w.Armed() {
 		t.Error("a paused duration wait is armed")
 	}
-	w.Mode = WaitUntil
+	w.Mode = subjects.WaitUntil
 	if !w.Armed() || w.Remaining(t0.Add(5*time.Second)) != 5*time.Second {
 		t.Error("an until wait's clock runs through a pause")
 	}
@@ -147,42 +150,42 @@ func FuzzParseUntil(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		got, err := ParseUntil(s, time.UTC)
+		got, err := subjects.ParseUntil(s, time.UTC)
 		if err != nil {
-			var e *Error
-			if !errors.As(err, &e) || e.Code != CodeInvalidTimestamp || e.Message != "Invalid timestamp format: "+s {
+			var e *subjects.Error
+			if !errors.As(err, &e) || e.Code != subjects.CodeInvalidTimestamp || e.Message != "Invalid timestamp format: "+s {
 				t.Fatalf("ParseUntil(%q): %v", s, err)
 			}
 			return
 		}
 		// What was accepted round-trips through the ISO form agents are shown.
-		back, err := ParseUntil(FormatISO(got), time.UTC)
+		back, err := subjects.ParseUntil(subjects.FormatISO(got), time.UTC)
 		if err != nil || !back.Equal(got.Truncate(time.Microsecond)) {
-			t.Fatalf("ParseUntil(%q) = %v; its ISO form %q reads back as %v, %v", s, got, FormatISO(got), back, err)
+			t.Fatalf("ParseUntil(%q) = %v; its ISO form %q reads back as %v, %v", s, got, subjects.FormatISO(got), back, err)
 		}
 	})
 }
 
 func FuzzDecodeWaitRequest(f *testing.F) {
-	addSeeds(f, `{"seconds":5}`, `{"until":"2026-12-04","tz":"Europe/Berlin"}`, `{"days":"3"}`, `{"seconds":1e400}`,
+	subjectstest.AddSeeds(f, `{"seconds":5}`, `{"until":"2026-12-04","tz":"Europe/Berlin"}`, `{"days":"3"}`, `{"seconds":1e400}`,
 		`{"minutes":1,"seconds":-30,"id":"w-1"}`, `{"until":"2026-12-03T09:00:00Z"}`, `{"tz":"Mars/Olympus","seconds":1}`)
 	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	decode := func(body []byte) (*WaitSpec, error) { return DecodeWaitRequest(body, now, "") }
+	decode := func(body []byte) (*subjects.WaitSpec, error) { return subjects.DecodeWaitRequest(body, now, "") }
 	keys := []string{"seconds", "minutes", "hours", "days", "until", "tz", "id"}
-	codes := []string{CodeInvalidJSON, CodeInvalidRequest, CodeInvalidID, CodeInvalidDuration, CodeInvalidTimestamp, CodeTargetInPast, CodeInvalidTimezone}
-	fuzzRequest(f, decode, keys, codes, func(t *testing.T, body []byte, spec *WaitSpec) {
-		if !spec.Target.After(now) || (spec.Mode != WaitDuration && spec.Mode != WaitUntil) ||
-			(spec.Mode == WaitDuration && spec.Target.Sub(now) > maxWaitSeconds*time.Second) {
+	codes := []string{subjects.CodeInvalidJSON, subjects.CodeInvalidRequest, subjects.CodeInvalidID, subjects.CodeInvalidDuration, subjects.CodeInvalidTimestamp, subjects.CodeTargetInPast, subjects.CodeInvalidTimezone}
+	subjectstest.Request(f, decode, keys, codes, func(t *testing.T, body []byte, spec *subjects.WaitSpec) {
+		if !spec.Target.After(now) || (spec.Mode != subjects.WaitDuration && spec.Mode != subjects.WaitUntil) ||
+			(spec.Mode == subjects.WaitDuration && spec.Target.Sub(now) > subjects.MaxWaitSeconds*time.Second) {
 			t.Fatalf("accepted %s with target %v mode %q", body, spec.Target, spec.Mode)
 		}
 		// The same target, asked for the way the reply shows it.
 		req := map[string]any{"id": spec.ID, "tz": spec.TZ}
-		if spec.Mode == WaitUntil {
-			req["until"] = FormatISO(spec.Target)
+		if spec.Mode == subjects.WaitUntil {
+			req["until"] = subjects.FormatISO(spec.Target)
 		} else {
 			req["seconds"] = int64(spec.Target.Sub(now) / time.Second)
 		}
-		back, err := decode(encodeBody(t, req))
+		back, err := decode(subjectstest.EncodeBody(t, req))
 		if err != nil || back.Mode != spec.Mode || back.ID != spec.ID || back.TZ != spec.TZ || !back.Target.Equal(spec.Target.Truncate(time.Microsecond)) {
 			t.Fatalf("%s accepted as %+v, which reads back as %+v (%v)", body, spec, back, err)
 		}

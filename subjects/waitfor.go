@@ -29,8 +29,8 @@ func WakeKinds() []WakeKind {
 	return []WakeKind{WakeOperatorInput, WakeTaskResult, WakeExternal, WakeTimer, WakeSystem}
 }
 
-// needsResource says whether a wake names the thing it waits on.
-func (w WakeKind) needsResource() bool { return w == WakeTaskResult || w == WakeTimer }
+// NeedsResource says whether a wake names the thing it waits on.
+func (w WakeKind) NeedsResource() bool { return w == WakeTaskResult || w == WakeTimer }
 
 // Delivery is how a WaitFor's wake reaches the agent.
 type Delivery string
@@ -97,36 +97,36 @@ func DecodeWaitFor(data []byte) (*WaitForSpec, error) {
 		Delivery: Delivery(req.Delivery), WorkItemID: req.WorkItemID}
 	switch {
 	case req.Wake == "":
-		return nil, invalid("wake is required")
+		return nil, Invalid("wake is required")
 	case !slices.Contains(WakeKinds(), spec.Wake):
-		return nil, invalid("wake must be one of " + joinValues(WakeKinds()) + ", not " + req.Wake)
+		return nil, Invalid("wake must be one of " + joinValues(WakeKinds()) + ", not " + req.Wake)
 	case spec.Reason == "":
-		return nil, invalid("WaitFor requires a non-empty `reason`") // Holon's text
+		return nil, Invalid("WaitFor requires a non-empty `reason`") // Holon's text
 	case req.Delivery == "":
-		return nil, invalid("delivery is required")
+		return nil, Invalid("delivery is required")
 	case !slices.Contains(Deliveries(), spec.Delivery):
-		return nil, invalid("delivery must be one of " + joinValues(Deliveries()) + ", not " + req.Delivery)
-	case spec.Wake.needsResource() && spec.Resource == "":
-		return nil, invalid("WaitFor wake `" + req.Wake + "` requires non-empty `resource`")
+		return nil, Invalid("delivery must be one of " + joinValues(Deliveries()) + ", not " + req.Delivery)
+	case spec.Wake.NeedsResource() && spec.Resource == "":
+		return nil, Invalid("WaitFor wake `" + req.Wake + "` requires non-empty `resource`")
 	}
 	switch {
-	case spec.Wake.needsResource():
+	case spec.Wake.NeedsResource():
 		// A task or timer ID: it names a record key.
 		if err := ValidateID("resource", spec.Resource); err != nil {
 			return nil, err
 		}
 	case len(spec.Resource) > MaxExternalResourceLen:
-		return nil, invalid(fmt.Sprintf("resource must be at most %d bytes", MaxExternalResourceLen))
+		return nil, Invalid(fmt.Sprintf("resource must be at most %d bytes", MaxExternalResourceLen))
 	case strings.ContainsFunc(spec.Resource, unicode.IsControl):
-		return nil, invalid("resource must not contain control characters")
+		return nil, Invalid("resource must not contain control characters")
 	}
 	if req.WorkItemID != "" {
 		if err := ValidateID("work_item_id", req.WorkItemID); err != nil {
 			return nil, err
 		}
 	}
-	if !isNull(req.RecheckAfterMs) {
-		ms, err := positiveInt("recheck_after_ms", req.RecheckAfterMs, maxRecheckMs)
+	if !IsNull(req.RecheckAfterMs) {
+		ms, err := PositiveInt("recheck_after_ms", req.RecheckAfterMs, maxRecheckMs)
 		if err != nil {
 			return nil, err
 		}
@@ -171,22 +171,22 @@ func DecodeWaitTasks(data []byte) (*WaitForSpec, error) {
 	}
 	switch {
 	case len(req.TaskIDs) == 0:
-		return nil, invalid("task_ids must not be empty")
+		return nil, Invalid("task_ids must not be empty")
 	case len(req.TaskIDs) > MaxWaitTasks:
-		return nil, invalid(fmt.Sprintf("task_ids must be at most %d", MaxWaitTasks))
+		return nil, Invalid(fmt.Sprintf("task_ids must be at most %d", MaxWaitTasks))
 	case req.Mode != WaitModeAll && req.Mode != WaitModeAny:
-		return nil, invalid("mode must be all or any")
+		return nil, Invalid("mode must be all or any")
 	case spec.Reason == "":
-		return nil, invalid("reason is required")
+		return nil, Invalid("reason is required")
 	case !slices.Contains(Deliveries(), spec.Delivery):
-		return nil, invalid("delivery must be one of " + joinValues(Deliveries()) + ", not " + req.Delivery)
+		return nil, Invalid("delivery must be one of " + joinValues(Deliveries()) + ", not " + req.Delivery)
 	}
 	for i, id := range req.TaskIDs {
 		if err := ValidateID("task_id", id); err != nil {
 			return nil, err
 		}
 		if slices.Contains(req.TaskIDs[:i], id) {
-			return nil, invalid("task_ids must not repeat " + id)
+			return nil, Invalid("task_ids must not repeat " + id)
 		}
 	}
 	spec.Resources = req.TaskIDs
@@ -197,8 +197,6 @@ func DecodeWaitTasks(data []byte) (*WaitForSpec, error) {
 	}
 	return spec, nil
 }
-
-func invalid(msg string) *Error { return &Error{Code: CodeInvalidRequest, Message: msg} }
 
 func joinValues[T ~string](vs []T) string {
 	s := make([]string, len(vs))
@@ -369,7 +367,7 @@ func DecodeWaitReport(data []byte) (*WaitReportRequest, error) {
 		return nil, err
 	}
 	if strings.TrimSpace(req.Text) == "" {
-		return nil, invalid("text must not be empty")
+		return nil, Invalid("text must not be empty")
 	}
 	return &req, nil
 }
@@ -464,7 +462,7 @@ func ParseWaitForRecheck(subject string) (agentID, waitID string, err error) {
 		agentID, waitID, ok = ParseRecordKey(rest)
 	}
 	if !ok {
-		return "", "", invalid("not a recheck subject: " + subject)
+		return "", "", Invalid("not a recheck subject: " + subject)
 	}
 	return agentID, waitID, nil
 }
