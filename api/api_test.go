@@ -21,6 +21,7 @@ import (
 	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/replica"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -78,7 +79,7 @@ func TestNATSTimerLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tm.Status != subjects.TimerActive || tm.DurationMs != 60000 || tm.IntervalMs != nil || tm.Repeat ||
+	if tm.Status != timers.TimerActive || tm.DurationMs != 60000 || tm.IntervalMs != nil || tm.Repeat ||
 		tm.Summary != "check CI" || tm.FireCount != 0 || tm.LastFiredAt != nil || tm.AgentID != "agent-1" {
 		t.Fatalf("record: %+v", tm)
 	}
@@ -109,7 +110,7 @@ func TestNATSTimerLifecycle(t *testing.T) {
 	}
 	for range 2 { // the second cancel is a no-op
 		got, err = c.CancelTimer(ctx, tm.ID)
-		if err != nil || got.Status != subjects.TimerCancelled || got.NextFireAt != nil {
+		if err != nil || got.Status != timers.TimerCancelled || got.NextFireAt != nil {
 			t.Fatalf("cancel: %v %+v", err, got)
 		}
 	}
@@ -120,7 +121,7 @@ func TestNATSTimerLifecycle(t *testing.T) {
 	if _, err := other.CancelTimer(ctx, rep.ID); !errors.Is(err, subjects.ErrTimerNotFound) {
 		t.Fatalf("cancel another agent's timer: %v", err)
 	}
-	if got, _ := c.GetTimer(ctx, rep.ID); got.Status != subjects.TimerActive {
+	if got, _ := c.GetTimer(ctx, rep.ID); got.Status != timers.TimerActive {
 		t.Fatalf("another agent's cancel changed the timer: %+v", got)
 	}
 }
@@ -135,13 +136,13 @@ func TestCancelCompletedOneShot(t *testing.T) {
 	}
 	testwait.Until(t, 5*time.Second, func() (bool, string) {
 		got, err := c.GetTimer(ctx, tm.ID)
-		return err == nil && got.Status == subjects.TimerCompleted, fmt.Sprintf("%+v %v", got, err)
+		return err == nil && got.Status == timers.TimerCompleted, fmt.Sprintf("%+v %v", got, err)
 	}, "timer completed")
 	_, err = c.CancelTimer(ctx, tm.ID)
 	if !errors.Is(err, subjects.ErrTimerCompleted) || subjects.AsError(err).Message != "cannot cancel completed timer "+tm.ID {
 		t.Fatalf("cancel completed: %v", err)
 	}
-	if got, _ := c.GetTimer(ctx, tm.ID); got.Status != subjects.TimerCompleted || got.FireCount != 1 {
+	if got, _ := c.GetTimer(ctx, tm.ID); got.Status != timers.TimerCompleted || got.FireCount != 1 {
 		t.Fatalf("record changed: %+v", got)
 	}
 }
@@ -202,7 +203,7 @@ func TestNATSBadInput(t *testing.T) {
 		}
 	}
 	list, err := c.ListTimers(ctx, 0)
-	if err != nil || len(list) != 1 || list[0].ID != keep.ID || list[0].Status != subjects.TimerActive {
+	if err != nil || len(list) != 1 || list[0].ID != keep.ID || list[0].Status != timers.TimerActive {
 		t.Fatalf("stored state changed by bad input: %v %+v", err, list)
 	}
 }
@@ -225,14 +226,14 @@ func TestHTTPRoutes(t *testing.T) {
 		return res.StatusCode, b
 	}
 	status, body := do("POST", "/api/control/agents/web/timers", `{"duration_ms":60000,"summary":"s","authority_class":"operator"}`)
-	var tm subjects.Timer
-	if status != 201 || json.Unmarshal(body, &tm) != nil || tm.Status != subjects.TimerActive || tm.AuthorityClass != "operator" {
+	var tm timers.Timer
+	if status != 201 || json.Unmarshal(body, &tm) != nil || tm.Status != timers.TimerActive || tm.AuthorityClass != "operator" {
 		t.Fatalf("create: %d %s", status, body)
 	}
 	if status, body = do("GET", "/api/agents/web/timers/"+tm.ID, ""); status != 200 || !bytes.Contains(body, []byte(tm.ID)) {
 		t.Fatalf("get: %d %s", status, body)
 	}
-	var list subjects.ListTimersReply
+	var list timers.ListTimersReply
 	if status, body = do("GET", "/api/agents/web/timers?limit=5", ""); status != 200 || json.Unmarshal(body, &list) != nil || len(list.Timers) != 1 {
 		t.Fatalf("list: %d %s", status, body)
 	}
@@ -281,7 +282,7 @@ func TestHTTPRoutes(t *testing.T) {
 	if status, _ = do("GET", "/readyz", ""); status != 200 {
 		t.Errorf("readyz %d", status)
 	}
-	if status, body = do("GET", "/api/agents/web/timers", ""); status != 200 || json.Unmarshal(body, &list) != nil || len(list.Timers) != 1 || list.Timers[0].Status != subjects.TimerCancelled {
+	if status, body = do("GET", "/api/agents/web/timers", ""); status != 200 || json.Unmarshal(body, &list) != nil || len(list.Timers) != 1 || list.Timers[0].Status != timers.TimerCancelled {
 		t.Fatalf("stored state after bad input: %d %s", status, body)
 	}
 	res, err := http.Get(base + "/metrics")

@@ -18,6 +18,7 @@ import (
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // postJSON posts body to the replica's HTTP gateway.
@@ -51,7 +52,7 @@ func timerCount(t *testing.T, nc *nats.Conn, agent string) int {
 func TestTimerCreateRequestID(t *testing.T) {
 	_, nc := startChime(t)
 	first := request(t, nc, "agent.idem.timer.create", `{"duration_ms":60000,"summary":"s","request_id":"r-1"}`)
-	var tm subjects.Timer
+	var tm timers.Timer
 	if err := json.Unmarshal(first.Data, &tm); err != nil || tm.RequestID != "r-1" || tm.RequestHash == "" || !strings.HasPrefix(tm.ID, "tmr_") || len(tm.ID) != 26 {
 		t.Fatalf("first create: %s", first.Data)
 	}
@@ -78,7 +79,7 @@ func TestTimerCreateRequestID(t *testing.T) {
 	if n := timerCount(t, nc, "idem"); n != 1 {
 		t.Fatalf("%d timers after one create and its retries", n)
 	}
-	var other subjects.Timer
+	var other timers.Timer
 	if err := json.Unmarshal(request(t, nc, "agent.idem2.timer.create", `{"duration_ms":60000,"summary":"s","request_id":"r-1"}`).Data, &other); err != nil || other.ID == tm.ID {
 		t.Fatalf("another agent's request_id r-1: %+v", other)
 	}
@@ -97,10 +98,10 @@ func TestTimerCreateRequestID(t *testing.T) {
 	}
 	testwait.Eventually(t, 5*time.Second, func() bool {
 		got, err := c.GetTimer(ctx, fired.ID)
-		return err == nil && got.Status == subjects.TimerCompleted
+		return err == nil && got.Status == timers.TimerCompleted
 	})
 	again, err := c.CreateTimer(ctx, 50, 0, "", client.WithRequestID("fires"))
-	if err != nil || again.ID != fired.ID || again.Status != subjects.TimerCompleted || again.FireCount != 1 {
+	if err != nil || again.ID != fired.ID || again.Status != timers.TimerCompleted || again.FireCount != 1 {
 		t.Fatalf("retry after the fire: %+v %v", again, err)
 	}
 	if _, err := c.CreateTimer(ctx, 51, 0, "", client.WithRequestID("fires")); !errors.Is(err, subjects.ErrConflict) {
@@ -126,7 +127,7 @@ func TestRequestIDRules(t *testing.T) {
 	assertError(t, "number", request(t, nc, "agent.rules.timer.create", `{"duration_ms":1000,"request_id":7}`).Data,
 		"invalid_request", "request_id must be a JSON string, not number")
 	for _, id := range []string{strings.Repeat("é", 128), "order #7: «ünïcode» ok"} {
-		var tm subjects.Timer
+		var tm timers.Timer
 		if msg := request(t, nc, "agent.rules.timer.create", `{"duration_ms":60000,"request_id":"`+id+`"}`); json.Unmarshal(msg.Data, &tm) != nil || tm.RequestID != id {
 			t.Fatalf("request_id %q refused: %s", id, msg.Data)
 		}
@@ -178,7 +179,7 @@ func TestConcurrentCreatesWithOneRequestID(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 10 {
 		wg.Go(func() {
-			var tm subjects.Timer
+			var tm timers.Timer
 			var body []byte
 			if i%2 == 0 {
 				m, err := nc.Request("agent.race.timer.create", []byte(`{"duration_ms":60000,"request_id":"once"}`), 5*time.Second)

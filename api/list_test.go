@@ -10,6 +10,7 @@ import (
 
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // TestTimerListPages pages through an agent's timers while timers are
@@ -32,7 +33,7 @@ func TestTimerListPages(t *testing.T) {
 		before = append(before, tm.ID)
 	}
 
-	seen := map[string][]subjects.TimerStatus{}
+	seen := map[string][]timers.TimerStatus{}
 	changed := map[string]bool{}
 	var created []string
 	cursor, pages := "", 0
@@ -74,7 +75,7 @@ func TestTimerListPages(t *testing.T) {
 			t.Errorf("%s never listed", id)
 		case !changed[id] && len(got) != 1:
 			t.Errorf("%s, unchanged, listed %d times", id, len(got))
-		case changed[id] && (len(got) > 2 || got[len(got)-1] != subjects.TimerCancelled):
+		case changed[id] && (len(got) > 2 || got[len(got)-1] != timers.TimerCancelled):
 			t.Errorf("%s, cancelled during the walk, listed as %v", id, got)
 		}
 	}
@@ -91,7 +92,7 @@ func TestTimerListPages(t *testing.T) {
 			path += "&cursor=" + url.QueryEscape(cursor)
 		}
 		status, body := get(t, base+path)
-		var page subjects.ListTimersReply
+		var page timers.ListTimersReply
 		if status != 200 || json.Unmarshal(body, &page) != nil || len(page.Timers) > 11 {
 			t.Fatalf("GET %s: %d %s", path, status, body)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // gauge reads one unlabelled gauge from the replica's /metrics.
@@ -49,7 +50,7 @@ func TestFinishedRecordsExpire(t *testing.T) {
 	ctx := context.Background()
 	c, _ := client.New(nc, "ret")
 	inbox := inboxOf(t, nc, "ret")
-	create := func(ms, every int64, summary string) *subjects.Timer {
+	create := func(ms, every int64, summary string) *timers.Timer {
 		t.Helper()
 		tm, err := c.CreateTimer(ctx, ms, every, summary)
 		if err != nil {
@@ -90,7 +91,7 @@ func TestFinishedRecordsExpire(t *testing.T) {
 	}
 	testwait.Eventually(t, 5*time.Second, func() bool {
 		got, err := c.GetTimer(ctx, fires.ID)
-		return err == nil && got.Status == subjects.TimerCompleted
+		return err == nil && got.Status == timers.TimerCompleted
 	}, "one-shot fired")
 
 	timerIDs := func() []string {
@@ -133,7 +134,7 @@ func TestFinishedRecordsExpire(t *testing.T) {
 		return len(all) == 2
 	}, "revoked triggers gone")
 	var http200 struct {
-		Timers []subjects.Timer `json:"timers"`
+		Timers []timers.Timer `json:"timers"`
 	}
 	res, err := http.Get(base + "/api/agents/ret/timers")
 	if err != nil {
@@ -205,7 +206,7 @@ func TestRetentionZeroKeepsRecords(t *testing.T) {
 		info, err := s.Info(ctx)
 		return err == nil && info.State.Msgs == 1
 	}, "the cancelled timer in the history")
-	if got, err := c.GetTimer(ctx, tm.ID); err != nil || got.Status != subjects.TimerCancelled {
+	if got, err := c.GetTimer(ctx, tm.ID); err != nil || got.Status != timers.TimerCancelled {
 		t.Fatalf("cancelled timer with retention 0: %+v %v", got, err)
 	}
 }

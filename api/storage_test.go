@@ -53,7 +53,7 @@ func TestBucketAtItsLimit(t *testing.T) {
 		rec := create(fmt.Sprintf("agent%d", i%3))
 		switch rec.Code {
 		case http.StatusCreated:
-			var tm subjects.Timer
+			var tm timers.Timer
 			if err := json.Unmarshal(rec.Body.Bytes(), &tm); err != nil {
 				t.Fatal(err)
 			}

@@ -51,7 +51,7 @@ func TestAnswerError(t *testing.T) {
 	_, kv := outage(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	_, _, real := kvrec.Get[subjects.Timer](ctx, kv, "demo.tmr_1")
+	_, _, real := kvrec.Get[timers.Timer](ctx, kv, "demo.tmr_1")
 
 	for _, tc := range []struct {
 		name  string
@@ -64,7 +64,7 @@ func TestAnswerError(t *testing.T) {
 		{"no stream response", jetstream.ErrNoStreamResponse, wantUnavailable, true},
 		{"leader election", fmt.Errorf("nats: %w", &jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}), wantUnavailable, true},
 		{"request deadline", fmt.Errorf("timers: get tmr_1: %w", context.DeadlineExceeded), wantUnavailable, true},
-		{"operation's own error", fmt.Errorf("waits: %w", subjects.ErrNotFound("tmr_1")), subjects.ErrTimerNotFound, false},
+		{"operation's own error", fmt.Errorf("waits: %w", timers.ErrNotFound("tmr_1")), subjects.ErrTimerNotFound, false},
 		{"operation's own unavailable", &subjects.Error{Code: subjects.CodeUnavailable, Message: "callbacks are not configured"}, wantUnavailable, false},
 		{"bug", errors.New("nil map"), wantInternal, false},
 		{"bucket missing (being healed)", fmt.Errorf("timers: get: %w", jetstream.ErrBucketNotFound), wantUnavailable, true},

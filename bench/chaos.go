@@ -25,6 +25,7 @@ import (
 	"github.com/chime-nats/chime/internal/directget"
 	"github.com/chime-nats/chime/internal/natsproc"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // Kill kinds of a chaos run.
@@ -445,7 +446,7 @@ func (r *chaosRun) createRepeating(ctx context.Context) error {
 		c := r.client(i)
 		// First due times spread over one interval, from one interval on.
 		first := r.o.Interval + time.Duration(i)*r.o.Interval/time.Duration(r.o.Repeating)
-		var t *subjects.Timer
+		var t *timers.Timer
 		err := r.call(ctx, func(ctx context.Context) (err error) {
 			t, err = c.CreateTimer(ctx, max(first.Milliseconds(), 1), r.o.Interval.Milliseconds(), fmt.Sprintf("chaos repeating %d", i))
 			return err
@@ -487,7 +488,7 @@ func (r *chaosRun) cancelRepeating(ctx context.Context) {
 	wg.Wait()
 }
 
-func dueOf(t *subjects.Timer) time.Time {
+func dueOf(t *timers.Timer) time.Time {
 	if t.NextFireAt != nil {
 		return *t.NextFireAt
 	}
@@ -497,7 +498,7 @@ func dueOf(t *subjects.Timer) time.Time {
 func (r *chaosRun) oneShot(ctx context.Context, seq int) {
 	c := r.client(seq)
 	ms := int64(oneShotMinMs + rand.IntN(oneShotMaxMs-oneShotMinMs+1))
-	var t *subjects.Timer
+	var t *timers.Timer
 	err := r.call(ctx, func(ctx context.Context) (err error) {
 		t, err = c.CreateTimer(ctx, ms, 0, fmt.Sprintf("chaos %d", seq))
 		return err
@@ -552,8 +553,8 @@ func (r *chaosRun) wait(ctx context.Context, seq int) {
 
 // observed is what the run left: the records and the inbox.
 type observed struct {
-	timers map[string]*subjects.Timer // by timer ID
-	waits  map[string]*subjects.Wait  // by wait ID
+	timers map[string]*timers.Timer  // by timer ID
+	waits  map[string]*subjects.Wait // by wait ID
 	inbox  []inboxMsg
 }
 
@@ -570,11 +571,11 @@ func (r *chaosRun) observe(ctx context.Context) (*observed, error) {
 	defer cancel()
 	obs := &observed{}
 	err := r.reading(ctx, "timer records", func(ctx context.Context) error {
-		obs.timers = map[string]*subjects.Timer{}
+		obs.timers = map[string]*timers.Timer{}
 		// Finished timers leave the bucket for the history; one in both
 		// (moved, its key not purged yet) is the same record.
 		return readRecords(ctx, r.js, engine.TimersBucket, engine.HistoryTimers, func(b []byte) error {
-			var t subjects.Timer
+			var t timers.Timer
 			if err := json.Unmarshal(b, &t); err != nil {
 				return err
 			}

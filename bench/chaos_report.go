@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // ChaosResult is what a chaos run found, counted from the inbox stream (what
@@ -236,7 +237,7 @@ func (r *chaosRun) analyze(obs *observed) *ChaosResult {
 	for _, m := range obs.inbox {
 		switch m.env.Kind {
 		case subjects.KindTimerFired:
-			var d subjects.TimerFiredData
+			var d timers.TimerFiredData
 			if json.Unmarshal(m.env.Data, &d) != nil {
 				res.OtherDeliveries++
 				continue
@@ -321,7 +322,7 @@ func (r *chaosRun) analyze(obs *observed) *ChaosResult {
 			for _, n := range slices.Sorted(maps.Keys(occ)) {
 				all = append(all, occ[n]...)
 			}
-			cancelled := rec.Status == subjects.TimerCancelled
+			cancelled := rec.Status == timers.TimerCancelled
 			if cancelled {
 				t.Cancelled++
 				if len(all) > 0 {
@@ -334,7 +335,7 @@ func (r *chaosRun) analyze(obs *observed) *ChaosResult {
 			case len(all) > 0:
 				items = append(items, delivered(what, all, len(all)-1))
 				t.Duplicated += len(all) - 1
-				if rec.Status == subjects.TimerActive {
+				if rec.Status == timers.TimerActive {
 					t.Unapplied++
 				}
 			case !cancelled:
@@ -372,7 +373,7 @@ func (r *chaosRun) analyze(obs *observed) *ChaosResult {
 			w := fmt.Sprintf("%s occurrence %d", what, n)
 			items = append(items, delivered(w, fs, len(fs)-1))
 			t.Duplicated += len(fs) - 1
-			if rec.Status == subjects.TimerCancelled {
+			if rec.Status == timers.TimerCancelled {
 				afterCancel(w, req, fs[0])
 			} else {
 				t.Unapplied++

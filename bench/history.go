@@ -23,6 +23,7 @@ import (
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/replica"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // HistoryOptions configures a history benchmark: what finished timers,
@@ -210,7 +211,7 @@ func historyRound(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, st
 				if err != nil {
 					return fmt.Errorf("bench: create: %w", err)
 				}
-				var t subjects.Timer
+				var t timers.Timer
 				if err := subjects.DecodeReply(msg.Data, &t); err != nil {
 					return fmt.Errorf("bench: create: %w", err)
 				}

@@ -19,6 +19,7 @@ import (
 	"github.com/chime-nats/chime/internal/backoff"
 	"github.com/chime-nats/chime/internal/natsproc"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // InboxOptions configures an inbox run: one chime replica (a child
@@ -469,14 +470,14 @@ func (r *inboxRun) create(ctx context.Context) error {
 					rctx, cancel := context.WithTimeout(gctx, inboxRequest)
 					msg, err := nc.RequestWithContext(rctx, subjects.Agent(r.agent(i), subjects.ActionTimerCreate), body)
 					cancel()
-					var t subjects.Timer
+					var t timers.Timer
 					if err == nil {
 						err = subjects.DecodeReply(msg.Data, &t)
 					}
 					if err == nil {
 						a := &r.agents[i]
 						a.mu.Lock()
-						a.want = (&subjects.TimerFired{TimerID: t.ID, Occurrence: 1}).EnvelopeID()
+						a.want = (&timers.TimerFired{TimerID: t.ID, Occurrence: 1}).EnvelopeID()
 						a.mu.Unlock()
 						a.due.Store(sent.Add(duration).UnixNano())
 						a.next.Store(sent.Add(duration).UnixNano())

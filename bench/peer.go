@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // PeerResult is what the peer of a timer benchmark measured: JetStream's
@@ -117,8 +118,8 @@ func peer(ctx context.Context, url string, o TimersOptions, run string) (*PeerRe
 				due = maxTime(due, time.Now().Add(time.Millisecond))
 				// The body is the envelope chime would deliver (same size,
 				// decoded the same way); FiredAt is not known in advance.
-				f := subjects.TimerFired{AgentID: run + "-peer", TimerID: "tmr_peer" + strconv.Itoa(i), Occurrence: 1, DueAt: due.UTC(), FiredAt: due.UTC()}
-				env := subjects.TimerFiredEnvelope(&f)
+				f := timers.TimerFired{AgentID: run + "-peer", TimerID: "tmr_peer" + strconv.Itoa(i), Occurrence: 1, DueAt: due.UTC(), FiredAt: due.UTC()}
+				env := timers.TimerFiredEnvelope(&f)
 				body, err := subjects.EncodeJSON(&env)
 				if err != nil {
 					return fmt.Errorf("bench: peer: %w", err)

@@ -22,6 +22,7 @@ import (
 	"github.com/chime-nats/chime/internal/backoff"
 	"github.com/chime-nats/chime/internal/natsproc"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // ScaleOptions configures a scale run: for each replica count, fresh
@@ -462,7 +463,7 @@ func createTimers(ctx context.Context, conns []*nats.Conn, n, clients int, agent
 				if err != nil {
 					return fmt.Errorf("create %d: %w", i, err)
 				}
-				var t subjects.Timer
+				var t timers.Timer
 				if err := subjects.DecodeReply(msg.Data, &t); err != nil {
 					return fmt.Errorf("create %d: %w", i, err)
 				}

@@ -18,6 +18,7 @@ import (
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/internal/backoff"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // SoakOptions configures a soak: one `chime serve` child on its embedded
@@ -257,7 +258,7 @@ func (r *soakRun) create(ctx context.Context) {
 			return
 		}
 		r.created.Add(1)
-		id := (&subjects.TimerFired{TimerID: t.ID, Occurrence: 1}).EnvelopeID()
+		id := (&timers.TimerFired{TimerID: t.ID, Occurrence: 1}).EnvelopeID()
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		if _, ok := a.seen[id]; !ok { // read before its reply came: done already
@@ -357,7 +358,7 @@ func (r *soakRun) read(ctx context.Context, a *soakAgent) {
 // delivered books one delivery read at now.
 func (r *soakRun) delivered(a *soakAgent, d subjects.InboxDelivery, now time.Time) {
 	var env subjects.Envelope
-	var fired subjects.TimerFiredData
+	var fired timers.TimerFiredData
 	if json.Unmarshal(d.Envelope, &env) != nil || env.Kind != subjects.KindTimerFired || json.Unmarshal(env.Data, &fired) != nil {
 		r.other.Add(1)
 		return

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // TestSoak runs a soak of a few seconds on a real `chime serve` child:
@@ -84,14 +85,14 @@ func TestSoakDelivered(t *testing.T) {
 	r.agents = []*soakAgent{a}
 	due := time.Now().Add(-time.Minute)
 	fire := func(timer string, seq uint64) subjects.InboxDelivery {
-		f := &subjects.TimerFired{TimerID: timer, Occurrence: 1, DueAt: due, FiredAt: due}
-		env, err := json.Marshal(subjects.TimerFiredEnvelope(f))
+		f := &timers.TimerFired{TimerID: timer, Occurrence: 1, DueAt: due, FiredAt: due}
+		env, err := json.Marshal(timers.TimerFiredEnvelope(f))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return subjects.InboxDelivery{Seq: seq, Envelope: env}
 	}
-	id := func(timer string) string { return (&subjects.TimerFired{TimerID: timer, Occurrence: 1}).EnvelopeID() }
+	id := func(timer string) string { return (&timers.TimerFired{TimerID: timer, Occurrence: 1}).EnvelopeID() }
 	a.pend[id("t1")], a.pend[id("t2")] = due, due
 	if got := r.overdue(time.Now()); got != 2 {
 		t.Errorf("overdue = %d, want 2", got)

@@ -30,6 +30,7 @@ import (
 	"github.com/chime-nats/chime/internal/secret"
 	"github.com/chime-nats/chime/replica"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // TimersOptions configures a timer benchmark.
@@ -194,7 +195,7 @@ func Timers(ctx context.Context, o TimersOptions) (*TimersResult, error) {
 				if err != nil {
 					return fmt.Errorf("bench: create: %w", err)
 				}
-				var t subjects.Timer
+				var t timers.Timer
 				if err := subjects.DecodeReply(msg.Data, &t); err != nil {
 					return fmt.Errorf("bench: create: %w", err)
 				}
@@ -307,7 +308,7 @@ func (a *arrivals) summary() (Latency, float64, int, int) {
 	var first, last time.Time
 	for _, r := range got {
 		var env subjects.Envelope
-		var data subjects.TimerFiredData
+		var data timers.TimerFiredData
 		if json.Unmarshal(r.data, &env) != nil || json.Unmarshal(env.Data, &data) != nil {
 			continue
 		}

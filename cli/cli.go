@@ -27,6 +27,7 @@ import (
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/replica"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // ErrUsage marks a command line that could not be understood.
@@ -297,7 +298,7 @@ func (a *App) timer(ctx context.Context, args []string) error {
 				if err != nil {
 					return nil, err
 				}
-				return subjects.ListTimersReply{Timers: list}, nil
+				return timers.ListTimersReply{Timers: list}, nil
 			}
 			return c.TimersPage(ctx, *limit, *cursor)
 		case "get", "cancel":

@@ -14,6 +14,7 @@ import (
 
 	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // Client speaks for one agent.
@@ -61,7 +62,7 @@ func WithRequestID(id string) TimerOption {
 
 // CreateTimer creates a timer due after durationMs, repeating every
 // intervalMs when that is positive.
-func (c *Client) CreateTimer(ctx context.Context, durationMs, intervalMs int64, summary string, opts ...TimerOption) (*subjects.Timer, error) {
+func (c *Client) CreateTimer(ctx context.Context, durationMs, intervalMs int64, summary string, opts ...TimerOption) (*timers.Timer, error) {
 	req := map[string]any{"duration_ms": durationMs}
 	if intervalMs > 0 {
 		req["interval_ms"] = intervalMs
@@ -72,13 +73,13 @@ func (c *Client) CreateTimer(ctx context.Context, durationMs, intervalMs int64, 
 	for _, opt := range opts {
 		opt(req)
 	}
-	var t subjects.Timer
+	var t timers.Timer
 	return &t, c.call(ctx, subjects.ActionTimerCreate, req, &t)
 }
 
 // ListTimers returns the first page of the agent's timers (TimersPage);
 // limit 0 uses the default.
-func (c *Client) ListTimers(ctx context.Context, limit int) ([]subjects.Timer, error) {
+func (c *Client) ListTimers(ctx context.Context, limit int) ([]timers.Timer, error) {
 	r, err := c.TimersPage(ctx, limit, "")
 	if err != nil {
 		return nil, err
@@ -90,33 +91,33 @@ func (c *Client) ListTimers(ctx context.Context, limit int) ([]subjects.Timer, e
 // last change, oldest first: the first for cursor "", else the one the
 // cursor (an earlier page's NextCursor) names. limit 0 uses the default.
 // A timer changed after its page comes again on a later one.
-func (c *Client) TimersPage(ctx context.Context, limit int, cursor string) (*subjects.ListTimersReply, error) {
-	var r subjects.ListTimersReply
+func (c *Client) TimersPage(ctx context.Context, limit int, cursor string) (*timers.ListTimersReply, error) {
+	var r timers.ListTimersReply
 	return &r, c.call(ctx, subjects.ActionTimerList, listRequest(limit, cursor), &r)
 }
 
 // AllTimers reads every page of the agent's timers and returns them, each
 // once as last read.
-func (c *Client) AllTimers(ctx context.Context) ([]subjects.Timer, error) {
-	return all(ctx, func(ctx context.Context, cursor string) ([]subjects.Timer, string, error) {
+func (c *Client) AllTimers(ctx context.Context) ([]timers.Timer, error) {
+	return all(ctx, func(ctx context.Context, cursor string) ([]timers.Timer, string, error) {
 		r, err := c.TimersPage(ctx, subjects.MaxListLimit, cursor)
 		if err != nil {
 			return nil, "", err
 		}
 		return r.Timers, r.NextCursor, nil
-	}, func(t *subjects.Timer) string { return t.ID })
+	}, func(t *timers.Timer) string { return t.ID })
 }
 
 // GetTimer reads one timer.
-func (c *Client) GetTimer(ctx context.Context, timerID string) (*subjects.Timer, error) {
-	var t subjects.Timer
-	return &t, c.call(ctx, subjects.ActionTimerGet, subjects.TimerRef{TimerID: timerID}, &t)
+func (c *Client) GetTimer(ctx context.Context, timerID string) (*timers.Timer, error) {
+	var t timers.Timer
+	return &t, c.call(ctx, subjects.ActionTimerGet, timers.TimerRef{TimerID: timerID}, &t)
 }
 
 // CancelTimer cancels one timer.
-func (c *Client) CancelTimer(ctx context.Context, timerID string) (*subjects.Timer, error) {
-	var t subjects.Timer
-	return &t, c.call(ctx, subjects.ActionTimerCancel, subjects.TimerRef{TimerID: timerID}, &t)
+func (c *Client) CancelTimer(ctx context.Context, timerID string) (*timers.Timer, error) {
+	var t timers.Timer
+	return &t, c.call(ctx, subjects.ActionTimerCancel, timers.TimerRef{TimerID: timerID}, &t)
 }
 
 // SubscribeInbox delivers the agent's inbox envelopes to fn as they are

@@ -22,6 +22,7 @@ import (
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // authedChime runs chime with NATS authorization on its embedded server
@@ -232,7 +233,7 @@ func TestNATSAuthorization(t *testing.T) {
 			}
 			v.seen(t, "publish", subj)
 		}
-		if got, err := bc.GetTimer(ctx, bobTimer.ID); err != nil || got.Status != subjects.TimerActive {
+		if got, err := bc.GetTimer(ctx, bobTimer.ID); err != nil || got.Status != timers.TimerActive {
 			t.Fatalf("bob's timer after the attempts: %+v %v", got, err)
 		}
 		if after := inboxCount(t, p.httpAddr, op); after != inboxBefore {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // chimeCLI runs the built binary against the NATS server at natsAddr and
@@ -42,13 +43,13 @@ func chimeCLI(t *testing.T, natsAddr string, args ...string) (string, string, in
 }
 
 // cliTimer runs a timer command that must succeed and decodes its output.
-func cliTimer(t *testing.T, natsAddr string, args ...string) subjects.Timer {
+func cliTimer(t *testing.T, natsAddr string, args ...string) timers.Timer {
 	t.Helper()
 	out, errOut, code := chimeCLI(t, natsAddr, args...)
 	if code != 0 {
 		t.Fatalf("chime %v: exit %d: %s", args, code, errOut)
 	}
-	var tm subjects.Timer
+	var tm timers.Timer
 	if err := json.Unmarshal([]byte(out), &tm); err != nil {
 		t.Fatalf("chime %v: output %q: %v", args, out, err)
 	}
@@ -63,7 +64,7 @@ func TestCLITimers(t *testing.T) {
 
 	created := cliTimer(t, natsAddr, "timer", "create", "--after-ms", "60000", "--every-ms", "30000", "--summary", "check CI", "--agent", "cli")
 	if created.AgentID != "cli" || created.DurationMs != 60000 || created.IntervalMs == nil || *created.IntervalMs != 30000 ||
-		!created.Repeat || created.Status != subjects.TimerActive || created.Summary != "check CI" || created.FireCount != 0 {
+		!created.Repeat || created.Status != timers.TimerActive || created.Summary != "check CI" || created.FireCount != 0 {
 		t.Fatalf("created: %+v", created)
 	}
 	if d := created.NextFireAt.Sub(created.CreatedAt); d != time.Minute {
@@ -75,7 +76,7 @@ func TestCLITimers(t *testing.T) {
 	}
 
 	out, errOut, code := chimeCLI(t, natsAddr, "timer", "list", "--json", "--limit", "1", "--agent", "cli")
-	var first subjects.ListTimersReply
+	var first timers.ListTimersReply
 	if code != 0 || json.Unmarshal([]byte(out), &first) != nil || len(first.Timers) != 1 || first.Timers[0].ID != created.ID || first.NextCursor == "" {
 		t.Fatalf("list --limit 1: exit %d, %q %s (want the first created, %s, and a next page)", code, out, errOut, created.ID)
 	}
@@ -85,14 +86,14 @@ func TestCLITimers(t *testing.T) {
 		t.Errorf("get: %+v", got)
 	}
 	for range 2 { // the second cancel is a no-op
-		if c := cliTimer(t, natsAddr, "timer", "cancel", created.ID, "--agent", "cli"); c.Status != subjects.TimerCancelled {
+		if c := cliTimer(t, natsAddr, "timer", "cancel", created.ID, "--agent", "cli"); c.Status != timers.TimerCancelled {
 			t.Errorf("cancel: status %q", c.Status)
 		}
 	}
 
 	oneShot := cliTimer(t, natsAddr, "timer", "create", "--after-ms", "1", "--agent", "cli")
 	eventually(t, 10*time.Second, "one-shot completed", func() bool {
-		return cliTimer(t, natsAddr, "timer", "get", oneShot.ID, "--agent", "cli").Status == subjects.TimerCompleted
+		return cliTimer(t, natsAddr, "timer", "get", oneShot.ID, "--agent", "cli").Status == timers.TimerCompleted
 	})
 
 	for _, tc := range []struct {
@@ -122,7 +123,7 @@ func TestCLITimers(t *testing.T) {
 	}
 
 	// Pages: --limit and --cursor walk them, --all reads every one.
-	var page subjects.ListTimersReply
+	var page timers.ListTimersReply
 	var walked []string
 	for args := []string{"timer", "list", "--json", "--agent", "cli", "--limit", "2"}; ; {
 		out, errOut, code := chimeCLI(t, natsAddr, args...)
@@ -180,10 +181,10 @@ func TestCLITimers(t *testing.T) {
 	}
 }
 
-func cliTimerList(t *testing.T, natsAddr, agent string) []subjects.Timer {
+func cliTimerList(t *testing.T, natsAddr, agent string) []timers.Timer {
 	t.Helper()
 	out, errOut, code := chimeCLI(t, natsAddr, "timer", "list", "--json", "--agent", agent)
-	var page subjects.ListTimersReply
+	var page timers.ListTimersReply
 	if code != 0 || json.Unmarshal([]byte(out), &page) != nil {
 		t.Fatalf("list: exit %d, %q %s", code, out, errOut)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/chime-nats/chime/internal/natsproc/natsproctest"
 	"github.com/chime-nats/chime/internal/natstest"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // The fault tests run chime against real nats-server processes and lose
@@ -564,7 +565,7 @@ func TestPublishFailures(t *testing.T) {
 	time.Sleep(time.Second)
 
 	seen := map[string]bool{}
-	occurrences := map[string][]subjects.TimerFiredData{}
+	occurrences := map[string][]timers.TimerFiredData{}
 	for _, d := range inbox(t, nc) {
 		if seen[d.env.ID] {
 			t.Errorf("envelope %s stored twice", d.env.ID)

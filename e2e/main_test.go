@@ -20,6 +20,7 @@ import (
 
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // binary is the built chime; benchBinary, chime-bench, is beside it, so
@@ -167,7 +168,7 @@ func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 // delivery is one timer_fired envelope read from the inbox stream.
 type delivery struct {
 	env    subjects.Envelope
-	data   subjects.TimerFiredData
+	data   timers.TimerFiredData
 	stored time.Time // when the inbox stream stored it
 }
 

@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/chime-nats/chime/client"
-	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // TestRestartAfterSIGKILL kills chime (embedded NATS and all) with SIGKILL
@@ -87,7 +87,7 @@ func TestRestartAfterSIGKILL(t *testing.T) {
 	if off := got.NextFireAt.Sub(*rep.NextFireAt); off%(500*time.Millisecond) != 0 {
 		t.Errorf("next_fire_at off cadence by %v", off%(500*time.Millisecond))
 	}
-	if got.Status != subjects.TimerActive {
+	if got.Status != timers.TimerActive {
 		t.Errorf("repeating status %s", got.Status)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/chime-nats/chime/prompts"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // arg is one documented argument of a tool prompt.
@@ -121,14 +122,14 @@ var toolPrompts = []struct {
 	{"wait_for.md", jsonFields(subjects.WaitForRequest{}), []action{{"", `{"wake":"external","resource":"ci","reason":"r","delivery":"final","work_item_id":"w1","recheck_after_ms":500}`,
 		func(b []byte) error { _, err := subjects.DecodeWaitFor(b); return err }}}},
 	// authority_class is the operator's field (HTTP), not the agent's.
-	{"timers.md", without(jsonFields(subjects.CreateTimerRequest{}, subjects.ListTimersRequest{}, subjects.TimerRef{}), "authority_class"), []action{
-		{"create", `{"duration_ms":100,"interval_ms":60000,"summary":"s","request_id":"r1"}`, strict(func(r *subjects.CreateTimerRequest) error {
-			_, err := r.Validate(subjects.TimerLimits{MinInterval: time.Second})
+	{"timers.md", without(jsonFields(timers.CreateTimerRequest{}, timers.ListTimersRequest{}, timers.TimerRef{}), "authority_class"), []action{
+		{"create", `{"duration_ms":100,"interval_ms":60000,"summary":"s","request_id":"r1"}`, strict(func(r *timers.CreateTimerRequest) error {
+			_, err := r.Validate(timers.TimerLimits{MinInterval: time.Second})
 			return err
 		})},
-		{"list", `{"limit":5}`, func(b []byte) error { _, err := subjects.DecodeListTimers(b); return err }},
-		{"get", `{"timer_id":"t1"}`, strict((*subjects.TimerRef).Validate)},
-		{"cancel", `{"timer_id":"t1"}`, strict((*subjects.TimerRef).Validate)},
+		{"list", `{"limit":5}`, func(b []byte) error { _, err := timers.DecodeListTimers(b); return err }},
+		{"get", `{"timer_id":"t1"}`, strict((*timers.TimerRef).Validate)},
+		{"cancel", `{"timer_id":"t1"}`, strict((*timers.TimerRef).Validate)},
 	}},
 	// question.answer is the operator's request, not the agent's.
 	{"questions.md", jsonFields(subjects.AskRequest{}, subjects.ListQuestionsRequest{}), []action{

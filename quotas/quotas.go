@@ -134,10 +134,9 @@ func New(c Config) *Quotas {
 	return q
 }
 
-// TimerLimits are the bounds a timer create request is decoded against.
-func (q *Quotas) TimerLimits() subjects.TimerLimits {
-	return subjects.TimerLimits{MinInterval: q.cfg.MinInterval}
-}
+// MinInterval is the shortest repeat interval a timer may have
+// (CHIME_MIN_INTERVAL); zero allows any positive one.
+func (q *Quotas) MinInterval() time.Duration { return q.cfg.MinInterval }
 
 // Timer admits one more timer for the agent, or says why not: the rate
 // first (it is the cheaper check and paces an agent hammering at its

@@ -109,8 +109,8 @@ func TestZeroIsOff(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if l := q.TimerLimits(); l.MinInterval != 0 {
-		t.Fatalf("limits %+v", l)
+	if m := q.MinInterval(); m != 0 {
+		t.Fatalf("min interval %v", m)
 	}
 }
 

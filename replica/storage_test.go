@@ -22,6 +22,7 @@ import (
 	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/replica"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // fill publishes to a stream of the test's own (not chime's) until the
@@ -196,7 +197,7 @@ func TestStorageFull(t *testing.T) {
 	}
 
 	// Everything stored before is still there, and the due timer fired.
-	if got, err := c.GetTimer(ctx, long.ID); err != nil || got.Status != subjects.TimerActive {
+	if got, err := c.GetTimer(ctx, long.ID); err != nil || got.Status != timers.TimerActive {
 		t.Errorf("timer stored before: %+v, %v", got, err)
 	}
 	if got, err := c.GetTask(ctx, task.ID); err != nil || got.ID != task.ID {
@@ -209,7 +210,7 @@ func TestStorageFull(t *testing.T) {
 	// The fire is stored in the inbox: its record completed.
 	testwait.Until(t, 20*time.Second, func() (bool, string) {
 		got, err := c.GetTimer(ctx, due.ID)
-		return err == nil && got.Status == subjects.TimerCompleted, fmt.Sprintf("%+v %v", got, err)
+		return err == nil && got.Status == timers.TimerCompleted, fmt.Sprintf("%+v %v", got, err)
 	}, "the timer due while the store was full fired and completed")
 	inbox, err := js.Stream(ctx, "CHIME_INBOX")
 	if err != nil {

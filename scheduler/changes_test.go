@@ -66,7 +66,7 @@ func TestChangesCountedPerReplica(t *testing.T) {
 			ctx := context.Background()
 			inShard := make([]int, shards)
 			for i := range n {
-				tm, err := store.Create(ctx, fmt.Sprintf("agent%d", i%10), subjects.TimerSpec{Duration: time.Hour})
+				tm, err := store.Create(ctx, fmt.Sprintf("agent%d", i%10), timers.TimerSpec{Duration: time.Hour})
 				if err != nil {
 					t.Fatal(err)
 				}

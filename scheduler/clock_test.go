@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // These tests run the fire loop and the lease arithmetic on synctest's
@@ -20,7 +21,7 @@ import (
 // firedAt is one fire handed to the publish function, and when.
 type firedAt struct {
 	at time.Time
-	f  subjects.TimerFired
+	f  timers.TimerFired
 }
 
 // recorder is a publishFunc that keeps what it is given.
@@ -29,7 +30,7 @@ type recorder struct {
 	fires []firedAt
 }
 
-func (r *recorder) publish(_ context.Context, timerFires []subjects.TimerFired, _ []subjects.WaitFired) {
+func (r *recorder) publish(_ context.Context, timerFires []timers.TimerFired, _ []subjects.WaitFired) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, f := range timerFires {
@@ -69,13 +70,13 @@ func runLoop(t *testing.T, validUntil time.Time, d time.Duration, before, during
 	return r.got()
 }
 
-func repeating(id string, due time.Time, every time.Duration, count int64) subjects.Timer {
+func repeating(id string, due time.Time, every time.Duration, count int64) timers.Timer {
 	iv := every.Milliseconds()
-	return subjects.Timer{ID: id, AgentID: "a", Status: subjects.TimerActive, NextFireAt: &due, IntervalMs: &iv, Repeat: true, FireCount: count}
+	return timers.Timer{ID: id, AgentID: "a", Status: timers.TimerActive, NextFireAt: &due, IntervalMs: &iv, Repeat: true, FireCount: count}
 }
 
-func oneShot(id string, due time.Time) subjects.Timer {
-	return subjects.Timer{ID: id, AgentID: "a", Status: subjects.TimerActive, NextFireAt: &due}
+func oneShot(id string, due time.Time) timers.Timer {
+	return timers.Timer{ID: id, AgentID: "a", Status: timers.TimerActive, NextFireAt: &due}
 }
 
 // describe lists fires as "id#occurrence@offset from start".

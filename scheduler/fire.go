@@ -31,12 +31,12 @@ type pendingFire struct {
 	key   string
 	occ   int64
 	due   int64
-	timer subjects.TimerFired // the record update of a timer fire
+	timer timers.TimerFired // the record update of a timer fire
 }
 
 // publishFunc sends one pass's fires; fireLoop takes it as a parameter so
 // the loop's timing can be tested without a server.
-type publishFunc func(ctx context.Context, timerFires []subjects.TimerFired, waitFires []subjects.WaitFired)
+type publishFunc func(ctx context.Context, timerFires []timers.TimerFired, waitFires []subjects.WaitFired)
 
 // fireLoop pops what is due in the shards this replica may fire (owned by
 // a valid lease, loaded, watched live), hands it to publish, and sleeps
@@ -96,8 +96,8 @@ func (s *Scheduler) fireLoop(ctx context.Context, publish publishFunc) {
 // fires. A repeating timer is re-armed at its next occurrence, chosen now
 // and carried in the fire so its record says the same. Called with s.mu
 // held.
-func (s *Scheduler) prepare(batch []*entry, now time.Time) ([]subjects.TimerFired, []subjects.WaitFired) {
-	timerFires := make([]subjects.TimerFired, 0, len(batch))
+func (s *Scheduler) prepare(batch []*entry, now time.Time) ([]timers.TimerFired, []subjects.WaitFired) {
+	timerFires := make([]timers.TimerFired, 0, len(batch))
 	var waitFires []subjects.WaitFired
 	for _, en := range batch {
 		due := time.Unix(0, en.due).UTC()
@@ -109,9 +109,9 @@ func (s *Scheduler) prepare(batch []*entry, now time.Time) ([]subjects.TimerFire
 			en.fired = en.due
 			continue
 		}
-		f := subjects.TimerFired{
+		f := timers.TimerFired{
 			AgentID: en.agentID(), TimerID: en.itemID(), Occurrence: en.occ,
-			DueAt: due, FiredAt: now.UTC(), Text: (&subjects.Timer{ID: en.itemID(), Summary: en.summary}).FireText(),
+			DueAt: due, FiredAt: now.UTC(), Text: (&timers.Timer{ID: en.itemID(), Summary: en.summary}).FireText(),
 		}
 		en.fired = en.occ
 		if en.interval > 0 {
@@ -128,7 +128,7 @@ func (s *Scheduler) prepare(batch []*entry, now time.Time) ([]subjects.TimerFire
 
 // publish is the fire loop's publishFunc: fires whose envelope is
 // already stored go to their record update, the others out.
-func (s *Scheduler) publish(ctx context.Context, timerFires []subjects.TimerFired, waitFires []subjects.WaitFired) {
+func (s *Scheduler) publish(ctx context.Context, timerFires []timers.TimerFired, waitFires []subjects.WaitFired) {
 	s.publishTimers(ctx, s.dropDelivered(ctx, timerFires))
 	s.publishWaits(ctx, waitFires)
 }
@@ -138,7 +138,7 @@ func (s *Scheduler) publish(ctx context.Context, timerFires []subjects.TimerFire
 // between publish and record update, then downtime outlasted the window):
 // they go straight to their record update. Only fires older than the
 // window are looked up, one search per agent.
-func (s *Scheduler) dropDelivered(ctx context.Context, fires []subjects.TimerFired) []subjects.TimerFired {
+func (s *Scheduler) dropDelivered(ctx context.Context, fires []timers.TimerFired) []timers.TimerFired {
 	if s.cfg.Inbox == nil {
 		return fires
 	}
@@ -183,11 +183,11 @@ func (s *Scheduler) dropDelivered(ctx context.Context, fires []subjects.TimerFir
 
 // publishTimers sends the timer_fired envelopes, asynchronously: the one
 // JetStream write between a due time and the agent.
-func (s *Scheduler) publishTimers(ctx context.Context, fires []subjects.TimerFired) {
+func (s *Scheduler) publishTimers(ctx context.Context, fires []timers.TimerFired) {
 	for i := range fires {
 		f := &fires[i]
 		p := pendingFire{key: subjects.TimerKey(f.AgentID, f.TimerID), occ: f.Occurrence, due: f.DueAt.UnixNano(), timer: *f}
-		p.ack, p.err = s.cfg.Inbox.DeliverAsync(subjects.TimerFiredMsg(f))
+		p.ack, p.err = s.cfg.Inbox.DeliverAsync(timers.TimerFiredMsg(f))
 		if !s.enqueue(ctx, p) {
 			return
 		}
@@ -304,7 +304,7 @@ func (s *Scheduler) rearm(p pendingFire, cause error) {
 	s.Wake()
 }
 
-func (s *Scheduler) queueRecord(f subjects.TimerFired) {
+func (s *Scheduler) queueRecord(f timers.TimerFired) {
 	if s.cfg.Records == nil {
 		return
 	}
@@ -358,7 +358,7 @@ func (s *Scheduler) yieldToFires(ctx context.Context) bool {
 // it, but not forever: if the gap is not filled within outOfOrderLimit the
 // earlier one was numbered by a replica that lost the shard, and the
 // record has moved on without it.
-func (s *Scheduler) record(ctx context.Context, f *subjects.TimerFired) {
+func (s *Scheduler) record(ctx context.Context, f *timers.TimerFired) {
 	start := s.cfg.Now()
 	for attempt := 0; ; attempt++ {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/chime-nats/chime/internal/kvwatch"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // clock is a settable fake clock for the pure logic of firing.
@@ -37,7 +38,7 @@ func newTestScheduler(c *clock) *Scheduler {
 	return s
 }
 
-func putTimer(t *testing.T, s *Scheduler, tm subjects.Timer) {
+func putTimer(t *testing.T, s *Scheduler, tm timers.Timer) {
 	t.Helper()
 	b, err := json.Marshal(tm)
 	if err != nil {
@@ -56,7 +57,7 @@ func putWait(t *testing.T, s *Scheduler, w subjects.Wait) {
 }
 
 // pop fires what is due at the clock's time, as one pass of the loop does.
-func pop(s *Scheduler, c *clock) ([]subjects.TimerFired, []subjects.WaitFired) {
+func pop(s *Scheduler, c *clock) ([]timers.TimerFired, []subjects.WaitFired) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	batch := s.index.popDue(allOwned(s.cfg.Shards), c.now().UnixNano(), 1024, nil)
@@ -67,7 +68,7 @@ func TestFailedFireRetriesTheSameOccurrence(t *testing.T) {
 	c := newClock()
 	s := newTestScheduler(c)
 	due := c.now().Add(time.Second)
-	putTimer(t, s, subjects.Timer{ID: "t1", AgentID: "a", Status: subjects.TimerActive, NextFireAt: &due})
+	putTimer(t, s, timers.Timer{ID: "t1", AgentID: "a", Status: timers.TimerActive, NextFireAt: &due})
 
 	c.add(time.Second)
 	fires, _ := pop(s, c)
@@ -109,7 +110,7 @@ func TestRepeatingKeepsCadenceThroughRetries(t *testing.T) {
 	s := newTestScheduler(c)
 	first := c.now().Add(time.Second)
 	iv := int64(1000)
-	putTimer(t, s, subjects.Timer{ID: "r", AgentID: "a", Status: subjects.TimerActive, NextFireAt: &first, IntervalMs: &iv, Repeat: true})
+	putTimer(t, s, timers.Timer{ID: "r", AgentID: "a", Status: timers.TimerActive, NextFireAt: &first, IntervalMs: &iv, Repeat: true})
 
 	c.t = first
 	fires, _ := pop(s, c)
@@ -142,7 +143,7 @@ func TestOverdueRepeatingFiresOnceAtTakeover(t *testing.T) {
 	s := newTestScheduler(c)
 	due := c.now()
 	iv := int64(1000)
-	putTimer(t, s, subjects.Timer{ID: "r", AgentID: "a", Status: subjects.TimerActive, NextFireAt: &due, IntervalMs: &iv, Repeat: true, FireCount: 4})
+	putTimer(t, s, timers.Timer{ID: "r", AgentID: "a", Status: timers.TimerActive, NextFireAt: &due, IntervalMs: &iv, Repeat: true, FireCount: 4})
 	c.add(ms(3500))
 	fires, _ := pop(s, c)
 	if len(fires) != 1 || fires[0].Occurrence != 5 || !fires[0].DueAt.Equal(due) {
@@ -163,7 +164,7 @@ func TestRecordEchoDoesNotUndoProgress(t *testing.T) {
 	s := newTestScheduler(c)
 	first := c.now()
 	iv := int64(1000)
-	rec := subjects.Timer{ID: "r", AgentID: "a", Status: subjects.TimerActive, NextFireAt: &first, IntervalMs: &iv, Repeat: true}
+	rec := timers.Timer{ID: "r", AgentID: "a", Status: timers.TimerActive, NextFireAt: &first, IntervalMs: &iv, Repeat: true}
 	putTimer(t, s, rec)
 	pop(s, c) // occurrence 1
 	c.add(time.Second)

@@ -64,11 +64,11 @@ func TestTimersFireIntoInbox(t *testing.T) {
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 
-	once, err := store.Create(ctx, "demo", subjects.TimerSpec{Duration: 100 * time.Millisecond, Summary: "once"})
+	once, err := store.Create(ctx, "demo", timers.TimerSpec{Duration: 100 * time.Millisecond, Summary: "once"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := store.Create(ctx, "demo", subjects.TimerSpec{Duration: 150 * time.Millisecond, Interval: 200 * time.Millisecond})
+	rep, err := store.Create(ctx, "demo", timers.TimerSpec{Duration: 150 * time.Millisecond, Interval: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestTimersFireIntoInbox(t *testing.T) {
 
 	testwait.Eventually(t, 5*time.Second, func() bool {
 		got, err := store.Get(ctx, "demo", once.ID)
-		return err == nil && got.Status == subjects.TimerCompleted && got.FireCount == 1 && got.NextFireAt == nil && got.LastFiredAt != nil
+		return err == nil && got.Status == timers.TimerCompleted && got.FireCount == 1 && got.NextFireAt == nil && got.LastFiredAt != nil
 	})
 	testwait.Eventually(t, 5*time.Second, func() bool {
 		got, err := store.Get(ctx, "demo", rep.ID)
@@ -114,7 +114,7 @@ func TestTimersFireIntoInbox(t *testing.T) {
 		}
 		// On cadence: next = first due + k*interval exactly.
 		off := got.NextFireAt.Sub(*rep.NextFireAt)
-		return got.Status == subjects.TimerActive && off%(200*time.Millisecond) == 0
+		return got.Status == timers.TimerActive && off%(200*time.Millisecond) == 0
 	})
 	if _, err := store.Cancel(ctx, "demo", once.ID); !errors.Is(err, subjects.ErrTimerCompleted) {
 		t.Errorf("cancel completed: %v", err)
@@ -138,7 +138,7 @@ func TestForeignRecordsAreNotFired(t *testing.T) {
 
 	due := time.Now().Add(50 * time.Millisecond).UTC()
 	foreign := func(agentID, id string) []byte {
-		b, _ := json.Marshal(subjects.Timer{ID: id, AgentID: agentID, CreatedAt: time.Now(), DurationMs: 50, Status: subjects.TimerActive, NextFireAt: &due})
+		b, _ := json.Marshal(timers.Timer{ID: id, AgentID: agentID, CreatedAt: time.Now(), DurationMs: 50, Status: timers.TimerActive, NextFireAt: &due})
 		return b
 	}
 	for key, value := range map[string][]byte{
@@ -150,7 +150,7 @@ func TestForeignRecordsAreNotFired(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	own, err := store.Create(ctx, "alice", subjects.TimerSpec{Duration: 200 * time.Millisecond, Summary: "mine"})
+	own, err := store.Create(ctx, "alice", timers.TimerSpec{Duration: 200 * time.Millisecond, Summary: "mine"})
 	if err != nil {
 		t.Fatal(err)
 	}

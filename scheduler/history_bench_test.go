@@ -87,17 +87,17 @@ func fill(b *testing.B, js jetstream.JetStream, history int, ttl, markers bool) 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	due := time.Now().Add(time.Hour)
-	put := func(agent string, i int, status subjects.TimerStatus) {
-		t := subjects.Timer{
+	put := func(agent string, i int, status timers.TimerStatus) {
+		t := timers.Timer{
 			ID: fmt.Sprintf("tmr_%s_%07d", status, i), AgentID: agent, CreatedAt: time.Now(), DurationMs: 3600000,
 			Status: status, Summary: "benchmark",
 		}
-		if status == subjects.TimerActive {
+		if status == timers.TimerActive {
 			t.NextFireAt = &due
 		}
 		data, _ := json.Marshal(t)
 		m := &nats.Msg{Subject: "$KV." + engine.TimersBucket + "." + subjects.TimerKey(agent, t.ID), Data: data, Header: nats.Header{}}
-		if ttl && status != subjects.TimerActive {
+		if ttl && status != timers.TimerActive {
 			m.Header.Set(jetstream.MsgTTLHeader, "1s")
 		}
 		if _, err := js.PublishMsgAsync(m); err != nil {
@@ -109,7 +109,7 @@ func fill(b *testing.B, js jetstream.JetStream, history int, ttl, markers bool) 
 		if i < listedLive {
 			agent = listedAgent
 		}
-		put(agent, i, subjects.TimerActive)
+		put(agent, i, timers.TimerActive)
 	}
 	settle := func() {
 		select {
@@ -119,7 +119,7 @@ func fill(b *testing.B, js jetstream.JetStream, history int, ttl, markers bool) 
 		}
 	}
 	for i := range history {
-		put(listedAgent, i, subjects.TimerCancelled)
+		put(listedAgent, i, timers.TimerCancelled)
 		if i%4096 == 4095 {
 			settle() // in windows: a full async window stalls
 		}

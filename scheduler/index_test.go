@@ -9,6 +9,7 @@ import (
 	"github.com/chime-nats/chime/internal/kvwatch"
 	"github.com/chime-nats/chime/partitions"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 func TestIndexFiresOnlyOwnedShardsInDueOrder(t *testing.T) {
@@ -64,17 +65,17 @@ func TestPerAgentCounts(t *testing.T) {
 	s := newTestScheduler(c)
 	due := c.now().Add(time.Hour)
 	for i := range 3 {
-		putTimer(t, s, subjects.Timer{ID: fmt.Sprintf("t%d", i), AgentID: "a", Status: subjects.TimerActive, NextFireAt: &due})
+		putTimer(t, s, timers.Timer{ID: fmt.Sprintf("t%d", i), AgentID: "a", Status: timers.TimerActive, NextFireAt: &due})
 	}
-	putTimer(t, s, subjects.Timer{ID: "t0", AgentID: "b", Status: subjects.TimerActive, NextFireAt: &due})
-	putTimer(t, s, subjects.Timer{ID: "t1", AgentID: "a", Status: subjects.TimerActive, NextFireAt: &due}) // an update, not one more
+	putTimer(t, s, timers.Timer{ID: "t0", AgentID: "b", Status: timers.TimerActive, NextFireAt: &due})
+	putTimer(t, s, timers.Timer{ID: "t1", AgentID: "a", Status: timers.TimerActive, NextFireAt: &due}) // an update, not one more
 	putWait(t, s, subjects.Wait{ID: "w0", AgentID: "a", Status: subjects.WaitWaiting, Mode: subjects.WaitDuration, TargetTime: due})
 	paused := c.now()
 	putWait(t, s, subjects.Wait{ID: "w1", AgentID: "a", Status: subjects.WaitWaiting, Mode: subjects.WaitDuration, TargetTime: due, PausedAt: &paused})
 	if a, b, w := active(s.ActiveTimers, "a"), active(s.ActiveTimers, "b"), active(s.ActiveWaits, "a"); a != 3 || b != 1 || w != 2 {
 		t.Fatalf("timers a=%d b=%d, waits a=%d; want 3 1 2", a, b, w)
 	}
-	putTimer(t, s, subjects.Timer{ID: "t0", AgentID: "a", Status: subjects.TimerCancelled})
+	putTimer(t, s, timers.Timer{ID: "t0", AgentID: "a", Status: timers.TimerCancelled})
 	s.applyTimer("", 0, kvwatch.Entry{Key: subjects.TimerKey("a", "t1"), Deleted: true})
 	putWait(t, s, subjects.Wait{ID: "w0", AgentID: "a", Status: subjects.WaitCompleted, TargetTime: due})
 	if a, w := active(s.ActiveTimers, "a"), active(s.ActiveWaits, "a"); a != 1 || w != 1 {

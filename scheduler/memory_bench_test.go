@@ -10,6 +10,7 @@ import (
 
 	"github.com/chime-nats/chime/internal/kvwatch"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // BenchmarkMemoryPerTimer reports the Go heap a replica keeps per active
@@ -24,7 +25,7 @@ func BenchmarkMemoryPerTimer(b *testing.B) {
 	due := time.Now().Add(time.Hour)
 	values := make([]kvwatch.Entry, n)
 	for i := range values {
-		tm := subjects.Timer{ID: subjects.NewTimerID(), AgentID: fmt.Sprintf("agent-%04d", i%1000), Status: subjects.TimerActive, NextFireAt: &due}
+		tm := timers.Timer{ID: subjects.NewTimerID(), AgentID: fmt.Sprintf("agent-%04d", i%1000), Status: timers.TimerActive, NextFireAt: &due}
 		v, err := json.Marshal(tm)
 		if err != nil {
 			b.Fatal(err)

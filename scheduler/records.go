@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // recordQueue holds delivered occurrences whose record update is still to
@@ -28,7 +28,7 @@ type recordQueue struct {
 const recordChunkSize = 256
 
 type recordChunk struct {
-	items [recordChunkSize]subjects.TimerFired
+	items [recordChunkSize]timers.TimerFired
 	r, w  int // next to pop, next to push
 	next  *recordChunk
 }
@@ -37,7 +37,7 @@ func newRecordQueue() *recordQueue {
 	return &recordQueue{ready: make(chan struct{}, 1)}
 }
 
-func (q *recordQueue) push(f subjects.TimerFired) {
+func (q *recordQueue) push(f timers.TimerFired) {
 	q.mu.Lock()
 	if q.tail == nil || q.tail.w == recordChunkSize {
 		c := &recordChunk{}
@@ -60,13 +60,13 @@ func (q *recordQueue) push(f subjects.TimerFired) {
 
 // pop returns the oldest occurrence, waiting for one; ok is false once ctx
 // is done.
-func (q *recordQueue) pop(ctx context.Context) (f subjects.TimerFired, ok bool) {
+func (q *recordQueue) pop(ctx context.Context) (f timers.TimerFired, ok bool) {
 	for {
 		q.mu.Lock()
 		if q.n > 0 {
 			c := q.head
 			f = c.items[c.r]
-			c.items[c.r] = subjects.TimerFired{} // let the strings go
+			c.items[c.r] = timers.TimerFired{} // let the strings go
 			c.r++
 			q.n--
 			switch {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // TestRecordQueueKeepsOrderAndNeverBlocks pushes more than any channel
@@ -16,7 +16,7 @@ func TestRecordQueueKeepsOrderAndNeverBlocks(t *testing.T) {
 	q := newRecordQueue()
 	const n = 50_000
 	for i := range n {
-		q.push(subjects.TimerFired{TimerID: fmt.Sprint(i)})
+		q.push(timers.TimerFired{TimerID: fmt.Sprint(i)})
 	}
 	if q.len() != n {
 		t.Fatalf("len = %d, want %d", q.len(), n)
@@ -24,7 +24,7 @@ func TestRecordQueueKeepsOrderAndNeverBlocks(t *testing.T) {
 	ctx := context.Background()
 	for i := range n {
 		if i == n/2 { // pushes interleaved with pops keep their place
-			q.push(subjects.TimerFired{TimerID: "late"})
+			q.push(timers.TimerFired{TimerID: "late"})
 		}
 		f, ok := q.pop(ctx)
 		if !ok || f.TimerID != fmt.Sprint(i) {
@@ -72,7 +72,7 @@ func TestWorkersShareOneBurstYield(t *testing.T) {
 // go test -run '^$' -bench RecordQueueBurst -benchmem ./scheduler/
 func BenchmarkRecordQueueBurst(b *testing.B) {
 	q := newRecordQueue()
-	f := subjects.TimerFired{AgentID: "agent", TimerID: "tmr_0123456789", Occurrence: 1, DueAt: time.Now(), FiredAt: time.Now(), Text: "timer fired"}
+	f := timers.TimerFired{AgentID: "agent", TimerID: "tmr_0123456789", Occurrence: 1, DueAt: time.Now(), FiredAt: time.Now(), Text: "timer fired"}
 	ctx := context.Background()
 	for b.Loop() {
 		for range 50_000 {

@@ -25,7 +25,7 @@ import (
 // is one. It reports false when there was nothing to write (applied
 // before, cancelled first, or gone).
 type Recorder interface {
-	ApplyFire(ctx context.Context, ev *subjects.TimerFired) (bool, error)
+	ApplyFire(ctx context.Context, ev *timers.TimerFired) (bool, error)
 }
 
 // Config configures a Scheduler.
@@ -371,7 +371,7 @@ func (s *Scheduler) applyTimer(bucket string, gen uint64, e kvwatch.Entry) {
 		s.removed(false, key, agentLen, shard, gen)
 		return
 	}
-	var t subjects.Timer
+	var t timers.Timer
 	if err := s.decode(key, e.Value, &t, func() (string, string) { return t.AgentID, t.ID }); err != nil {
 		s.refuse(bucket, e.Key, err)
 		s.removed(false, key, agentLen, shard, gen)

@@ -121,7 +121,7 @@ func testReplicasHoldOnlyTheirShards(t *testing.T, partitionCount int) {
 	wstore := waits.NewStore(res.Waits, agents.NewStore(res.Agents), time.Now, kvrec.Retention{})
 	var timerKeys, waitKeys []string
 	for i := range 400 {
-		tm, err := tstore.Create(ctx, fmt.Sprintf("agent%d", i%10), subjects.TimerSpec{Duration: time.Hour})
+		tm, err := tstore.Create(ctx, fmt.Sprintf("agent%d", i%10), timers.TimerSpec{Duration: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,7 +181,7 @@ func testReplicasHoldOnlyTheirShards(t *testing.T, partitionCount int) {
 	// Due while b's shards have no owner: those fire after the takeover.
 	var due []string
 	for range 10 {
-		tm, err := tstore.Create(ctx, "late", subjects.TimerSpec{Duration: 300 * time.Millisecond})
+		tm, err := tstore.Create(ctx, "late", timers.TimerSpec{Duration: 300 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -263,7 +263,7 @@ func TestTakeoverLoadsWhatAQuietBucketHolds(t *testing.T) {
 	b.leases.Leased(bs)
 	due := map[string]bool{}
 	for len(due) < 20 {
-		tm, err := tstore.Create(ctx, "quiet", subjects.TimerSpec{Duration: 4 * time.Second})
+		tm, err := tstore.Create(ctx, "quiet", timers.TimerSpec{Duration: 4 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

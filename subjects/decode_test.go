@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // strictCases are bodies every request decoder refuses the same way,
@@ -43,9 +44,9 @@ var strictCases = []struct {
 func decoders() map[string]func([]byte) error {
 	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	return map[string]func([]byte) error{
-		"timer.create":   func(b []byte) error { _, err := subjects.DecodeCreateTimer(b, subjects.TimerLimits{}); return err },
-		"timer.list":     func(b []byte) error { _, err := subjects.DecodeListTimers(b); return err },
-		"timer.ref":      func(b []byte) error { _, err := subjects.DecodeTimerRef(b); return err },
+		"timer.create":   func(b []byte) error { _, err := timers.DecodeCreateTimer(b, timers.TimerLimits{}); return err },
+		"timer.list":     func(b []byte) error { _, err := timers.DecodeListTimers(b); return err },
+		"timer.ref":      func(b []byte) error { _, err := timers.DecodeTimerRef(b); return err },
 		"wait.request":   func(b []byte) error { _, err := subjects.DecodeWaitRequest(b, now, ""); return err },
 		"wait.cancel":    func(b []byte) error { _, err := subjects.DecodeWaitRef(b); return err },
 		"wait.for":       func(b []byte) error { _, err := subjects.DecodeWaitFor(b); return err },
@@ -76,7 +77,7 @@ func TestStrictDecoding(t *testing.T) {
 }
 
 func TestStrictDecodingAccepts(t *testing.T) {
-	var req subjects.CreateTimerRequest
+	var req timers.CreateTimerRequest
 	body := `  {"duration_ms" : 5,` + "\t\r\n" + `"summary":"caf\u00e9 \ud83d\ude00 ✓","interval_ms":null}  `
 	if err := subjects.DecodeStrict([]byte(body), &req); err != nil {
 		t.Fatal(err)
@@ -98,7 +99,7 @@ func TestStrictTypeErrors(t *testing.T) {
 		`{"duration_ms":1,"summary":[]}`:   "summary must be a JSON string, not array",
 		`{"duration_ms":1,"summary":{}}`:   "summary must be a JSON string, not object",
 	} {
-		_, err := subjects.DecodeCreateTimer([]byte(body), subjects.TimerLimits{})
+		_, err := timers.DecodeCreateTimer([]byte(body), timers.TimerLimits{})
 		var e *subjects.Error
 		if !errors.As(err, &e) || e.Code != subjects.CodeInvalidRequest || e.Message != msg {
 			t.Errorf("%s: %v, want %s", body, err, msg)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // TimerFiredMsg must be exactly the generic envelope encoding, for any
@@ -27,13 +28,13 @@ func FuzzTimerFiredMsg(f *testing.F) {
 func checkTimerFired(t *testing.T, text string, occ int64) {
 	t.Helper()
 	due := time.Date(2026, 12, 3, 10, 0, 0, 123456789, time.UTC)
-	ev := &subjects.TimerFired{AgentID: "agent_1", TimerID: "tmr_X", Occurrence: occ, DueAt: due, FiredAt: due.Add(1500 * time.Microsecond), Text: text}
-	env := subjects.TimerFiredEnvelope(ev)
+	ev := &timers.TimerFired{AgentID: "agent_1", TimerID: "tmr_X", Occurrence: occ, DueAt: due, FiredAt: due.Add(1500 * time.Microsecond), Text: text}
+	env := timers.TimerFiredEnvelope(ev)
 	want, err := env.Msg()
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := subjects.TimerFiredMsg(ev)
+	got := timers.TimerFiredMsg(ev)
 	if !bytes.Equal(got.Data, want.Data) {
 		t.Fatalf("text %q:\n got %s\nwant %s", text, got.Data, want.Data)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/subjects/subjectstest"
+	"github.com/chime-nats/chime/timers"
 )
 
 // Fuzz targets of the request decoders and the ID and subject parsers.
@@ -53,11 +54,11 @@ func FuzzDecodeCreateTimer(f *testing.F) {
 	subjectstest.AddSeeds(f, `{"duration_ms":1000}`, `{"duration_ms":1,"interval_ms":2,"summary":"s","authority_class":"op"}`,
 		`{"duration_ms":1.5}`, `{"duration_ms":"5"}`, `{"duration_ms":1e400}`, `{"duration_ms":3153600000000}`)
 	keys := []string{"duration_ms", "interval_ms", "summary", "authority_class"}
-	subjectstest.Request(f, decodeCreateTimer, keys, subjectstest.DecodeCodes, func(t *testing.T, body []byte, spec subjects.TimerSpec) {
-		maxD := time.Duration(subjects.MaxTimerMs) * time.Millisecond
+	subjectstest.Request(f, decodeCreateTimer, keys, subjectstest.DecodeCodes, func(t *testing.T, body []byte, spec timers.TimerSpec) {
+		maxD := time.Duration(timers.MaxTimerMs) * time.Millisecond
 		if spec.Duration <= 0 || spec.Duration > maxD || spec.Interval < 0 || spec.Interval > maxD ||
 			spec.Duration%time.Millisecond != 0 || spec.Interval%time.Millisecond != 0 ||
-			utf8.RuneCountInString(spec.Summary) > subjects.MaxSummaryLen || len(spec.AuthorityClass) > subjects.MaxIDLen {
+			utf8.RuneCountInString(spec.Summary) > timers.MaxSummaryLen || len(spec.AuthorityClass) > subjects.MaxIDLen {
 			t.Fatalf("%q accepted as %+v", body, spec)
 		}
 		req := map[string]any{"duration_ms": spec.Duration.Milliseconds(), "summary": spec.Summary, "authority_class": spec.AuthorityClass}
@@ -72,18 +73,18 @@ func FuzzDecodeCreateTimer(f *testing.F) {
 
 func FuzzDecodeListTimers(f *testing.F) {
 	subjectstest.AddSeeds(f, `{"limit":5}`, `{"limit":0}`, `{"limit":1001}`, `{"limit":"5"}`, `{"limit":null}`)
-	subjectstest.Request(f, subjects.DecodeListTimers, []string{"limit", "cursor"}, subjectstest.DecodeCodes, func(t *testing.T, body []byte, page subjects.ListPage) {
+	subjectstest.Request(f, timers.DecodeListTimers, []string{"limit", "cursor"}, subjectstest.DecodeCodes, func(t *testing.T, body []byte, page subjects.ListPage) {
 		if page.Limit < 1 || page.Limit > subjects.MaxListLimit {
 			t.Fatalf("%q accepted with limit %d", body, page.Limit)
 		}
-		back, err := subjects.DecodeListTimers(subjectstest.EncodeBody(t, map[string]any{"limit": page.Limit, "cursor": subjects.EncodeCursor(subjects.ActionTimerList, page.From...)}))
+		back, err := timers.DecodeListTimers(subjectstest.EncodeBody(t, map[string]any{"limit": page.Limit, "cursor": subjects.EncodeCursor(subjects.ActionTimerList, page.From...)}))
 		if err != nil || back.Limit != page.Limit || !slices.Equal(back.From, page.From) && len(page.From) > 0 && !page.From[0].End() {
 			t.Fatalf("%+v reads back as %+v (%v)", page, back, err)
 		}
 	})
 }
 
-func FuzzDecodeTimerRef(f *testing.F) { subjectstest.Ref(f, "timer_id", subjects.DecodeTimerRef) }
+func FuzzDecodeTimerRef(f *testing.F) { subjectstest.Ref(f, "timer_id", timers.DecodeTimerRef) }
 func FuzzDecodeWaitRef(f *testing.F)  { subjectstest.Ref(f, "wait_id", subjects.DecodeWaitRef) }
 func FuzzDecodeTriggerRef(f *testing.F) {
 	subjectstest.Ref(f, "external_trigger_id", subjects.DecodeTriggerRef)
@@ -191,6 +192,6 @@ func FuzzIDs(f *testing.F) {
 
 // decodeCreateTimer decodes without operator limits: the fuzzed property
 // is the decoding.
-func decodeCreateTimer(b []byte) (subjects.TimerSpec, error) {
-	return subjects.DecodeCreateTimer(b, subjects.TimerLimits{})
+func decodeCreateTimer(b []byte) (timers.TimerSpec, error) {
+	return timers.DecodeCreateTimer(b, timers.TimerLimits{})
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 func TestCursorRoundTrip(t *testing.T) {
@@ -55,7 +56,7 @@ func TestListRequestErrors(t *testing.T) {
 		{`{"cursor":"` + enc("1|timer.list|1.0.5,1.0.6") + `"}`, malformed},
 		{`{"cursor":"` + strings.Repeat("A", subjects.MaxCursorLen+1) + `"}`, "cursor is too long: at most 256 characters"},
 	} {
-		_, err := subjects.DecodeListTimers([]byte(tc.body))
+		_, err := timers.DecodeListTimers([]byte(tc.body))
 		var e *subjects.Error
 		if !errors.As(err, &e) || e.Code != subjects.CodeInvalidRequest || e.Message != tc.msg {
 			t.Errorf("%s: got %v, want invalid_request: %s", tc.body, err, tc.msg)
@@ -63,7 +64,7 @@ func TestListRequestErrors(t *testing.T) {
 	}
 	// No cursor, or an empty one, is the first page.
 	for _, body := range []string{``, `{}`, `{"cursor":""}`, `{"limit":5}`} {
-		if page, err := subjects.DecodeListTimers([]byte(body)); err != nil || page.From != nil {
+		if page, err := timers.DecodeListTimers([]byte(body)); err != nil || page.From != nil {
 			t.Errorf("%q: %+v %v", body, page, err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // TestDerivedIDs: the ID a request_id derives is stable, looks like a
@@ -37,11 +38,11 @@ const pinnedTimerID = "tmr_7jsuR27Q4foenuXD2NK0Zb"
 func TestRequestKeyIsTheRequestsMeaning(t *testing.T) {
 	timer := func(body string) subjects.RequestKey {
 		t.Helper()
-		var r subjects.CreateTimerRequest
+		var r timers.CreateTimerRequest
 		if err := subjects.DecodeStrict([]byte(body), &r); err != nil {
 			t.Fatal(err)
 		}
-		spec, err := r.Validate(subjects.TimerLimits{})
+		spec, err := r.Validate(timers.TimerLimits{})
 		if err != nil {
 			t.Fatal(err)
 		}

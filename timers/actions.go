@@ -35,8 +35,8 @@ func (s *Store) Actions(q *quotas.Quotas) []action.Action {
 
 // create serves timer.create.
 func (s *Store) create(ctx context.Context, q *quotas.Quotas, r action.Request) (any, error) {
-	spec, err := subjects.DecodeCreateTimer(r.Body, q.TimerLimits())
-	if errors.Is(err, subjects.ErrIntervalTooShort) {
+	spec, err := DecodeCreateTimer(r.Body, TimerLimits{MinInterval: q.MinInterval()})
+	if errors.Is(err, ErrIntervalTooShort) {
 		q.RefusedInterval()
 	}
 	if err != nil {
@@ -52,7 +52,7 @@ func (s *Store) create(ctx context.Context, q *quotas.Quotas, r action.Request) 
 
 // list serves timer.list.
 func (s *Store) list(ctx context.Context, r action.Request) (any, error) {
-	page, err := subjects.DecodeListTimers(r.Body)
+	page, err := DecodeListTimers(r.Body)
 	if err != nil {
 		return nil, err
 	}
@@ -60,12 +60,12 @@ func (s *Store) list(ctx context.Context, r action.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return subjects.ListTimersReply{Timers: list, NextCursor: subjects.EncodeCursor(subjects.ActionTimerList, next)}, nil
+	return ListTimersReply{Timers: list, NextCursor: subjects.EncodeCursor(subjects.ActionTimerList, next)}, nil
 }
 
 // byRef serves an action on one timer named by its body's timer_id.
-func (s *Store) byRef(ctx context.Context, r action.Request, do func(ctx context.Context, agentID, timerID string) (*subjects.Timer, error)) (any, error) {
-	timerID, err := subjects.DecodeTimerRef(r.Body)
+func (s *Store) byRef(ctx context.Context, r action.Request, do func(ctx context.Context, agentID, timerID string) (*Timer, error)) (any, error) {
+	timerID, err := DecodeTimerRef(r.Body)
 	if err != nil {
 		return nil, err
 	}

@@ -3,8 +3,6 @@ package timers
 import (
 	"errors"
 	"time"
-
-	"github.com/chime-nats/chime/subjects"
 )
 
 // applyFire records on t occurrence n, due at due and fired at firedAt,
@@ -19,10 +17,10 @@ import (
 //   - the next number with another due time was numbered by a replica that
 //     has since lost the shard (the new owner numbered the cadence anew
 //     from the record): superseded, nothing to do.
-func applyFire(t *subjects.Timer, n int64, due, firedAt time.Time, nextDue *time.Time, now time.Time) (bool, error) {
+func applyFire(t *Timer, n int64, due, firedAt time.Time, nextDue *time.Time, now time.Time) (bool, error) {
 	// A timer paused while this occurrence was on its way records it:
 	// it was delivered.
-	if n <= t.FireCount || (t.Status != subjects.TimerActive && t.Status != TimerPaused) {
+	if n <= t.FireCount || (t.Status != TimerActive && t.Status != TimerPaused) {
 		return false, nil
 	}
 	if n > t.FireCount+1 {
@@ -42,7 +40,7 @@ func applyFire(t *subjects.Timer, n int64, due, firedAt time.Time, nextDue *time
 		t.NextFireAt = &next
 	} else {
 		t.NextFireAt = nil
-		t.Status = subjects.TimerCompleted
+		t.Status = TimerCompleted
 	}
 	return true, nil
 }
@@ -50,8 +48,8 @@ func applyFire(t *subjects.Timer, n int64, due, firedAt time.Time, nextDue *time
 // Due is when t fires next, and whether it fires at all: an active timer
 // at its next_fire_at. A timer that is not finished but does not fire
 // still counts against its agent's limit.
-func Due(t *subjects.Timer) (time.Time, bool) {
-	if t.Status != subjects.TimerActive || t.NextFireAt == nil {
+func Due(t *Timer) (time.Time, bool) {
+	if t.Status != TimerActive || t.NextFireAt == nil {
 		return time.Time{}, false
 	}
 	return *t.NextFireAt, true

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"testing"
 	"time"
-
-	"github.com/chime-nats/chime/subjects"
 )
 
 // TestApplyFireInOrder: occurrences are written in order, each only as the
@@ -15,7 +13,7 @@ func TestApplyFireInOrder(t *testing.T) {
 	d0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	iv := int64(1000)
 	next := d0
-	rec := subjects.Timer{ID: "r", Status: subjects.TimerActive, Repeat: true, IntervalMs: &iv, NextFireAt: &next, FireCount: 26}
+	rec := Timer{ID: "r", Status: TimerActive, Repeat: true, IntervalMs: &iv, NextFireAt: &next, FireCount: 26}
 	at := func(s int) time.Time { return d0.Add(time.Duration(s) * time.Second) }
 	nextDue := func(s int) *time.Time { t := at(s); return &t }
 

@@ -30,19 +30,19 @@ func TestFinishedTimersLeaveTheirBucket(t *testing.T) {
 	defer arch.Stop()
 	kv := res.Timers.KVs[0]
 
-	var made []*subjects.Timer
+	var made []*timers.Timer
 	for range 20 { // more than the agent's history subjects
-		tm, err := s.Create(ctx, "h", subjects.TimerSpec{Duration: time.Hour, Summary: "t"})
+		tm, err := s.Create(ctx, "h", timers.TimerSpec{Duration: time.Hour, Summary: "t"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		made = append(made, tm)
 	}
-	live, err := s.Create(ctx, "h", subjects.TimerSpec{Duration: time.Hour, Summary: "live"})
+	live, err := s.Create(ctx, "h", timers.TimerSpec{Duration: time.Hour, Summary: "live"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	keyed, err := s.Create(ctx, "h", subjects.TimerSpec{Duration: time.Hour, Request: subjects.RequestKey{RequestID: "r1", RequestHash: "x"}})
+	keyed, err := s.Create(ctx, "h", timers.TimerSpec{Duration: time.Hour, Request: subjects.RequestKey{RequestID: "r1", RequestHash: "x"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,11 +68,11 @@ func TestFinishedTimersLeaveTheirBucket(t *testing.T) {
 	}
 	for _, tm := range made {
 		got, err := s.Get(ctx, "h", tm.ID)
-		if err != nil || got.ID != tm.ID || got.Status != subjects.TimerCancelled {
+		if err != nil || got.ID != tm.ID || got.Status != timers.TimerCancelled {
 			t.Fatalf("get %s from the history: %+v %v", tm.ID, got, err)
 		}
 	}
-	if got, err := s.Cancel(ctx, "h", once.ID); err != nil || got.Status != subjects.TimerCancelled {
+	if got, err := s.Cancel(ctx, "h", once.ID); err != nil || got.Status != timers.TimerCancelled {
 		t.Fatalf("a second cancel: %+v %v", got, err)
 	}
 	if _, err := s.Get(ctx, "other", once.ID); !errors.Is(err, subjects.ErrTimerNotFound) {
@@ -150,7 +150,7 @@ func TestListsARecordInBothOnce(t *testing.T) {
 	kv := res.Timers.KVs[0]
 	var ids []string
 	for _, moved := range []bool{false, true} {
-		tm, err := s.Create(ctx, "h", subjects.TimerSpec{Duration: time.Hour, Summary: "t"})
+		tm, err := s.Create(ctx, "h", timers.TimerSpec{Duration: time.Hour, Summary: "t"})
 		if err != nil {
 			t.Fatal(err)
 		}

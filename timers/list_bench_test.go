@@ -82,12 +82,12 @@ func fillFleet(b *testing.B, js jetstream.JetStream) {
 	defer cancel()
 	due := time.Now().Add(time.Hour)
 	n := 0
-	put := func(agent string, i int, status subjects.TimerStatus) {
-		t := subjects.Timer{
+	put := func(agent string, i int, status timers.TimerStatus) {
+		t := timers.Timer{
 			ID: fmt.Sprintf("tmr_%s_%07d", status, i), AgentID: agent, CreatedAt: time.Now(), DurationMs: 3600000,
 			Status: status, Summary: "benchmark",
 		}
-		if status == subjects.TimerActive {
+		if status == timers.TimerActive {
 			t.NextFireAt = &due
 		}
 		data, _ := json.Marshal(t)
@@ -104,11 +104,11 @@ func fillFleet(b *testing.B, js jetstream.JetStream) {
 		}
 	}
 	for i := range manyTimers {
-		put("many", i, subjects.TimerActive)
-		put("many", i, subjects.TimerCancelled)
-		put(fmt.Sprintf("other%d", i%otherAgents), i, subjects.TimerActive)
+		put("many", i, timers.TimerActive)
+		put("many", i, timers.TimerCancelled)
+		put(fmt.Sprintf("other%d", i%otherAgents), i, timers.TimerActive)
 		if i%(manyTimers/fewTimers) == 0 {
-			put("few", i, subjects.TimerActive)
+			put("few", i, timers.TimerActive)
 		}
 	}
 	select {

@@ -21,7 +21,7 @@ const (
 	ActionTimerResume = "timer.resume"
 
 	// TimerPaused is the status of a paused timer.
-	TimerPaused subjects.TimerStatus = "paused"
+	TimerPaused TimerStatus = "paused"
 
 	// CodeTimerCancelled refuses to pause or resume a cancelled timer.
 	CodeTimerCancelled = "timer_cancelled"
@@ -47,8 +47,8 @@ func (s *Store) pauseActions(ref func(*http.Request, []byte) []byte) []action.Ac
 
 // Pause pauses an active timer. Pausing a paused timer is a no-op that
 // returns the record; a finished one cannot be paused.
-func (s *Store) Pause(ctx context.Context, agentID, timerID string) (*subjects.Timer, error) {
-	t, _, err := s.update(ctx, agentID, timerID, func(t *subjects.Timer) (bool, error) {
+func (s *Store) Pause(ctx context.Context, agentID, timerID string) (*Timer, error) {
+	t, _, err := s.update(ctx, agentID, timerID, func(t *Timer) (bool, error) {
 		if err := unfinished(t, "pause"); err != nil || t.Status == TimerPaused {
 			return false, err
 		}
@@ -63,8 +63,8 @@ func (s *Store) Pause(ctx context.Context, agentID, timerID string) (*subjects.T
 
 // Resume makes a paused timer fire again (see the rule above). Resuming an
 // active timer is a no-op that returns the record.
-func (s *Store) Resume(ctx context.Context, agentID, timerID string) (*subjects.Timer, error) {
-	t, _, err := s.update(ctx, agentID, timerID, func(t *subjects.Timer) (bool, error) {
+func (s *Store) Resume(ctx context.Context, agentID, timerID string) (*Timer, error) {
+	t, _, err := s.update(ctx, agentID, timerID, func(t *Timer) (bool, error) {
 		if err := unfinished(t, "resume"); err != nil || t.Status != TimerPaused {
 			return false, err
 		}
@@ -78,8 +78,8 @@ func (s *Store) Resume(ctx context.Context, agentID, timerID string) (*subjects.
 }
 
 // resume makes paused t active at now, due as the rule above says.
-func resume(t *subjects.Timer, now time.Time) {
-	t.Status = subjects.TimerActive
+func resume(t *Timer, now time.Time) {
+	t.Status = TimerActive
 	if t.NextFireAt == nil {
 		// Not written by Pause; fire at once rather than never.
 		t.NextFireAt = &now
@@ -92,11 +92,11 @@ func resume(t *subjects.Timer, now time.Time) {
 }
 
 // unfinished refuses to verb a finished timer.
-func unfinished(t *subjects.Timer, verb string) error {
+func unfinished(t *Timer, verb string) error {
 	switch t.Status {
-	case subjects.TimerCompleted:
+	case TimerCompleted:
 		return &subjects.Error{Code: subjects.CodeTimerCompleted, Message: "cannot " + verb + " completed timer " + t.ID}
-	case subjects.TimerCancelled:
+	case TimerCancelled:
 		return &subjects.Error{Code: CodeTimerCancelled, Message: "cannot " + verb + " cancelled timer " + t.ID, Status: http.StatusConflict}
 	}
 	return nil

@@ -37,7 +37,7 @@ func TestPauseResumeRules(t *testing.T) {
 	now := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
 	s := timers.NewStore(res.Timers, func() time.Time { return now }, kvrec.Retention{JS: res.JS})
 
-	rep, err := s.Create(ctx, "pz", subjects.TimerSpec{Duration: 10 * time.Second, Interval: 10 * time.Second})
+	rep, err := s.Create(ctx, "pz", timers.TimerSpec{Duration: 10 * time.Second, Interval: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestPauseResumeRules(t *testing.T) {
 	// Resumed before its due time: due as it was.
 	now = now.Add(5 * time.Second)
 	got, err := s.Resume(ctx, "pz", rep.ID)
-	if err != nil || got.Status != subjects.TimerActive || !got.NextFireAt.Equal(first) {
+	if err != nil || got.Status != timers.TimerActive || !got.NextFireAt.Equal(first) {
 		t.Fatalf("resume before due: %+v %v", got, err)
 	}
 	if again, err := s.Resume(ctx, "pz", rep.ID); err != nil || !again.NextFireAt.Equal(first) {
@@ -79,7 +79,7 @@ func TestPauseResumeRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	due := *got.NextFireAt
-	if applied, err := s.ApplyFire(ctx, &subjects.TimerFired{AgentID: "pz", TimerID: rep.ID, Occurrence: 1, DueAt: due, FiredAt: due}); err != nil || !applied {
+	if applied, err := s.ApplyFire(ctx, &timers.TimerFired{AgentID: "pz", TimerID: rep.ID, Occurrence: 1, DueAt: due, FiredAt: due}); err != nil || !applied {
 		t.Fatalf("apply on a paused timer: %v %v", applied, err)
 	}
 	if got := mustGet(ctx, t, s, rep.ID); got.FireCount != 1 || got.Status != timers.TimerPaused || !got.NextFireAt.Equal(due.Add(10*time.Second)) {
@@ -87,7 +87,7 @@ func TestPauseResumeRules(t *testing.T) {
 	}
 
 	// A one-shot paused past its due time fires at once when resumed.
-	once, err := s.Create(ctx, "pz", subjects.TimerSpec{Duration: time.Second})
+	once, err := s.Create(ctx, "pz", timers.TimerSpec{Duration: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,14 +103,14 @@ func TestPauseResumeRules(t *testing.T) {
 	if _, err := s.Cancel(ctx, "pz", rep.ID); err != nil {
 		t.Fatal(err)
 	}
-	for _, do := range []func(context.Context, string, string) (*subjects.Timer, error){s.Pause, s.Resume} {
+	for _, do := range []func(context.Context, string, string) (*timers.Timer, error){s.Pause, s.Resume} {
 		_, err := do(ctx, "pz", rep.ID)
 		var e *subjects.Error
 		if !errors.As(err, &e) || e.Code != timers.CodeTimerCancelled || e.Status != http.StatusConflict || !strings.Contains(e.Message, rep.ID) {
 			t.Fatalf("cancelled timer: %v", err)
 		}
 	}
-	if _, err := s.ApplyFire(ctx, &subjects.TimerFired{AgentID: "pz", TimerID: once.ID, Occurrence: 1, DueAt: *once.NextFireAt, FiredAt: now}); err != nil {
+	if _, err := s.ApplyFire(ctx, &timers.TimerFired{AgentID: "pz", TimerID: once.ID, Occurrence: 1, DueAt: *once.NextFireAt, FiredAt: now}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Pause(ctx, "pz", once.ID); !errors.Is(err, subjects.ErrTimerCompleted) {
@@ -121,7 +121,7 @@ func TestPauseResumeRules(t *testing.T) {
 	}
 }
 
-func mustGet(ctx context.Context, t *testing.T, s *timers.Store, id string) *subjects.Timer {
+func mustGet(ctx context.Context, t *testing.T, s *timers.Store, id string) *timers.Timer {
 	t.Helper()
 	got, err := s.Get(ctx, "pz", id)
 	if err != nil {
@@ -161,7 +161,7 @@ func TestPauseOnEverySurface(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var paused subjects.Timer
+	var paused timers.Timer
 	if err := c.Request(ctx, timers.ActionTimerPause, []byte(`{"timer_id":"`+tm.ID+`"}`), &paused); err != nil || paused.Status != timers.TimerPaused {
 		t.Fatalf("pause over NATS: %+v %v", paused, err)
 	}
@@ -178,8 +178,8 @@ func TestPauseOnEverySurface(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	var resumed subjects.Timer
-	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &resumed) != nil || resumed.Status != subjects.TimerActive {
+	var resumed timers.Timer
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &resumed) != nil || resumed.Status != timers.TimerActive {
 		t.Fatalf("resume over HTTP: %d %s", resp.StatusCode, body)
 	}
 	got, err := c.FetchInbox(ctx, 10, 5*time.Second)

@@ -48,7 +48,7 @@ func (s *Store) WithHistory(h kvrec.History, a *kvrec.Archiver) *Store {
 }
 
 // archive hands a timer just written finished at rev to the archiver.
-func (s *Store) archive(kv jetstream.KeyValue, key string, rev uint64, t *subjects.Timer) {
+func (s *Store) archive(kv jetstream.KeyValue, key string, rev uint64, t *Timer) {
 	if !t.Finished() || t.RequestID != "" || !s.history.On() {
 		return
 	}
@@ -61,10 +61,10 @@ func (s *Store) archive(kv jetstream.KeyValue, key string, rev uint64, t *subjec
 
 // finished reads a timer that has left its bucket from the history;
 // ErrNotFound when it is not there either.
-func (s *Store) finished(ctx context.Context, agentID, timerID string) (*subjects.Timer, error) {
-	t, err := kvrec.HistoryGet(ctx, s.history, agentID, timerID, func(t *subjects.Timer) string { return t.ID })
+func (s *Store) finished(ctx context.Context, agentID, timerID string) (*Timer, error) {
+	t, err := kvrec.HistoryGet(ctx, s.history, agentID, timerID, func(t *Timer) string { return t.ID })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, subjects.ErrNotFound(timerID)
+		return nil, ErrNotFound(timerID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("timers: get %s: %w", timerID, err)
@@ -76,15 +76,15 @@ func (s *Store) finished(ctx context.Context, agentID, timerID string) (*subject
 // a request_id makes the timer whose ID derives from it: a retry of that
 // request, on any replica, finds and returns that timer as it is now, and
 // the same request_id with another request is a conflict.
-func (s *Store) Create(ctx context.Context, agentID string, spec subjects.TimerSpec) (*subjects.Timer, error) {
+func (s *Store) Create(ctx context.Context, agentID string, spec TimerSpec) (*Timer, error) {
 	now := s.now().UTC()
 	next := now.Add(spec.Duration)
-	t := &subjects.Timer{
+	t := &Timer{
 		ID:             subjects.NewTimerID(),
 		AgentID:        agentID,
 		CreatedAt:      now,
 		DurationMs:     spec.Duration.Milliseconds(),
-		Status:         subjects.TimerActive,
+		Status:         TimerActive,
 		Summary:        spec.Summary,
 		NextFireAt:     &next,
 		AuthorityClass: spec.AuthorityClass,
@@ -102,7 +102,7 @@ func (s *Store) Create(ctx context.Context, agentID string, spec subjects.TimerS
 	// retries through leader elections) that finds this very timer stored
 	// by an attempt whose answer was lost succeeds instead of storing a
 	// second one; so does the caller's retry of the same request.
-	mine := func(stored *subjects.Timer) bool {
+	mine := func(stored *Timer) bool {
 		return stored.ID == t.ID && (stored.CreatedAt.Equal(t.CreatedAt) || t.Replays(stored.RequestKey))
 	}
 	kv, key := s.set.For(agentID, t.ID)
@@ -121,7 +121,7 @@ func (s *Store) Create(ctx context.Context, agentID string, spec subjects.TimerS
 func (s *Store) Sweep(ctx context.Context) (int, error) {
 	total := 0
 	for _, kv := range s.set.KVs {
-		n, err := kvrec.Sweep(ctx, s.retention, kv, (*subjects.Timer).Finished, s.now())
+		n, err := kvrec.Sweep(ctx, s.retention, kv, (*Timer).Finished, s.now())
 		total += n
 		if err != nil {
 			return total, err
@@ -131,9 +131,9 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 }
 
 // Get returns one of the agent's timers.
-func (s *Store) Get(ctx context.Context, agentID, timerID string) (*subjects.Timer, error) {
+func (s *Store) Get(ctx context.Context, agentID, timerID string) (*Timer, error) {
 	kv, key := s.set.For(agentID, timerID)
-	t, _, err := kvrec.Get[subjects.Timer](ctx, kv, key)
+	t, _, err := kvrec.Get[Timer](ctx, kv, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return s.finished(ctx, agentID, timerID)
 	}
@@ -145,10 +145,10 @@ func (s *Store) Get(ctx context.Context, agentID, timerID string) (*subjects.Tim
 
 // update changes one timer by CAS (see kvrec.Update), riding out leader
 // elections within ctx.
-func (s *Store) update(ctx context.Context, agentID, timerID string, change func(*subjects.Timer) (bool, error)) (*subjects.Timer, bool, error) {
+func (s *Store) update(ctx context.Context, agentID, timerID string, change func(*Timer) (bool, error)) (*Timer, bool, error) {
 	kv, key := s.set.For(agentID, timerID)
 	t, rev, changed, err := kvrec.UpdateRev(ctx, kv, key, false, change,
-		kvrec.ExpireFinished(s.retention, (*subjects.Timer).Finished))
+		kvrec.ExpireFinished(s.retention, (*Timer).Finished))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		// Finished and moved to the history, or never there. A finished
 		// timer is never written again, so change only answers from it
@@ -173,9 +173,9 @@ func (s *Store) update(ctx context.Context, agentID, timerID string, change func
 // order of each timer's last change (oldest first), then those in the
 // history in the order they finished; and where the next page starts. It reads
 // what it returns (see kvrec.ListPage), whatever else the agent keeps.
-func (s *Store) List(ctx context.Context, agentID string, limit int, from subjects.CursorPos) ([]subjects.Timer, subjects.CursorPos, error) {
+func (s *Store) List(ctx context.Context, agentID string, limit int, from subjects.CursorPos) ([]Timer, subjects.CursorPos, error) {
 	pg, err := kvrec.PageWithHistory(ctx, s.retention.JS, s.set.Buckets(), s.set.Layout.AgentKeys(agentID), s.history, agentID, kvrec.Pos(from), limit,
-		func(t *subjects.Timer) (string, string) {
+		func(t *Timer) (string, string) {
 			kv, key := s.set.For(agentID, t.ID)
 			return kv.Bucket(), key
 		})
@@ -196,7 +196,7 @@ func (s *Store) List(ctx context.Context, agentID string, limit int, from subjec
 // agent could ask for with an ID it made up.
 func (s *Store) Someone(ctx context.Context, timerID string) (bool, error) {
 	for _, kv := range s.set.KVs {
-		found, err := kvrec.List[subjects.Timer](ctx, kv, s.set.Layout.IDKeys(timerID))
+		found, err := kvrec.List[Timer](ctx, kv, s.set.Layout.IDKeys(timerID))
 		if err != nil {
 			return false, fmt.Errorf("timers: find %s: %w", timerID, err)
 		}
@@ -209,15 +209,15 @@ func (s *Store) Someone(ctx context.Context, timerID string) (bool, error) {
 
 // Cancel cancels an active timer. Cancelling a cancelled timer is a no-op
 // that returns the record; a completed one-shot cannot be cancelled.
-func (s *Store) Cancel(ctx context.Context, agentID, timerID string) (*subjects.Timer, error) {
-	t, _, err := s.update(ctx, agentID, timerID, func(t *subjects.Timer) (bool, error) {
+func (s *Store) Cancel(ctx context.Context, agentID, timerID string) (*Timer, error) {
+	t, _, err := s.update(ctx, agentID, timerID, func(t *Timer) (bool, error) {
 		switch t.Status {
-		case subjects.TimerCancelled:
+		case TimerCancelled:
 			return false, nil
-		case subjects.TimerCompleted:
-			return false, subjects.ErrCompleted(timerID)
+		case TimerCompleted:
+			return false, ErrCompleted(timerID)
 		}
-		t.Status, t.NextFireAt = subjects.TimerCancelled, nil
+		t.Status, t.NextFireAt = TimerCancelled, nil
 		return true, nil
 	})
 	if err != nil {
@@ -231,8 +231,8 @@ func (s *Store) Cancel(ctx context.Context, agentID, timerID string) (*subjects.
 // applied before, superseded, the timer was cancelled first, or the
 // record is gone; ErrOutOfOrder when an earlier occurrence is not written
 // yet.
-func (s *Store) ApplyFire(ctx context.Context, ev *subjects.TimerFired) (bool, error) {
-	_, changed, err := s.update(ctx, ev.AgentID, ev.TimerID, func(t *subjects.Timer) (bool, error) {
+func (s *Store) ApplyFire(ctx context.Context, ev *TimerFired) (bool, error) {
+	_, changed, err := s.update(ctx, ev.AgentID, ev.TimerID, func(t *Timer) (bool, error) {
 		return applyFire(t, ev.Occurrence, ev.DueAt, ev.FiredAt, ev.NextDue, s.now())
 	})
 	if errors.Is(err, subjects.ErrTimerNotFound) {

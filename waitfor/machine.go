@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 // The registration state machine: pure transitions of one registration,
@@ -153,7 +154,7 @@ func Matches(w *subjects.WaitFor, env *subjects.Envelope, seq uint64) bool {
 	if w.Wake != subjects.WakeTimer {
 		return true
 	}
-	var d subjects.TimerFiredData
+	var d timers.TimerFiredData
 	return json.Unmarshal(env.Data, &d) == nil && d.Occurrence > w.AfterFire
 }
 

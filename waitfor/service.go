@@ -467,7 +467,7 @@ func (s *Service) checkTimer(ctx context.Context, agentID, timerID string) (int6
 	if err != nil {
 		return 0, err
 	}
-	if t.Status != subjects.TimerActive {
+	if t.Status != timers.TimerActive {
 		return 0, &subjects.Error{Code: "timer_not_active", Message: "wait_for timer is not active: " + timerID}
 	}
 	return t.FireCount, nil

@@ -1,4 +1,4 @@
-package subjects_test
+package timers_test
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/timers"
 )
 
 func TestCreateTimerRequestValidation(t *testing.T) {
@@ -31,16 +32,16 @@ func TestCreateTimerRequestValidation(t *testing.T) {
 		{`{"duration_ms":10,"interval_ms":2.5}`, subjects.ErrInvalidRequest, "interval_ms must be a positive integer, not 2.5"},
 		{`{"duration_ms":10,"bogus":1}`, subjects.ErrInvalidRequest, `unknown field "bogus"`},
 		{`{"duration_ms":10,"summary":5}`, subjects.ErrInvalidRequest, "summary must be a JSON string, not number"},
-		{`{"duration_ms":10,"summary":"` + strings.Repeat("x", subjects.MaxSummaryLen+1) + `"}`, subjects.ErrInvalidRequest, "summary must be at most 4096 characters"},
+		{`{"duration_ms":10,"summary":"` + strings.Repeat("x", timers.MaxSummaryLen+1) + `"}`, subjects.ErrInvalidRequest, "summary must be at most 4096 characters"},
 		{`{"duration_ms":`, subjects.ErrInvalidJSON, ""},
 		{`[1]`, subjects.ErrInvalidJSON, "request body must be a JSON object"},
 		{`{"duration_ms":10} {}`, subjects.ErrInvalidJSON, "malformed JSON: unexpected data after the object"},
 	}
 	for _, c := range cases {
-		var req subjects.CreateTimerRequest
+		var req timers.CreateTimerRequest
 		err := subjects.DecodeStrict([]byte(c.body), &req)
 		if err == nil {
-			_, err = req.Validate(subjects.TimerLimits{})
+			_, err = req.Validate(timers.TimerLimits{})
 		}
 		if c.want == nil {
 			if err != nil {
@@ -62,7 +63,7 @@ func TestCreateTimerRequestValidation(t *testing.T) {
 // invalid_request that says the minimum and is marked for the quota
 // metric; the minimum itself, and one-shots of any duration, pass.
 func TestMinInterval(t *testing.T) {
-	limits := subjects.TimerLimits{MinInterval: time.Second}
+	limits := timers.TimerLimits{MinInterval: time.Second}
 	for _, tc := range []struct {
 		body string
 		ok   bool
@@ -73,7 +74,7 @@ func TestMinInterval(t *testing.T) {
 		{`{"duration_ms":1}`, true},
 		{`{"duration_ms":1,"interval_ms":null}`, true},
 	} {
-		var req subjects.CreateTimerRequest
+		var req timers.CreateTimerRequest
 		if err := subjects.DecodeStrict([]byte(tc.body), &req); err != nil {
 			t.Fatal(err)
 		}
@@ -84,14 +85,14 @@ func TestMinInterval(t *testing.T) {
 			}
 			continue
 		}
-		if !errors.Is(err, subjects.ErrInvalidRequest) || !errors.Is(err, subjects.ErrIntervalTooShort) ||
+		if !errors.Is(err, subjects.ErrInvalidRequest) || !errors.Is(err, timers.ErrIntervalTooShort) ||
 			subjects.AsError(err).Message != "interval_ms must be at least 1000" {
 			t.Errorf("%s: %v", tc.body, err)
 		}
 	}
 	// Without a minimum any positive interval passes.
-	req := subjects.CreateTimerRequest{DurationMs: []byte("1"), IntervalMs: []byte("1")}
-	if _, err := req.Validate(subjects.TimerLimits{}); err != nil {
+	req := timers.CreateTimerRequest{DurationMs: []byte("1"), IntervalMs: []byte("1")}
+	if _, err := req.Validate(timers.TimerLimits{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -110,8 +111,8 @@ func TestValidateID(t *testing.T) {
 }
 
 func TestLegacyScheduledReadsActive(t *testing.T) {
-	var s subjects.TimerStatus
-	if err := s.UnmarshalJSON([]byte(`"scheduled"`)); err != nil || s != subjects.TimerActive {
+	var s timers.TimerStatus
+	if err := s.UnmarshalJSON([]byte(`"scheduled"`)); err != nil || s != timers.TimerActive {
 		t.Fatalf("got %q, %v", s, err)
 	}
 }
@@ -128,8 +129,8 @@ func TestParseAgent(t *testing.T) {
 // TestLongestTimerStaysRepresentable: the longest timer's due time, and
 // its first repeat, lie after now (an overflowed due time fired at once).
 func TestLongestTimerStaysRepresentable(t *testing.T) {
-	req := subjects.CreateTimerRequest{DurationMs: []byte("3153600000000"), IntervalMs: []byte("3153600000000")}
-	spec, err := req.Validate(subjects.TimerLimits{MinInterval: time.Second})
+	req := timers.CreateTimerRequest{DurationMs: []byte("3153600000000"), IntervalMs: []byte("3153600000000")}
+	spec, err := req.Validate(timers.TimerLimits{MinInterval: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package subjects
+package timers
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/chime-nats/chime/subjects"
 	"github.com/nats-io/nats.go"
 )
 
@@ -59,7 +60,7 @@ type Timer struct {
 	FireCount      int64       `json:"fire_count"`
 	AuthorityClass string      `json:"authority_class,omitempty"`
 	// RequestKey is set when the create had a request_id.
-	RequestKey
+	subjects.RequestKey
 }
 
 // Finished reports whether the timer will never fire again: completed or
@@ -102,7 +103,7 @@ type TimerSpec struct {
 	Summary        string
 	AuthorityClass string
 	// Request is set when the create had a request_id.
-	Request RequestKey
+	Request subjects.RequestKey
 }
 
 // timerRequest is a create request in its normalized form, the one its
@@ -131,7 +132,7 @@ var ErrIntervalTooShort = errors.New("subjects: interval below the minimum")
 // against l.
 func DecodeCreateTimer(data []byte, l TimerLimits) (TimerSpec, error) {
 	var r CreateTimerRequest
-	if err := DecodeStrict(data, &r); err != nil {
+	if err := subjects.DecodeStrict(data, &r); err != nil {
 		return TimerSpec{}, err
 	}
 	return r.Validate(l)
@@ -139,34 +140,34 @@ func DecodeCreateTimer(data []byte, l TimerLimits) (TimerSpec, error) {
 
 // Validate checks the request against l and returns its spec.
 func (r *CreateTimerRequest) Validate(l TimerLimits) (TimerSpec, error) {
-	d, err := PositiveInt("duration_ms", r.DurationMs, MaxTimerMs)
+	d, err := subjects.PositiveInt("duration_ms", r.DurationMs, MaxTimerMs)
 	if err != nil {
 		return TimerSpec{}, err
 	}
 	spec := TimerSpec{Duration: time.Duration(d) * time.Millisecond, Summary: r.Summary, AuthorityClass: r.AuthorityClass}
-	if !IsNull(r.IntervalMs) {
-		i, err := PositiveInt("interval_ms", r.IntervalMs, MaxTimerMs)
+	if !subjects.IsNull(r.IntervalMs) {
+		i, err := subjects.PositiveInt("interval_ms", r.IntervalMs, MaxTimerMs)
 		if err != nil {
 			return TimerSpec{}, err
 		}
 		spec.Interval = time.Duration(i) * time.Millisecond
 		if spec.Interval < l.MinInterval {
-			wire := &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("interval_ms must be at least %d", l.MinInterval.Milliseconds())}
+			wire := &subjects.Error{Code: subjects.CodeInvalidRequest, Message: fmt.Sprintf("interval_ms must be at least %d", l.MinInterval.Milliseconds())}
 			return TimerSpec{}, fmt.Errorf("%w (%w)", wire, ErrIntervalTooShort)
 		}
 	}
 	if n := utf8.RuneCountInString(r.Summary); n > MaxSummaryLen {
-		return TimerSpec{}, &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("summary must be at most %d characters", MaxSummaryLen)}
+		return TimerSpec{}, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: fmt.Sprintf("summary must be at most %d characters", MaxSummaryLen)}
 	}
-	if len(r.AuthorityClass) > MaxIDLen {
-		return TimerSpec{}, &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("authority_class must be at most %d characters", MaxIDLen)}
+	if len(r.AuthorityClass) > subjects.MaxIDLen {
+		return TimerSpec{}, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: fmt.Sprintf("authority_class must be at most %d characters", subjects.MaxIDLen)}
 	}
 	if r.RequestID != nil {
-		if err := ValidateRequestID(*r.RequestID); err != nil {
+		if err := subjects.ValidateRequestID(*r.RequestID); err != nil {
 			return TimerSpec{}, err
 		}
 	}
-	spec.Request, err = NewRequestKey(r.RequestID, ActionTimerCreate, timerRequest{
+	spec.Request, err = subjects.NewRequestKey(r.RequestID, subjects.ActionTimerCreate, timerRequest{
 		DurationMs: spec.Duration.Milliseconds(), IntervalMs: spec.Interval.Milliseconds(), Summary: spec.Summary, AuthorityClass: spec.AuthorityClass,
 	})
 	if err != nil {
@@ -176,10 +177,12 @@ func (r *CreateTimerRequest) Validate(l TimerLimits) (TimerSpec, error) {
 }
 
 // ListTimersRequest is the body of agent.<id>.timer.list: a listing's.
-type ListTimersRequest = ListRequest
+type ListTimersRequest = subjects.ListRequest
 
 // DecodeListTimers decodes a timer.list body: its limit and cursor.
-func DecodeListTimers(data []byte) (ListPage, error) { return DecodeListPage(ActionTimerList, 1, data) }
+func DecodeListTimers(data []byte) (subjects.ListPage, error) {
+	return subjects.DecodeListPage(subjects.ActionTimerList, 1, data)
+}
 
 // ListTimersReply is a page of a timer listing, in the order of each
 // timer's last change, oldest first; NextCursor is where the next page
@@ -195,26 +198,26 @@ type TimerRef struct {
 }
 
 // Validate checks the timer ID.
-func (r *TimerRef) Validate() error { return ValidateID("timer_id", r.TimerID) }
+func (r *TimerRef) Validate() error { return subjects.ValidateID("timer_id", r.TimerID) }
 
 // DecodeTimerRef decodes a timer.get or timer.cancel body and returns the
 // timer ID.
 func DecodeTimerRef(data []byte) (string, error) {
 	var r TimerRef
-	if err := DecodeStrict(data, &r); err != nil {
+	if err := subjects.DecodeStrict(data, &r); err != nil {
 		return "", err
 	}
 	return r.TimerID, r.Validate()
 }
 
 // ErrNotFound is the timer_not_found error for a timer ID.
-func ErrNotFound(timerID string) *Error {
-	return &Error{Code: CodeTimerNotFound, Message: "timer " + timerID + " not found"}
+func ErrNotFound(timerID string) *subjects.Error {
+	return &subjects.Error{Code: subjects.CodeTimerNotFound, Message: "timer " + timerID + " not found"}
 }
 
 // ErrCompleted is the timer_completed error for a timer ID.
-func ErrCompleted(timerID string) *Error {
-	return &Error{Code: CodeTimerCompleted, Message: "cannot cancel completed timer " + timerID}
+func ErrCompleted(timerID string) *subjects.Error {
+	return &subjects.Error{Code: subjects.CodeTimerCompleted, Message: "cannot cancel completed timer " + timerID}
 }
 
 // TimerFired is the timer.fire event: one occurrence of a timer, published
@@ -254,15 +257,15 @@ type TimerFiredData struct {
 }
 
 // TimerFiredEnvelope builds the inbox delivery of a fire event.
-func TimerFiredEnvelope(f *TimerFired) Envelope {
+func TimerFiredEnvelope(f *TimerFired) subjects.Envelope {
 	data, _ := json.Marshal(TimerFiredData{TimerID: f.TimerID, Occurrence: f.Occurrence, DueAt: f.DueAt, FiredAt: f.FiredAt})
-	return Envelope{
+	return subjects.Envelope{
 		ID:      f.EnvelopeID(),
 		AgentID: f.AgentID,
-		Kind:    KindTimerFired,
+		Kind:    subjects.KindTimerFired,
 		At:      f.FiredAt,
-		Source:  Source{Type: "timer", ID: f.TimerID},
-		Trust:   TrustSystem,
+		Source:  subjects.Source{Type: "timer", ID: f.TimerID},
+		Trust:   subjects.TrustSystem,
 		Text:    f.Text,
 		Data:    data,
 	}
@@ -275,29 +278,29 @@ func TimerFiredMsg(f *TimerFired) *nats.Msg {
 	b := make([]byte, 0, 320+len(f.Text))
 	id := f.EnvelopeID()
 	b = append(b, `{"id":`...)
-	b = AppendJSONString(b, id)
+	b = subjects.AppendJSONString(b, id)
 	b = append(b, `,"agent_id":`...)
-	b = AppendJSONString(b, f.AgentID)
-	b = append(b, `,"kind":"`+KindTimerFired+`","at":`...)
-	b = AppendJSONTime(b, f.FiredAt)
+	b = subjects.AppendJSONString(b, f.AgentID)
+	b = append(b, `,"kind":"`+subjects.KindTimerFired+`","at":`...)
+	b = subjects.AppendJSONTime(b, f.FiredAt)
 	b = append(b, `,"source":{"type":"timer","id":`...)
-	b = AppendJSONString(b, f.TimerID)
-	b = append(b, `},"trust":"`+TrustSystem+`"`...)
+	b = subjects.AppendJSONString(b, f.TimerID)
+	b = append(b, `},"trust":"`+subjects.TrustSystem+`"`...)
 	if f.Text != "" {
 		b = append(b, `,"text":`...)
-		b = AppendJSONString(b, f.Text)
+		b = subjects.AppendJSONString(b, f.Text)
 	}
 	b = append(b, `,"data":{"timer_id":`...)
-	b = AppendJSONString(b, f.TimerID)
+	b = subjects.AppendJSONString(b, f.TimerID)
 	b = append(b, `,"occurrence":`...)
 	b = strconv.AppendInt(b, f.Occurrence, 10)
 	b = append(b, `,"due_at":`...)
-	b = AppendJSONTime(b, f.DueAt)
+	b = subjects.AppendJSONTime(b, f.DueAt)
 	b = append(b, `,"fired_at":`...)
-	b = AppendJSONTime(b, f.FiredAt)
+	b = subjects.AppendJSONTime(b, f.FiredAt)
 	b = append(b, "}}"...)
-	m := &nats.Msg{Subject: Inbox(f.AgentID), Data: b, Header: nats.Header{
-		HeaderKind: {KindTimerFired}, HeaderMsgID: {id},
+	m := &nats.Msg{Subject: subjects.Inbox(f.AgentID), Data: b, Header: nats.Header{
+		subjects.HeaderKind: {subjects.KindTimerFired}, subjects.HeaderMsgID: {id},
 	}}
 	return m
 }
