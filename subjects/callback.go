@@ -26,27 +26,6 @@ const (
 	ActionTriggerReset = "trigger.reset"
 )
 
-// Callback ingress over NATS: requests with the token in a header. They
-// are never stored as sent: the token must not reach a stream.
-const (
-	CallbackWake    = "callback.wake"
-	CallbackEnqueue = "callback.enqueue"
-	// CallbackEventWake and CallbackEventEnqueue are the stored events of
-	// accepted callbacks, without the token.
-	CallbackEventWake    = "callback.event.wake"
-	CallbackEventEnqueue = "callback.event.enqueue"
-
-	HeaderCallbackToken  = "Chime-Callback-Token"
-	HeaderIdempotencyKey = "Idempotency-Key"
-	HeaderContentType    = "Content-Type"
-)
-
-// Envelope kinds of callbacks.
-const (
-	KindWakeHint = "wake_hint"
-	KindMessage  = "message"
-)
-
 // Callback error codes.
 const (
 	CodeForbidden       = "forbidden"

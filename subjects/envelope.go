@@ -10,9 +10,20 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// Envelope kinds.
+// Envelope kinds: the inbox's vocabulary, which every reader of an inbox
+// (agents, WaitFor's wakes, the console) shares.
 const (
-	KindTimerFired = "timer_fired"
+	KindTimerFired    = "timer_fired"
+	KindWaitComplete  = "wait_complete"
+	KindWaitCancelled = "wait_cancelled"
+	KindIntervention  = "intervention"
+	KindWakeHint      = "wake_hint"
+	KindMessage       = "message"
+	KindWaitWoken     = "wait_woken"
+	KindRecheck       = "recheck"
+	KindSystemWake    = "system_wake"
+	KindAnswer        = "answer"
+	KindTaskResult    = "task_result"
 )
 
 // Trust levels of a delivery.

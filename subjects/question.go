@@ -20,9 +20,6 @@ const (
 	ActionQuestionAnswer = "question.answer"
 )
 
-// KindAnswer is the inbox delivery of an operator's answer to a question.
-const KindAnswer = "answer"
-
 // CodeQuestionNotFound is a question the agent does not have (never asked,
 // or answered longer ago than the record retention).
 const CodeQuestionNotFound = "question_not_found"

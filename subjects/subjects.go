@@ -79,3 +79,87 @@ func ParseInterventionApply(subject string) (string, error) {
 	}
 	return id, nil
 }
+
+// Task settle work items, on the events stream: a message schedule per
+// task (task.schedule.<agent>.<task>), stored before its result is, that
+// the engine delivers when due as task.settle.<agent>.<task>, so that a
+// replica delivers the result even if its reporter never comes back.
+const (
+	TaskScheduleAll = "task.schedule.>"
+	TaskSettleAll   = "task.settle.>"
+)
+
+// TaskSchedule is the subject of a task's settle schedule.
+func TaskSchedule(agentID, taskID string) string {
+	return "task.schedule." + agentID + "." + taskID
+}
+
+// TaskSettle is where the engine delivers a task's due settle work item.
+func TaskSettle(agentID, taskID string) string {
+	return "task.settle." + agentID + "." + taskID
+}
+
+// ParseTaskSettle splits a settle work item's subject.
+func ParseTaskSettle(subject string) (agentID, taskID string, err error) {
+	rest, ok := strings.CutPrefix(subject, "task.settle.")
+	if ok {
+		agentID, taskID, ok = ParseRecordKey(rest)
+	}
+	if !ok {
+		return "", "", Invalid("not a task settle subject: " + subject)
+	}
+	return agentID, taskID, nil
+}
+
+// Internal events of waits and interventions, in the events stream.
+const (
+	// WaitFire is the internal event of a wait reaching its target.
+	WaitFire = "wait.fire"
+	// InterventionApplyAll matches the internal events of accepted
+	// interventions, intervention.apply.<agent>: one subject per agent, so
+	// each agent's are applied in stream order without holding up others.
+	InterventionApplyAll = "intervention.apply.*"
+)
+
+// Callback ingress over NATS: requests with the token in a header. They
+// are never stored as sent: the token must not reach a stream.
+const (
+	CallbackWake    = "callback.wake"
+	CallbackEnqueue = "callback.enqueue"
+	// CallbackEventWake and CallbackEventEnqueue are the stored events of
+	// accepted callbacks, without the token.
+	CallbackEventWake    = "callback.event.wake"
+	CallbackEventEnqueue = "callback.event.enqueue"
+
+	HeaderCallbackToken  = "Chime-Callback-Token"
+	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderContentType    = "Content-Type"
+)
+
+// Internal subjects of WaitFor rechecks, in the WaitFor stream.
+const (
+	WaitForScheduleAll = "waitfor.schedule.>"
+	WaitForRecheckAll  = "waitfor.recheck.>"
+)
+
+// WaitForSchedule is the schedule subject of a WaitFor's recheck.
+func WaitForSchedule(agentID, waitID string) string {
+	return "waitfor.schedule." + agentID + "." + waitID
+}
+
+// WaitForRecheck is where the engine delivers a WaitFor's due recheck.
+func WaitForRecheck(agentID, waitID string) string {
+	return "waitfor.recheck." + agentID + "." + waitID
+}
+
+// ParseWaitForRecheck splits a recheck subject.
+func ParseWaitForRecheck(subject string) (agentID, waitID string, err error) {
+	rest, ok := strings.CutPrefix(subject, "waitfor.recheck.")
+	if ok {
+		agentID, waitID, ok = ParseRecordKey(rest)
+	}
+	if !ok {
+		return "", "", Invalid("not a recheck subject: " + subject)
+	}
+	return agentID, waitID, nil
+}

@@ -9,9 +9,6 @@ import (
 	"unicode/utf8"
 )
 
-// KindTaskResult is the delivery of a task's result (or its cancel).
-const KindTaskResult = "task_result"
-
 // Task actions: agent.<id>.task.<action>.
 const (
 	ActionTaskStart        = "task.start"
@@ -381,34 +378,3 @@ func Preview(output []byte) string {
 }
 
 func toValidUTF8(b []byte) string { return strings.ToValidUTF8(string(b), "\uFFFD") }
-
-// Task settle work items, on the events stream: a message schedule per
-// task (task.schedule.<agent>.<task>), stored before its result is, that
-// the engine delivers when due as task.settle.<agent>.<task>, so that a
-// replica delivers the result even if its reporter never comes back.
-const (
-	TaskScheduleAll = "task.schedule.>"
-	TaskSettleAll   = "task.settle.>"
-)
-
-// TaskSchedule is the subject of a task's settle schedule.
-func TaskSchedule(agentID, taskID string) string {
-	return "task.schedule." + agentID + "." + taskID
-}
-
-// TaskSettle is where the engine delivers a task's due settle work item.
-func TaskSettle(agentID, taskID string) string {
-	return "task.settle." + agentID + "." + taskID
-}
-
-// ParseTaskSettle splits a settle work item's subject.
-func ParseTaskSettle(subject string) (agentID, taskID string, err error) {
-	rest, ok := strings.CutPrefix(subject, "task.settle.")
-	if ok {
-		agentID, taskID, ok = ParseRecordKey(rest)
-	}
-	if !ok {
-		return "", "", Invalid("not a task settle subject: " + subject)
-	}
-	return agentID, taskID, nil
-}

@@ -17,26 +17,12 @@ const (
 	ActionWaitProgress = "wait.progress"
 	ActionIntervention = "intervention"
 
-	// WaitFire is the internal event of a wait reaching its target.
-	WaitFire = "wait.fire"
-	// InterventionApplyAll matches the internal events of accepted
-	// interventions, intervention.apply.<agent>: one subject per agent, so
-	// each agent's are applied in stream order without holding up others.
-	InterventionApplyAll = "intervention.apply.*"
-
 	CodeInvalidDuration  = "invalid_duration"
 	CodeInvalidTimestamp = "invalid_timestamp"
 	CodeTargetInPast     = "target_in_past"
 	CodeInvalidTimezone  = "invalid_timezone"
 	CodeWaitNotFound     = "wait_not_found"
 	CodeWaitExists       = "wait_exists"
-)
-
-// Envelope kinds of waits and interventions.
-const (
-	KindWaitComplete  = "wait_complete"
-	KindWaitCancelled = "wait_cancelled"
-	KindIntervention  = "intervention"
 )
 
 // Wait sentinels for errors.Is.

@@ -213,13 +213,6 @@ const (
 	ActionSystemWake = "system.wake"
 )
 
-// Envelope kinds of WaitFor.
-const (
-	KindWaitWoken  = "wait_woken"
-	KindRecheck    = "recheck"
-	KindSystemWake = "system_wake"
-)
-
 // Dispositions of a WaitFor reply (Holon's).
 const (
 	DispositionAwaitingFinalReport       = "awaiting_final_report"
@@ -437,32 +430,4 @@ func SystemWakeEnvelope(id, agentID, text string, at time.Time) Envelope {
 		ID: id, AgentID: agentID, Kind: KindSystemWake, At: at.UTC(),
 		Source: Source{Type: "system", ID: id}, Trust: TrustOperator, Text: text,
 	}
-}
-
-// Internal subjects of WaitFor rechecks, in the WaitFor stream.
-const (
-	WaitForScheduleAll = "waitfor.schedule.>"
-	WaitForRecheckAll  = "waitfor.recheck.>"
-)
-
-// WaitForSchedule is the schedule subject of a WaitFor's recheck.
-func WaitForSchedule(agentID, waitID string) string {
-	return "waitfor.schedule." + agentID + "." + waitID
-}
-
-// WaitForRecheck is where the engine delivers a WaitFor's due recheck.
-func WaitForRecheck(agentID, waitID string) string {
-	return "waitfor.recheck." + agentID + "." + waitID
-}
-
-// ParseWaitForRecheck splits a recheck subject.
-func ParseWaitForRecheck(subject string) (agentID, waitID string, err error) {
-	rest, ok := strings.CutPrefix(subject, "waitfor.recheck.")
-	if ok {
-		agentID, waitID, ok = ParseRecordKey(rest)
-	}
-	if !ok {
-		return "", "", Invalid("not a recheck subject: " + subject)
-	}
-	return agentID, waitID, nil
 }
