@@ -18,6 +18,7 @@ import (
 	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/tasks"
 )
 
 // get sends a GET and returns the status and body.
@@ -94,16 +95,16 @@ func TestConsoleRoutes(t *testing.T) {
 		t.Fatalf("task start: %s", task.Data)
 	}
 	request(t, nc, "agent.con.task.result", `{"task_id":"build-1","status":"completed","output":"all green","exit_code":0}`)
-	var tasks subjects.ListTasksReply
+	var listed tasks.ListTasksReply
 	status, body = get(t, base+"/api/agents/con/tasks?limit=5")
-	if status != 200 || json.Unmarshal(body, &tasks) != nil || len(tasks.Tasks) != 1 || tasks.Tasks[0].ID != "build-1" {
+	if status != 200 || json.Unmarshal(body, &listed) != nil || len(listed.Tasks) != 1 || listed.Tasks[0].ID != "build-1" {
 		t.Fatalf("tasks: %d %s", status, body)
 	}
-	var one subjects.Task
-	if status, body = get(t, base+"/api/agents/con/tasks/build-1"); status != 200 || json.Unmarshal(body, &one) != nil || one.Status != subjects.TaskCompleted {
+	var one tasks.Task
+	if status, body = get(t, base+"/api/agents/con/tasks/build-1"); status != 200 || json.Unmarshal(body, &one) != nil || one.Status != tasks.TaskCompleted {
 		t.Fatalf("task: %d %s", status, body)
 	}
-	var out subjects.TaskOutputReply
+	var out tasks.TaskOutputReply
 	if status, body = get(t, base+"/api/agents/con/tasks/build-1/output?offset=4"); status != 200 || json.Unmarshal(body, &out) != nil ||
 		string(out.Data) != "green" || !out.EOF {
 		t.Fatalf("task output: %d %s", status, body)
@@ -127,7 +128,7 @@ func TestConsoleRoutesBadInput(t *testing.T) {
 		{"GET", "/api/agents/bad.id/inbox/events", "", 400, subjects.CodeInvalidID, "agent_id"},
 		{"GET", "/api/agents/a/waits?limit=1001", "", 400, subjects.CodeInvalidRequest, "limit"},
 		{"GET", "/api/agents/a/tasks?limit=-3", "", 400, subjects.CodeInvalidRequest, "limit"},
-		{"GET", "/api/agents/a/tasks/nope", "", 404, subjects.CodeTaskNotFound, "nope"},
+		{"GET", "/api/agents/a/tasks/nope", "", 404, tasks.CodeTaskNotFound, "nope"},
 		{"GET", "/api/agents/a/tasks/nope/output?offset=x", "", 400, subjects.CodeInvalidRequest, "offset"},
 		{"POST", "/api/control/agents/a/intervention", `{"action":"dance"}`, 400, subjects.CodeInvalidRequest, "action"},
 		{"POST", "/api/control/agents/a/intervention", `{"action":"message","extra":1}`, 400, subjects.CodeInvalidRequest, "extra"},

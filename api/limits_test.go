@@ -22,6 +22,7 @@ import (
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/tasks"
 )
 
 // refusedOverNATS checks a NATS reply is the wire error code with text
@@ -73,7 +74,7 @@ func TestRunningTasksLimit(t *testing.T) {
 			refused = id
 			return true
 		}
-		if _, err := c.ReportResult(ctx, subjects.TaskResultRequest{TaskID: id, Status: subjects.TaskCompleted}); err != nil {
+		if _, err := c.ReportResult(ctx, tasks.TaskResultRequest{TaskID: id, Status: tasks.TaskCompleted}); err != nil {
 			t.Fatal(err)
 		}
 		return false
@@ -90,14 +91,14 @@ func TestRunningTasksLimit(t *testing.T) {
 	if again, err := c.StartTask(ctx, "t1", ""); err != nil || again.ID != "t1" {
 		t.Fatalf("a retried start at the limit: %+v %v", again, err)
 	}
-	if _, err := c.GetTask(ctx, refused); !errors.Is(err, subjects.ErrTaskNotFound) {
+	if _, err := c.GetTask(ctx, refused); !errors.Is(err, tasks.ErrTaskNotFound) {
 		t.Fatalf("the refused start stored a task: %v", err)
 	}
 	other, _ := client.New(nc, "calm")
 	if _, err := other.StartTask(ctx, "", ""); err != nil {
 		t.Fatalf("another agent: %v", err)
 	}
-	if _, err := c.ReportResult(ctx, subjects.TaskResultRequest{TaskID: "t1", Status: subjects.TaskCompleted}); err != nil {
+	if _, err := c.ReportResult(ctx, tasks.TaskResultRequest{TaskID: "t1", Status: tasks.TaskCompleted}); err != nil {
 		t.Fatal(err)
 	}
 	testwait.Eventually(t, 5*time.Second, func() bool {
@@ -126,10 +127,10 @@ func TestTaskStartRate(t *testing.T) {
 	refusedOverNATS(t, "2nd start", msg.Data, msg.Header, subjects.CodeRateLimited, text)
 	msg = request(t, nc, "agent.eager.task.result", `{"task_id":"unstarted","status":"completed"}`)
 	refusedOverNATS(t, "a result registering a task", msg.Data, msg.Header, subjects.CodeRateLimited, text)
-	if _, err := c.GetTask(ctx, "unstarted"); !errors.Is(err, subjects.ErrTaskNotFound) {
+	if _, err := c.GetTask(ctx, "unstarted"); !errors.Is(err, tasks.ErrTaskNotFound) {
 		t.Fatalf("the refused result stored a task: %v", err)
 	}
-	if _, err := c.ReportResult(ctx, subjects.TaskResultRequest{TaskID: "first", Status: subjects.TaskCompleted}); err != nil {
+	if _, err := c.ReportResult(ctx, tasks.TaskResultRequest{TaskID: "first", Status: tasks.TaskCompleted}); err != nil {
 		t.Fatalf("the result of a started task: %v", err)
 	}
 	other, _ := client.New(nc, "calm")
@@ -138,7 +139,7 @@ func TestTaskStartRate(t *testing.T) {
 	}
 	// A flood of refusals is counted, not logged.
 	for range 200 {
-		_ = c.Request(ctx, subjects.ActionTaskStart, []byte(`{}`), &struct{}{})
+		_ = c.Request(ctx, tasks.ActionTaskStart, []byte(`{}`), &struct{}{})
 	}
 	if got := metric(t, r, `chime_quota_refusals_total{quota="task_starts"}`); got != 202 {
 		t.Errorf("task_starts refusals: %v, want 202", got)
@@ -164,8 +165,8 @@ func TestTaskOutputBytesLimit(t *testing.T) {
 		want[i] = byte(i*7 + i>>9)
 	}
 	seq := int64(0)
-	for off := 0; off < len(want); off += subjects.MaxAppendChunk {
-		if _, err := c.AppendOutput(ctx, "big", seq, want[off:min(len(want), off+subjects.MaxAppendChunk)]); err != nil {
+	for off := 0; off < len(want); off += tasks.MaxAppendChunk {
+		if _, err := c.AppendOutput(ctx, "big", seq, want[off:min(len(want), off+tasks.MaxAppendChunk)]); err != nil {
 			t.Fatalf("append %d: %v", seq, err)
 		}
 		seq++
@@ -193,15 +194,15 @@ func TestTaskOutputBytesLimit(t *testing.T) {
 	}
 	m := request(t, nc, "agent.writer.task.result", `{"task_id":"inline","status":"completed","output":"`+strings.Repeat("y", 20<<10)+`"}`)
 	refusedOverNATS(t, "a whole output over the limit", m.Data, m.Header, subjects.CodeQuotaExceeded, "agent writer stores 1048576 bytes of task output; 20480 more")
-	if tk, err := c.GetTask(ctx, "inline"); err != nil || tk.Status != subjects.TaskRunning {
+	if tk, err := c.GetTask(ctx, "inline"); err != nil || tk.Status != tasks.TaskRunning {
 		t.Fatalf("the refused result changed the task: %+v %v", tk, err)
 	}
 	// A small output stays in the record and counts nothing.
-	if _, err := c.ReportResult(ctx, subjects.TaskResultRequest{TaskID: "inline", Status: subjects.TaskCompleted, Output: ptr("ok")}); err != nil {
+	if _, err := c.ReportResult(ctx, tasks.TaskResultRequest{TaskID: "inline", Status: tasks.TaskCompleted, Output: ptr("ok")}); err != nil {
 		t.Fatalf("a small output at the limit: %v", err)
 	}
 	// What was stored before the refusals is whole.
-	done, err := c.ReportResult(ctx, subjects.TaskResultRequest{TaskID: "big", Status: subjects.TaskCompleted, OutputAppended: true})
+	done, err := c.ReportResult(ctx, tasks.TaskResultRequest{TaskID: "big", Status: tasks.TaskCompleted, OutputAppended: true})
 	if err != nil || done.OutputSize != limit {
 		t.Fatalf("result: %+v %v", done, err)
 	}
@@ -212,7 +213,7 @@ func TestTaskOutputBytesLimit(t *testing.T) {
 	if _, err := other.StartTask(ctx, "x", ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.AppendOutput(ctx, "x", 0, want[:subjects.MaxAppendChunk]); err != nil {
+	if _, err := other.AppendOutput(ctx, "x", 0, want[:tasks.MaxAppendChunk]); err != nil {
 		t.Fatalf("another agent: %v", err)
 	}
 	if got := metric(t, r, `chime_quota_refusals_total{quota="task_output"}`); got < 2 {

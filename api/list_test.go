@@ -10,6 +10,7 @@ import (
 
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/tasks"
 	"github.com/chime-nats/chime/timers"
 )
 
@@ -185,7 +186,7 @@ func TestOtherListsPage(t *testing.T) {
 func TestListBadInput(t *testing.T) {
 	r, nc := startChime(t)
 	base := "http://" + r.HTTPAddr()
-	taskCursor := subjects.EncodeCursor(subjects.ActionTaskList, subjects.CursorPos{Buckets: 1, Seq: 3})
+	taskCursor := subjects.EncodeCursor(tasks.ActionTaskList, subjects.CursorPos{Buckets: 1, Seq: 3})
 	stale := subjects.EncodeCursor(subjects.ActionTimerList, subjects.CursorPos{Buckets: 4, Bucket: 1, Seq: 3})
 	for _, tc := range []struct{ action, query, body, msg string }{
 		{"timer.list", "limit=0", `{"limit":0}`, "limit must be a positive integer, not 0"},

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/tasks"
 )
 
 // httpStatus is e's HTTP status: the one its feature gave it, else its
@@ -16,12 +17,12 @@ func httpStatus(e *subjects.Error) int {
 	case subjects.CodeInvalidJSON, subjects.CodeInvalidRequest, subjects.CodeInvalidID,
 		subjects.CodeInvalidDuration, subjects.CodeInvalidTimestamp, subjects.CodeTargetInPast, subjects.CodeInvalidTimezone:
 		return http.StatusBadRequest
-	case subjects.CodeTimerNotFound, subjects.CodeWaitNotFound, subjects.CodeTriggerNotFound, subjects.CodeQuestionNotFound, subjects.CodeTaskNotFound:
+	case subjects.CodeTimerNotFound, subjects.CodeWaitNotFound, subjects.CodeTriggerNotFound, subjects.CodeQuestionNotFound, tasks.CodeTaskNotFound:
 		return http.StatusNotFound
 	case subjects.CodeTimerCompleted, subjects.CodeWaitExists, subjects.CodeAgentNotActive, subjects.CodeConflict,
-		subjects.CodeTaskHasResult, subjects.CodeTaskOutputOrder:
+		tasks.CodeTaskHasResult, tasks.CodeTaskOutputOrder:
 		return http.StatusConflict
-	case subjects.CodeForbidden, subjects.CodeTaskOwned:
+	case subjects.CodeForbidden, tasks.CodeTaskOwned:
 		return http.StatusForbidden
 	case subjects.CodeUnauthorized:
 		return http.StatusUnauthorized

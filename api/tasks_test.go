@@ -9,6 +9,7 @@ import (
 
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/tasks"
 )
 
 // TestTasksOverNATS: the client's task calls against a replica, a 1 MiB
@@ -22,17 +23,17 @@ func TestTasksOverNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	task, err := c.StartTask(ctx, "", "big output")
-	if err != nil || !strings.HasPrefix(task.ID, "task_") || task.Status != subjects.TaskRunning {
+	if err != nil || !strings.HasPrefix(task.ID, "task_") || task.Status != tasks.TaskRunning {
 		t.Fatalf("start: %+v %v", task, err)
 	}
 	want := bytes.Repeat([]byte("line of output\n"), (1<<20)/15+1)[:1<<20]
-	for seq := int64(0); int(seq)*subjects.MaxAppendChunk < len(want); seq++ {
-		chunk := want[int(seq)*subjects.MaxAppendChunk : min(len(want), int(seq+1)*subjects.MaxAppendChunk)]
+	for seq := int64(0); int(seq)*tasks.MaxAppendChunk < len(want); seq++ {
+		chunk := want[int(seq)*tasks.MaxAppendChunk : min(len(want), int(seq+1)*tasks.MaxAppendChunk)]
 		if _, err := c.AppendOutput(ctx, task.ID, seq, chunk); err != nil {
 			t.Fatalf("append %d: %v", seq, err)
 		}
 	}
-	done, err := c.ReportResult(ctx, subjects.TaskResultRequest{TaskID: task.ID, Status: subjects.TaskCompleted, OutputAppended: true})
+	done, err := c.ReportResult(ctx, tasks.TaskResultRequest{TaskID: task.ID, Status: tasks.TaskCompleted, OutputAppended: true})
 	if err != nil || done.OutputRef == "" || done.OutputSize != 1<<20 {
 		t.Fatalf("result: %+v %v", done, err)
 	}
@@ -52,10 +53,10 @@ func TestTasksOverNATS(t *testing.T) {
 		{"task.result", `{"task_id":"r1","status":"completed","output":"x","output_appended":true}`, subjects.CodeInvalidRequest, "exclusive"},
 		{"task.result", `{"task_id":"r1","status":"completed","exit_code":"3"}`, subjects.CodeInvalidRequest, "exit_code"},
 		{"task.result", `{"task_id":"r1","status":"completed","output":"` + strings.Repeat("x", 70<<10) + `"}`, subjects.CodePayloadTooLarge, "larger than"},
-		{"task.output.append", `{"task_id":"r1","seq":0,"data":"eA=="}`, subjects.CodeTaskNotFound, "task r1 not found"},
+		{"task.output.append", `{"task_id":"r1","seq":0,"data":"eA=="}`, tasks.CodeTaskNotFound, "task r1 not found"},
 		{"task.output.append", `{"task_id":"r1","data":"eA=="}`, subjects.CodeInvalidRequest, "seq is required"},
 		{"task.output", `{"task_id":"r1","limit":600000}`, subjects.CodeInvalidRequest, "limit is too large"},
-		{"task.get", `{"task_id":"r1"}`, subjects.CodeTaskNotFound, "task r1 not found"},
+		{"task.get", `{"task_id":"r1"}`, tasks.CodeTaskNotFound, "task r1 not found"},
 		{"task.cancel", `{}`, subjects.CodeInvalidID, "task_id must not be empty"},
 	} {
 		err := c.Request(ctx, tc.action, []byte(tc.body), &struct{}{})
@@ -68,10 +69,10 @@ func TestTasksOverNATS(t *testing.T) {
 		t.Fatalf("a refusal stored something: %+v %v", l, err)
 	}
 	other, _ := client.New(nc, "agent-u")
-	if _, err := other.ReportResult(ctx, subjects.TaskResultRequest{TaskID: task.ID, Status: subjects.TaskFailed}); !errors.Is(err, subjects.ErrTaskOwned) {
+	if _, err := other.ReportResult(ctx, tasks.TaskResultRequest{TaskID: task.ID, Status: tasks.TaskFailed}); !errors.Is(err, tasks.ErrTaskOwned) {
 		t.Fatalf("another agent's result: %v", err)
 	}
-	if _, err := other.ReadOutput(ctx, task.ID); !errors.Is(err, subjects.ErrTaskOwned) {
+	if _, err := other.ReadOutput(ctx, task.ID); !errors.Is(err, tasks.ErrTaskOwned) {
 		t.Fatalf("another agent's output: %v", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/tasks"
 )
 
 // wfInbox collects an agent's inbox envelopes.
@@ -183,11 +184,11 @@ func TestWaitForWakes(t *testing.T) {
 			t.Fatalf("running task: %+v", r)
 		}
 		out := "ok"
-		if _, err := c.ReportResult(ctx, subjects.TaskResultRequest{TaskID: task.ID, Status: subjects.TaskCompleted, Output: &out}); err != nil {
+		if _, err := c.ReportResult(ctx, tasks.TaskResultRequest{TaskID: task.ID, Status: tasks.TaskCompleted, Output: &out}); err != nil {
 			t.Fatal(err)
 		}
 		d := woken(t, inbox, r.WaitID, subjects.KindTaskResult, time.Second)
-		if d.Resource != task.ID || d.WokenBy.EnvelopeID != subjects.TaskEnvelopeID(task.ID) {
+		if d.Resource != task.ID || d.WokenBy.EnvelopeID != tasks.TaskEnvelopeID(task.ID) {
 			t.Fatalf("woken %+v", d)
 		}
 		// Its result is in the inbox now: a new WaitFor re-enters at once.
@@ -201,9 +202,9 @@ func TestWaitForWakes(t *testing.T) {
 		wantCode(t, err, "task_agent_mismatch", "wait_for task belongs to another agent: "+task.ID)
 		// Holon's rule: a task nobody started is refused, nothing registered.
 		_, err = c.WaitFor(ctx, subjects.WaitForRequest{Wake: "task_result", Resource: "wf-never-started", Reason: "r", Delivery: "silent"})
-		wantCode(t, err, subjects.CodeTaskNotFound, "wait_for task does not exist: wf-never-started")
+		wantCode(t, err, tasks.CodeTaskNotFound, "wait_for task does not exist: wf-never-started")
 		_, err = c.WaitFor(ctx, subjects.WaitForRequest{Wake: "task_result", Resource: "wf-never-started", Reason: "r", Delivery: "final"})
-		wantCode(t, err, subjects.CodeTaskNotFound, "wait_for task does not exist: wf-never-started")
+		wantCode(t, err, tasks.CodeTaskNotFound, "wait_for task does not exist: wf-never-started")
 	})
 	t.Run("external replaces", func(t *testing.T) {
 		first := registerWaitFor(t, c, "external", "github:holon-run/holon#2258", "silent")
@@ -353,7 +354,7 @@ func finishTask(t *testing.T, c *client.Client, taskID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	out := "ok"
-	if _, err := c.ReportResult(ctx, subjects.TaskResultRequest{TaskID: taskID, Status: subjects.TaskCompleted, Output: &out}); err != nil {
+	if _, err := c.ReportResult(ctx, tasks.TaskResultRequest{TaskID: taskID, Status: tasks.TaskCompleted, Output: &out}); err != nil {
 		t.Fatalf("result of %s: %v", taskID, err)
 	}
 }
@@ -428,7 +429,7 @@ func TestWaitForTasks(t *testing.T) {
 					before = append(before, "woken")
 					var d subjects.WaitWokenData
 					if err := json.Unmarshal(env.Data, &d); err != nil || d.WaitID != r.WaitID || d.Mode != "all" ||
-						!slices.Equal(d.TaskIDs, ids) || d.WokenBy.Source.ID != ids[2] || d.WokenBy.EnvelopeID != subjects.TaskEnvelopeID(ids[2]) {
+						!slices.Equal(d.TaskIDs, ids) || d.WokenBy.Source.ID != ids[2] || d.WokenBy.EnvelopeID != tasks.TaskEnvelopeID(ids[2]) {
 						t.Fatalf("wait_woken %s (%v)", env.Data, err)
 					}
 				}
@@ -464,11 +465,11 @@ func TestWaitForTasks(t *testing.T) {
 		quietInbox(t, inbox, 500*time.Millisecond)
 		r, err := c.WaitTasks(ctx, subjects.WaitTasksRequest{TaskIDs: ids, Mode: "any", Reason: "either"})
 		if err != nil || r.Continuation != subjects.YieldAndReenter || r.Disposition != subjects.DispositionTaskResultQueued ||
-			r.TaskID != ids[1] || r.ResultMessageID != subjects.TaskEnvelopeID(ids[1]) || !slices.Equal(r.SeenTaskIDs, ids[1:]) {
+			r.TaskID != ids[1] || r.ResultMessageID != tasks.TaskEnvelopeID(ids[1]) || !slices.Equal(r.SeenTaskIDs, ids[1:]) {
 			t.Fatalf("reply %+v, %v", r, err)
 		}
 		d := woken(t, inbox, r.WaitID, subjects.KindTaskResult, time.Second)
-		if d.WokenBy.EnvelopeID != subjects.TaskEnvelopeID(ids[1]) {
+		if d.WokenBy.EnvelopeID != tasks.TaskEnvelopeID(ids[1]) {
 			t.Fatalf("woken %+v", d)
 		}
 		finishTask(t, c, ids[0])
@@ -500,7 +501,7 @@ func TestWaitForTasks(t *testing.T) {
 			t.Fatal(err)
 		}
 		d = woken(t, inbox, r.WaitID, subjects.KindTaskResult, time.Second)
-		if d.WokenBy.EnvelopeID != subjects.TaskEnvelopeID(ids[1]) {
+		if d.WokenBy.EnvelopeID != tasks.TaskEnvelopeID(ids[1]) {
 			t.Fatalf("woken %+v", d)
 		}
 	})
@@ -518,6 +519,6 @@ func TestWaitForTasks(t *testing.T) {
 		_, err = other.WaitTasks(ctx, subjects.WaitTasksRequest{TaskIDs: ids, Mode: "any", Reason: "r"})
 		wantCode(t, err, "task_agent_mismatch", "wait_for task belongs to another agent: "+ids[0])
 		_, err = c.WaitTasks(ctx, subjects.WaitTasksRequest{TaskIDs: []string{ids[0], "bad-never-started"}, Mode: "all", Reason: "r"})
-		wantCode(t, err, subjects.CodeTaskNotFound, "wait_for task does not exist: bad-never-started")
+		wantCode(t, err, tasks.CodeTaskNotFound, "wait_for task does not exist: bad-never-started")
 	})
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/internal/natsproc"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/tasks"
 )
 
 // TasksOptions configures the task output benchmark.
@@ -50,8 +51,8 @@ type TasksOptions struct {
 // Validate checks the options.
 func (o *TasksOptions) Validate() error {
 	switch {
-	case o.OutputMiB <= 0 || o.OutputMiB > subjects.MaxTaskOutput>>20:
-		return fmt.Errorf("bench: --output-mib must be from 1 to %d", subjects.MaxTaskOutput>>20)
+	case o.OutputMiB <= 0 || o.OutputMiB > tasks.MaxTaskOutput>>20:
+		return fmt.Errorf("bench: --output-mib must be from 1 to %d", tasks.MaxTaskOutput>>20)
 	case o.Concurrent <= 0:
 		return errors.New("bench: --concurrent must be positive")
 	case o.TimerEvery <= 0 || o.TimerLead <= 0:
@@ -250,7 +251,7 @@ func outputs(ctx context.Context, c *client.Client, o TasksOptions, res *TasksRe
 		g.Go(func() error {
 			gen := outputGen(i)
 			h := sha256.New()
-			part := make([]byte, subjects.MaxAppendChunk)
+			part := make([]byte, tasks.MaxAppendChunk)
 			for seq, off := int64(0), int64(0); off < size; seq++ {
 				n := min(int64(len(part)), size-off)
 				gen.fill(part[:n])
@@ -281,7 +282,7 @@ func outputs(ctx context.Context, c *client.Client, o TasksOptions, res *TasksRe
 	for _, id := range ids {
 		g.Go(func() error {
 			return retryUnavailable(gctx, func(ctx context.Context) error {
-				t, err := c.ReportResult(ctx, subjects.TaskResultRequest{TaskID: id, Status: subjects.TaskCompleted, OutputAppended: true})
+				t, err := c.ReportResult(ctx, tasks.TaskResultRequest{TaskID: id, Status: tasks.TaskCompleted, OutputAppended: true})
 				if err == nil && t.OutputSize != size {
 					return fmt.Errorf("result of %s: output_size %d, want %d", id, t.OutputSize, size)
 				}
@@ -305,10 +306,10 @@ func outputs(ctx context.Context, c *client.Client, o TasksOptions, res *TasksRe
 			h := sha256.New()
 			var off int64
 			for {
-				var r subjects.TaskOutputReply
+				var r tasks.TaskOutputReply
 				body := []byte(`{"task_id":"` + id + `","offset":` + strconv.FormatInt(off, 10) + `}`)
 				if err := retryUnavailable(gctx, func(ctx context.Context) error {
-					return c.Request(ctx, subjects.ActionTaskOutput, body, &r)
+					return c.Request(ctx, tasks.ActionTaskOutput, body, &r)
 				}, nil); err != nil {
 					return fmt.Errorf("read %s at %d: %w", id, off, err)
 				}

@@ -18,6 +18,7 @@ import (
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/tasks"
 )
 
 // WaitForOptions configures a WaitFor benchmark.
@@ -197,7 +198,7 @@ func WaitFor(ctx context.Context, o WaitForOptions) (*WaitForResult, error) {
 	res.RegistrationsPerS = float64(o.N) / took.Seconds()
 	out := "ok"
 	if took, err = each(o.Rate, func(ctx context.Context, c *client.Client, i int) error {
-		_, err := c.ReportResult(ctx, subjects.TaskResultRequest{TaskID: taskID(i), Status: subjects.TaskCompleted, Output: &out})
+		_, err := c.ReportResult(ctx, tasks.TaskResultRequest{TaskID: taskID(i), Status: tasks.TaskCompleted, Output: &out})
 		if err != nil {
 			return fmt.Errorf("bench: task.result: %w", err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/internal/backoff"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/tasks"
 )
 
 // task runs `chime task run`: the built-in executor.
@@ -56,11 +57,11 @@ func (a *App) task(ctx context.Context, args []string) error {
 	up := newUploader(ctx, c, t.ID)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = up, up
-	res := subjects.TaskResultRequest{TaskID: t.ID, OutputAppended: true}
+	res := tasks.TaskResultRequest{TaskID: t.ID, OutputAppended: true}
 	interrupted := false
 	if err := cmd.Start(); err != nil {
 		code := 127 // as a shell reports a command it cannot run
-		res.Status, res.ExitCode, res.Error = subjects.TaskFailed, &code, err.Error()
+		res.Status, res.ExitCode, res.Error = tasks.TaskFailed, &code, err.Error()
 	} else {
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
@@ -101,7 +102,7 @@ func (a *App) printLine(v any) error {
 }
 
 // outcome maps how the command ended to the task's status.
-func outcome(cmd *exec.Cmd, err error, interrupted bool) (subjects.TaskStatus, *int, string) {
+func outcome(cmd *exec.Cmd, err error, interrupted bool) (tasks.TaskStatus, *int, string) {
 	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	switch {
 	case interrupted || ws.Signaled():
@@ -109,13 +110,13 @@ func outcome(cmd *exec.Cmd, err error, interrupted bool) (subjects.TaskStatus, *
 		if ws.Signaled() {
 			msg = "killed by signal " + ws.Signal().String()
 		}
-		return subjects.TaskInterrupted, nil, msg
+		return tasks.TaskInterrupted, nil, msg
 	case err == nil:
 		code := 0
-		return subjects.TaskCompleted, &code, ""
+		return tasks.TaskCompleted, &code, ""
 	}
 	code := cmd.ProcessState.ExitCode()
-	return subjects.TaskFailed, &code, fmt.Sprintf("exit code %d", code)
+	return tasks.TaskFailed, &code, fmt.Sprintf("exit code %d", code)
 }
 
 func joinText(a, b string) string {
@@ -127,7 +128,7 @@ func joinText(a, b string) string {
 
 // reportResult reports res, retrying while chime is unavailable: an
 // identical retry is answered with the stored result.
-func reportResult(ctx context.Context, c *client.Client, res subjects.TaskResultRequest) (*subjects.Task, error) {
+func reportResult(ctx context.Context, c *client.Client, res tasks.TaskResultRequest) (*tasks.Task, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for {
@@ -170,7 +171,7 @@ func newUploader(ctx context.Context, c *client.Client, taskID string) *uploader
 func (u *uploader) Write(p []byte) (int, error) {
 	u.mu.Lock()
 	u.buf = append(u.buf, p...)
-	full := len(u.buf) >= subjects.MaxAppendChunk
+	full := len(u.buf) >= tasks.MaxAppendChunk
 	u.mu.Unlock()
 	if full {
 		select {
@@ -204,7 +205,7 @@ func (u *uploader) run() error {
 		}
 		for {
 			u.mu.Lock()
-			n := min(len(u.buf), subjects.MaxAppendChunk)
+			n := min(len(u.buf), tasks.MaxAppendChunk)
 			chunk, closed := u.buf[:n:n], u.closed
 			u.mu.Unlock()
 			if n == 0 {
@@ -220,7 +221,7 @@ func (u *uploader) run() error {
 			u.mu.Lock()
 			u.buf = u.buf[n:]
 			u.mu.Unlock()
-			if n < subjects.MaxAppendChunk && !closed {
+			if n < tasks.MaxAppendChunk && !closed {
 				break // a partial chunk: wait for more
 			}
 		}

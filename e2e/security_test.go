@@ -23,6 +23,7 @@ import (
 	"github.com/chime-nats/chime/internal/natsproc"
 	"github.com/chime-nats/chime/internal/natsproc/natsproctest"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/tasks"
 )
 
 // The security suite: one test per class of attack a principal can try
@@ -103,8 +104,8 @@ func TestSecurityReplySubjects(t *testing.T) {
 	minted := access.AgentTokenPrefix + strings.Repeat("m", 43)
 	sum := sha256.Sum256([]byte(minted))
 	attacks := []struct{ action, body, reply string }{
-		{subjects.ActionTaskStart, `{"task_id":"t1"}`, "$KV." + engine.TokensBucket + ".tok." + hex.EncodeToString(sum[:])},
-		{subjects.ActionTaskStart, `{"task_id":"t2"}`, "$KV." + engine.LeasesBucket + ".replica.evil"},
+		{tasks.ActionTaskStart, `{"task_id":"t1"}`, "$KV." + engine.TokensBucket + ".tok." + hex.EncodeToString(sum[:])},
+		{tasks.ActionTaskStart, `{"task_id":"t2"}`, "$KV." + engine.LeasesBucket + ".replica.evil"},
 		{subjects.ActionTimerList, `{}`, "$KV." + engine.AgentsBucket + ".bob"},
 		{subjects.ActionNotify, `{"message":"planted"}`, "$KV." + engine.NotificationsBucket + ".bob.x"},
 		{subjects.ActionNotify, `{"message":"overwrite","id":"deploy-7"}`, subjects.Agent("bob", subjects.ActionNotify)},
@@ -275,7 +276,7 @@ func TestSecurityExternalServer(t *testing.T) {
 	}
 	minted := access.AgentTokenPrefix + strings.Repeat("n", 43)
 	msum := sha256.Sum256([]byte(minted))
-	if err := alice.PublishRequest(subjects.Agent("alice", subjects.ActionTaskStart), "$KV."+engine.TokensBucket+".tok."+hex.EncodeToString(msum[:]), []byte(`{"task_id":"t1"}`)); err != nil {
+	if err := alice.PublishRequest(subjects.Agent("alice", tasks.ActionTaskStart), "$KV."+engine.TokensBucket+".tok."+hex.EncodeToString(msum[:]), []byte(`{"task_id":"t1"}`)); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "the attack refused", func() bool { v, _ := p.metricIf(t, refusedReplies); return v == 1 })

@@ -13,17 +13,18 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/tasks"
 )
 
 // taskResults decodes the task_result envelopes in the inbox stream.
-func taskResults(t *testing.T, nc *nats.Conn) []subjects.TaskResultData {
+func taskResults(t *testing.T, nc *nats.Conn) []tasks.TaskResultData {
 	t.Helper()
-	var out []subjects.TaskResultData
+	var out []tasks.TaskResultData
 	for _, d := range inbox(t, nc) {
 		if d.env.Kind != subjects.KindTaskResult {
 			continue
 		}
-		var r subjects.TaskResultData
+		var r tasks.TaskResultData
 		if err := json.Unmarshal(d.env.Data, &r); err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +54,7 @@ func TestCLITaskRun(t *testing.T) {
 		t.Fatalf("first line %q", first)
 	}
 	results := taskResults(t, nc)
-	if len(results) != 1 || results[0].TaskID != "t3" || results[0].Status != subjects.TaskFailed ||
+	if len(results) != 1 || results[0].TaskID != "t3" || results[0].Status != tasks.TaskFailed ||
 		results[0].ExitCode == nil || *results[0].ExitCode != 3 || !strings.Contains(results[0].Output, "hi") {
 		t.Fatalf("results: %+v", results)
 	}
@@ -79,7 +80,7 @@ func TestCLITaskRun(t *testing.T) {
 		t.Fatalf("task run after SIGTERM: %v", err)
 	}
 	results = taskResults(t, nc)
-	if len(results) != 2 || results[1].TaskID != "sleepy" || results[1].Status != subjects.TaskInterrupted {
+	if len(results) != 2 || results[1].TaskID != "sleepy" || results[1].Status != tasks.TaskInterrupted {
 		t.Fatalf("results: %+v", results)
 	}
 }

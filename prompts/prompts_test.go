@@ -14,6 +14,7 @@ import (
 
 	"github.com/chime-nats/chime/prompts"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/tasks"
 	"github.com/chime-nats/chime/timers"
 )
 
@@ -136,16 +137,16 @@ var toolPrompts = []struct {
 		{"ask", `{"questions":[{"title":"Deploy?","options":["yes","no"]},{"title":"Why?"}]}`, decodeAsk},
 		{"list", `{"all":true}`, decodeListQuestions},
 	}},
-	{"tasks.md", jsonFields(subjects.StartTaskRequest{}, subjects.TaskResultRequest{}, subjects.TaskRef{}, subjects.ListTasksRequest{},
-		subjects.TaskOutputRequest{}, subjects.AppendOutputRequest{}), []action{
-		{"start", `{"title":"build"}`, func(b []byte) error { _, err := subjects.DecodeStartTask(b); return err }},
+	{"tasks.md", jsonFields(tasks.StartTaskRequest{}, tasks.TaskResultRequest{}, tasks.TaskRef{}, tasks.ListTasksRequest{},
+		tasks.TaskOutputRequest{}, tasks.AppendOutputRequest{}), []action{
+		{"start", `{"title":"build"}`, func(b []byte) error { _, err := tasks.DecodeStartTask(b); return err }},
 		{"result", `{"task_id":"t1","status":"failed","output":"x","error":"boom","exit_code":2}`, decodeResult},
 		{"result", `{"task_id":"t1","status":"completed","output_appended":true}`, decodeResult},
-		{"get", `{"task_id":"t1"}`, func(b []byte) error { _, err := subjects.DecodeTaskRef(b); return err }},
-		{"cancel", `{"task_id":"t1"}`, func(b []byte) error { _, err := subjects.DecodeTaskRef(b); return err }},
-		{"list", `{"limit":5}`, func(b []byte) error { _, err := subjects.DecodeListTasks(b); return err }},
-		{"output", `{"task_id":"t1","offset":10,"limit":100}`, func(b []byte) error { _, err := subjects.DecodeTaskOutput(b); return err }},
-		{"append", `{"task_id":"t1","seq":0,"data":"aGk="}`, func(b []byte) error { _, err := subjects.DecodeAppendOutput(b); return err }},
+		{"get", `{"task_id":"t1"}`, func(b []byte) error { _, err := tasks.DecodeTaskRef(b); return err }},
+		{"cancel", `{"task_id":"t1"}`, func(b []byte) error { _, err := tasks.DecodeTaskRef(b); return err }},
+		{"list", `{"limit":5}`, func(b []byte) error { _, err := tasks.DecodeListTasks(b); return err }},
+		{"output", `{"task_id":"t1","offset":10,"limit":100}`, func(b []byte) error { _, err := tasks.DecodeTaskOutput(b); return err }},
+		{"append", `{"task_id":"t1","seq":0,"data":"aGk="}`, func(b []byte) error { _, err := tasks.DecodeAppendOutput(b); return err }},
 	}},
 }
 
@@ -155,7 +156,7 @@ func decodeAsk(b []byte) error { _, err := subjects.DecodeAsk(b); return err }
 
 func decodeListQuestions(b []byte) error { _, _, err := subjects.DecodeListQuestions(b); return err }
 
-func decodeResult(b []byte) error { _, err := subjects.DecodeTaskResult(b); return err }
+func decodeResult(b []byte) error { _, err := tasks.DecodeTaskResult(b); return err }
 
 func without(names []string, drop string) []string {
 	return slices.DeleteFunc(names, func(n string) bool { return n == drop })

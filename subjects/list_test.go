@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/tasks"
 	"github.com/chime-nats/chime/timers"
 )
 
@@ -38,7 +39,7 @@ func TestCursorRoundTrip(t *testing.T) {
 // TestListRequestErrors: each bad limit or cursor has its own text.
 func TestListRequestErrors(t *testing.T) {
 	enc := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
-	taskCursor := subjects.EncodeCursor(subjects.ActionTaskList, subjects.CursorPos{Buckets: 1, Seq: 5})
+	taskCursor := subjects.EncodeCursor(tasks.ActionTaskList, subjects.CursorPos{Buckets: 1, Seq: 5})
 	malformed := "cursor is not a next_cursor chime gave: list again without a cursor"
 	for _, tc := range []struct{ body, msg string }{
 		{`{"limit":0}`, "limit must be a positive integer, not 0"},

@@ -13,32 +13,32 @@ func (s *Store) Actions() []action.Action {
 	h := func(fn action.Handler) action.Handler { return action.When(s != nil, "tasks are not configured", fn) }
 	ref := action.Path(map[string]string{"task_id": "task_id"})
 	return []action.Action{
-		{Name: subjects.ActionTaskStart, Access: action.Agent, Summary: "start a task: background work whose result reaches the inbox",
+		{Name: ActionTaskStart, Access: action.Agent, Summary: "start a task: background work whose result reaches the inbox",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/tasks", http.StatusCreated, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
-				req, err := subjects.DecodeStartTask(r.Body)
+				req, err := DecodeStartTask(r.Body)
 				if err != nil {
 					return nil, err
 				}
 				return s.Start(ctx, r.AgentID, req)
 			})},
-		{Name: subjects.ActionTaskResult, IDField: "task_id", Access: action.Agent, Summary: "report a task's result (completed, failed, interrupted)",
+		{Name: ActionTaskResult, IDField: "task_id", Access: action.Agent, Summary: "report a task's result (completed, failed, interrupted)",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/tasks/{task_id}/result", http.StatusOK, action.PathField("task_id")),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
-				req, err := subjects.DecodeTaskResult(r.Body)
+				req, err := DecodeTaskResult(r.Body)
 				if err != nil {
 					return nil, err
 				}
 				return s.Result(ctx, r.AgentID, req)
 			})},
-		{Name: subjects.ActionTaskGet, IDField: "task_id", Access: action.Agent, Summary: "read one task",
+		{Name: ActionTaskGet, IDField: "task_id", Access: action.Agent, Summary: "read one task",
 			HTTP:   action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/tasks/{task_id}", http.StatusOK, ref),
 			Handle: h(s.byRef(s.Get))},
-		{Name: subjects.ActionTaskList, Access: action.Agent, Summary: "list the agent's tasks, a page at a time",
+		{Name: ActionTaskList, Access: action.Agent, Summary: "list the agent's tasks, a page at a time",
 			Columns: []string{"task_id", "status", "title", "created_at", "ended_at", "exit_code"},
 			HTTP:    action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/tasks", http.StatusOK, action.List),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
-				page, err := subjects.DecodeListTasks(r.Body)
+				page, err := DecodeListTasks(r.Body)
 				if err != nil {
 					return nil, err
 				}
@@ -46,26 +46,26 @@ func (s *Store) Actions() []action.Action {
 				if err != nil {
 					return nil, err
 				}
-				return subjects.ListTasksReply{Tasks: list, NextCursor: subjects.EncodeCursor(subjects.ActionTaskList, next)}, nil
+				return ListTasksReply{Tasks: list, NextCursor: subjects.EncodeCursor(ActionTaskList, next)}, nil
 			})},
-		{Name: subjects.ActionTaskCancel, IDField: "task_id", Access: action.Agent, Summary: "ask a running task to stop",
+		{Name: ActionTaskCancel, IDField: "task_id", Access: action.Agent, Summary: "ask a running task to stop",
 			HTTP:   action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/tasks/{task_id}/cancel", http.StatusOK, ref),
 			Handle: h(s.byRef(s.Cancel))},
-		{Name: subjects.ActionTaskOutput, IDField: "task_id", Access: action.Agent, Summary: "read a task's output from an offset",
+		{Name: ActionTaskOutput, IDField: "task_id", Access: action.Agent, Summary: "read a task's output from an offset",
 			HTTP: action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/tasks/{task_id}/output", http.StatusOK,
 				action.Path(map[string]string{"task_id": "task_id"}, "offset", "limit")),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
-				req, err := subjects.DecodeTaskOutput(r.Body)
+				req, err := DecodeTaskOutput(r.Body)
 				if err != nil {
 					return nil, err
 				}
 				return s.Output(ctx, r.AgentID, req)
 			})},
-		{Name: subjects.ActionTaskOutputAppend, IDField: "task_id", Access: action.Agent, Summary: "append to a running task's output",
+		{Name: ActionTaskOutputAppend, IDField: "task_id", Access: action.Agent, Summary: "append to a running task's output",
 			HTTP:    action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/tasks/{task_id}/output", http.StatusOK, action.PathField("task_id")),
-			MaxBody: func() int64 { return subjects.MaxAppendBody },
+			MaxBody: func() int64 { return MaxAppendBody },
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
-				req, err := subjects.DecodeAppendOutput(r.Body)
+				req, err := DecodeAppendOutput(r.Body)
 				if err != nil {
 					return nil, err
 				}
@@ -75,9 +75,9 @@ func (s *Store) Actions() []action.Action {
 }
 
 // byRef serves an action on one task named by its body's task_id.
-func (s *Store) byRef(do func(ctx context.Context, agentID, taskID string) (*subjects.Task, error)) action.Handler {
+func (s *Store) byRef(do func(ctx context.Context, agentID, taskID string) (*Task, error)) action.Handler {
 	return func(ctx context.Context, r action.Request) (any, error) {
-		taskID, err := subjects.DecodeTaskRef(r.Body)
+		taskID, err := DecodeTaskRef(r.Body)
 		if err != nil {
 			return nil, err
 		}

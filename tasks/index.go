@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/internal/kvwatch"
-	"github.com/chime-nats/chime/subjects"
 )
 
 // Index counts, per agent, the running tasks and the stored output bytes,
@@ -85,10 +84,10 @@ func (ix *Index) reset() {
 
 // counted is the part of a task record the index reads.
 type counted struct {
-	Status        subjects.TaskStatus `json:"status"`
-	OutputSize    int64               `json:"output_size"`
-	OutputRef     string              `json:"output_ref"`
-	AppendedBytes int64               `json:"appended_bytes"`
+	Status        TaskStatus `json:"status"`
+	OutputSize    int64      `json:"output_size"`
+	OutputRef     string     `json:"output_ref"`
+	AppendedBytes int64      `json:"appended_bytes"`
 }
 
 // apply folds one record change in: the record's old usage goes, its new
@@ -102,7 +101,7 @@ func (ix *Index) apply(e kvwatch.Entry) {
 	var t counted
 	if !e.Deleted && json.Unmarshal(e.Value, &t) == nil {
 		switch {
-		case t.Status == subjects.TaskRunning:
+		case t.Status == TaskRunning:
 			now = usage{running: 1, bytes: t.AppendedBytes}
 		case t.OutputRef != "":
 			now.bytes = t.OutputSize

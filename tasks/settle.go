@@ -98,7 +98,7 @@ func (s *Settler) settle(ctx context.Context, d *consumer.Delivery) error {
 	}
 	t, rev, err := s.cfg.Store.getRev(ctx, agentID, taskID)
 	switch {
-	case errors.Is(err, subjects.ErrTaskOwned) || errors.Is(err, subjects.ErrTaskNotFound) || (err == nil && !t.Finished()):
+	case errors.Is(err, ErrTaskOwned) || errors.Is(err, ErrTaskNotFound) || (err == nil && !t.Finished()):
 		s.log.Debug("settle work item without a result", "agent_id", agentID, "task_id", taskID)
 		return nil
 	case err != nil:

@@ -24,16 +24,16 @@ func TestStoredResultIsDeliveredWithoutRetry(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		report func(ctx context.Context, s *tasks.Store) error
-		status subjects.TaskStatus
+		status tasks.TaskStatus
 	}{
 		{"result", func(ctx context.Context, s *tasks.Store) error {
-			_, err := s.Result(ctx, "a", &subjects.TaskResultRequest{TaskID: "t1", Status: subjects.TaskCompleted, Output: text("done")})
+			_, err := s.Result(ctx, "a", &tasks.TaskResultRequest{TaskID: "t1", Status: tasks.TaskCompleted, Output: text("done")})
 			return err
-		}, subjects.TaskCompleted},
+		}, tasks.TaskCompleted},
 		{"cancel", func(ctx context.Context, s *tasks.Store) error {
 			_, err := s.Cancel(ctx, "a", "t1")
 			return err
-		}, subjects.TaskCancelled},
+		}, tasks.TaskCancelled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := natstest.Server(t)
@@ -46,7 +46,7 @@ func TestStoredResultIsDeliveredWithoutRetry(t *testing.T) {
 					Inbox: consumer.NewInbox(res.JS, engine.InboxStream, 2*time.Minute, nil)})
 			}
 			reporter := store()
-			if _, err := reporter.Start(ctx, "a", &subjects.StartTaskRequest{TaskID: "t1"}); err != nil {
+			if _, err := reporter.Start(ctx, "a", &tasks.StartTaskRequest{TaskID: "t1"}); err != nil {
 				t.Fatal(err)
 			}
 			if err := res.JS.DeleteStream(ctx, engine.InboxStream); err != nil {
@@ -70,7 +70,7 @@ func TestStoredResultIsDeliveredWithoutRetry(t *testing.T) {
 			}
 			defer settler.Stop()
 			testwait.Eventually(t, 20*time.Second, func() bool {
-				rec, _, err := kvrec.Get[subjects.Task](ctx, res.Tasks, subjects.TaskKey("a", "t1"))
+				rec, _, err := kvrec.Get[tasks.Task](ctx, res.Tasks, tasks.TaskKey("a", "t1"))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -98,7 +98,7 @@ func TestSettleItemOfAResultThatNeverLanded(t *testing.T) {
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := e.store.Start(ctx, "a", &subjects.StartTaskRequest{TaskID: "t1"}); err != nil {
+	if _, err := e.store.Start(ctx, "a", &tasks.StartTaskRequest{TaskID: "t1"}); err != nil {
 		t.Fatal(err)
 	}
 	// The work item of a reporter that died before storing the result, as

@@ -130,7 +130,7 @@ func chunkKey(agentID, taskID string, seq int64) string {
 func (s *Store) claim(ctx context.Context, agentID, taskID string) error {
 	_, _, err := kvrec.Create(ctx, s.kv, ownerKey(taskID), &owner{AgentID: agentID}, func(o *owner) bool { return o.AgentID == agentID })
 	if errors.Is(err, jetstream.ErrKeyExists) {
-		return subjects.TaskOwned(taskID)
+		return TaskOwned(taskID)
 	}
 	if err != nil {
 		return fmt.Errorf("tasks: claim %s: %w", taskID, err)
@@ -144,24 +144,24 @@ func (s *Store) checkOwner(ctx context.Context, agentID, taskID string) error {
 	o, _, err := kvrec.Get[owner](ctx, s.kv, ownerKey(taskID))
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return subjects.TaskNotFound(taskID)
+		return TaskNotFound(taskID)
 	case err != nil:
 		return fmt.Errorf("tasks: owner of %s: %w", taskID, err)
 	case o.AgentID != agentID:
-		return subjects.TaskOwned(taskID)
+		return TaskOwned(taskID)
 	}
 	return nil
 }
 
 // Start registers a running task. A start of an ID the agent holds
 // already answers its record as it is (a retry).
-func (s *Store) Start(ctx context.Context, agentID string, req *subjects.StartTaskRequest) (*subjects.Task, error) {
+func (s *Store) Start(ctx context.Context, agentID string, req *StartTaskRequest) (*Task, error) {
 	id := req.TaskID
 	if id == "" {
 		id = "task_" + nuid.Next()
 	} else {
 		// A retry answers the record and starts nothing: no limit applies.
-		t, _, err := kvrec.Get[subjects.Task](ctx, s.kv, subjects.TaskKey(agentID, id))
+		t, _, err := kvrec.Get[Task](ctx, s.kv, TaskKey(agentID, id))
 		if err == nil {
 			return t, nil
 		}
@@ -175,8 +175,8 @@ func (s *Store) Start(ctx context.Context, agentID string, req *subjects.StartTa
 	if err := s.claim(ctx, agentID, id); err != nil {
 		return nil, err
 	}
-	t := &subjects.Task{ID: id, AgentID: agentID, Title: req.Title, Status: subjects.TaskRunning, CreatedAt: s.now().UTC()}
-	stored, _, err := kvrec.Create(ctx, s.kv, subjects.TaskKey(agentID, id), t, func(*subjects.Task) bool { return true })
+	t := &Task{ID: id, AgentID: agentID, Title: req.Title, Status: TaskRunning, CreatedAt: s.now().UTC()}
+	stored, _, err := kvrec.Create(ctx, s.kv, TaskKey(agentID, id), t, func(*Task) bool { return true })
 	if err != nil {
 		return nil, fmt.Errorf("tasks: start %s: %w", id, err)
 	}
@@ -185,7 +185,7 @@ func (s *Store) Start(ctx context.Context, agentID string, req *subjects.StartTa
 
 // Get returns one of the agent's tasks, completing its delivery if a
 // crash interrupted it.
-func (s *Store) Get(ctx context.Context, agentID, taskID string) (*subjects.Task, error) {
+func (s *Store) Get(ctx context.Context, agentID, taskID string) (*Task, error) {
 	t, rev, err := s.getRev(ctx, agentID, taskID)
 	if err != nil {
 		return nil, err
@@ -193,19 +193,19 @@ func (s *Store) Get(ctx context.Context, agentID, taskID string) (*subjects.Task
 	return s.settle(ctx, t, rev)
 }
 
-func (s *Store) get(ctx context.Context, agentID, taskID string) (*subjects.Task, error) {
+func (s *Store) get(ctx context.Context, agentID, taskID string) (*Task, error) {
 	t, _, err := s.getRev(ctx, agentID, taskID)
 	return t, err
 }
 
 // getRev is get with the task's revision.
-func (s *Store) getRev(ctx context.Context, agentID, taskID string) (*subjects.Task, uint64, error) {
-	t, rev, err := kvrec.Get[subjects.Task](ctx, s.kv, subjects.TaskKey(agentID, taskID))
+func (s *Store) getRev(ctx context.Context, agentID, taskID string) (*Task, uint64, error) {
+	t, rev, err := kvrec.Get[Task](ctx, s.kv, TaskKey(agentID, taskID))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		if oerr := s.checkOwner(ctx, agentID, taskID); errors.Is(oerr, subjects.ErrTaskOwned) {
+		if oerr := s.checkOwner(ctx, agentID, taskID); errors.Is(oerr, ErrTaskOwned) {
 			return nil, 0, oerr
 		}
-		return nil, 0, subjects.TaskNotFound(taskID)
+		return nil, 0, TaskNotFound(taskID)
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("tasks: get %s: %w", taskID, err)
@@ -215,8 +215,8 @@ func (s *Store) getRev(ctx context.Context, agentID, taskID string) (*subjects.T
 
 // List returns a page of the agent's tasks, as timers.Store.List does
 // for timers.
-func (s *Store) List(ctx context.Context, agentID string, limit int, from subjects.CursorPos) ([]subjects.Task, subjects.CursorPos, error) {
-	pg, err := kvrec.ListPage[subjects.Task](ctx, s.js, []string{s.kv.Bucket()}, agentID+".*", kvrec.Pos(from), limit, nil)
+func (s *Store) List(ctx context.Context, agentID string, limit int, from subjects.CursorPos) ([]Task, subjects.CursorPos, error) {
+	pg, err := kvrec.ListPage[Task](ctx, s.js, []string{s.kv.Bucket()}, agentID+".*", kvrec.Pos(from), limit, nil)
 	if errors.Is(err, kvrec.ErrPos) {
 		return nil, subjects.CursorPos{}, subjects.ErrCursorStale()
 	}
@@ -230,15 +230,15 @@ func (s *Store) List(ctx context.Context, agentID string, limit int, from subjec
 // returns the task's revision with it. With cur (the task as the caller
 // read it at rev) the first attempt decides from that copy, without a
 // read (see kvrec.Current).
-func (s *Store) update(ctx context.Context, agentID, taskID string, create bool, change func(*subjects.Task) (bool, error), cur *subjects.Task, rev uint64) (*subjects.Task, uint64, error) {
-	opts := []kvrec.Option[subjects.Task]{kvrec.ExpireFinished(s.retention, (*subjects.Task).Finished)}
+func (s *Store) update(ctx context.Context, agentID, taskID string, create bool, change func(*Task) (bool, error), cur *Task, rev uint64) (*Task, uint64, error) {
+	opts := []kvrec.Option[Task]{kvrec.ExpireFinished(s.retention, (*Task).Finished)}
 	if cur != nil && rev > 0 {
 		cp := *cur
 		opts = append(opts, kvrec.Current(&cp, rev))
 	}
-	t, rev, _, err := kvrec.UpdateRev(ctx, s.kv, subjects.TaskKey(agentID, taskID), create, change, opts...)
+	t, rev, _, err := kvrec.UpdateRev(ctx, s.kv, TaskKey(agentID, taskID), create, change, opts...)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, subjects.TaskNotFound(taskID)
+		return nil, 0, TaskNotFound(taskID)
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("tasks: update %s: %w", taskID, err)
@@ -248,9 +248,9 @@ func (s *Store) update(ctx context.Context, agentID, taskID string, create bool,
 
 // resultHash identifies a result, so its identical retry is told apart
 // from a different second result.
-func resultHash(req *subjects.TaskResultRequest, appendedParts, appendedBytes int64) string {
+func resultHash(req *TaskResultRequest, appendedParts, appendedBytes int64) string {
 	b, _ := json.Marshal(struct {
-		*subjects.TaskResultRequest
+		*TaskResultRequest
 		Parts, Bytes int64
 	}{req, appendedParts, appendedBytes})
 	h := sha256.Sum256(b)
@@ -261,10 +261,10 @@ func resultHash(req *subjects.TaskResultRequest, appendedParts, appendedBytes in
 // is registered by its first result; an identical retry answers the
 // stored record (and completes its delivery); any other second result is
 // refused.
-func (s *Store) Result(ctx context.Context, agentID string, req *subjects.TaskResultRequest) (*subjects.Task, error) {
+func (s *Store) Result(ctx context.Context, agentID string, req *TaskResultRequest) (*Task, error) {
 	// A record under the agent's key proves the claim (it is written only
 	// after one): a started task's result skips it.
-	cur, rev, err := kvrec.Get[subjects.Task](ctx, s.kv, subjects.TaskKey(agentID, req.TaskID))
+	cur, rev, err := kvrec.Get[Task](ctx, s.kv, TaskKey(agentID, req.TaskID))
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, fmt.Errorf("tasks: result %s: %w", req.TaskID, err)
 	}
@@ -283,7 +283,7 @@ func (s *Store) Result(ctx context.Context, agentID string, req *subjects.TaskRe
 	hash := resultHash(req, parts, size)
 	if cur != nil && cur.Finished() {
 		if cur.ResultHash != hash {
-			return nil, subjects.TaskHasResult(req.TaskID)
+			return nil, TaskHasResult(req.TaskID)
 		}
 		if cur.DeliveredAt == nil {
 			if err := s.announce(ctx, agentID, req.TaskID); err != nil {
@@ -296,20 +296,20 @@ func (s *Store) Result(ctx context.Context, agentID string, req *subjects.TaskRe
 	switch {
 	case req.Output != nil:
 		output = []byte(*req.Output)
-	case req.OutputAppended && size <= subjects.MaxInlineOutput:
+	case req.OutputAppended && size <= MaxInlineOutput:
 		if output, err = s.assemble(ctx, agentID, req.TaskID, parts); err != nil {
 			return nil, err
 		}
 	}
 	preview, ref, outSize := string(output), "", int64(len(output))
 	switch {
-	case req.OutputAppended && size > subjects.MaxInlineOutput:
+	case req.OutputAppended && size > MaxInlineOutput:
 		// Streamed part by part: memory does not grow with the output.
 		ref, outSize = agentID+"/"+req.TaskID+"/"+hash, size
 		if preview, err = s.streamOutput(ctx, agentID, req.TaskID, parts, size, ref); err != nil {
 			return nil, err
 		}
-	case len(output) > subjects.MaxInlineOutput || !utf8.Valid(output):
+	case len(output) > MaxInlineOutput || !utf8.Valid(output):
 		if req.Output != nil { // appended output was admitted part by part
 			if err := s.admitOutput(agentID, int64(len(output))); err != nil {
 				return nil, err
@@ -319,18 +319,18 @@ func (s *Store) Result(ctx context.Context, agentID string, req *subjects.TaskRe
 		if err := s.putOutput(ctx, ref, int64(len(output)), func() io.Reader { return bytes.NewReader(output) }); err != nil {
 			return nil, err
 		}
-		preview = subjects.Preview(output)
+		preview = Preview(output)
 	}
 	if err := s.announce(ctx, agentID, req.TaskID); err != nil {
 		return nil, err
 	}
 	at := s.now().UTC()
-	t, rev, err := s.update(ctx, agentID, req.TaskID, true, func(t *subjects.Task) (bool, error) {
+	t, rev, err := s.update(ctx, agentID, req.TaskID, true, func(t *Task) (bool, error) {
 		if t.Finished() {
 			if t.ResultHash == hash {
 				return false, nil
 			}
-			return false, subjects.TaskHasResult(req.TaskID)
+			return false, TaskHasResult(req.TaskID)
 		}
 		if t.ID == "" { // registered by this result
 			t.ID, t.AgentID, t.CreatedAt = req.TaskID, agentID, at
@@ -340,7 +340,7 @@ func (s *Store) Result(ctx context.Context, agentID string, req *subjects.TaskRe
 		return true, nil
 	}, cur, rev)
 	if err != nil {
-		if ref != "" && errors.Is(err, subjects.ErrTaskHasResult) {
+		if ref != "" && errors.Is(err, ErrTaskHasResult) {
 			s.dropOutput(ctx, ref) // a concurrent, different result won
 		}
 		return nil, err
@@ -353,7 +353,7 @@ func (s *Store) Result(ctx context.Context, agentID string, req *subjects.TaskRe
 
 // Cancel marks a running task cancelled and delivers that as its result.
 // Cancelling a finished task answers it unchanged.
-func (s *Store) Cancel(ctx context.Context, agentID, taskID string) (*subjects.Task, error) {
+func (s *Store) Cancel(ctx context.Context, agentID, taskID string) (*Task, error) {
 	cur, rev, err := s.getRev(ctx, agentID, taskID)
 	if err != nil {
 		return nil, err
@@ -363,12 +363,12 @@ func (s *Store) Cancel(ctx context.Context, agentID, taskID string) (*subjects.T
 			return nil, err
 		}
 	}
-	t, rev, err := s.update(ctx, agentID, taskID, false, func(t *subjects.Task) (bool, error) {
+	t, rev, err := s.update(ctx, agentID, taskID, false, func(t *Task) (bool, error) {
 		if t.Finished() {
 			return false, nil
 		}
 		at := s.now().UTC()
-		t.Status, t.EndedAt, t.ResultHash = subjects.TaskCancelled, &at, cancelHash
+		t.Status, t.EndedAt, t.ResultHash = TaskCancelled, &at, cancelHash
 		return true, nil
 	}, cur, rev)
 	if err != nil {
@@ -385,7 +385,7 @@ const cancelHash = "cancel"
 // the record's retention, the envelope stored, delivered_at written.
 // Every step is idempotent, so any caller on any replica may repeat it.
 // rev is t's revision (0: unknown).
-func (s *Store) settle(ctx context.Context, t *subjects.Task, rev uint64) (*subjects.Task, error) {
+func (s *Store) settle(ctx context.Context, t *Task, rev uint64) (*Task, error) {
 	if !t.Finished() || t.DeliveredAt != nil {
 		return t, nil
 	}
@@ -398,14 +398,14 @@ func (s *Store) settle(ctx context.Context, t *subjects.Task, rev uint64) (*subj
 	}, kvrec.ExpireFinished(s.retention, func(o *owner) bool { return o.Finished })); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, fmt.Errorf("tasks: finish owner of %s: %w", t.ID, err)
 	}
-	env := subjects.TaskResultEnvelope(t, t.ResultHash == cancelHash)
+	env := TaskResultEnvelope(t, t.ResultHash == cancelHash)
 	if _, err := s.inbox.DeliverOnce(ctx, &env, *t.EndedAt); err != nil {
 		// Stored but not delivered: its work item (or the caller's
 		// retry) delivers.
 		return nil, fmt.Errorf("tasks: deliver the result of %s: %w", t.ID, err)
 	}
 	at := s.now().UTC()
-	out, _, err := s.update(ctx, t.AgentID, t.ID, false, func(t *subjects.Task) (bool, error) {
+	out, _, err := s.update(ctx, t.AgentID, t.ID, false, func(t *Task) (bool, error) {
 		if t.DeliveredAt != nil {
 			return false, nil
 		}
@@ -421,18 +421,18 @@ func (s *Store) settle(ctx context.Context, t *subjects.Task, rev uint64) (*subj
 // Append stores chunk seq of a running task's output. Chunks go in
 // order: seq must be the next one, or an earlier one sent again with the
 // same data (a retry, answered as accepted).
-func (s *Store) Append(ctx context.Context, agentID string, req *subjects.AppendOutputRequest) (*subjects.AppendOutputReply, error) {
+func (s *Store) Append(ctx context.Context, agentID string, req *AppendOutputRequest) (*AppendOutputReply, error) {
 	t, rev, err := s.getRev(ctx, agentID, req.TaskID)
 	if err != nil {
 		return nil, err
 	}
 	seq := *req.Seq
-	reply := func(t *subjects.Task) *subjects.AppendOutputReply {
-		return &subjects.AppendOutputReply{TaskID: t.ID, NextSeq: t.AppendedParts, Bytes: t.AppendedBytes}
+	reply := func(t *Task) *AppendOutputReply {
+		return &AppendOutputReply{TaskID: t.ID, NextSeq: t.AppendedParts, Bytes: t.AppendedBytes}
 	}
 	switch {
 	case t.Finished():
-		return nil, subjects.TaskHasResult(req.TaskID)
+		return nil, TaskHasResult(req.TaskID)
 	case seq < t.AppendedParts:
 		e, err := s.kv.Get(ctx, chunkKey(agentID, req.TaskID, seq))
 		if err == nil && bytes.Equal(e.Value(), req.Data) {
@@ -440,9 +440,9 @@ func (s *Store) Append(ctx context.Context, agentID string, req *subjects.Append
 		}
 		return nil, &subjects.Error{Code: subjects.CodeConflict, Message: fmt.Sprintf("output chunk %d of task %s was stored with other data", seq, req.TaskID)}
 	case seq > t.AppendedParts:
-		return nil, &subjects.Error{Code: subjects.CodeTaskOutputOrder, Message: fmt.Sprintf("output chunk %d of task %s is out of order: the next is %d", seq, req.TaskID, t.AppendedParts)}
-	case t.AppendedBytes+int64(len(req.Data)) > subjects.MaxTaskOutput:
-		return nil, &subjects.Error{Code: subjects.CodePayloadTooLarge, Message: fmt.Sprintf("task output larger than %d MiB", subjects.MaxTaskOutput>>20)}
+		return nil, &subjects.Error{Code: CodeTaskOutputOrder, Message: fmt.Sprintf("output chunk %d of task %s is out of order: the next is %d", seq, req.TaskID, t.AppendedParts)}
+	case t.AppendedBytes+int64(len(req.Data)) > MaxTaskOutput:
+		return nil, &subjects.Error{Code: subjects.CodePayloadTooLarge, Message: fmt.Sprintf("task output larger than %d MiB", MaxTaskOutput>>20)}
 	}
 	if err := s.admitOutput(agentID, int64(len(req.Data))); err != nil {
 		return nil, err
@@ -453,10 +453,10 @@ func (s *Store) Append(ctx context.Context, agentID string, req *subjects.Append
 	if err := s.putChunk(ctx, chunkKey(agentID, req.TaskID, seq), req.Data); err != nil {
 		return nil, err
 	}
-	t, _, err = s.update(ctx, agentID, req.TaskID, false, func(t *subjects.Task) (bool, error) {
+	t, _, err = s.update(ctx, agentID, req.TaskID, false, func(t *Task) (bool, error) {
 		switch {
 		case t.Finished():
-			return false, subjects.TaskHasResult(req.TaskID)
+			return false, TaskHasResult(req.TaskID)
 		case t.AppendedParts != seq:
 			return false, nil // counted by a concurrent retry
 		}
@@ -532,14 +532,14 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 // preview, read from its first chunks.
 func (s *Store) streamOutput(ctx context.Context, agentID, taskID string, parts, size int64, ref string) (string, error) {
 	// One byte past the preview tells Preview where a character ends.
-	head, err := io.ReadAll(io.LimitReader(s.chunks(ctx, agentID, taskID, parts), subjects.OutputPreview+1))
+	head, err := io.ReadAll(io.LimitReader(s.chunks(ctx, agentID, taskID, parts), OutputPreview+1))
 	if err != nil {
 		return "", err
 	}
 	if err := s.putOutput(ctx, ref, size, func() io.Reader { return s.chunks(ctx, agentID, taskID, parts) }); err != nil {
 		return "", err
 	}
-	return subjects.Preview(head), nil
+	return Preview(head), nil
 }
 
 // dropChunks removes the chunks of an assembled output; best effort, as
@@ -579,12 +579,12 @@ func (s *Store) dropOutput(ctx context.Context, ref string) {
 }
 
 // Output reads limit bytes of a task's output from offset.
-func (s *Store) Output(ctx context.Context, agentID string, r *subjects.OutputRange) (*subjects.TaskOutputReply, error) {
+func (s *Store) Output(ctx context.Context, agentID string, r *OutputRange) (*TaskOutputReply, error) {
 	t, err := s.get(ctx, agentID, r.TaskID)
 	if err != nil {
 		return nil, err
 	}
-	reply := &subjects.TaskOutputReply{TaskID: t.ID, Offset: r.Offset, Size: t.OutputSize, Data: []byte{}}
+	reply := &TaskOutputReply{TaskID: t.ID, Offset: r.Offset, Size: t.OutputSize, Data: []byte{}}
 	if t.OutputRef == "" {
 		out := []byte(t.Output)
 		if r.Offset < int64(len(out)) {

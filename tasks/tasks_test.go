@@ -76,14 +76,14 @@ func code(err error) string {
 func TestResultDeliveredOnceAndRetriesIdempotent(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	started, err := e.store.Start(ctx, "a1", &subjects.StartTaskRequest{TaskID: "build", Title: "make"})
-	if err != nil || started.Status != subjects.TaskRunning {
+	started, err := e.store.Start(ctx, "a1", &tasks.StartTaskRequest{TaskID: "build", Title: "make"})
+	if err != nil || started.Status != tasks.TaskRunning {
 		t.Fatalf("start: %+v %v", started, err)
 	}
 	exit := 3
-	req := &subjects.TaskResultRequest{TaskID: "build", Status: subjects.TaskFailed, Output: text("hi\n"), ExitCode: &exit}
+	req := &tasks.TaskResultRequest{TaskID: "build", Status: tasks.TaskFailed, Output: text("hi\n"), ExitCode: &exit}
 	first, err := e.store.Result(ctx, "a1", req)
-	if err != nil || first.Status != subjects.TaskFailed || first.DeliveredAt == nil || first.Output != "hi\n" {
+	if err != nil || first.Status != tasks.TaskFailed || first.DeliveredAt == nil || first.Output != "hi\n" {
 		t.Fatalf("result: %+v %v", first, err)
 	}
 	again, err := e.store.Result(ctx, "a1", req)
@@ -91,16 +91,16 @@ func TestResultDeliveredOnceAndRetriesIdempotent(t *testing.T) {
 		t.Fatalf("identical retry: %+v %v", again, err)
 	}
 	other := *req
-	other.Status = subjects.TaskCompleted
-	if _, err := e.store.Result(ctx, "a1", &other); code(err) != subjects.CodeTaskHasResult || !strings.Contains(err.Error(), "task build already has a result") {
+	other.Status = tasks.TaskCompleted
+	if _, err := e.store.Result(ctx, "a1", &other); code(err) != tasks.CodeTaskHasResult || !strings.Contains(err.Error(), "task build already has a result") {
 		t.Fatalf("second result: %v", err)
 	}
 	got := e.results(t, "a1")
 	if len(got) != 1 || got[0].ID != "task_build_result" || got[0].Trust != subjects.TrustExternal {
 		t.Fatalf("deliveries: %+v", got)
 	}
-	var data subjects.TaskResultData
-	if err := json.Unmarshal(got[0].Data, &data); err != nil || data.Status != subjects.TaskFailed || *data.ExitCode != 3 || data.Output != "hi\n" {
+	var data tasks.TaskResultData
+	if err := json.Unmarshal(got[0].Data, &data); err != nil || data.Status != tasks.TaskFailed || *data.ExitCode != 3 || data.Output != "hi\n" {
 		t.Fatalf("data: %+v %v", data, err)
 	}
 }
@@ -108,7 +108,7 @@ func TestResultDeliveredOnceAndRetriesIdempotent(t *testing.T) {
 func TestConcurrentReportersDeliverOnce(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	req := &subjects.TaskResultRequest{TaskID: "t1", Status: subjects.TaskCompleted, Output: text(strings.Repeat("x", 20<<10))}
+	req := &tasks.TaskResultRequest{TaskID: "t1", Status: tasks.TaskCompleted, Output: text(strings.Repeat("x", 20<<10))}
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for range 8 {
@@ -127,7 +127,7 @@ func TestConcurrentReportersDeliverOnce(t *testing.T) {
 	if got := e.results(t, "a1"); len(got) != 1 {
 		t.Fatalf("%d deliveries, want 1", len(got))
 	}
-	out, err := e.store.Output(ctx, "a1", &subjects.OutputRange{TaskID: "t1", Limit: subjects.MaxOutputRead})
+	out, err := e.store.Output(ctx, "a1", &tasks.OutputRange{TaskID: "t1", Limit: tasks.MaxOutputRead})
 	if err != nil || len(out.Data) != 20<<10 || !out.EOF {
 		t.Fatalf("output: %d bytes, eof %v, %v", len(out.Data), out.EOF, err)
 	}
@@ -136,21 +136,21 @@ func TestConcurrentReportersDeliverOnce(t *testing.T) {
 func TestAnotherAgentsTaskRefusedNothingStored(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	if _, err := e.store.Start(ctx, "a1", &subjects.StartTaskRequest{TaskID: "mine"}); err != nil {
+	if _, err := e.store.Start(ctx, "a1", &tasks.StartTaskRequest{TaskID: "mine"}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := e.store.Result(ctx, "a2", &subjects.TaskResultRequest{TaskID: "mine", Status: subjects.TaskCompleted})
-	if code(err) != subjects.CodeTaskOwned || !strings.Contains(err.Error(), "task mine belongs to another agent") {
+	_, err := e.store.Result(ctx, "a2", &tasks.TaskResultRequest{TaskID: "mine", Status: tasks.TaskCompleted})
+	if code(err) != tasks.CodeTaskOwned || !strings.Contains(err.Error(), "task mine belongs to another agent") {
 		t.Fatalf("result of another's task: %v", err)
 	}
-	if _, err := e.store.Start(ctx, "a2", &subjects.StartTaskRequest{TaskID: "mine"}); code(err) != subjects.CodeTaskOwned {
+	if _, err := e.store.Start(ctx, "a2", &tasks.StartTaskRequest{TaskID: "mine"}); code(err) != tasks.CodeTaskOwned {
 		t.Fatalf("start of another's task: %v", err)
 	}
 	for _, f := range []func() error{
 		func() error { _, err := e.store.Get(ctx, "a2", "mine"); return err },
 		func() error { _, err := e.store.Cancel(ctx, "a2", "mine"); return err },
 	} {
-		if err := f(); code(err) != subjects.CodeTaskOwned {
+		if err := f(); code(err) != tasks.CodeTaskOwned {
 			t.Fatalf("get/cancel of another's task: %v", err)
 		}
 	}
@@ -161,7 +161,7 @@ func TestAnotherAgentsTaskRefusedNothingStored(t *testing.T) {
 		t.Fatalf("a2 deliveries: %+v", got)
 	}
 	mine, err := e.store.Get(ctx, "a1", "mine")
-	if err != nil || mine.Status != subjects.TaskRunning {
+	if err != nil || mine.Status != tasks.TaskRunning {
 		t.Fatalf("a1's task changed: %+v %v", mine, err)
 	}
 }
@@ -169,25 +169,25 @@ func TestAnotherAgentsTaskRefusedNothingStored(t *testing.T) {
 func TestCancelDeliversCancelled(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	if _, err := e.store.Start(ctx, "a1", &subjects.StartTaskRequest{TaskID: "long"}); err != nil {
+	if _, err := e.store.Start(ctx, "a1", &tasks.StartTaskRequest{TaskID: "long"}); err != nil {
 		t.Fatal(err)
 	}
 	c, err := e.store.Cancel(ctx, "a1", "long")
-	if err != nil || c.Status != subjects.TaskCancelled {
+	if err != nil || c.Status != tasks.TaskCancelled {
 		t.Fatalf("cancel: %+v %v", c, err)
 	}
 	if _, err := e.store.Cancel(ctx, "a1", "long"); err != nil {
 		t.Fatalf("second cancel: %v", err)
 	}
-	_, err = e.store.Result(ctx, "a1", &subjects.TaskResultRequest{TaskID: "long", Status: subjects.TaskCompleted})
-	if code(err) != subjects.CodeTaskHasResult {
+	_, err = e.store.Result(ctx, "a1", &tasks.TaskResultRequest{TaskID: "long", Status: tasks.TaskCompleted})
+	if code(err) != tasks.CodeTaskHasResult {
 		t.Fatalf("result after cancel: %v", err)
 	}
 	got := e.results(t, "a1")
 	if len(got) != 1 || got[0].Trust != subjects.TrustSystem || !strings.Contains(got[0].Text, "cancelled") {
 		t.Fatalf("deliveries: %+v", got)
 	}
-	if _, err := e.store.Cancel(ctx, "a1", "nope"); code(err) != subjects.CodeTaskNotFound {
+	if _, err := e.store.Cancel(ctx, "a1", "nope"); code(err) != tasks.CodeTaskNotFound {
 		t.Fatalf("cancel unknown: %v", err)
 	}
 }
@@ -201,23 +201,23 @@ func TestAppendedOutputRoundTrip(t *testing.T) {
 	for i := range want {
 		want[i] = byte(i * 7)
 	}
-	if _, err := e.store.Start(ctx, "a1", &subjects.StartTaskRequest{TaskID: "big"}); err != nil {
+	if _, err := e.store.Start(ctx, "a1", &tasks.StartTaskRequest{TaskID: "big"}); err != nil {
 		t.Fatal(err)
 	}
 	appendAll(t, e.store, "a1", "big", want)
 	seq := int64(0)
-	if _, err := e.store.Append(ctx, "a1", &subjects.AppendOutputRequest{TaskID: "big", Seq: &seq, Data: want[:subjects.MaxAppendChunk]}); err != nil {
+	if _, err := e.store.Append(ctx, "a1", &tasks.AppendOutputRequest{TaskID: "big", Seq: &seq, Data: want[:tasks.MaxAppendChunk]}); err != nil {
 		t.Fatalf("retried chunk: %v", err)
 	}
-	if _, err := e.store.Append(ctx, "a1", &subjects.AppendOutputRequest{TaskID: "big", Seq: &seq, Data: []byte("other")}); code(err) != subjects.CodeConflict {
+	if _, err := e.store.Append(ctx, "a1", &tasks.AppendOutputRequest{TaskID: "big", Seq: &seq, Data: []byte("other")}); code(err) != subjects.CodeConflict {
 		t.Fatalf("changed chunk: %v", err)
 	}
 	gap := int64(999)
-	if _, err := e.store.Append(ctx, "a1", &subjects.AppendOutputRequest{TaskID: "big", Seq: &gap, Data: []byte("x")}); code(err) != subjects.CodeTaskOutputOrder {
+	if _, err := e.store.Append(ctx, "a1", &tasks.AppendOutputRequest{TaskID: "big", Seq: &gap, Data: []byte("x")}); code(err) != tasks.CodeTaskOutputOrder {
 		t.Fatalf("gap: %v", err)
 	}
-	task, err := e.store.Result(ctx, "a1", &subjects.TaskResultRequest{TaskID: "big", Status: subjects.TaskCompleted, OutputAppended: true})
-	if err != nil || task.OutputRef == "" || task.OutputSize != 1<<20 || len(task.Output) > subjects.OutputPreview {
+	task, err := e.store.Result(ctx, "a1", &tasks.TaskResultRequest{TaskID: "big", Status: tasks.TaskCompleted, OutputAppended: true})
+	if err != nil || task.OutputRef == "" || task.OutputSize != 1<<20 || len(task.Output) > tasks.OutputPreview {
 		t.Fatalf("result: ref %q size %d preview %d, %v", task.OutputRef, task.OutputSize, len(task.Output), err)
 	}
 	if got := readAll(t, e.store, "a1", "big"); !bytes.Equal(got, want) {
@@ -228,8 +228,8 @@ func TestAppendedOutputRoundTrip(t *testing.T) {
 func appendAll(t testing.TB, s *tasks.Store, agentID, taskID string, data []byte) {
 	t.Helper()
 	for seq := int64(0); len(data) > 0; seq++ {
-		n := min(len(data), subjects.MaxAppendChunk)
-		if _, err := s.Append(context.Background(), agentID, &subjects.AppendOutputRequest{TaskID: taskID, Seq: &seq, Data: data[:n]}); err != nil {
+		n := min(len(data), tasks.MaxAppendChunk)
+		if _, err := s.Append(context.Background(), agentID, &tasks.AppendOutputRequest{TaskID: taskID, Seq: &seq, Data: data[:n]}); err != nil {
 			t.Fatalf("append %d: %v", seq, err)
 		}
 		data = data[n:]
@@ -240,7 +240,7 @@ func readAll(t testing.TB, s *tasks.Store, agentID, taskID string) []byte {
 	t.Helper()
 	var out []byte
 	for {
-		r, err := s.Output(context.Background(), agentID, &subjects.OutputRange{TaskID: taskID, Offset: int64(len(out)), Limit: subjects.MaxOutputRead})
+		r, err := s.Output(context.Background(), agentID, &tasks.OutputRange{TaskID: taskID, Offset: int64(len(out)), Limit: tasks.MaxOutputRead})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -260,11 +260,11 @@ func BenchmarkOutput10MiB(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		id := fmt.Sprintf("bench%d", i)
 		start := time.Now()
-		if _, err := e.store.Start(context.Background(), "a1", &subjects.StartTaskRequest{TaskID: id}); err != nil {
+		if _, err := e.store.Start(context.Background(), "a1", &tasks.StartTaskRequest{TaskID: id}); err != nil {
 			b.Fatal(err)
 		}
 		appendAll(b, e.store, "a1", id, data)
-		if _, err := e.store.Result(context.Background(), "a1", &subjects.TaskResultRequest{TaskID: id, Status: subjects.TaskCompleted, OutputAppended: true}); err != nil {
+		if _, err := e.store.Result(context.Background(), "a1", &tasks.TaskResultRequest{TaskID: id, Status: tasks.TaskCompleted, OutputAppended: true}); err != nil {
 			b.Fatal(err)
 		}
 		mid := time.Now()
@@ -309,11 +309,11 @@ func TestOutputRanges(t *testing.T) {
 	for i := range want {
 		want[i] = byte(i*31 + i>>11)
 	}
-	if _, err := e.store.Start(ctx, "a1", &subjects.StartTaskRequest{TaskID: "ranges"}); err != nil {
+	if _, err := e.store.Start(ctx, "a1", &tasks.StartTaskRequest{TaskID: "ranges"}); err != nil {
 		t.Fatal(err)
 	}
 	appendAll(t, e.store, "a1", "ranges", want)
-	task, err := e.store.Result(ctx, "a1", &subjects.TaskResultRequest{TaskID: "ranges", Status: subjects.TaskCompleted, OutputAppended: true})
+	task, err := e.store.Result(ctx, "a1", &tasks.TaskResultRequest{TaskID: "ranges", Status: tasks.TaskCompleted, OutputAppended: true})
 	if err != nil || task.OutputRef == "" {
 		t.Fatalf("result: %+v %v", task, err)
 	}
@@ -321,10 +321,10 @@ func TestOutputRanges(t *testing.T) {
 	check := func(layout string) {
 		t.Helper()
 		for _, r := range [][2]int64{
-			{0, 10}, {0, subjects.MaxOutputRead}, {chunk - 1, 2}, {chunk, chunk}, {3*chunk + 5, 2*chunk + 7},
+			{0, 10}, {0, tasks.MaxOutputRead}, {chunk - 1, 2}, {chunk, chunk}, {3*chunk + 5, 2*chunk + 7},
 			{int64(len(want)) - 100, 1000}, {int64(len(want)), 10}, {5, 1},
 		} {
-			got, err := e.store.Output(ctx, "a1", &subjects.OutputRange{TaskID: "ranges", Offset: r[0], Limit: r[1]})
+			got, err := e.store.Output(ctx, "a1", &tasks.OutputRange{TaskID: "ranges", Offset: r[0], Limit: r[1]})
 			if err != nil {
 				t.Fatalf("%s: range %v: %v", layout, r, err)
 			}
@@ -365,7 +365,7 @@ func TestOutputRanges(t *testing.T) {
 func TestStreamedOutputIrregularParts(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	sizes := []int{1, 4095, subjects.MaxAppendChunk, 7, 100_003, subjects.MaxAppendChunk - 1, 2}
+	sizes := []int{1, 4095, tasks.MaxAppendChunk, 7, 100_003, tasks.MaxAppendChunk - 1, 2}
 	outputs := map[string][]byte{}
 	for n, id := range []string{"s1", "s2", "s3"} {
 		want := make([]byte, 3<<20+n*1001)
@@ -373,24 +373,24 @@ func TestStreamedOutputIrregularParts(t *testing.T) {
 			want[i] = byte(i*131 + i>>13 + n) // not UTF-8
 		}
 		outputs[id] = want
-		if _, err := e.store.Start(ctx, "a1", &subjects.StartTaskRequest{TaskID: id}); err != nil {
+		if _, err := e.store.Start(ctx, "a1", &tasks.StartTaskRequest{TaskID: id}); err != nil {
 			t.Fatal(err)
 		}
 		rest := want
 		for seq := int64(0); len(rest) > 0; seq++ {
 			k := min(len(rest), sizes[int(seq)%len(sizes)])
-			if _, err := e.store.Append(ctx, "a1", &subjects.AppendOutputRequest{TaskID: id, Seq: &seq, Data: rest[:k]}); err != nil {
+			if _, err := e.store.Append(ctx, "a1", &tasks.AppendOutputRequest{TaskID: id, Seq: &seq, Data: rest[:k]}); err != nil {
 				t.Fatalf("%s: append %d: %v", id, seq, err)
 			}
 			rest = rest[k:]
 		}
 	}
 	var wg sync.WaitGroup
-	done := map[string]*subjects.Task{}
+	done := map[string]*tasks.Task{}
 	var mu sync.Mutex
 	for id := range outputs {
 		wg.Go(func() {
-			task, err := e.store.Result(ctx, "a1", &subjects.TaskResultRequest{TaskID: id, Status: subjects.TaskCompleted, OutputAppended: true})
+			task, err := e.store.Result(ctx, "a1", &tasks.TaskResultRequest{TaskID: id, Status: tasks.TaskCompleted, OutputAppended: true})
 			if err != nil {
 				t.Errorf("%s: result: %v", id, err)
 				return
@@ -406,7 +406,7 @@ func TestStreamedOutputIrregularParts(t *testing.T) {
 		if task == nil {
 			t.FailNow()
 		}
-		if task.OutputSize != int64(len(want)) || task.Output != subjects.Preview(want) {
+		if task.OutputSize != int64(len(want)) || task.Output != tasks.Preview(want) {
 			t.Fatalf("%s: size %d, preview of %d bytes", id, task.OutputSize, len(task.Output))
 		}
 		info, err := e.res.TaskOutputs.GetInfo(ctx, task.OutputRef)
@@ -420,7 +420,7 @@ func TestStreamedOutputIrregularParts(t *testing.T) {
 		if got := readAll(t, e.store, "a1", id); !bytes.Equal(got, want) {
 			t.Fatalf("%s: read %d bytes, not the %d appended", id, len(got), len(want))
 		}
-		got, err := e.store.Output(ctx, "a1", &subjects.OutputRange{TaskID: id, Offset: 2*chunk - 3, Limit: 10})
+		got, err := e.store.Output(ctx, "a1", &tasks.OutputRange{TaskID: id, Offset: 2*chunk - 3, Limit: 10})
 		if err != nil || !bytes.Equal(got.Data, want[2*chunk-3:2*chunk+7]) {
 			t.Fatalf("%s: a range across a chunk boundary: %v", id, err)
 		}
@@ -436,17 +436,17 @@ func TestStreamedOutputIrregularParts(t *testing.T) {
 func TestStreamedOutputChunkLost(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	if _, err := e.store.Start(ctx, "a1", &subjects.StartTaskRequest{TaskID: "lost"}); err != nil {
+	if _, err := e.store.Start(ctx, "a1", &tasks.StartTaskRequest{TaskID: "lost"}); err != nil {
 		t.Fatal(err)
 	}
 	appendAll(t, e.store, "a1", "lost", bytes.Repeat([]byte{0xff}, 200<<10))
 	if err := e.res.Tasks.Purge(ctx, "a1.lost.2"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.Result(ctx, "a1", &subjects.TaskResultRequest{TaskID: "lost", Status: subjects.TaskCompleted, OutputAppended: true}); err == nil {
+	if _, err := e.store.Result(ctx, "a1", &tasks.TaskResultRequest{TaskID: "lost", Status: tasks.TaskCompleted, OutputAppended: true}); err == nil {
 		t.Fatal("a result with a chunk missing was stored")
 	}
-	if task, err := e.store.Get(ctx, "a1", "lost"); err != nil || task.Status != subjects.TaskRunning {
+	if task, err := e.store.Get(ctx, "a1", "lost"); err != nil || task.Status != tasks.TaskRunning {
 		t.Fatalf("task after the refused result: %+v %v", task, err)
 	}
 	if _, err := e.res.Tasks.Get(ctx, "a1.lost.0"); err != nil {

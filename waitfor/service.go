@@ -14,6 +14,7 @@ import (
 	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/tasks"
 	"github.com/chime-nats/chime/timers"
 )
 
@@ -324,7 +325,7 @@ func (s *Service) activated(ctx context.Context, w *subjects.WaitFor, indexed ti
 // it was made, by the result of the last task seen.
 func (s *Service) wakeSatisfied(ctx context.Context, w *subjects.WaitFor) (*subjects.WaitFor, error) {
 	last := w.Seen[len(w.Seen)-1]
-	cause := subjects.WakeCause{Kind: subjects.KindTaskResult, EnvelopeID: subjects.TaskEnvelopeID(last), Source: subjects.Source{Type: "task", ID: last}}
+	cause := subjects.WakeCause{Kind: subjects.KindTaskResult, EnvelopeID: tasks.TaskEnvelopeID(last), Source: subjects.Source{Type: "task", ID: last}}
 	got, _, err := s.cfg.Store.update(ctx, w.AgentID, w.ID, func(w *subjects.WaitFor) (bool, error) {
 		return wake(w, cause, s.cfg.Now()), nil
 	})
@@ -513,7 +514,7 @@ func (s *Service) checkTask(ctx context.Context, agentID, taskID string) (*TaskS
 		// chime task run starts before it prints), so an unknown one is a
 		// mistake that would wait for ever. To wait on a result to come
 		// under an ID of its choosing, the agent starts that task first.
-		return nil, &subjects.Error{Code: subjects.CodeTaskNotFound, Message: "wait_for task does not exist: " + taskID}
+		return nil, &subjects.Error{Code: tasks.CodeTaskNotFound, Message: "wait_for task does not exist: " + taskID}
 	case t.AgentID != agentID:
 		return nil, &subjects.Error{Code: "task_agent_mismatch", Message: "wait_for task belongs to another agent: " + taskID}
 	}

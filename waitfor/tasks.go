@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
 )
 
@@ -19,16 +18,16 @@ type Tasks struct{ Store *tasks.Store }
 func (t Tasks) LookupTask(ctx context.Context, agentID, taskID string) (*TaskState, error) {
 	task, err := t.Store.Get(ctx, agentID, taskID)
 	switch {
-	case errors.Is(err, subjects.ErrTaskOwned):
+	case errors.Is(err, tasks.ErrTaskOwned):
 		return &TaskState{AgentID: ""}, nil
-	case errors.Is(err, subjects.ErrTaskNotFound):
+	case errors.Is(err, tasks.ErrTaskNotFound):
 		return nil, nil
 	case err != nil:
 		return nil, err
 	}
 	st := &TaskState{AgentID: task.AgentID, Terminal: task.Finished()}
 	if st.Terminal {
-		st.ResultEnvelopeID = subjects.TaskEnvelopeID(task.ID)
+		st.ResultEnvelopeID = tasks.TaskEnvelopeID(task.ID)
 	}
 	return st, nil
 }

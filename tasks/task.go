@@ -1,8 +1,9 @@
-package subjects
+package tasks
 
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/chime-nats/chime/subjects"
 	"slices"
 	"strings"
 	"time"
@@ -34,25 +35,25 @@ const (
 
 // Sentinels for errors.Is.
 var (
-	ErrTaskNotFound    = &Error{Code: CodeTaskNotFound}
-	ErrTaskOwned       = &Error{Code: CodeTaskOwned}
-	ErrTaskHasResult   = &Error{Code: CodeTaskHasResult}
-	ErrTaskOutputOrder = &Error{Code: CodeTaskOutputOrder}
+	ErrTaskNotFound    = &subjects.Error{Code: CodeTaskNotFound}
+	ErrTaskOwned       = &subjects.Error{Code: CodeTaskOwned}
+	ErrTaskHasResult   = &subjects.Error{Code: CodeTaskHasResult}
+	ErrTaskOutputOrder = &subjects.Error{Code: CodeTaskOutputOrder}
 )
 
 // TaskNotFound is the error of an unknown task of the agent's.
-func TaskNotFound(taskID string) *Error {
-	return &Error{Code: CodeTaskNotFound, Message: fmt.Sprintf("task %s not found", taskID)}
+func TaskNotFound(taskID string) *subjects.Error {
+	return &subjects.Error{Code: CodeTaskNotFound, Message: fmt.Sprintf("task %s not found", taskID)}
 }
 
 // TaskOwned is the error of a task ID registered to another agent.
-func TaskOwned(taskID string) *Error {
-	return &Error{Code: CodeTaskOwned, Message: fmt.Sprintf("task %s belongs to another agent", taskID)}
+func TaskOwned(taskID string) *subjects.Error {
+	return &subjects.Error{Code: CodeTaskOwned, Message: fmt.Sprintf("task %s belongs to another agent", taskID)}
 }
 
 // TaskHasResult is the error of a change to a finished task.
-func TaskHasResult(taskID string) *Error {
-	return &Error{Code: CodeTaskHasResult, Message: fmt.Sprintf("task %s already has a result", taskID)}
+func TaskHasResult(taskID string) *subjects.Error {
+	return &subjects.Error{Code: CodeTaskHasResult, Message: fmt.Sprintf("task %s already has a result", taskID)}
 }
 
 // Task output limits.
@@ -155,22 +156,22 @@ func TaskResultText(t *Task) string {
 // TaskResultEnvelope builds a finished task's one delivery. A result an
 // executor reported is external evidence (command output, whatever it
 // quotes); a cancel chime made carries nothing but chime's own record.
-func TaskResultEnvelope(t *Task, cancelledByChime bool) Envelope {
-	data, _ := EncodeJSON(TaskResultData{
+func TaskResultEnvelope(t *Task, cancelledByChime bool) subjects.Envelope {
+	data, _ := subjects.EncodeJSON(TaskResultData{
 		TaskID: t.ID, Status: t.Status, ExitCode: t.ExitCode, Error: t.Error,
 		Output: t.Output, OutputSize: t.OutputSize, OutputRef: t.OutputRef,
 	})
-	trust := TrustExternal
+	trust := subjects.TrustExternal
 	if cancelledByChime {
-		trust = TrustSystem
+		trust = subjects.TrustSystem
 	}
 	at := t.CreatedAt
 	if t.EndedAt != nil {
 		at = *t.EndedAt
 	}
-	return Envelope{
-		ID: TaskEnvelopeID(t.ID), AgentID: t.AgentID, Kind: KindTaskResult, At: at,
-		Source: Source{Type: "task", ID: t.ID}, Trust: trust, Text: TaskResultText(t), Data: data,
+	return subjects.Envelope{
+		ID: TaskEnvelopeID(t.ID), AgentID: t.AgentID, Kind: subjects.KindTaskResult, At: at,
+		Source: subjects.Source{Type: "task", ID: t.ID}, Trust: trust, Text: TaskResultText(t), Data: data,
 	}
 }
 
@@ -183,12 +184,12 @@ type StartTaskRequest struct {
 // Validate checks a start.
 func (r *StartTaskRequest) Validate() error {
 	if r.TaskID != "" {
-		if err := ValidateID("task_id", r.TaskID); err != nil {
+		if err := subjects.ValidateID("task_id", r.TaskID); err != nil {
 			return err
 		}
 	}
 	if utf8.RuneCountInString(r.Title) > MaxTitleLen {
-		return &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("title must be at most %d characters", MaxTitleLen)}
+		return &subjects.Error{Code: subjects.CodeInvalidRequest, Message: fmt.Sprintf("title must be at most %d characters", MaxTitleLen)}
 	}
 	return nil
 }
@@ -196,7 +197,7 @@ func (r *StartTaskRequest) Validate() error {
 // DecodeStartTask decodes a task.start body.
 func DecodeStartTask(data []byte) (*StartTaskRequest, error) {
 	var r StartTaskRequest
-	if err := DecodeStrict(data, &r); err != nil {
+	if err := subjects.DecodeStrict(data, &r); err != nil {
 		return nil, err
 	}
 	return &r, r.Validate()
@@ -215,20 +216,20 @@ type TaskResultRequest struct {
 
 // Validate checks a result.
 func (r *TaskResultRequest) Validate() error {
-	if err := ValidateID("task_id", r.TaskID); err != nil {
+	if err := subjects.ValidateID("task_id", r.TaskID); err != nil {
 		return err
 	}
 	if r.Status == "" {
-		return &Error{Code: CodeInvalidRequest, Message: "status is required"}
+		return &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "status is required"}
 	}
 	if !slices.Contains(ResultStatuses(), r.Status) {
-		return &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("invalid task status %q: one of completed, failed, cancelled, interrupted", r.Status)}
+		return &subjects.Error{Code: subjects.CodeInvalidRequest, Message: fmt.Sprintf("invalid task status %q: one of completed, failed, cancelled, interrupted", r.Status)}
 	}
 	if r.Output != nil && r.OutputAppended {
-		return &Error{Code: CodeInvalidRequest, Message: "output and output_appended are exclusive"}
+		return &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "output and output_appended are exclusive"}
 	}
 	if utf8.RuneCountInString(r.Error) > MaxInlineOutput {
-		return &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("error must be at most %d characters", MaxInlineOutput)}
+		return &subjects.Error{Code: subjects.CodeInvalidRequest, Message: fmt.Sprintf("error must be at most %d characters", MaxInlineOutput)}
 	}
 	return nil
 }
@@ -236,7 +237,7 @@ func (r *TaskResultRequest) Validate() error {
 // DecodeTaskResult decodes a task.result body.
 func DecodeTaskResult(data []byte) (*TaskResultRequest, error) {
 	var r TaskResultRequest
-	if err := DecodeStrict(data, &r); err != nil {
+	if err := subjects.DecodeStrict(data, &r); err != nil {
 		return nil, err
 	}
 	return &r, r.Validate()
@@ -248,22 +249,24 @@ type TaskRef struct {
 }
 
 // Validate checks the task ID.
-func (r *TaskRef) Validate() error { return ValidateID("task_id", r.TaskID) }
+func (r *TaskRef) Validate() error { return subjects.ValidateID("task_id", r.TaskID) }
 
 // DecodeTaskRef decodes a task.get or task.cancel body.
 func DecodeTaskRef(data []byte) (string, error) {
 	var r TaskRef
-	if err := DecodeStrict(data, &r); err != nil {
+	if err := subjects.DecodeStrict(data, &r); err != nil {
 		return "", err
 	}
 	return r.TaskID, r.Validate()
 }
 
 // ListTasksRequest is the body of task.list: a listing's.
-type ListTasksRequest = ListRequest
+type ListTasksRequest = subjects.ListRequest
 
 // DecodeListTasks decodes a task.list body: its limit and cursor.
-func DecodeListTasks(data []byte) (ListPage, error) { return DecodeListPage(ActionTaskList, 1, data) }
+func DecodeListTasks(data []byte) (subjects.ListPage, error) {
+	return subjects.DecodeListPage(ActionTaskList, 1, data)
+}
 
 // ListTasksReply is a page of a task listing, in the order of each
 // task's last change, oldest first; NextCursor as for timers.
@@ -289,22 +292,22 @@ type OutputRange struct {
 // to (and at most) MaxOutputRead.
 func DecodeTaskOutput(data []byte) (*OutputRange, error) {
 	var r TaskOutputRequest
-	if err := DecodeStrict(data, &r); err != nil {
+	if err := subjects.DecodeStrict(data, &r); err != nil {
 		return nil, err
 	}
-	if err := ValidateID("task_id", r.TaskID); err != nil {
+	if err := subjects.ValidateID("task_id", r.TaskID); err != nil {
 		return nil, err
 	}
 	out := &OutputRange{TaskID: r.TaskID, Limit: MaxOutputRead}
-	if !IsNull(r.Offset) && string(r.Offset) != "0" {
-		n, err := PositiveInt("offset", r.Offset, MaxTaskOutput)
+	if !subjects.IsNull(r.Offset) && string(r.Offset) != "0" {
+		n, err := subjects.PositiveInt("offset", r.Offset, MaxTaskOutput)
 		if err != nil {
 			return nil, err
 		}
 		out.Offset = n
 	}
-	if !IsNull(r.Limit) {
-		n, err := PositiveInt("limit", r.Limit, MaxOutputRead)
+	if !subjects.IsNull(r.Limit) {
+		n, err := subjects.PositiveInt("limit", r.Limit, MaxOutputRead)
 		if err != nil {
 			return nil, err
 		}
@@ -333,20 +336,20 @@ type AppendOutputRequest struct {
 
 // Validate checks an append.
 func (r *AppendOutputRequest) Validate() error {
-	if err := ValidateID("task_id", r.TaskID); err != nil {
+	if err := subjects.ValidateID("task_id", r.TaskID); err != nil {
 		return err
 	}
 	if r.Seq == nil {
-		return &Error{Code: CodeInvalidRequest, Message: "seq is required"}
+		return &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "seq is required"}
 	}
 	if *r.Seq < 0 {
-		return &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("seq must not be negative, not %d", *r.Seq)}
+		return &subjects.Error{Code: subjects.CodeInvalidRequest, Message: fmt.Sprintf("seq must not be negative, not %d", *r.Seq)}
 	}
 	if len(r.Data) == 0 {
-		return &Error{Code: CodeInvalidRequest, Message: "data must not be empty"}
+		return &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "data must not be empty"}
 	}
 	if len(r.Data) > MaxAppendChunk {
-		return &Error{Code: CodePayloadTooLarge, Message: fmt.Sprintf("data larger than %d KiB", MaxAppendChunk>>10)}
+		return &subjects.Error{Code: subjects.CodePayloadTooLarge, Message: fmt.Sprintf("data larger than %d KiB", MaxAppendChunk>>10)}
 	}
 	return nil
 }
@@ -354,7 +357,7 @@ func (r *AppendOutputRequest) Validate() error {
 // DecodeAppendOutput decodes a task.output.append body.
 func DecodeAppendOutput(data []byte) (*AppendOutputRequest, error) {
 	var r AppendOutputRequest
-	if err := DecodeStrict(data, &r); err != nil {
+	if err := subjects.DecodeStrict(data, &r); err != nil {
 		return nil, err
 	}
 	return &r, r.Validate()
