@@ -25,6 +25,7 @@ import (
 	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/tasks"
 )
 
 // The console tests drive the page served by the real `chime serve` in
@@ -186,7 +187,7 @@ func TestConsolePage(t *testing.T) {
 		t.Fatal(err)
 	}
 	code := 0
-	if _, err := agent.ReportResult(bg, subjects.TaskResultRequest{TaskID: "build-7", Status: subjects.TaskCompleted, Output: new("compiled 42 packages"), ExitCode: &code}); err != nil {
+	if _, err := agent.ReportResult(bg, tasks.TaskResultRequest{TaskID: "build-7", Status: tasks.TaskCompleted, Output: new("compiled 42 packages"), ExitCode: &code}); err != nil {
 		t.Fatal(err)
 	}
 	notify(t, nc, "pan", map[string]any{"message": "Deploy to staging finished", "title": "Deploy", "type": "success", "priority": 10,
