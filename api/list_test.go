@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/chime-nats/chime/client"
+	"github.com/chime-nats/chime/questions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
 	"github.com/chime-nats/chime/timers"
@@ -150,7 +151,7 @@ func TestOtherListsPage(t *testing.T) {
 
 	var asked []string
 	for i := range 3 {
-		a, err := c.Ask(ctx, subjects.QuestionItem{Title: fmt.Sprint("q", i)})
+		a, err := c.Ask(ctx, questions.QuestionItem{Title: fmt.Sprint("q", i)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -73,11 +73,11 @@ func oneAnswer(t *testing.T, nc *nats.Conn, agent, qid string, answers ...string
 		t.Fatalf("%d answer envelopes for %s, want 1: %+v", len(got), qid, got)
 	}
 	env := got[0]
-	var data subjects.AnswerData
+	var data questions.AnswerData
 	if err := json.Unmarshal(env.Data, &data); err != nil {
 		t.Fatal(err)
 	}
-	if env.ID != subjects.QuestionEnvelopeID(qid) || env.Trust != subjects.TrustOperator || env.AgentID != agent ||
+	if env.ID != questions.QuestionEnvelopeID(qid) || env.Trust != subjects.TrustOperator || env.AgentID != agent ||
 		env.Source != (subjects.Source{Type: "question", ID: qid}) || data.QuestionID != qid || len(data.Answers) != len(answers) {
 		t.Fatalf("answer envelope: %+v", env)
 	}
@@ -94,24 +94,24 @@ func TestQuestionsOverNATS(t *testing.T) {
 	ctx := context.Background()
 	agent, _ := client.New(nc, "asker")
 	live := inboxOf(t, nc, "asker")
-	ask, err := agent.Ask(ctx, subjects.QuestionItem{Title: "Deploy to prod?", Options: []string{"yes", "no"}},
-		subjects.QuestionItem{Title: "Anything else?"})
+	ask, err := agent.Ask(ctx, questions.QuestionItem{Title: "Deploy to prod?", Options: []string{"yes", "no"}},
+		questions.QuestionItem{Title: "Anything else?"})
 	if err != nil || !ask.Accepted || !strings.HasPrefix(ask.QuestionID, "q_") {
 		t.Fatalf("ask: %+v %v", ask, err)
 	}
-	other, err := agent.Ask(ctx, subjects.QuestionItem{Title: "Later?"})
+	other, err := agent.Ask(ctx, questions.QuestionItem{Title: "Later?"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	list, err := agent.ListQuestions(ctx, false)
 	if err != nil || len(list) != 2 || list[0].ID != ask.QuestionID || list[1].ID != other.QuestionID ||
-		list[0].Status != subjects.QuestionOpen || list[0].Questions[0].Options[1] != "no" || list[0].AgentID != "asker" {
+		list[0].Status != questions.QuestionOpen || list[0].Questions[0].Options[1] != "no" || list[0].AgentID != "asker" {
 		t.Fatalf("list: %+v %v", list, err)
 	}
 
 	// The operator answers, over NATS.
 	rep, err := agent.Answer(ctx, ask.QuestionID, "yes", "ship the docs too")
-	if err != nil || !rep.OK || rep.Question.Status != subjects.QuestionAnswered || rep.Question.DeliveredAt == nil {
+	if err != nil || !rep.OK || rep.Question.Status != questions.QuestionAnswered || rep.Question.DeliveredAt == nil {
 		t.Fatalf("answer: %+v %v", rep, err)
 	}
 	if env := next(t, live); env.Kind != subjects.KindAnswer || env.Source.ID != ask.QuestionID {
@@ -127,7 +127,7 @@ func TestQuestionsOverNATS(t *testing.T) {
 		t.Errorf("open after the answer: %+v", list)
 	}
 	// In the order of last change: the answered one after the other.
-	if list, _ := agent.ListQuestions(ctx, true); len(list) != 2 || list[1].Status != subjects.QuestionAnswered || list[1].Answers[0] != "yes" {
+	if list, _ := agent.ListQuestions(ctx, true); len(list) != 2 || list[1].Status != questions.QuestionAnswered || list[1].Answers[0] != "yes" {
 		t.Errorf("all after the answer: %+v", list)
 	}
 
@@ -148,7 +148,7 @@ func TestQuestionsOverNATS(t *testing.T) {
 		msg     string
 	}{
 		{other.QuestionID, []string{"a", "b"}, subjects.CodeInvalidRequest, "question " + other.QuestionID + " has 1 titles: give 1 answers, in order, not 2"},
-		{"q_nope", []string{"a"}, subjects.CodeQuestionNotFound, "question q_nope not found"},
+		{"q_nope", []string{"a"}, questions.CodeQuestionNotFound, "question q_nope not found"},
 	} {
 		_, err := agent.Answer(ctx, tc.qid, tc.answers...)
 		var e *subjects.Error
@@ -161,7 +161,7 @@ func TestQuestionsOverNATS(t *testing.T) {
 	}
 	// Another agent's question is not found.
 	stranger, _ := client.New(nc, "stranger")
-	if _, err := stranger.Answer(ctx, other.QuestionID, "a"); !errors.Is(err, subjects.ErrQuestionNotFound) {
+	if _, err := stranger.Answer(ctx, other.QuestionID, "a"); !errors.Is(err, questions.ErrQuestionNotFound) {
 		t.Errorf("another agent's question: %v", err)
 	}
 	if got := answersIn(t, nc, "asker", other.QuestionID); len(got) != 0 {
@@ -174,11 +174,11 @@ func TestQuestionsOverHTTP(t *testing.T) {
 	base := "http://" + r.HTTPAddr()
 	ctx := context.Background()
 	agent, _ := client.New(nc, "web")
-	ask, err := agent.Ask(ctx, subjects.QuestionItem{Title: "Which region?", Options: []string{"eu", "us"}})
+	ask, err := agent.Ask(ctx, questions.QuestionItem{Title: "Which region?", Options: []string{"eu", "us"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	two, err := agent.Ask(ctx, subjects.QuestionItem{Title: "A?"}, subjects.QuestionItem{Title: "B?"})
+	two, err := agent.Ask(ctx, questions.QuestionItem{Title: "A?"}, questions.QuestionItem{Title: "B?"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestQuestionsOverHTTP(t *testing.T) {
 		return res.StatusCode, b
 	}
 	status, body := get("/api/agents/web/questions")
-	var list subjects.ListQuestionsReply
+	var list questions.ListQuestionsReply
 	if status != 200 || json.Unmarshal(body, &list) != nil || len(list.Questions) != 2 || list.Questions[0].ID != ask.QuestionID {
 		t.Fatalf("list: %d %s", status, body)
 	}
@@ -209,7 +209,7 @@ func TestQuestionsOverHTTP(t *testing.T) {
 		{ask.QuestionID, ``, 400, subjects.CodeInvalidRequest, "answers must not be empty"},
 		{ask.QuestionID, `{"question_id":"q_x","answer":"eu"}`, 400, subjects.CodeInvalidJSON, `duplicate key "question_id"`},
 		{ask.QuestionID, `{"answers":"eu"}`, 400, subjects.CodeInvalidRequest, "answers must be a JSON array, not string"},
-		{"q_nope", `{"answer":"eu"}`, 404, subjects.CodeQuestionNotFound, "question q_nope not found"},
+		{"q_nope", `{"answer":"eu"}`, 404, questions.CodeQuestionNotFound, "question q_nope not found"},
 		{"bad.id", `{"answer":"eu"}`, 400, subjects.CodeInvalidID, `question_id "bad.id" may only contain letters, digits, '_' and '-'`},
 	} {
 		status, body := answer(tc.qid, tc.body)
@@ -223,7 +223,7 @@ func TestQuestionsOverHTTP(t *testing.T) {
 	}
 
 	status, body = answer(ask.QuestionID, `{"answer":" eu "}`)
-	var rep subjects.AnswerReply
+	var rep questions.AnswerReply
 	if status != 200 || json.Unmarshal(body, &rep) != nil || !rep.OK || rep.Question.Answers[0] != "eu" {
 		t.Fatalf("answer: %d %s", status, body)
 	}
@@ -260,7 +260,7 @@ func TestQuestionConcurrentAnswers(t *testing.T) {
 	_, nc := startChime(t)
 	ctx := context.Background()
 	agent, _ := client.New(nc, "busy")
-	ask, err := agent.Ask(ctx, subjects.QuestionItem{Title: "Who?"})
+	ask, err := agent.Ask(ctx, questions.QuestionItem{Title: "Who?"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,10 +304,10 @@ func TestQuestionBadInput(t *testing.T) {
 		{`{"questions":[{"title":"t"}],"questions":[]}`, subjects.CodeInvalidJSON, `duplicate key "questions"`},
 		{"{\"questions\":[{\"title\":\"\xff\"}]}", subjects.CodeInvalidJSON, "invalid UTF-8: byte 0xff at offset 24"},
 	} {
-		msg := request(t, nc, subjects.Agent("bad", subjects.ActionQuestionAsk), tc.body)
+		msg := request(t, nc, subjects.Agent("bad", questions.ActionQuestionAsk), tc.body)
 		assertError(t, tc.body, msg.Data, tc.code, tc.msg)
 	}
-	msg := request(t, nc, subjects.Agent("bad", subjects.ActionQuestionAnswer), `{"question_id":"q_1","answer":"a","answers":["a"]}`)
+	msg := request(t, nc, subjects.Agent("bad", questions.ActionQuestionAnswer), `{"question_id":"q_1","answer":"a","answers":["a"]}`)
 	assertError(t, "answer and answers", msg.Data, subjects.CodeInvalidRequest, "use either answer or answers, not both")
 	if n := storedKeys(t, nc, engine.QuestionsBucket, "bad"); n != 0 {
 		t.Errorf("%d questions stored from bad input", n)
@@ -331,7 +331,7 @@ func TestQuestionOwedDelivery(t *testing.T) {
 	agent, _ := client.New(nc, "owed")
 	owe := func(answer string) string {
 		t.Helper()
-		ask, err := agent.Ask(ctx, subjects.QuestionItem{Title: "Go?"})
+		ask, err := agent.Ask(ctx, questions.QuestionItem{Title: "Go?"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -395,7 +395,7 @@ func TestAskRequestIDAndBound(t *testing.T) {
 	_, nc := startChimeWith(t, io.Discard, func(c *config.Config) { c.MaxOpenQuestions = 2 })
 	ask := `{"questions":[{"title":"Deploy?","options":["yes","no"]}],"request_id":"ask-1"}`
 	first := request(t, nc, "agent.asker.question.ask", ask)
-	var reply subjects.AskReply
+	var reply questions.AskReply
 	if err := json.Unmarshal(first.Data, &reply); err != nil || !reply.Accepted || reply.QuestionID != subjects.QuestionIDFor("asker", "ask-1") {
 		t.Fatalf("first ask: %s", first.Data)
 	}
@@ -420,15 +420,15 @@ func TestAskRequestIDAndBound(t *testing.T) {
 	}
 	c, _ := client.New(nc, "asker")
 	ctx := context.Background()
-	if r, err := c.AskOnce(ctx, "ask-1", subjects.QuestionItem{Title: "Deploy?", Options: []string{"yes", "no"}}); err != nil || r.QuestionID != reply.QuestionID {
+	if r, err := c.AskOnce(ctx, "ask-1", questions.QuestionItem{Title: "Deploy?", Options: []string{"yes", "no"}}); err != nil || r.QuestionID != reply.QuestionID {
 		t.Fatalf("the client's retry: %+v %v", r, err)
 	}
-	if _, err := c.AskOnce(ctx, "ask-1", subjects.QuestionItem{Title: "Other?"}); !errors.Is(err, subjects.ErrConflict) {
+	if _, err := c.AskOnce(ctx, "ask-1", questions.QuestionItem{Title: "Other?"}); !errors.Is(err, subjects.ErrConflict) {
 		t.Fatalf("the client's conflict: %v", err)
 	}
 	open := func() int {
-		var list subjects.ListQuestionsReply
-		if err := c.Request(ctx, subjects.ActionQuestionList, nil, &list); err != nil {
+		var list questions.ListQuestionsReply
+		if err := c.Request(ctx, questions.ActionQuestionList, nil, &list); err != nil {
 			t.Fatal(err)
 		}
 		return len(list.Questions)

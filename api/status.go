@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 
+	"github.com/chime-nats/chime/questions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
 )
@@ -17,7 +18,7 @@ func httpStatus(e *subjects.Error) int {
 	case subjects.CodeInvalidJSON, subjects.CodeInvalidRequest, subjects.CodeInvalidID,
 		subjects.CodeInvalidDuration, subjects.CodeInvalidTimestamp, subjects.CodeTargetInPast, subjects.CodeInvalidTimezone:
 		return http.StatusBadRequest
-	case subjects.CodeTimerNotFound, subjects.CodeWaitNotFound, subjects.CodeTriggerNotFound, subjects.CodeQuestionNotFound, tasks.CodeTaskNotFound:
+	case subjects.CodeTimerNotFound, subjects.CodeWaitNotFound, subjects.CodeTriggerNotFound, questions.CodeQuestionNotFound, tasks.CodeTaskNotFound:
 		return http.StatusNotFound
 	case subjects.CodeTimerCompleted, subjects.CodeWaitExists, subjects.CodeAgentNotActive, subjects.CodeConflict,
 		tasks.CodeTaskHasResult, tasks.CodeTaskOutputOrder:

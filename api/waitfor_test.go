@@ -17,6 +17,7 @@ import (
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/testwait"
+	"github.com/chime-nats/chime/questions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
 )
@@ -161,7 +162,7 @@ func TestWaitForWakes(t *testing.T) {
 		woken(t, inbox, r.WaitID, subjects.KindIntervention, time.Second)
 	})
 	t.Run("operator_input by an answer", func(t *testing.T) {
-		asked, err := c.Ask(ctx, subjects.QuestionItem{Title: "ship it?", Options: []string{"yes", "no"}})
+		asked, err := c.Ask(ctx, questions.QuestionItem{Title: "ship it?", Options: []string{"yes", "no"}})
 		if err != nil {
 			t.Fatal(err)
 		}

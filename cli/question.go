@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/chime-nats/chime/client"
-	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/questions"
 )
 
 // question runs `chime question list|answer`: an operator's view of an
@@ -31,7 +31,7 @@ func (a *App) question(ctx context.Context, args []string) error {
 		}
 		var columns []string
 		if !*asJSON {
-			columns = columnsOf(subjects.ActionQuestionList)
+			columns = columnsOf(questions.ActionQuestionList)
 		}
 		return a.requestShown(ctx, *agent, columns, func(ctx context.Context, c *client.Client) (any, error) {
 			return c.ListQuestions(ctx, *all)

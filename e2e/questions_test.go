@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/chime-nats/chime/client"
+	"github.com/chime-nats/chime/questions"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -24,14 +25,14 @@ func TestCLIQuestions(t *testing.T) {
 	}
 	defer nc.Close()
 	agent, _ := client.New(nc, "cliq")
-	ask, err := agent.Ask(context.Background(), subjects.QuestionItem{Title: "Merge the PR?", Options: []string{"merge", "wait"}},
-		subjects.QuestionItem{Title: "Note for the changelog?"})
+	ask, err := agent.Ask(context.Background(), questions.QuestionItem{Title: "Merge the PR?", Options: []string{"merge", "wait"}},
+		questions.QuestionItem{Title: "Note for the changelog?"})
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	out, errOut, code := chimeCLI(t, natsAddr, "question", "list", "--json", "--agent", "cliq")
-	var list []subjects.Question
+	var list []questions.Question
 	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list) != 1 || list[0].ID != ask.QuestionID {
 		t.Fatalf("question list: exit %d, %q %s", code, out, errOut)
 	}
@@ -41,8 +42,8 @@ func TestCLIQuestions(t *testing.T) {
 		t.Errorf("one answer for two titles: exit %d, %s", code, errOut)
 	}
 	out, errOut, code = chimeCLI(t, natsAddr, "question", "answer", ask.QuestionID, "--agent", "cliq", "merge", "fixes the flaky test")
-	var rep subjects.AnswerReply
-	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || !rep.OK || rep.Question.Status != subjects.QuestionAnswered {
+	var rep questions.AnswerReply
+	if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || !rep.OK || rep.Question.Status != questions.QuestionAnswered {
 		t.Fatalf("question answer: exit %d, %q %s", code, out, errOut)
 	}
 	_, errOut, code = chimeCLI(t, natsAddr, "question", "answer", ask.QuestionID, "wait", "x", "--agent", "cliq")

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chime-nats/chime/prompts"
+	"github.com/chime-nats/chime/questions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
 	"github.com/chime-nats/chime/timers"
@@ -133,7 +134,7 @@ var toolPrompts = []struct {
 		{"cancel", `{"timer_id":"t1"}`, strict((*timers.TimerRef).Validate)},
 	}},
 	// question.answer is the operator's request, not the agent's.
-	{"questions.md", jsonFields(subjects.AskRequest{}, subjects.ListQuestionsRequest{}), []action{
+	{"questions.md", jsonFields(questions.AskRequest{}, questions.ListQuestionsRequest{}), []action{
 		{"ask", `{"questions":[{"title":"Deploy?","options":["yes","no"]},{"title":"Why?"}]}`, decodeAsk},
 		{"list", `{"all":true}`, decodeListQuestions},
 	}},
@@ -152,9 +153,9 @@ var toolPrompts = []struct {
 
 // decodeAsk and decodeListQuestions are the question decoders in the
 // shape of an action's.
-func decodeAsk(b []byte) error { _, err := subjects.DecodeAsk(b); return err }
+func decodeAsk(b []byte) error { _, err := questions.DecodeAsk(b); return err }
 
-func decodeListQuestions(b []byte) error { _, _, err := subjects.DecodeListQuestions(b); return err }
+func decodeListQuestions(b []byte) error { _, _, err := questions.DecodeListQuestions(b); return err }
 
 func decodeResult(b []byte) error { _, err := tasks.DecodeTaskResult(b); return err }
 

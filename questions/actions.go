@@ -16,10 +16,10 @@ func (s *Service) Actions(q *quotas.Quotas) []action.Action {
 		return action.When(s != nil, "questions are not configured", fn)
 	}
 	return []action.Action{
-		{Name: subjects.ActionQuestionAsk, Access: action.Agent, Summary: "ask the operator a question; the answer is delivered to the inbox",
+		{Name: ActionQuestionAsk, Access: action.Agent, Summary: "ask the operator a question; the answer is delivered to the inbox",
 			HTTP:   action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/questions", http.StatusCreated, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) { return s.ask(ctx, q, r) })},
-		{Name: subjects.ActionQuestionList, Access: action.Agent, Summary: "list the agent's questions (open ones unless all)",
+		{Name: ActionQuestionList, Access: action.Agent, Summary: "list the agent's questions (open ones unless all)",
 			Columns: []string{"id", "status", "created_at", "questions", "answers"},
 			HTTP: action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/questions", http.StatusOK, func(r *http.Request, _ []byte) []byte {
 				m := map[string]any{}
@@ -32,18 +32,18 @@ func (s *Service) Actions(q *quotas.Quotas) []action.Action {
 				return action.WithQuery(r, m, "limit")
 			}),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
-				all, page, err := subjects.DecodeListQuestions(r.Body)
+				all, page, err := DecodeListQuestions(r.Body)
 				if err != nil {
 					return nil, err
 				}
 				return s.List(ctx, r.AgentID, all, page)
 			})},
-		{Name: subjects.ActionQuestionAnswer, IDField: "question_id", Access: action.Operator, Summary: "answer an agent's question",
+		{Name: ActionQuestionAnswer, IDField: "question_id", Access: action.Operator, Summary: "answer an agent's question",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/questions/{question_id}/answer", http.StatusOK, func(r *http.Request, read []byte) []byte {
-				return subjects.WithQuestionID(read, r.PathValue("question_id"))
+				return WithQuestionID(read, r.PathValue("question_id"))
 			}),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
-				questionID, answers, err := subjects.DecodeAnswer(r.Body)
+				questionID, answers, err := DecodeAnswer(r.Body)
 				if err != nil {
 					return nil, err
 				}
@@ -54,7 +54,7 @@ func (s *Service) Actions(q *quotas.Quotas) []action.Action {
 
 // ask serves question.ask.
 func (s *Service) ask(ctx context.Context, q *quotas.Quotas, r action.Request) (any, error) {
-	spec, err := subjects.DecodeAsk(r.Body)
+	spec, err := DecodeAsk(r.Body)
 	if err != nil {
 		return nil, err
 	}

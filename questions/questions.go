@@ -48,9 +48,9 @@ func NewStore(kv jetstream.KeyValue, now func() time.Time, retention kvrec.Reten
 // request_id makes the question whose ID derives from it: a retry of that
 // ask, on any replica, finds and returns that question as it is now, and
 // the same request_id with another ask is a conflict (as timer.create).
-func (s *Store) Create(ctx context.Context, agentID string, spec *subjects.AskSpec) (*subjects.Question, error) {
-	q := &subjects.Question{
-		ID: subjects.NewQuestionID(), AgentID: agentID, Status: subjects.QuestionOpen,
+func (s *Store) Create(ctx context.Context, agentID string, spec *AskSpec) (*Question, error) {
+	q := &Question{
+		ID: NewQuestionID(), AgentID: agentID, Status: QuestionOpen,
 		CreatedAt: s.now().UTC(), Questions: spec.Items, RequestKey: spec.Request,
 	}
 	if spec.Request.RequestID != "" {
@@ -59,7 +59,7 @@ func (s *Store) Create(ctx context.Context, agentID string, spec *subjects.AskSp
 	// The ID is fixed before the first attempt: the key is taken only by
 	// this call's own earlier attempt, whose reply was lost, or by the
 	// first attempt of the same ask.
-	mine := func(stored *subjects.Question) bool {
+	mine := func(stored *Question) bool {
 		return stored.CreatedAt.Equal(q.CreatedAt) || q.Replays(stored.RequestKey)
 	}
 	stored, _, err := kvrec.Create(ctx, s.kv, q.Key(), q, mine)
@@ -80,7 +80,7 @@ func (s *Store) Open(ctx context.Context, agentID string) (int, error) {
 	}
 	n := 0
 	for _, q := range list {
-		if q.Status == subjects.QuestionOpen {
+		if q.Status == QuestionOpen {
 			n++
 		}
 	}
@@ -88,10 +88,10 @@ func (s *Store) Open(ctx context.Context, agentID string) (int, error) {
 }
 
 // Get returns one of the agent's questions.
-func (s *Store) Get(ctx context.Context, agentID, questionID string) (*subjects.Question, error) {
-	q, _, err := kvrec.Get[subjects.Question](ctx, s.kv, subjects.QuestionKey(agentID, questionID))
+func (s *Store) Get(ctx context.Context, agentID, questionID string) (*Question, error) {
+	q, _, err := kvrec.Get[Question](ctx, s.kv, QuestionKey(agentID, questionID))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, subjects.QuestionNotFound(questionID)
+		return nil, QuestionNotFound(questionID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("questions: get: %w", err)
@@ -100,7 +100,7 @@ func (s *Store) Get(ctx context.Context, agentID, questionID string) (*subjects.
 }
 
 // List returns the agent's questions, oldest first.
-func (s *Store) List(ctx context.Context, agentID string) ([]subjects.Question, error) {
+func (s *Store) List(ctx context.Context, agentID string) ([]Question, error) {
 	return s.list(ctx, agentID+".*")
 }
 
@@ -108,10 +108,10 @@ func (s *Store) List(ctx context.Context, agentID string) ([]subjects.Question, 
 // for timers; with open, only the open ones, reading at most
 // kvrec.MaxScan questions (the page may then hold fewer than limit, or
 // none, and go on).
-func (s *Store) Page(ctx context.Context, agentID string, limit int, from subjects.CursorPos, open bool) ([]subjects.Question, subjects.CursorPos, error) {
-	var keep func(*subjects.Question) bool
+func (s *Store) Page(ctx context.Context, agentID string, limit int, from subjects.CursorPos, open bool) ([]Question, subjects.CursorPos, error) {
+	var keep func(*Question) bool
 	if open {
-		keep = func(q *subjects.Question) bool { return q.Status == subjects.QuestionOpen || q.Pending() }
+		keep = func(q *Question) bool { return q.Status == QuestionOpen || q.Pending() }
 	}
 	pg, err := kvrec.ListPage(ctx, s.retention.JS, []string{s.kv.Bucket()}, agentID+".*", kvrec.Pos(from), limit, keep)
 	if errors.Is(err, kvrec.ErrPos) {
@@ -123,22 +123,22 @@ func (s *Store) Page(ctx context.Context, agentID string, limit int, from subjec
 	return pg.Items, subjects.CursorPos(pg.Next), nil
 }
 
-func (s *Store) list(ctx context.Context, filter string) ([]subjects.Question, error) {
-	out, err := kvrec.List[subjects.Question](ctx, s.kv, filter)
+func (s *Store) list(ctx context.Context, filter string) ([]Question, error) {
+	out, err := kvrec.List[Question](ctx, s.kv, filter)
 	if err != nil {
 		return nil, fmt.Errorf("questions: list: %w", err)
 	}
-	slices.SortFunc(out, func(a, b subjects.Question) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	slices.SortFunc(out, func(a, b Question) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return out, nil
 }
 
 // update changes one question by CAS; see kvrec.Update. A delivered
 // answer's write carries the retention TTL.
-func (s *Store) update(ctx context.Context, agentID, questionID string, change func(*subjects.Question) (bool, error)) (*subjects.Question, bool, error) {
-	q, changed, err := kvrec.Update(ctx, s.kv, subjects.QuestionKey(agentID, questionID), false, change,
-		kvrec.ExpireFinished(s.retention, (*subjects.Question).Finished))
+func (s *Store) update(ctx context.Context, agentID, questionID string, change func(*Question) (bool, error)) (*Question, bool, error) {
+	q, changed, err := kvrec.Update(ctx, s.kv, QuestionKey(agentID, questionID), false, change,
+		kvrec.ExpireFinished(s.retention, (*Question).Finished))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, false, subjects.QuestionNotFound(questionID)
+		return nil, false, QuestionNotFound(questionID)
 	}
 	if err != nil {
 		return nil, false, err
@@ -150,16 +150,16 @@ func (s *Store) update(ctx context.Context, agentID, questionID string, change f
 // record now holds these very answers: answered by this call, or by an
 // earlier attempt of the same answer (a retry). Answers that do not fit
 // the question are refused before anything is written.
-func (s *Store) Answer(ctx context.Context, agentID, questionID string, answers []string) (q *subjects.Question, mine bool, err error) {
-	q, changed, err := s.update(ctx, agentID, questionID, func(q *subjects.Question) (bool, error) {
-		if q.Status != subjects.QuestionOpen {
+func (s *Store) Answer(ctx context.Context, agentID, questionID string, answers []string) (q *Question, mine bool, err error) {
+	q, changed, err := s.update(ctx, agentID, questionID, func(q *Question) (bool, error) {
+		if q.Status != QuestionOpen {
 			return false, nil
 		}
 		if err := q.CheckAnswers(answers); err != nil {
 			return false, err
 		}
 		at := s.now().UTC()
-		q.Status, q.Answers, q.AnsweredAt = subjects.QuestionAnswered, answers, &at
+		q.Status, q.Answers, q.AnsweredAt = QuestionAnswered, answers, &at
 		return true, nil
 	})
 	if err != nil {
@@ -170,8 +170,8 @@ func (s *Store) Answer(ctx context.Context, agentID, questionID string, answers 
 
 // Delivered marks an answered question's envelope as stored; it then
 // expires after the retention.
-func (s *Store) Delivered(ctx context.Context, agentID, questionID string) (*subjects.Question, error) {
-	q, _, err := s.update(ctx, agentID, questionID, func(q *subjects.Question) (bool, error) {
+func (s *Store) Delivered(ctx context.Context, agentID, questionID string) (*Question, error) {
+	q, _, err := s.update(ctx, agentID, questionID, func(q *Question) (bool, error) {
 		if !q.Pending() {
 			return false, nil
 		}
@@ -185,7 +185,7 @@ func (s *Store) Delivered(ctx context.Context, agentID, questionID string) (*sub
 // Sweep gives the delivered answers stored before records expired their
 // TTL one (see kvrec.Sweep).
 func (s *Store) Sweep(ctx context.Context) (int, error) {
-	return kvrec.Sweep(ctx, s.retention, s.kv, (*subjects.Question).Finished, s.now())
+	return kvrec.Sweep(ctx, s.retention, s.kv, (*Question).Finished, s.now())
 }
 
 // Service serves the question requests: asks, listings and answers with
@@ -208,16 +208,16 @@ func NewService(store *Store, inbox *consumer.Inbox, log *slog.Logger) *Service 
 // Ask stores the agent's question and returns at once: the answer comes
 // to the inbox whenever an operator gives it. A retry of an ask with a
 // request_id answers the question it made (see Store.Create).
-func (s *Service) Ask(ctx context.Context, agentID string, spec *subjects.AskSpec) (*subjects.AskReply, error) {
+func (s *Service) Ask(ctx context.Context, agentID string, spec *AskSpec) (*AskReply, error) {
 	q, err := s.store.Create(ctx, agentID, spec)
 	if err != nil {
 		return nil, err
 	}
-	return &subjects.AskReply{Accepted: true, QuestionID: q.ID}, nil
+	return &AskReply{Accepted: true, QuestionID: q.ID}, nil
 }
 
 // Get returns one of the agent's questions.
-func (s *Service) Get(ctx context.Context, agentID, questionID string) (*subjects.Question, error) {
+func (s *Service) Get(ctx context.Context, agentID, questionID string) (*Question, error) {
 	return s.store.Get(ctx, agentID, questionID)
 }
 
@@ -232,12 +232,12 @@ func (s *Service) Open(ctx context.Context, agentID string) (int, error) {
 // too), in the order of each one's last change (oldest first: an open
 // question has not changed since it was asked). Answers on the page still
 // owing their delivery are delivered first.
-func (s *Service) List(ctx context.Context, agentID string, all bool, page subjects.ListPage) (*subjects.ListQuestionsReply, error) {
+func (s *Service) List(ctx context.Context, agentID string, all bool, page subjects.ListPage) (*ListQuestionsReply, error) {
 	list, next, err := s.store.Page(ctx, agentID, page.Limit, page.Walk(0), !all)
 	if err != nil {
 		return nil, err
 	}
-	out := []subjects.Question{}
+	out := []Question{}
 	for _, q := range list {
 		if q.Pending() {
 			if done, err := s.deliver(ctx, &q); err != nil {
@@ -246,22 +246,22 @@ func (s *Service) List(ctx context.Context, agentID string, all bool, page subje
 				q = *done
 			}
 		}
-		if all || q.Status == subjects.QuestionOpen {
+		if all || q.Status == QuestionOpen {
 			out = append(out, q)
 		}
 	}
-	return &subjects.ListQuestionsReply{Questions: out, NextCursor: subjects.EncodeCursor(subjects.ActionQuestionList, next)}, nil
+	return &ListQuestionsReply{Questions: out, NextCursor: subjects.EncodeCursor(ActionQuestionList, next)}, nil
 }
 
 // Answer answers the agent's question and returns once the answer is in
 // the inbox. A second answer is refused (conflict); a retry of the answer
 // that made it (the same answers) completes its delivery and succeeds.
-func (s *Service) Answer(ctx context.Context, agentID, questionID string, answers []string) (*subjects.AnswerReply, error) {
+func (s *Service) Answer(ctx context.Context, agentID, questionID string, answers []string) (*AnswerReply, error) {
 	q, err := s.store.Get(ctx, agentID, questionID)
 	if err != nil {
 		return nil, err
 	}
-	if q.Status == subjects.QuestionOpen {
+	if q.Status == QuestionOpen {
 		if err := q.CheckAnswers(answers); err != nil {
 			return nil, err
 		}
@@ -283,23 +283,23 @@ func (s *Service) Answer(ctx context.Context, agentID, questionID string, answer
 				s.log.Warn("answer delivery still owed", "agent_id", agentID, "question_id", questionID, "err", err)
 			}
 		}
-		return nil, subjects.AlreadyAnswered(questionID)
+		return nil, AlreadyAnswered(questionID)
 	}
 	if q, err = s.deliver(ctx, q); err != nil {
 		// The answer is stored, its delivery is not yet: the caller's
 		// retry (or the next listing, or a replica's start) delivers it.
 		return nil, fmt.Errorf("questions: deliver the answer to %s: %w", questionID, err)
 	}
-	return &subjects.AnswerReply{OK: true, Question: q}, nil
+	return &AnswerReply{OK: true, Question: q}, nil
 }
 
 // fits checks that q's answer delivery, with answers, fits an inbox
 // message.
-func (s *Service) fits(q *subjects.Question, answers []string) error {
+func (s *Service) fits(q *Question, answers []string) error {
 	at := time.Date(2999, 12, 31, 23, 59, 59, 999999999, time.UTC) // the widest timestamp
 	answered := *q
-	answered.Status, answered.Answers, answered.AnsweredAt = subjects.QuestionAnswered, answers, &at
-	env := subjects.AnswerEnvelope(&answered)
+	answered.Status, answered.Answers, answered.AnsweredAt = QuestionAnswered, answers, &at
+	env := AnswerEnvelope(&answered)
 	m, err := env.Msg()
 	if err != nil {
 		return fmt.Errorf("questions: encode answer: %w", err)
@@ -313,8 +313,8 @@ func (s *Service) fits(q *subjects.Question, answers []string) error {
 
 // deliver stores an answered question's envelope, then marks the record
 // delivered, and returns the record.
-func (s *Service) deliver(ctx context.Context, q *subjects.Question) (*subjects.Question, error) {
-	env := subjects.AnswerEnvelope(q)
+func (s *Service) deliver(ctx context.Context, q *Question) (*Question, error) {
+	env := AnswerEnvelope(q)
 	if _, err := s.inbox.DeliverOnce(ctx, &env, env.At); err != nil {
 		return nil, err
 	}

@@ -46,18 +46,18 @@ func TestAnswerLifecycle(t *testing.T) {
 	store := questions.NewStore(res.Questions, clock, kvrec.Retention{JS: js, After: time.Hour, Markers: time.Minute})
 	svc := questions.NewService(store, consumer.NewInbox(js, engine.InboxStream, 10*time.Minute, clock), nil)
 
-	ask, err := svc.Ask(ctx, "a1", &subjects.AskSpec{Items: []subjects.QuestionItem{{Title: "Go?", Options: []string{"yes", "no"}}}})
+	ask, err := svc.Ask(ctx, "a1", &questions.AskSpec{Items: []questions.QuestionItem{{Title: "Go?", Options: []string{"yes", "no"}}}})
 	if err != nil || !ask.Accepted {
 		t.Fatalf("ask: %+v %v", ask, err)
 	}
-	key := subjects.QuestionKey("a1", ask.QuestionID)
+	key := questions.QuestionKey("a1", ask.QuestionID)
 	if _, err := svc.Answer(ctx, "a1", ask.QuestionID, []string{"maybe"}); !errors.Is(err, subjects.ErrInvalidRequest) {
 		t.Fatalf("an answer outside the options: %v", err)
 	}
 	if _, mine, err := store.Answer(ctx, "a1", ask.QuestionID, []string{"maybe"}); !errors.Is(err, subjects.ErrInvalidRequest) || mine {
 		t.Fatalf("the store takes an answer outside the options: %v", err)
 	}
-	if q, _ := store.Get(ctx, "a1", ask.QuestionID); q.Status != subjects.QuestionOpen || ttlOf(t, js, key) != "" {
+	if q, _ := store.Get(ctx, "a1", ask.QuestionID); q.Status != questions.QuestionOpen || ttlOf(t, js, key) != "" {
 		t.Fatalf("open: %+v, ttl %q", q, ttlOf(t, js, key))
 	}
 	q, mine, err := store.Answer(ctx, "a1", ask.QuestionID, []string{"yes"})
@@ -74,7 +74,7 @@ func TestAnswerLifecycle(t *testing.T) {
 	if _, err := svc.Answer(ctx, "a1", ask.QuestionID, []string{"yes"}); !errors.Is(err, subjects.ErrConflict) {
 		t.Fatalf("after delivery: %v", err)
 	}
-	if _, err := svc.Answer(ctx, "a1", "q_nope", []string{"yes"}); !errors.Is(err, subjects.ErrQuestionNotFound) {
+	if _, err := svc.Answer(ctx, "a1", "q_nope", []string{"yes"}); !errors.Is(err, questions.ErrQuestionNotFound) {
 		t.Fatalf("unknown: %v", err)
 	}
 }

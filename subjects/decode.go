@@ -245,3 +245,23 @@ func Invalid(msg string) *Error { return &Error{Code: CodeInvalidRequest, Messag
 // DecodeNoFields decodes the body of a request that takes none
 // (lifecycle.start, lifecycle.stop, trigger.list): empty or {}.
 func DecodeNoFields(data []byte) error { return DecodeStrict(data, &struct{}{}) }
+
+// WithField adds field, a string, to an HTTP request's body whose route
+// names it in its path: a body that is not a JSON object is left as it is
+// for the decoder to refuse, and one naming field itself is refused as a
+// duplicate key.
+func WithField(body []byte, field, value string) []byte {
+	name, _ := json.Marshal(field)
+	v, _ := json.Marshal(value)
+	head := append(append(append([]byte{'{'}, name...), ':'), v...)
+	rest := bytes.TrimLeft(body, jsonSpace)
+	switch {
+	case len(rest) == 0:
+		return append(head, '}')
+	case rest[0] != '{':
+		return body
+	case len(bytes.TrimLeft(rest[1:], jsonSpace)) > 0 && bytes.TrimLeft(rest[1:], jsonSpace)[0] == '}':
+		return append(head, rest[1:]...)
+	}
+	return append(append(head, ','), rest[1:]...)
+}

@@ -65,10 +65,11 @@ func DecodeListPage(action string, walks int, data []byte) (ListPage, error) {
 	if err := DecodeStrict(data, &r); err != nil {
 		return ListPage{}, err
 	}
-	return r.page(action, walks)
+	return r.Page(action, walks)
 }
 
-func (r *ListRequest) page(action string, walks int) (ListPage, error) {
+// Page validates the request's limit and cursor for a listing of action.
+func (r *ListRequest) Page(action string, walks int) (ListPage, error) {
 	limit, err := ParseLimit(r.Limit)
 	if err != nil {
 		return ListPage{}, err

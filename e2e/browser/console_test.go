@@ -24,6 +24,7 @@ import (
 	"github.com/chime-nats/chime/console"
 	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/questions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
 )
@@ -209,7 +210,7 @@ func TestConsolePage(t *testing.T) {
 	}
 
 	// A question asked by the agent, answered on the page.
-	ask, err := agent.Ask(bg, subjects.QuestionItem{Title: "Deploy to production?", Options: []string{"deploy", "hold"}})
+	ask, err := agent.Ask(bg, questions.QuestionItem{Title: "Deploy to production?", Options: []string{"deploy", "hold"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,7 +402,7 @@ func TestConsoleDetailIDs(t *testing.T) {
 	p, nc, agent := consoleChime(t, "clob")
 	notify(t, nc, "clob", map[string]any{"id": "clobber", "message": "look", "priority": 10,
 		"detail": `<p id="i-text" name="i-text">x</p><a id="q-list" name="q-list">q</a><form id="i-form" name="i-form"><input id="t-after" name="sign-out"></form>`})
-	ask, err := agent.Ask(context.Background(), subjects.QuestionItem{Title: "Ship it?", Options: []string{"yes", "no"}})
+	ask, err := agent.Ask(context.Background(), questions.QuestionItem{Title: "Ship it?", Options: []string{"yes", "no"}})
 	if err != nil {
 		t.Fatal(err)
 	}

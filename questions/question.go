@@ -1,7 +1,6 @@
-package subjects
+package questions
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -9,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chime-nats/chime/subjects"
 	"github.com/nats-io/nuid"
 )
 
@@ -25,7 +25,7 @@ const (
 const CodeQuestionNotFound = "question_not_found"
 
 // ErrQuestionNotFound matches (errors.Is) every question_not_found error.
-var ErrQuestionNotFound = &Error{Code: CodeQuestionNotFound}
+var ErrQuestionNotFound = &subjects.Error{Code: CodeQuestionNotFound}
 
 // NewQuestionID returns a fresh, subject-safe question ID.
 func NewQuestionID() string { return "q_" + nuid.Next() }
@@ -67,7 +67,7 @@ type Question struct {
 	AnsweredAt  *time.Time     `json:"answered_at,omitempty"`
 	DeliveredAt *time.Time     `json:"delivered_at,omitempty"`
 	// RequestKey is set when the ask had a request_id.
-	RequestKey
+	subjects.RequestKey
 }
 
 // Key is the record's KV key.
@@ -93,7 +93,7 @@ type AskRequest struct {
 type AskSpec struct {
 	Items []QuestionItem
 	// Request is set when the ask had a request_id.
-	Request RequestKey
+	Request subjects.RequestKey
 }
 
 // AskReply answers an ask at once; the answer comes later, to the inbox.
@@ -109,22 +109,22 @@ type AskReply struct {
 // the same ask.
 func DecodeAsk(data []byte) (*AskSpec, error) {
 	var r AskRequest
-	if err := DecodeStrict(data, &r); err != nil {
+	if err := subjects.DecodeStrict(data, &r); err != nil {
 		return nil, err
 	}
 	if r.RequestID != nil {
-		if err := ValidateRequestID(*r.RequestID); err != nil {
+		if err := subjects.ValidateRequestID(*r.RequestID); err != nil {
 			return nil, err
 		}
 	}
 	if len(r.Questions) == 0 {
-		return nil, Invalid("questions must not be empty")
+		return nil, subjects.Invalid("questions must not be empty")
 	}
 	out := make([]QuestionItem, len(r.Questions))
 	for i, q := range r.Questions {
 		out[i].Title = strings.TrimSpace(q.Title)
 		if out[i].Title == "" {
-			return nil, Invalid("question titles must not be empty")
+			return nil, subjects.Invalid("question titles must not be empty")
 		}
 		if q.Options == nil { // absent or null: free text
 			continue
@@ -136,10 +136,10 @@ func DecodeAsk(data []byte) (*AskSpec, error) {
 			}
 		}
 		if len(out[i].Options) == 0 {
-			return nil, Invalid("options must contain at least one non-empty answer")
+			return nil, subjects.Invalid("options must contain at least one non-empty answer")
 		}
 	}
-	key, err := NewRequestKey(r.RequestID, ActionQuestionAsk, out)
+	key, err := subjects.NewRequestKey(r.RequestID, ActionQuestionAsk, out)
 	if err != nil {
 		return nil, err
 	}
@@ -164,12 +164,12 @@ type ListQuestionsReply struct {
 
 // DecodeListQuestions decodes a list request; an empty body lists the
 // first page of the open questions.
-func DecodeListQuestions(data []byte) (all bool, page ListPage, err error) {
+func DecodeListQuestions(data []byte) (all bool, page subjects.ListPage, err error) {
 	var r ListQuestionsRequest
-	if err := DecodeStrict(data, &r); err != nil {
-		return false, ListPage{}, err
+	if err := subjects.DecodeStrict(data, &r); err != nil {
+		return false, subjects.ListPage{}, err
 	}
-	page, err = (&ListRequest{Limit: r.Limit, Cursor: r.Cursor}).page(ActionQuestionList, 1)
+	page, err = (&subjects.ListRequest{Limit: r.Limit, Cursor: r.Cursor}).Page(ActionQuestionList, 1)
 	return r.All, page, err
 }
 
@@ -192,27 +192,27 @@ type AnswerReply struct {
 // trimmed. Whether they fit the question is the store's check.
 func DecodeAnswer(data []byte) (questionID string, answers []string, err error) {
 	var r AnswerRequest
-	if err := DecodeStrict(data, &r); err != nil {
+	if err := subjects.DecodeStrict(data, &r); err != nil {
 		return "", nil, err
 	}
-	if err := ValidateID("question_id", r.QuestionID); err != nil {
+	if err := subjects.ValidateID("question_id", r.QuestionID); err != nil {
 		return "", nil, err
 	}
 	switch {
 	case r.Answer != nil && r.Answers != nil:
-		return "", nil, Invalid("use either answer or answers, not both")
+		return "", nil, subjects.Invalid("use either answer or answers, not both")
 	case r.Answer != nil:
 		answers = []string{*r.Answer}
 	default:
 		answers = r.Answers
 	}
 	if len(answers) == 0 {
-		return "", nil, Invalid("answers must not be empty")
+		return "", nil, subjects.Invalid("answers must not be empty")
 	}
 	out := make([]string, len(answers))
 	for i, a := range answers {
 		if out[i] = strings.TrimSpace(a); out[i] == "" {
-			return "", nil, Invalid("answers must not be empty strings")
+			return "", nil, subjects.Invalid("answers must not be empty strings")
 		}
 	}
 	return r.QuestionID, out, nil
@@ -222,7 +222,7 @@ func DecodeAnswer(data []byte) (questionID string, answers []string, err error) 
 // of the options where the question has them.
 func (q *Question) CheckAnswers(answers []string) error {
 	if len(answers) != len(q.Questions) {
-		return Invalid(fmt.Sprintf("question %s has %d titles: give %d answers, in order, not %d",
+		return subjects.Invalid(fmt.Sprintf("question %s has %d titles: give %d answers, in order, not %d",
 			q.ID, len(q.Questions), len(q.Questions), len(answers)))
 	}
 	for i, item := range q.Questions {
@@ -231,7 +231,7 @@ func (q *Question) CheckAnswers(answers []string) error {
 			for j, o := range item.Options {
 				quoted[j] = strconv.Quote(o)
 			}
-			return Invalid(fmt.Sprintf("answer %d must be one of the options: %s", i+1, strings.Join(quoted, ", ")))
+			return subjects.Invalid(fmt.Sprintf("answer %d must be one of the options: %s", i+1, strings.Join(quoted, ", ")))
 		}
 	}
 	return nil
@@ -239,12 +239,12 @@ func (q *Question) CheckAnswers(answers []string) error {
 
 // AlreadyAnswered is the error of an answer to an answered question.
 func AlreadyAnswered(questionID string) error {
-	return &Error{Code: CodeConflict, Message: fmt.Sprintf("question %s is already answered", questionID)}
+	return &subjects.Error{Code: subjects.CodeConflict, Message: fmt.Sprintf("question %s is already answered", questionID)}
 }
 
 // QuestionNotFound is the error of an answer to an unknown question.
 func QuestionNotFound(questionID string) error {
-	return &Error{Code: CodeQuestionNotFound, Message: fmt.Sprintf("question %s not found", questionID)}
+	return &subjects.Error{Code: CodeQuestionNotFound, Message: fmt.Sprintf("question %s not found", questionID)}
 }
 
 // AnsweredItem is one question with its answer, in an answer delivery.
@@ -282,7 +282,7 @@ func AnswerText(q *Question) string {
 // AnswerEnvelope builds the one inbox delivery of an answered question.
 // It depends on the record alone (at: when it was answered), so every
 // attempt to deliver it, by any replica, builds the same envelope.
-func AnswerEnvelope(q *Question) Envelope {
+func AnswerEnvelope(q *Question) subjects.Envelope {
 	items := make([]AnsweredItem, len(q.Questions))
 	for i, item := range q.Questions {
 		items[i] = AnsweredItem{Title: item.Title, Options: item.Options}
@@ -290,39 +290,19 @@ func AnswerEnvelope(q *Question) Envelope {
 			items[i].Answer = q.Answers[i]
 		}
 	}
-	data, _ := EncodeJSON(AnswerData{QuestionID: q.ID, Answers: items, AskedAt: q.CreatedAt})
+	data, _ := subjects.EncodeJSON(AnswerData{QuestionID: q.ID, Answers: items, AskedAt: q.CreatedAt})
 	at := q.CreatedAt
 	if q.AnsweredAt != nil {
 		at = *q.AnsweredAt
 	}
-	return Envelope{
-		ID: QuestionEnvelopeID(q.ID), AgentID: q.AgentID, Kind: KindAnswer, At: at.UTC(),
-		Source: Source{Type: "question", ID: q.ID}, Trust: TrustOperator, Text: AnswerText(q), Data: data,
+	return subjects.Envelope{
+		ID: QuestionEnvelopeID(q.ID), AgentID: q.AgentID, Kind: subjects.KindAnswer, At: at.UTC(),
+		Source: subjects.Source{Type: "question", ID: q.ID}, Trust: subjects.TrustOperator, Text: AnswerText(q), Data: data,
 	}
 }
 
 // WithQuestionID adds question_id to an HTTP answer body, whose question
 // is named by the route's path (see WithField).
 func WithQuestionID(body []byte, questionID string) []byte {
-	return WithField(body, "question_id", questionID)
-}
-
-// WithField adds field, a string, to an HTTP request's body whose route
-// names it in its path: a body that is not a JSON object is left as it is
-// for the decoder to refuse, and one naming field itself is refused as a
-// duplicate key.
-func WithField(body []byte, field, value string) []byte {
-	name, _ := json.Marshal(field)
-	v, _ := json.Marshal(value)
-	head := append(append(append([]byte{'{'}, name...), ':'), v...)
-	rest := bytes.TrimLeft(body, jsonSpace)
-	switch {
-	case len(rest) == 0:
-		return append(head, '}')
-	case rest[0] != '{':
-		return body
-	case len(bytes.TrimLeft(rest[1:], jsonSpace)) > 0 && bytes.TrimLeft(rest[1:], jsonSpace)[0] == '}':
-		return append(head, rest[1:]...)
-	}
-	return append(append(head, ','), rest[1:]...)
+	return subjects.WithField(body, "question_id", questionID)
 }

@@ -1,4 +1,4 @@
-package subjects_test
+package questions_test
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chime-nats/chime/questions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/subjects/subjectstest"
 )
@@ -16,13 +17,13 @@ import (
 func TestDecodeAsk(t *testing.T) {
 	for _, tc := range []struct {
 		body string
-		want []subjects.QuestionItem
+		want []questions.QuestionItem
 	}{
-		{`{"questions":[{"title":"Deploy now?"}]}`, []subjects.QuestionItem{{Title: "Deploy now?"}}},
+		{`{"questions":[{"title":"Deploy now?"}]}`, []questions.QuestionItem{{Title: "Deploy now?"}}},
 		{`{"questions":[{"title":" Region? ","options":["eu"," us ",""]},{"title":"Why?","options":null}]}`,
-			[]subjects.QuestionItem{{Title: "Region?", Options: []string{"eu", "us"}}, {Title: "Why?"}}},
+			[]questions.QuestionItem{{Title: "Region?", Options: []string{"eu", "us"}}, {Title: "Why?"}}},
 	} {
-		got, err := subjects.DecodeAsk([]byte(tc.body))
+		got, err := questions.DecodeAsk([]byte(tc.body))
 		if err != nil || !reflect.DeepEqual(got.Items, tc.want) || got.Request != (subjects.RequestKey{}) {
 			t.Errorf("%s: got %+v, %v; want %+v", tc.body, got, err, tc.want)
 		}
@@ -34,7 +35,7 @@ func TestDecodeAsk(t *testing.T) {
 func TestDecodeAskRequestID(t *testing.T) {
 	key := func(body string) subjects.RequestKey {
 		t.Helper()
-		spec, err := subjects.DecodeAsk([]byte(body))
+		spec, err := questions.DecodeAsk([]byte(body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +71,7 @@ func TestDecodeAskErrors(t *testing.T) {
 		{`{"questions":[{"title":"a","title":"b"}]}`, subjects.CodeInvalidJSON, `duplicate key "title" in questions.0`},
 		{`[]`, subjects.CodeInvalidJSON, "request body must be a JSON object"},
 	} {
-		_, err := subjects.DecodeAsk([]byte(tc.body))
+		_, err := questions.DecodeAsk([]byte(tc.body))
 		var e *subjects.Error
 		if !errors.As(err, &e) || e.Code != tc.code || e.Message != tc.msg {
 			t.Errorf("%s: got %v, want %s: %s", tc.body, err, tc.code, tc.msg)
@@ -87,7 +88,7 @@ func TestDecodeAnswer(t *testing.T) {
 		{`{"question_id":"q_1","answer":" yes"}`, []string{"yes"}},
 		{`{"question_id":"q_1","answer":"yes","answers":null}`, []string{"yes"}},
 	} {
-		id, got, err := subjects.DecodeAnswer([]byte(tc.body))
+		id, got, err := questions.DecodeAnswer([]byte(tc.body))
 		if err != nil || id != "q_1" || !slices.Equal(got, tc.answers) {
 			t.Errorf("%s: got %q %q, %v", tc.body, id, got, err)
 		}
@@ -103,7 +104,7 @@ func TestDecodeAnswer(t *testing.T) {
 		{`{"question_id":"q_1","answers":"a"}`, subjects.CodeInvalidRequest, "answers must be a JSON array, not string"},
 		{`{"question_id":"q_1","answers":["a"],"extra":1}`, subjects.CodeInvalidRequest, `unknown field "extra"`},
 	} {
-		_, _, err := subjects.DecodeAnswer([]byte(tc.body))
+		_, _, err := questions.DecodeAnswer([]byte(tc.body))
 		var e *subjects.Error
 		if !errors.As(err, &e) || e.Code != tc.code || e.Message != tc.msg {
 			t.Errorf("%s: got %v, want %s: %s", tc.body, err, tc.code, tc.msg)
@@ -112,23 +113,23 @@ func TestDecodeAnswer(t *testing.T) {
 }
 
 func TestDecodeListQuestions(t *testing.T) {
-	if all, page, err := subjects.DecodeListQuestions(nil); err != nil || all || page.Limit != subjects.DefaultListLimit || page.From != nil {
+	if all, page, err := questions.DecodeListQuestions(nil); err != nil || all || page.Limit != subjects.DefaultListLimit || page.From != nil {
 		t.Errorf("empty body: %v %+v %v", all, page, err)
 	}
-	if all, page, err := subjects.DecodeListQuestions([]byte(`{"all":true,"limit":3}`)); err != nil || !all || page.Limit != 3 {
+	if all, page, err := questions.DecodeListQuestions([]byte(`{"all":true,"limit":3}`)); err != nil || !all || page.Limit != 3 {
 		t.Errorf("all: %v %+v %v", all, page, err)
 	}
-	cursor := subjects.EncodeCursor(subjects.ActionQuestionList, subjects.CursorPos{Buckets: 1, Seq: 9})
-	if _, page, err := subjects.DecodeListQuestions([]byte(`{"cursor":"` + cursor + `"}`)); err != nil || len(page.From) != 1 || page.From[0].Seq != 9 {
+	cursor := subjects.EncodeCursor(questions.ActionQuestionList, subjects.CursorPos{Buckets: 1, Seq: 9})
+	if _, page, err := questions.DecodeListQuestions([]byte(`{"cursor":"` + cursor + `"}`)); err != nil || len(page.From) != 1 || page.From[0].Seq != 9 {
 		t.Errorf("cursor: %+v %v", page, err)
 	}
-	if _, _, err := subjects.DecodeListQuestions([]byte(`{"all":"yes"}`)); err == nil || err.Error() != "invalid_request: all must be a JSON boolean, not string" {
+	if _, _, err := questions.DecodeListQuestions([]byte(`{"all":"yes"}`)); err == nil || err.Error() != "invalid_request: all must be a JSON boolean, not string" {
 		t.Errorf("all as a string: %v", err)
 	}
 }
 
 func TestCheckAnswers(t *testing.T) {
-	q := &subjects.Question{ID: "q_1", Questions: []subjects.QuestionItem{{Title: "Deploy?", Options: []string{"yes", "no"}}, {Title: "Why?"}}}
+	q := &questions.Question{ID: "q_1", Questions: []questions.QuestionItem{{Title: "Deploy?", Options: []string{"yes", "no"}}, {Title: "Why?"}}}
 	if err := q.CheckAnswers([]string{"yes", "because"}); err != nil {
 		t.Fatal(err)
 	}
@@ -151,9 +152,9 @@ func TestCheckAnswers(t *testing.T) {
 func TestAnswerEnvelope(t *testing.T) {
 	asked := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
 	answered := asked.Add(time.Minute)
-	q := &subjects.Question{ID: "q_1", AgentID: "a1", Status: subjects.QuestionAnswered, CreatedAt: asked, AnsweredAt: &answered,
-		Questions: []subjects.QuestionItem{{Title: "Deploy?", Options: []string{"yes", "no"}}, {Title: "Why?"}}, Answers: []string{"yes", "green CI"}}
-	env := subjects.AnswerEnvelope(q)
+	q := &questions.Question{ID: "q_1", AgentID: "a1", Status: questions.QuestionAnswered, CreatedAt: asked, AnsweredAt: &answered,
+		Questions: []questions.QuestionItem{{Title: "Deploy?", Options: []string{"yes", "no"}}, {Title: "Why?"}}, Answers: []string{"yes", "green CI"}}
+	env := questions.AnswerEnvelope(q)
 	if env.ID != "question_q_1_answer" || env.Kind != subjects.KindAnswer || env.Trust != subjects.TrustOperator || !env.At.Equal(answered) ||
 		env.Source != (subjects.Source{Type: "question", ID: "q_1"}) || env.AgentID != "a1" {
 		t.Fatalf("envelope: %+v", env)
@@ -161,12 +162,12 @@ func TestAnswerEnvelope(t *testing.T) {
 	if want := "The operator answered your question q_1:\n1. Deploy?\n   Answer: yes\n2. Why?\n   Answer: green CI"; env.Text != want {
 		t.Errorf("text %q, want %q", env.Text, want)
 	}
-	var data subjects.AnswerData
+	var data questions.AnswerData
 	if err := json.Unmarshal(env.Data, &data); err != nil || data.QuestionID != "q_1" || !data.AskedAt.Equal(asked) ||
-		!reflect.DeepEqual(data.Answers, []subjects.AnsweredItem{{Title: "Deploy?", Options: []string{"yes", "no"}, Answer: "yes"}, {Title: "Why?", Answer: "green CI"}}) {
+		!reflect.DeepEqual(data.Answers, []questions.AnsweredItem{{Title: "Deploy?", Options: []string{"yes", "no"}, Answer: "yes"}, {Title: "Why?", Answer: "green CI"}}) {
 		t.Errorf("data: %s (%v)", env.Data, err)
 	}
-	if again := subjects.AnswerEnvelope(q); !reflect.DeepEqual(again, env) {
+	if again := questions.AnswerEnvelope(q); !reflect.DeepEqual(again, env) {
 		t.Error("the envelope of one record differs between attempts")
 	}
 }
@@ -179,15 +180,15 @@ func TestWithQuestionID(t *testing.T) {
 		{"\n{ \"answers\":[\"a\"]}", `{"question_id":"q_1", "answers":["a"]}`},
 		{`["a"]`, `["a"]`},
 	} {
-		if got := string(subjects.WithQuestionID([]byte(tc.body), "q_1")); got != tc.want {
+		if got := string(questions.WithQuestionID([]byte(tc.body), "q_1")); got != tc.want {
 			t.Errorf("%q: got %q, want %q", tc.body, got, tc.want)
 		}
 	}
-	if _, _, err := subjects.DecodeAnswer(subjects.WithQuestionID([]byte(`{"question_id":"q_2","answer":"a"}`), "q_1")); err == nil ||
+	if _, _, err := questions.DecodeAnswer(questions.WithQuestionID([]byte(`{"question_id":"q_2","answer":"a"}`), "q_1")); err == nil ||
 		!strings.Contains(err.Error(), `duplicate key "question_id"`) {
 		t.Errorf("a body naming another question: %v", err)
 	}
-	if _, _, err := subjects.DecodeAnswer(subjects.WithQuestionID([]byte(`{"answer":"a"}`), `x","answer":"b`)); !errors.Is(err, subjects.ErrInvalidID) {
+	if _, _, err := questions.DecodeAnswer(questions.WithQuestionID([]byte(`{"answer":"a"}`), `x","answer":"b`)); !errors.Is(err, subjects.ErrInvalidID) {
 		t.Errorf("a path ID with quotes: %v", err)
 	}
 }
@@ -195,7 +196,7 @@ func TestWithQuestionID(t *testing.T) {
 func FuzzDecodeAsk(f *testing.F) {
 	subjectstest.AddSeeds(f, `{"questions":[{"title":"t"}]}`, `{"questions":[{"title":" t ","options":["a",""," "]}]}`,
 		`{"questions":[{"title":"t","options":[]}]}`, `{"questions":[{"title":"t","options":null}]}`)
-	subjectstest.Request(f, subjects.DecodeAsk, []string{"questions", "request_id"}, subjectstest.DecodeCodes, func(t *testing.T, body []byte, spec *subjects.AskSpec) {
+	subjectstest.Request(f, questions.DecodeAsk, []string{"questions", "request_id"}, subjectstest.DecodeCodes, func(t *testing.T, body []byte, spec *questions.AskSpec) {
 		items := spec.Items
 		if len(items) == 0 {
 			t.Fatalf("accepted %s with no questions", body)
@@ -206,7 +207,7 @@ func FuzzDecodeAsk(f *testing.F) {
 				t.Fatalf("accepted %s as %+v", body, items)
 			}
 		}
-		if back, err := subjects.DecodeAsk(subjectstest.EncodeBody(t, subjects.AskRequest{Questions: items})); err != nil || !reflect.DeepEqual(back.Items, items) {
+		if back, err := questions.DecodeAsk(subjectstest.EncodeBody(t, questions.AskRequest{Questions: items})); err != nil || !reflect.DeepEqual(back.Items, items) {
 			t.Fatalf("%s accepted as %+v, which reads back as %+v (%v)", body, items, back, err)
 		}
 	})
@@ -221,7 +222,7 @@ func FuzzDecodeAnswer(f *testing.F) {
 	subjectstest.AddSeeds(f, `{"question_id":"q_1","answers":["a"]}`, `{"question_id":"q_1","answer":" a "}`,
 		`{"question_id":"q_1","answer":"a","answers":[]}`, `{"question_id":"q.1","answers":[""]}`)
 	decode := func(b []byte) (decodedAnswer, error) {
-		id, answers, err := subjects.DecodeAnswer(b)
+		id, answers, err := questions.DecodeAnswer(b)
 		return decodedAnswer{id, answers}, err
 	}
 	keys := []string{"question_id", "answers", "answer"}
@@ -230,7 +231,7 @@ func FuzzDecodeAnswer(f *testing.F) {
 			slices.ContainsFunc(v.answers, func(a string) bool { return a == "" || a != strings.TrimSpace(a) }) {
 			t.Fatalf("accepted %s as %+v", body, v)
 		}
-		back, err := decode(subjectstest.EncodeBody(t, subjects.AnswerRequest{QuestionID: v.id, Answers: v.answers}))
+		back, err := decode(subjectstest.EncodeBody(t, questions.AnswerRequest{QuestionID: v.id, Answers: v.answers}))
 		if err != nil || back.id != v.id || !slices.Equal(back.answers, v.answers) {
 			t.Fatalf("%s accepted as %+v, which reads back as %+v (%v)", body, v, back, err)
 		}
