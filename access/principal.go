@@ -6,6 +6,7 @@ import (
 	"github.com/nats-io/jwt/v2"
 
 	"github.com/chime-nats/chime/action"
+	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -77,7 +78,7 @@ func RightsOf(t *action.Table) Rights {
 }
 
 // agentReads are the agent's subjects it may subscribe to.
-var agentReads = []string{subjects.ActionInbox, subjects.ActionWaitProgress, subjects.ActionNotifications}
+var agentReads = []string{subjects.ActionInbox, subjects.ActionWaitProgress, notifications.ActionNotifications}
 
 // Permissions are exactly the principal's NATS rights. Nothing else is
 // allowed: not the internal subjects, not publishing into any inbox, not

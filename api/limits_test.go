@@ -21,6 +21,7 @@ import (
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/internal/testwait"
+	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
 )
@@ -278,7 +279,7 @@ func TestNotifyRate(t *testing.T) {
 	r, nc := startChimeWith(t, io.Discard, func(c *config.Config) { c.NotifyRate = 0.01 })
 	ctx := context.Background()
 	c, _ := client.New(nc, "chatty")
-	if err := c.Request(ctx, subjects.ActionNotify, []byte(`{"message":"one"}`), &subjects.NotifyReply{}); err != nil {
+	if err := c.Request(ctx, notifications.ActionNotify, []byte(`{"message":"one"}`), &notifications.NotifyReply{}); err != nil {
 		t.Fatal(err)
 	}
 	m := request(t, nc, "agent.chatty.notify", `{"message":"two"}`)
@@ -288,8 +289,8 @@ func TestNotifyRate(t *testing.T) {
 	if s, b := post(t, base+"/api/control/agents/chatty/notifications", "application/json", []byte(`{"message":"from an operator"}`)); s != http.StatusOK {
 		t.Fatalf("an operator's create: %d %s", s, b)
 	}
-	var h subjects.ListNotificationsReply
-	if err := c.Request(ctx, subjects.ActionNotificationsList, nil, &h); err != nil {
+	var h notifications.ListNotificationsReply
+	if err := c.Request(ctx, notifications.ActionNotificationsList, nil, &h); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range h.Notifications {
@@ -298,7 +299,7 @@ func TestNotifyRate(t *testing.T) {
 		}
 	}
 	other, _ := client.New(nc, "quiet")
-	if err := other.Request(ctx, subjects.ActionNotify, []byte(`{"message":"one"}`), &subjects.NotifyReply{}); err != nil {
+	if err := other.Request(ctx, notifications.ActionNotify, []byte(`{"message":"one"}`), &notifications.NotifyReply{}); err != nil {
 		t.Fatalf("another agent: %v", err)
 	}
 	if got := metric(t, r, `chime_quota_refusals_total{quota="notifies"}`); got != 1 {

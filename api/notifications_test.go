@@ -26,6 +26,7 @@ import (
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/testwait"
+	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/replica"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -38,14 +39,14 @@ func getJSON(t *testing.T, base, path string, header ...string) (int, []byte) {
 
 // history reads an agent's notifications over HTTP; since < 0 asks for
 // the whole history.
-func history(t *testing.T, r *replica.Replica, agent string, since int64) subjects.ListNotificationsReply {
+func history(t *testing.T, r *replica.Replica, agent string, since int64) notifications.ListNotificationsReply {
 	t.Helper()
 	path := "/api/agents/" + agent + "/notifications"
 	if since >= 0 {
 		path += "?since=" + strconv.FormatInt(since, 10)
 	}
 	status, body := getJSON(t, "http://"+r.HTTPAddr(), path)
-	var reply subjects.ListNotificationsReply
+	var reply notifications.ListNotificationsReply
 	if status != http.StatusOK || json.Unmarshal(body, &reply) != nil {
 		t.Fatalf("GET %s: %d %s", path, status, body)
 	}
@@ -55,17 +56,17 @@ func history(t *testing.T, r *replica.Replica, agent string, since int64) subjec
 // notify sends agent.<agent>.notify and returns the notification ID.
 func notify(t *testing.T, nc *nats.Conn, agent, body string) string {
 	t.Helper()
-	var reply subjects.NotifyReply
-	if err := subjects.DecodeReply(request(t, nc, subjects.Agent(agent, subjects.ActionNotify), body).Data, &reply); err != nil {
+	var reply notifications.NotifyReply
+	if err := subjects.DecodeReply(request(t, nc, subjects.Agent(agent, notifications.ActionNotify), body).Data, &reply); err != nil {
 		t.Fatalf("notify %s: %v", body, err)
 	}
-	if reply.ID == "" || reply.Message != subjects.NotificationSentText {
+	if reply.ID == "" || reply.Message != notifications.NotificationSentText {
 		t.Fatalf("notify reply %+v", reply)
 	}
 	return reply.ID
 }
 
-func ids(items []subjects.NotificationItem) []string {
+func ids(items []notifications.NotificationItem) []string {
 	var out []string
 	for _, n := range items {
 		out = append(out, n.ID)
@@ -78,19 +79,19 @@ func ids(items []subjects.NotificationItem) []string {
 func TestNotificationRules(t *testing.T) {
 	r, nc := startChime(t)
 	base := "http://" + r.HTTPAddr()
-	changes, err := nc.SubscribeSync(subjects.Agent("ann", subjects.ActionNotifications))
+	changes, err := nc.SubscribeSync(subjects.Agent("ann", notifications.ActionNotifications))
 	if err != nil {
 		t.Fatal(err)
 	}
 	fromAgent := notify(t, nc, "ann", `{"message":"built","title":"CI","detail":"<b>green</b>"}`)
 	status, body := postJSON(t, base, "/api/control/agents/ann/notifications", `{"message":"from the console","type":"success"}`)
-	var created subjects.CreateNotificationReply
+	var created notifications.CreateNotificationReply
 	if status != http.StatusOK || json.Unmarshal(body, &created) != nil || !created.Success ||
 		created.Message != "Notification created successfully" || created.NotificationID == "" {
 		t.Fatalf("HTTP create: %d %s", status, body)
 	}
 	status, body = postJSON(t, base, "/api/control/agents/ann/notifications", `{"message":"shown long","display_time":"soon","priority":20}`)
-	var third subjects.CreateNotificationReply
+	var third notifications.CreateNotificationReply
 	if status != http.StatusOK || json.Unmarshal(body, &third) != nil {
 		t.Fatalf("HTTP create: %d %s", status, body)
 	}
@@ -98,7 +99,7 @@ func TestNotificationRules(t *testing.T) {
 	if h.Count != 3 || h.GUID == "" || h.Seq == 0 || !slices.Equal(ids(h.Notifications), []string{fromAgent, created.NotificationID, third.NotificationID}) {
 		t.Fatalf("history (newest last): %+v", h)
 	}
-	for i, want := range []subjects.NotificationItem{
+	for i, want := range []notifications.NotificationItem{
 		{ID: fromAgent, Type: "info", Priority: 20, Title: "CI", Message: "built", Detail: "<b>green</b>", DetailHTML: "<b>green</b>", DisplayTime: 30, AgentID: "ann"},
 		{ID: created.NotificationID, Type: "success", Priority: 10, Message: "from the console", DisplayTime: 3, AgentID: "ann"},
 		{ID: third.NotificationID, Type: "info", Priority: 20, Message: "shown long", DisplayTime: 3, AgentID: "ann"},
@@ -118,8 +119,8 @@ func TestNotificationRules(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var c subjects.NotificationChange
-		if err := json.Unmarshal(m.Data, &c); err != nil || c.Op != subjects.OpUpsert || c.AgentID != "ann" || c.GUID != h.GUID ||
+		var c notifications.NotificationChange
+		if err := json.Unmarshal(m.Data, &c); err != nil || c.Op != notifications.OpUpsert || c.AgentID != "ann" || c.GUID != h.GUID ||
 			c.Notification == nil || !reflect.DeepEqual(*c.Notification, h.Notifications[i]) || c.Seq != c.Notification.Seq {
 			t.Fatalf("change %d: %v %s", i, err, m.Data)
 		}
@@ -154,7 +155,7 @@ func TestNotificationRules(t *testing.T) {
 			assertError(t, tc.body, body, subjects.CodeInvalidRequest, tc.want)
 			continue
 		}
-		var reply subjects.MarkReadReply
+		var reply notifications.MarkReadReply
 		if status != 200 || json.Unmarshal(body, &reply) != nil || !reply.Success || reply.Message != tc.want {
 			t.Errorf("%s: %d %s", tc.body, status, body)
 		}
@@ -190,7 +191,7 @@ func TestNotificationRules(t *testing.T) {
 
 	// Clear: a new guid; a reader from before is told to replace its list.
 	status, body = postJSON(t, base, "/api/control/agents/ann/notifications/clear", ``)
-	var cleared subjects.ClearReply
+	var cleared notifications.ClearReply
 	if status != 200 || json.Unmarshal(body, &cleared) != nil || !cleared.Success || cleared.Message != "All notifications cleared" ||
 		cleared.GUID == "" || cleared.GUID == h.GUID {
 		t.Fatalf("clear: %d %s", status, body)
@@ -213,18 +214,18 @@ func TestNotificationRules(t *testing.T) {
 func TestNotificationsNATSOperations(t *testing.T) {
 	_, nc := startChime(t)
 	id := notify(t, nc, "cat", `{"message":"m"}`)
-	var list subjects.ListNotificationsReply
-	if err := subjects.DecodeReply(request(t, nc, subjects.Agent("cat", subjects.ActionNotificationsList), ``).Data, &list); err != nil ||
+	var list notifications.ListNotificationsReply
+	if err := subjects.DecodeReply(request(t, nc, subjects.Agent("cat", notifications.ActionNotificationsList), ``).Data, &list); err != nil ||
 		list.Count != 1 || list.Notifications[0].ID != id {
 		t.Fatalf("list: %v %+v", err, list)
 	}
-	var mark subjects.MarkReadReply
-	if err := subjects.DecodeReply(request(t, nc, subjects.Agent("cat", subjects.ActionNotificationsMark), `{"notification_ids":["`+id+`"]}`).Data, &mark); err != nil ||
+	var mark notifications.MarkReadReply
+	if err := subjects.DecodeReply(request(t, nc, subjects.Agent("cat", notifications.ActionNotificationsMark), `{"notification_ids":["`+id+`"]}`).Data, &mark); err != nil ||
 		mark.Message != "Marked 1 notifications as read" || *mark.MarkedCount != 1 {
 		t.Fatalf("mark: %v %+v", err, mark)
 	}
-	var cl subjects.ClearReply
-	if err := subjects.DecodeReply(request(t, nc, subjects.Agent("cat", subjects.ActionNotificationsClear), `{}`).Data, &cl); err != nil || cl.Message != "All notifications cleared" {
+	var cl notifications.ClearReply
+	if err := subjects.DecodeReply(request(t, nc, subjects.Agent("cat", notifications.ActionNotificationsClear), `{}`).Data, &cl); err != nil || cl.Message != "All notifications cleared" {
 		t.Fatalf("clear: %v %+v", err, cl)
 	}
 }
@@ -238,21 +239,21 @@ func TestNotificationBadInput(t *testing.T) {
 	for _, tc := range []struct {
 		action, body, code, msg string
 	}{
-		{subjects.ActionNotify, `{"type":"Info","priority":3}`, subjects.CodeInvalidRequest, "Invalid notification type: Info"},
-		{subjects.ActionNotify, `{"priority":15,"message":"m"}`, subjects.CodeInvalidRequest, "Invalid notification priority: 15"},
-		{subjects.ActionNotify, `{"priority":"20","message":"m"}`, subjects.CodeInvalidRequest, "Invalid notification priority: 20"},
-		{subjects.ActionNotify, `{"title":"t"}`, subjects.CodeInvalidRequest, "Message is required"},
-		{subjects.ActionNotify, `{"message":"m","id":"a.b"}`, subjects.CodeInvalidID, ""},
-		{subjects.ActionNotify, `{"message":"m","id":"` + strings.Repeat("i", 65) + `"}`, subjects.CodeInvalidID, ""},
-		{subjects.ActionNotify, `{"message":"m","sound":"ding"}`, subjects.CodeInvalidRequest, `unknown field "sound"`},
-		{subjects.ActionNotify, `{"message":["m"]}`, subjects.CodeInvalidRequest, "message must be a JSON string, not array"},
-		{subjects.ActionNotify, `{"message":"` + long + `"}`, subjects.CodePayloadTooLarge, "request body larger than 64 KiB"},
-		{subjects.ActionNotify, `[1]`, subjects.CodeInvalidJSON, ""},
-		{subjects.ActionNotificationsList, `{"since":-1}`, subjects.CodeInvalidRequest, "since must be a sequence number (a whole number, 0 or more), not -1"},
-		{subjects.ActionNotificationsList, `{"since":"5"}`, subjects.CodeInvalidRequest, ""},
-		{subjects.ActionNotificationsList, `{"after":5}`, subjects.CodeInvalidRequest, `unknown field "after"`},
-		{subjects.ActionNotificationsMark, `{"notification_ids":"x"}`, subjects.CodeInvalidRequest, "notification_ids must be a list"},
-		{subjects.ActionNotificationsClear, `{"all":true}`, subjects.CodeInvalidRequest, `unknown field "all"`},
+		{notifications.ActionNotify, `{"type":"Info","priority":3}`, subjects.CodeInvalidRequest, "Invalid notification type: Info"},
+		{notifications.ActionNotify, `{"priority":15,"message":"m"}`, subjects.CodeInvalidRequest, "Invalid notification priority: 15"},
+		{notifications.ActionNotify, `{"priority":"20","message":"m"}`, subjects.CodeInvalidRequest, "Invalid notification priority: 20"},
+		{notifications.ActionNotify, `{"title":"t"}`, subjects.CodeInvalidRequest, "Message is required"},
+		{notifications.ActionNotify, `{"message":"m","id":"a.b"}`, subjects.CodeInvalidID, ""},
+		{notifications.ActionNotify, `{"message":"m","id":"` + strings.Repeat("i", 65) + `"}`, subjects.CodeInvalidID, ""},
+		{notifications.ActionNotify, `{"message":"m","sound":"ding"}`, subjects.CodeInvalidRequest, `unknown field "sound"`},
+		{notifications.ActionNotify, `{"message":["m"]}`, subjects.CodeInvalidRequest, "message must be a JSON string, not array"},
+		{notifications.ActionNotify, `{"message":"` + long + `"}`, subjects.CodePayloadTooLarge, "request body larger than 64 KiB"},
+		{notifications.ActionNotify, `[1]`, subjects.CodeInvalidJSON, ""},
+		{notifications.ActionNotificationsList, `{"since":-1}`, subjects.CodeInvalidRequest, "since must be a sequence number (a whole number, 0 or more), not -1"},
+		{notifications.ActionNotificationsList, `{"since":"5"}`, subjects.CodeInvalidRequest, ""},
+		{notifications.ActionNotificationsList, `{"after":5}`, subjects.CodeInvalidRequest, `unknown field "after"`},
+		{notifications.ActionNotificationsMark, `{"notification_ids":"x"}`, subjects.CodeInvalidRequest, "notification_ids must be a list"},
+		{notifications.ActionNotificationsClear, `{"all":true}`, subjects.CodeInvalidRequest, `unknown field "all"`},
 	} {
 		msg := request(t, nc, subjects.Agent("bad", tc.action), tc.body)
 		assertError(t, tc.action+" "+tc.body, msg.Data, tc.code, tc.msg)
@@ -297,7 +298,7 @@ type sseEvent struct {
 	id     uint64
 	event  string
 	data   string
-	change subjects.NotificationChange // data, of a notification event
+	change notifications.NotificationChange // data, of a notification event
 }
 
 // follow opens an SSE stream at path and returns its events; the stream
@@ -383,29 +384,29 @@ func nextSSE(t *testing.T, events <-chan sseEvent) sseEvent {
 type follower struct {
 	seq   uint64
 	guid  string
-	items map[string]subjects.NotificationItem
+	items map[string]notifications.NotificationItem
 }
 
-func (f *follower) apply(t *testing.T, c subjects.NotificationChange) {
+func (f *follower) apply(t *testing.T, c notifications.NotificationChange) {
 	t.Helper()
 	if c.Seq <= f.seq {
 		t.Fatalf("change %d after %d: backwards", c.Seq, f.seq)
 	}
 	f.seq, f.guid = c.Seq, c.GUID
 	switch c.Op {
-	case subjects.OpUpsert:
+	case notifications.OpUpsert:
 		f.items[c.Notification.ID] = *c.Notification
-	case subjects.OpRemove:
+	case notifications.OpRemove:
 		for _, id := range c.NotificationIDs {
 			delete(f.items, id)
 		}
-	case subjects.OpClear:
+	case notifications.OpClear:
 		clear(f.items)
 	}
 }
 
 // poll applies a history answer since the follower's sequence.
-func (f *follower) poll(t *testing.T, r *replica.Replica, agent string) subjects.ListNotificationsReply {
+func (f *follower) poll(t *testing.T, r *replica.Replica, agent string) notifications.ListNotificationsReply {
 	t.Helper()
 	h := history(t, r, agent, int64(f.seq))
 	if h.Seq < f.seq {
@@ -424,7 +425,7 @@ func (f *follower) poll(t *testing.T, r *replica.Replica, agent string) subjects
 	return h
 }
 
-func (f *follower) same(t *testing.T, what string, h subjects.ListNotificationsReply) {
+func (f *follower) same(t *testing.T, what string, h notifications.ListNotificationsReply) {
 	t.Helper()
 	if why := f.differs(h); why != "" {
 		t.Fatalf("%s: %s", what, why)
@@ -432,7 +433,7 @@ func (f *follower) same(t *testing.T, what string, h subjects.ListNotificationsR
 }
 
 // differs says how the follower's list differs from h, "" if it does not.
-func (f *follower) differs(h subjects.ListNotificationsReply) string {
+func (f *follower) differs(h notifications.ListNotificationsReply) string {
 	if len(f.items) != len(h.Notifications) {
 		return fmt.Sprintf("the follower holds %d, the history %d", len(f.items), len(h.Notifications))
 	}
@@ -449,7 +450,7 @@ func (f *follower) differs(h subjects.ListNotificationsReply) string {
 
 // catchUp applies a stream's events until the follower holds h (the
 // history's seq may be a write no event shows, a compaction's).
-func (f *follower) catchUp(t *testing.T, events <-chan sseEvent, h subjects.ListNotificationsReply) {
+func (f *follower) catchUp(t *testing.T, events <-chan sseEvent, h notifications.ListNotificationsReply) {
 	t.Helper()
 	for f.differs(h) != "" {
 		f.apply(t, nextEvent(t, events).change)
@@ -465,9 +466,9 @@ func TestNotificationEvictionFollowers(t *testing.T) {
 	r, nc := startChimeWith(t, io.Discard, func(c *config.Config) { c.NotificationsMax = limit })
 	base := "http://" + r.HTTPAddr()
 	live := follow(t, base, "/api/agents/eve/notifications/events")
-	near := &follower{items: map[string]subjects.NotificationItem{}}
-	far := &follower{items: map[string]subjects.NotificationItem{}}
-	mid, atMid := uint64(0), map[string]subjects.NotificationItem{}
+	near := &follower{items: map[string]notifications.NotificationItem{}}
+	far := &follower{items: map[string]notifications.NotificationItem{}}
+	mid, atMid := uint64(0), map[string]notifications.NotificationItem{}
 	var sent []string
 	for i := range 40 {
 		sent = append(sent, notify(t, nc, "eve", fmt.Sprintf(`{"message":"n%d"}`, i)))
@@ -520,7 +521,7 @@ func TestNotificationEvictionFollowers(t *testing.T) {
 
 	// The live stream saw every change; a stream from mid replays what
 	// changed after it, then both go on live.
-	sse := &follower{items: map[string]subjects.NotificationItem{}}
+	sse := &follower{items: map[string]notifications.NotificationItem{}}
 	sse.catchUp(t, live, h)
 	replayed := follow(t, base, "/api/agents/eve/notifications/events?since="+strconv.FormatUint(mid, 10))
 	last := follow(t, base, "/api/notifications/events", "Last-Event-ID", strconv.FormatUint(h.Seq, 10))
@@ -535,10 +536,10 @@ func TestNotificationEvictionFollowers(t *testing.T) {
 	}
 	sse.catchUp(t, live, h2)
 	ev := nextEvent(t, last)
-	if ev.change.Op != subjects.OpClear || ev.change.GUID != h2.GUID || ev.change.AgentID != "eve" {
+	if ev.change.Op != notifications.OpClear || ev.change.GUID != h2.GUID || ev.change.AgentID != "eve" {
 		t.Fatalf("the all-agents stream from Last-Event-ID: %+v", ev)
 	}
-	if ev := nextEvent(t, last); ev.change.Op != subjects.OpUpsert || ev.change.Notification.ID != after {
+	if ev := nextEvent(t, last); ev.change.Op != notifications.OpUpsert || ev.change.Notification.ID != after {
 		t.Fatalf("then %+v", ev)
 	}
 	// The replay from mid: a clear first (mid is behind compacted
@@ -568,7 +569,7 @@ func TestNotificationsReplicasAndRestart(t *testing.T) {
 	if s, _ := postJSON(t, "http://"+b.HTTPAddr(), "/api/control/agents/r1/notifications/mark-read", `{"mark_all":true}`); s != 200 {
 		t.Fatal(s)
 	}
-	before := map[string]subjects.ListNotificationsReply{}
+	before := map[string]notifications.ListNotificationsReply{}
 	for _, agent := range []string{"r1", "r2", "r3"} {
 		ha, hb := history(t, a, agent, -1), history(t, b, agent, -1)
 		ha.Seq, hb.Seq = 0, 0 // each as of its own answer
@@ -666,7 +667,7 @@ func TestNotificationConcurrentEviction(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			if i%3 == 0 { // over NATS too
-				_, err := nc.Request(subjects.Agent("race", subjects.ActionNotify), fmt.Appendf(nil, `{"message":"m%d"}`, i), 10*time.Second)
+				_, err := nc.Request(subjects.Agent("race", notifications.ActionNotify), fmt.Appendf(nil, `{"message":"m%d"}`, i), 10*time.Second)
 				if err != nil {
 					t.Error(err)
 				}
@@ -689,9 +690,9 @@ func TestNotificationConcurrentEviction(t *testing.T) {
 	for upserts[end] == 0 {
 		ev := nextEvent(t, stream)
 		switch ev.change.Op {
-		case subjects.OpUpsert:
+		case notifications.OpUpsert:
 			upserts[ev.change.Notification.ID]++
-		case subjects.OpRemove:
+		case notifications.OpRemove:
 			for _, id := range ev.change.NotificationIDs {
 				removes[id]++
 			}

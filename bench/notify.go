@@ -18,7 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/chime-nats/chime/client"
-	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/notifications"
 )
 
 // NotifyOptions configures a notification benchmark.
@@ -174,7 +174,7 @@ func Notify(ctx context.Context, o NotifyOptions) (*NotifyResult, error) {
 			defer cancel()
 			t0 := time.Now()
 			sent[i].Store(t0.UnixNano())
-			_, err := clients[i%o.Agents].Notify(rctx, client.Notification{Message: "b" + strconv.Itoa(i), Type: subjects.NotifyProgress})
+			_, err := clients[i%o.Agents].Notify(rctx, client.Notification{Message: "b" + strconv.Itoa(i), Type: notifications.NotifyProgress})
 			took := time.Since(t0)
 			mu.Lock()
 			defer mu.Unlock()
@@ -242,7 +242,7 @@ func prefill(ctx context.Context, clients []*client.Client, limit, inFlight int)
 		wg.Go(func() {
 			for j := range jobs {
 				rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				_, err := clients[j.agent].Notify(rctx, client.Notification{Message: "prefill " + strconv.Itoa(j.k), Type: subjects.NotifyProgress})
+				_, err := clients[j.agent].Notify(rctx, client.Notification{Message: "prefill " + strconv.Itoa(j.k), Type: notifications.NotifyProgress})
 				cancel()
 				if err != nil {
 					select {
@@ -339,7 +339,7 @@ func (s *sseClient) read() {
 		if !ok {
 			continue
 		}
-		if json.Unmarshal([]byte(data), &c) != nil || c.Op != subjects.OpUpsert || !strings.HasPrefix(c.AgentID, s.run) {
+		if json.Unmarshal([]byte(data), &c) != nil || c.Op != notifications.OpUpsert || !strings.HasPrefix(c.AgentID, s.run) {
 			continue
 		}
 		i, err := strconv.Atoi(strings.TrimPrefix(c.Notification.Message, "b"))

@@ -20,7 +20,7 @@ import (
 
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/internal/backoff"
-	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/notifications"
 )
 
 // NotifyMemoryOptions configures a notification memory run: an external
@@ -222,7 +222,7 @@ func writeNotifications(ctx context.Context, conns []*nats.Conn, f *fleet, o Not
 			for j := range jobs {
 				rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 				_, err := clients[j%o.Agents].Notify(rctx, client.Notification{
-					Message: "m" + strconv.Itoa(j/o.Agents), Title: "bench", Detail: detail, Type: subjects.NotifyInfo,
+					Message: "m" + strconv.Itoa(j/o.Agents), Title: "bench", Detail: detail, Type: notifications.NotifyInfo,
 				})
 				cancel()
 				if err != nil {
@@ -308,7 +308,7 @@ func listHistories(ctx context.Context, f *fleet, o NotifyMemoryOptions, agent f
 		if err != nil {
 			return nil, 0, fmt.Errorf("bench: list: %w", err)
 		}
-		var h subjects.ListNotificationsReply
+		var h notifications.ListNotificationsReply
 		err = json.NewDecoder(res.Body).Decode(&h)
 		res.Body.Close()
 		took = append(took, time.Since(t0))

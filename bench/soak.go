@@ -17,6 +17,7 @@ import (
 
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/internal/backoff"
+	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
 )
@@ -273,7 +274,7 @@ func (r *soakRun) notify(ctx context.Context) {
 	r.paced(ctx, r.o.NotifyRate, func(ctx context.Context) {
 		a := r.agents[rand.IntN(len(r.agents))]
 		msg := fmt.Sprintf("soak %d", n.Add(1))
-		if _, err := a.c.Notify(ctx, client.Notification{Message: msg, Title: "soak", Type: subjects.NotifyInfo}); err != nil {
+		if _, err := a.c.Notify(ctx, client.Notification{Message: msg, Title: "soak", Type: notifications.NotifyInfo}); err != nil {
 			r.notifyFails.Add(1)
 			r.fail(fmt.Errorf("notify: %w", err))
 			return

@@ -10,7 +10,7 @@ import (
 	"syscall"
 
 	"github.com/chime-nats/chime/client"
-	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/notifications"
 )
 
 // notify runs `chime notify send|list|read|clear|follow`: an agent's
@@ -35,7 +35,7 @@ func (a *App) notify(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
-	n.Type, n.Priority = subjects.NotificationType(*typ), subjects.NotificationPriority(*prio)
+	n.Type, n.Priority = notifications.NotificationType(*typ), notifications.NotificationPriority(*prio)
 	var from *uint64
 	if *since >= 0 {
 		s := uint64(*since)
@@ -78,8 +78,8 @@ func (a *App) followNotifications(ctx context.Context, agentID string, since *ui
 		return err
 	}
 	defer closeConn()
-	changes := make(chan subjects.NotificationChange, 1024)
-	sub, err := c.FollowNotifications(func(ch subjects.NotificationChange) {
+	changes := make(chan notifications.NotificationChange, 1024)
+	sub, err := c.FollowNotifications(func(ch notifications.NotificationChange) {
 		select {
 		case changes <- ch:
 		default: // a terminal that cannot keep up loses lines, not memory

@@ -21,6 +21,7 @@ import (
 	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
 )
@@ -147,8 +148,8 @@ func TestNATSAuthorization(t *testing.T) {
 			t.Fatalf("list: %v %v", list, err)
 		}
 		// Her notifications: she sends, lists and follows her own.
-		changes := make(chan subjects.NotificationChange, 4)
-		follow, err := ac.FollowNotifications(func(c subjects.NotificationChange) { changes <- c })
+		changes := make(chan notifications.NotificationChange, 4)
+		follow, err := ac.FollowNotifications(func(c notifications.NotificationChange) { changes <- c })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +166,7 @@ func TestNATSAuthorization(t *testing.T) {
 		}
 		select {
 		case c := <-changes:
-			if c.Op != subjects.OpUpsert || c.Notification.ID != sent.ID {
+			if c.Op != notifications.OpUpsert || c.Notification.ID != sent.ID {
 				t.Fatalf("change %+v", c)
 			}
 		case <-time.After(10 * time.Second):
@@ -207,7 +208,7 @@ func TestNATSAuthorization(t *testing.T) {
 	t.Run("agent refused everything else", func(t *testing.T) {
 		inboxBefore := inboxCount(t, p.httpAddr, op)
 		for _, subj := range []string{subjects.Inbox("bob"), ">", "agent.*.inbox", "_INBOX.>", "$KV.chime_triggers.>", "timer.fire",
-			subjects.Agent("bob", subjects.ActionNotifications)} {
+			subjects.Agent("bob", notifications.ActionNotifications)} {
 			if _, err := alice.SubscribeSync(subj); err != nil {
 				t.Fatal(err)
 			}
@@ -217,9 +218,9 @@ func TestNATSAuthorization(t *testing.T) {
 			subjects.Agent("bob", subjects.ActionTimerList), subjects.Agent("bob", subjects.ActionTimerCancel),
 			subjects.Agent("alice", subjects.ActionIntervention), subjects.Agent("alice", subjects.ActionLifecycleStart),
 			subjects.Agent("alice", subjects.ActionTriggerCreate), subjects.Agent("alice", subjects.ActionTokenIssue),
-			subjects.Agent("alice", subjects.ActionNotificationsMark), subjects.Agent("alice", subjects.ActionNotificationsClear),
-			subjects.Agent("bob", subjects.ActionNotify), subjects.Agent("bob", subjects.ActionNotificationsList),
-			subjects.Agent("alice", subjects.ActionNotifications), "$KV.chime_notifications.alice.x",
+			subjects.Agent("alice", notifications.ActionNotificationsMark), subjects.Agent("alice", notifications.ActionNotificationsClear),
+			subjects.Agent("bob", notifications.ActionNotify), subjects.Agent("bob", notifications.ActionNotificationsList),
+			subjects.Agent("alice", notifications.ActionNotifications), "$KV.chime_notifications.alice.x",
 			subjects.TimerFire, subjects.WaitFire, "intervention.apply.alice", subjects.CallbackEventWake,
 			subjects.CallbackWake, subjects.Inbox("alice"), subjects.Inbox("bob"),
 			"$KV.chime_timers.bob." + bobTimer.ID, "$JS.API.STREAM.INFO.KV_chime_timers", "$JS.API.STREAM.LIST",

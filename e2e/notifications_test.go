@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/notifications"
 )
 
 // TestCLINotifications: the built binary sends, lists, marks read and
@@ -19,16 +19,16 @@ func TestCLINotifications(t *testing.T) {
 	var ids []string
 	for _, msg := range []string{"one", "two", "three", "four"} {
 		out, errOut, code := chimeCLI(t, natsAddr, "notify", "send", msg, "--agent", "clin", "--title", "T", "--type", "success", "--priority", "10")
-		var rep subjects.NotifyReply
-		if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.Message != subjects.NotificationSentText {
+		var rep notifications.NotifyReply
+		if code != 0 || json.Unmarshal([]byte(out), &rep) != nil || rep.Message != notifications.NotificationSentText {
 			t.Fatalf("notify send: exit %d, %q %s", code, out, errOut)
 		}
 		ids = append(ids, rep.ID)
 	}
-	list := func() subjects.ListNotificationsReply {
+	list := func() notifications.ListNotificationsReply {
 		t.Helper()
 		out, errOut, code := chimeCLI(t, natsAddr, "notify", "list", "--agent", "clin")
-		var h subjects.ListNotificationsReply
+		var h notifications.ListNotificationsReply
 		if code != 0 || json.Unmarshal([]byte(out), &h) != nil {
 			t.Fatalf("notify list: exit %d, %q %s", code, out, errOut)
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/natsproc"
 	"github.com/chime-nats/chime/internal/natsproc/natsproctest"
+	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
 )
@@ -97,7 +98,7 @@ func TestSecurityReplySubjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	bobQuiet := quiet(t, bob, subjects.Inbox("bob"), subjects.Agent("bob", subjects.ActionWaitProgress),
-		subjects.Agent("bob", subjects.ActionNotifications), access.AgentInboxPrefix("bob")+".abc.>")
+		subjects.Agent("bob", notifications.ActionNotifications), access.AgentInboxPrefix("bob")+".abc.>")
 	inboxBefore := inboxCount(t, p.httpAddr, op)
 
 	// A token alice would like to make valid for herself.
@@ -107,11 +108,11 @@ func TestSecurityReplySubjects(t *testing.T) {
 		{tasks.ActionTaskStart, `{"task_id":"t1"}`, "$KV." + engine.TokensBucket + ".tok." + hex.EncodeToString(sum[:])},
 		{tasks.ActionTaskStart, `{"task_id":"t2"}`, "$KV." + engine.LeasesBucket + ".replica.evil"},
 		{subjects.ActionTimerList, `{}`, "$KV." + engine.AgentsBucket + ".bob"},
-		{subjects.ActionNotify, `{"message":"planted"}`, "$KV." + engine.NotificationsBucket + ".bob.x"},
-		{subjects.ActionNotify, `{"message":"overwrite","id":"deploy-7"}`, subjects.Agent("bob", subjects.ActionNotify)},
+		{notifications.ActionNotify, `{"message":"planted"}`, "$KV." + engine.NotificationsBucket + ".bob.x"},
+		{notifications.ActionNotify, `{"message":"overwrite","id":"deploy-7"}`, subjects.Agent("bob", notifications.ActionNotify)},
 		{subjects.ActionTimerList, `{}`, subjects.Inbox("bob")},
 		{subjects.ActionTimerList, `{}`, subjects.Agent("bob", subjects.ActionWaitProgress)},
-		{subjects.ActionTimerList, `{}`, subjects.Agent("bob", subjects.ActionNotifications)},
+		{subjects.ActionTimerList, `{}`, subjects.Agent("bob", notifications.ActionNotifications)},
 		{subjects.ActionTimerList, `{}`, access.AgentInboxPrefix("bob") + ".abc.1"},
 		{subjects.ActionTimerList, `{}`, "_INBOX.callback." + wake.ID + ".abc"},
 		{subjects.ActionTimerList, `{}`, access.ServiceInboxPrefix + ".abc.1"},
@@ -128,7 +129,7 @@ func TestSecurityReplySubjects(t *testing.T) {
 		{bobWakeToken, "$KV." + engine.AgentsBucket + ".bob"},
 		{bobWakeToken, subjects.Inbox("bob")},
 		{bobWakeToken, "_INBOX.callback.other.abc"},
-		{"cb_wrong", subjects.Agent("bob", subjects.ActionNotify)},
+		{"cb_wrong", subjects.Agent("bob", notifications.ActionNotify)},
 		{"cb_wrong", "$KV." + engine.TriggersBucket + ".x"},
 	}
 	for _, a := range cbAttacks {
@@ -211,7 +212,7 @@ func TestSecurityReplySubjects(t *testing.T) {
 	before, _ := p.metricIf(t, refusedReplies)
 	big := `{"message":"` + strings.Repeat("x", 4000) + `"}`
 	for i := range flood {
-		if err := alice.PublishRequest(subjects.Agent("alice", subjects.ActionNotify), subjects.Inbox(fmt.Sprintf("n%d", i)), []byte(big)); err != nil {
+		if err := alice.PublishRequest(subjects.Agent("alice", notifications.ActionNotify), subjects.Inbox(fmt.Sprintf("n%d", i)), []byte(big)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -16,9 +16,9 @@ func (s *Service) Actions(q *quotas.Quotas) []action.Action {
 		return action.When(s != nil, "notifications are not configured", fn)
 	}
 	return []action.Action{
-		{Name: subjects.ActionNotify, Access: action.Agent, Summary: "notify the user (the console's bell), paced per agent",
+		{Name: ActionNotify, Access: action.Agent, Summary: "notify the user (the console's bell), paced per agent",
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
-				n, err := subjects.DecodeNotify(r.Body, subjects.FromAgent)
+				n, err := DecodeNotify(r.Body, FromAgent)
 				if err != nil {
 					return nil, err
 				}
@@ -29,13 +29,13 @@ func (s *Service) Actions(q *quotas.Quotas) []action.Action {
 				if err != nil {
 					return nil, err
 				}
-				return subjects.NotifyReply{ID: item.ID, Message: subjects.NotificationSentText}, nil
+				return NotifyReply{ID: item.ID, Message: NotificationSentText}, nil
 			})},
-		{Name: subjects.ActionNotificationsCreate, Access: action.Operator, Summary: "create a notification for the agent (the console's form)",
+		{Name: ActionNotificationsCreate, Access: action.Operator, Summary: "create a notification for the agent (the console's form)",
 			HTTPOnly: true, HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/notifications", http.StatusOK, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
 				// An operator's create is not paced.
-				n, err := subjects.DecodeNotify(r.Body, subjects.FromHTTP)
+				n, err := DecodeNotify(r.Body, FromHTTP)
 				if err != nil {
 					return nil, err
 				}
@@ -43,22 +43,22 @@ func (s *Service) Actions(q *quotas.Quotas) []action.Action {
 				if err != nil {
 					return nil, err
 				}
-				return subjects.CreateNotificationReply{Success: true, NotificationID: item.ID, Message: subjects.NotificationCreatedText}, nil
+				return CreateNotificationReply{Success: true, NotificationID: item.ID, Message: NotificationCreatedText}, nil
 			})},
-		{Name: subjects.ActionNotificationsList, Access: action.Agent, Summary: "the agent's notification history, or the changes since a sequence",
+		{Name: ActionNotificationsList, Access: action.Agent, Summary: "the agent's notification history, or the changes since a sequence",
 			Columns: []string{"id", "type", "title", "message", "timestamp", "read"},
 			HTTP:    action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/notifications", http.StatusOK, action.Query("since")),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
-				since, err := subjects.DecodeListNotifications(r.Body)
+				since, err := DecodeListNotifications(r.Body)
 				if err != nil {
 					return nil, err
 				}
 				return s.List(ctx, r.AgentID, since)
 			})},
-		{Name: subjects.ActionNotificationsMark, Access: action.Operator, Summary: "mark notifications read",
+		{Name: ActionNotificationsMark, Access: action.Operator, Summary: "mark notifications read",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/notifications/mark-read", http.StatusOK, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
-				ids, all, err := subjects.DecodeMarkRead(r.Body)
+				ids, all, err := DecodeMarkRead(r.Body)
 				if err != nil {
 					return nil, err
 				}
@@ -67,11 +67,11 @@ func (s *Service) Actions(q *quotas.Quotas) []action.Action {
 					return nil, err
 				}
 				if all {
-					return subjects.MarkReadReply{Success: true, Message: subjects.AllMarkedReadText}, nil
+					return MarkReadReply{Success: true, Message: AllMarkedReadText}, nil
 				}
-				return subjects.MarkReadReply{Success: true, MarkedCount: &n, Message: subjects.MarkedReadText(n)}, nil
+				return MarkReadReply{Success: true, MarkedCount: &n, Message: MarkedReadText(n)}, nil
 			})},
-		{Name: subjects.ActionNotificationsClear, Access: action.Operator, Summary: "remove every notification of the agent",
+		{Name: ActionNotificationsClear, Access: action.Operator, Summary: "remove every notification of the agent",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/notifications/clear", http.StatusOK, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
 				if err := subjects.DecodeNoFields(r.Body); err != nil {
@@ -81,7 +81,7 @@ func (s *Service) Actions(q *quotas.Quotas) []action.Action {
 				if err != nil {
 					return nil, err
 				}
-				return subjects.ClearReply{Success: true, Message: subjects.AllClearedText, GUID: guid}, nil
+				return ClearReply{Success: true, Message: AllClearedText, GUID: guid}, nil
 			})},
 	}
 }

@@ -12,8 +12,6 @@ import (
 	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/chime-nats/chime/subjects"
 )
 
 // Event is one change of the feed: its sequence (the SSE id) and its JSON.
@@ -67,7 +65,7 @@ type follower struct {
 	f      *Feed
 	agents map[string]*followed
 	live   bool // caught up with the stream once: a full buffer drops the feed
-	clears []subjects.NotificationChange
+	clears []NotificationChange
 }
 
 // Follow starts a feed of the agent's changes ("": every agent's),
@@ -105,14 +103,14 @@ func (s *Service) Follow(ctx context.Context, agentID string, since *uint64) (*F
 			fw.agents[m.key] = a
 			if *since < am.reset && am.reset > 1 {
 				a.announced = true
-				fw.clears = append(fw.clears, subjects.NotificationChange{Seq: am.reset, AgentID: m.key, Op: subjects.OpClear, GUID: am.guid})
+				fw.clears = append(fw.clears, NotificationChange{Seq: am.reset, AgentID: m.key, Op: OpClear, GUID: am.guid})
 			}
 			return nil
 		})
 		if err != nil {
 			return nil, err
 		}
-		slices.SortFunc(fw.clears, func(a, b subjects.NotificationChange) int { return cmp.Compare(a.Seq, b.Seq) })
+		slices.SortFunc(fw.clears, func(a, b NotificationChange) int { return cmp.Compare(a.Seq, b.Seq) })
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, *since+1
 	}
 	cons, err := s.js.OrderedConsumer(ctx, s.stream, cfg)
@@ -196,7 +194,7 @@ func (fw *follower) flushClears(ctx context.Context, seq uint64) bool {
 // send hands a change to the client: waiting for it during the replay,
 // dropping the feed once live when its buffer is full. It is false when
 // the feed ended.
-func (fw *follower) send(ctx context.Context, c subjects.NotificationChange) bool {
+func (fw *follower) send(ctx context.Context, c NotificationChange) bool {
 	ev := Event{Seq: c.Seq, Data: encodeChange(c)}
 	if fw.live {
 		select {
@@ -245,7 +243,7 @@ func (fw *follower) agent(ctx context.Context, agentID string) (*followed, error
 }
 
 // change is the change a message of the bucket makes, nil for none.
-func (fw *follower) change(ctx context.Context, e stored) (*subjects.NotificationChange, error) {
+func (fw *follower) change(ctx context.Context, e stored) (*NotificationChange, error) {
 	agentID, id, isNotification := strings.Cut(e.key, ".")
 	a, err := fw.agent(ctx, agentID)
 	if err != nil {
@@ -268,7 +266,7 @@ func (fw *follower) change(ctx context.Context, e stored) (*subjects.Notificatio
 		a.guid, a.rev, a.announced = m.GUID, e.seq, false
 		a.reset = max(a.reset, resetOf(m, e.seq))
 		if cleared {
-			return &subjects.NotificationChange{Seq: e.seq, AgentID: agentID, Op: subjects.OpClear, GUID: m.GUID}, nil
+			return &NotificationChange{Seq: e.seq, AgentID: agentID, Op: OpClear, GUID: m.GUID}, nil
 		}
 		return nil, nil
 	}
@@ -276,7 +274,7 @@ func (fw *follower) change(ctx context.Context, e stored) (*subjects.Notificatio
 		return nil, nil // cleared or compacted, its purge still to come
 	}
 	if e.deleted {
-		return &subjects.NotificationChange{Seq: e.seq, AgentID: agentID, Op: subjects.OpRemove, GUID: a.guid, NotificationIDs: []string{id}}, nil
+		return &NotificationChange{Seq: e.seq, AgentID: agentID, Op: OpRemove, GUID: a.guid, NotificationIDs: []string{id}}, nil
 	}
 	var r record
 	if err := json.Unmarshal(e.data, &r); err != nil {
@@ -286,5 +284,5 @@ func (fw *follower) change(ctx context.Context, e stored) (*subjects.Notificatio
 	item := r.NotificationItem
 	item.ID, item.Seq, item.AgentID = id, e.seq, agentID
 	fw.s.render(&item)
-	return &subjects.NotificationChange{Seq: e.seq, AgentID: agentID, Op: subjects.OpUpsert, GUID: a.guid, Notification: &item}, nil
+	return &NotificationChange{Seq: e.seq, AgentID: agentID, Op: OpUpsert, GUID: a.guid, Notification: &item}, nil
 }

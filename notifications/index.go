@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"encoding/json"
 	"slices"
-
-	"github.com/chime-nats/chime/subjects"
 )
 
 // meta is an agent's record, key <agent>: its guid, and the reset point
@@ -21,13 +19,13 @@ type meta struct {
 // across updates: 0 is the record's own revision (never updated since it
 // was made).
 type record struct {
-	subjects.NotificationItem
+	NotificationItem
 	Pos uint64 `json:"pos,omitempty"`
 }
 
 // entry is a live notification as read.
 type entry struct {
-	item subjects.NotificationItem // Seq: its revision
+	item NotificationItem // Seq: its revision
 	pos  uint64
 }
 
@@ -39,8 +37,8 @@ type target struct {
 
 // history answers a history from a snapshot: see
 // subjects.ListNotificationsReply.
-func (s *Service) history(snap *snapshot, since *uint64) *subjects.ListNotificationsReply {
-	out := &subjects.ListNotificationsReply{Notifications: []subjects.NotificationItem{}, Seq: snap.last, GUID: snap.guid}
+func (s *Service) history(snap *snapshot, since *uint64) *ListNotificationsReply {
+	out := &ListNotificationsReply{Notifications: []NotificationItem{}, Seq: snap.last, GUID: snap.guid}
 	from := uint64(0)
 	if since != nil {
 		if *since < snap.reset {
@@ -125,13 +123,13 @@ func (snap *snapshot) compaction(limit int) uint64 {
 }
 
 // render fills the item's detail_html, when the service sanitizes.
-func (s *Service) render(item *subjects.NotificationItem) {
+func (s *Service) render(item *NotificationItem) {
 	if s.sanitize != nil && item.Detail != "" {
 		item.DetailHTML = s.sanitize(item.Detail)
 	}
 }
 
-func encodeChange(c subjects.NotificationChange) []byte {
+func encodeChange(c NotificationChange) []byte {
 	b, err := json.Marshal(c)
 	if err != nil {
 		panic("notifications: encode a change: " + err.Error()) // plain fields: cannot fail

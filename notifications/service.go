@@ -130,13 +130,13 @@ func (s *Service) Stop() {
 // One with the ID of a notification the agent has replaces it in place:
 // its fields, a fresh timestamp, unread again, at its place in the
 // history.
-func (s *Service) Notify(ctx context.Context, agentID string, n *subjects.Notification) (*subjects.NotificationItem, error) {
+func (s *Service) Notify(ctx context.Context, agentID string, n *Notification) (*NotificationItem, error) {
 	am, err := s.ensureAgent(ctx, agentID)
 	if err != nil {
 		return nil, err
 	}
 	guid := am.guid
-	item := subjects.NotificationItem{
+	item := NotificationItem{
 		ID: cmp.Or(n.ID, newUUID()), Type: n.Type, Priority: n.Priority, Title: n.Title, Message: n.Message,
 		Detail: n.Detail, Timestamp: subjects.FormatISO(s.now().UTC()), DisplayTime: n.DisplayTime, Group: n.Group,
 		AgentID: agentID,
@@ -146,7 +146,7 @@ func (s *Service) Notify(ctx context.Context, agentID string, n *subjects.Notifi
 		return nil, fmt.Errorf("notifications: store %s: %w", item.ID, err)
 	}
 	item.Seq = rev
-	s.publish(subjects.NotificationChange{Seq: rev, AgentID: agentID, Op: subjects.OpUpsert, GUID: guid, Notification: &item})
+	s.publish(NotificationChange{Seq: rev, AgentID: agentID, Op: OpUpsert, GUID: guid, Notification: &item})
 	if err := s.evict(ctx, agentID, guid); err != nil {
 		// Stored: the agent's next notification evicts what this one
 		// could not.
@@ -170,7 +170,7 @@ func (s *Service) ensureAgent(ctx context.Context, agentID string) (agentMeta, e
 // put writes a notification and returns its revision. In place, it
 // replaces the agent's notification of that ID by CAS, keeping its place;
 // one removed, or older than the agent's last clear, is made anew.
-func (s *Service) put(ctx context.Context, agentID string, item subjects.NotificationItem, inPlace bool, reset uint64) (uint64, error) {
+func (s *Service) put(ctx context.Context, agentID string, item NotificationItem, inPlace bool, reset uint64) (uint64, error) {
 	key := agentID + "." + item.ID
 	rec := record{NotificationItem: item}
 	rec.Seq, rec.AgentID = 0, "" // the revision and the key say these
@@ -237,7 +237,7 @@ func (s *Service) evict(ctx context.Context, agentID, guid string) error {
 				return err
 			}
 			made++
-			s.publish(subjects.NotificationChange{Seq: seq, AgentID: agentID, Op: subjects.OpRemove, GUID: guid, NotificationIDs: []string{v.id}})
+			s.publish(NotificationChange{Seq: seq, AgentID: agentID, Op: OpRemove, GUID: guid, NotificationIDs: []string{v.id}})
 		}
 		if !lost {
 			break
@@ -374,7 +374,7 @@ func (s *Service) handle(ctx context.Context) (jetstream.Stream, error) {
 
 // List returns the agent's history (see subjects.ListNotificationsReply),
 // read from the bucket: the stream's last change at the call is in it.
-func (s *Service) List(ctx context.Context, agentID string, since *uint64) (*subjects.ListNotificationsReply, error) {
+func (s *Service) List(ctx context.Context, agentID string, since *uint64) (*ListNotificationsReply, error) {
 	snap, err := s.read(ctx, agentID)
 	if err != nil {
 		return nil, err
@@ -447,7 +447,7 @@ func (s *Service) MarkRead(ctx context.Context, agentID string, ids []string, al
 		}
 		if item != nil {
 			marked++
-			s.publish(subjects.NotificationChange{Seq: item.Seq, AgentID: agentID, Op: subjects.OpUpsert, GUID: snap.guid, Notification: item})
+			s.publish(NotificationChange{Seq: item.Seq, AgentID: agentID, Op: OpUpsert, GUID: snap.guid, Notification: item})
 		}
 	}
 	return marked, nil
@@ -455,7 +455,7 @@ func (s *Service) MarkRead(ctx context.Context, agentID string, ids []string, al
 
 // markRead marks one notification read by CAS; nil when it was read, or
 // gone, already.
-func (s *Service) markRead(ctx context.Context, agentID, id string, reset uint64) (*subjects.NotificationItem, error) {
+func (s *Service) markRead(ctx context.Context, agentID, id string, reset uint64) (*NotificationItem, error) {
 	key := agentID + "." + id
 	for range casAttempts {
 		e, err := s.kv.Get(ctx, key)
@@ -495,7 +495,7 @@ func (s *Service) Clear(ctx context.Context, agentID string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("notifications: clear: %w", err)
 	}
-	s.publish(subjects.NotificationChange{Seq: rev, AgentID: agentID, Op: subjects.OpClear, GUID: guid})
+	s.publish(NotificationChange{Seq: rev, AgentID: agentID, Op: OpClear, GUID: guid})
 	// The guid's revision already hides everything older; the purge only
 	// frees the space, and the next clear or compaction retries it.
 	if err := s.purge(ctx, agentID, rev); err != nil {
@@ -507,13 +507,13 @@ func (s *Service) Clear(ctx context.Context, agentID string) (string, error) {
 // publish sends a change on agent.<id>.notifications, for UIs on NATS. It
 // is core NATS, at most once: a UI that must not miss one follows the
 // history or an SSE feed, which carry the same changes.
-func (s *Service) publish(c subjects.NotificationChange) {
+func (s *Service) publish(c NotificationChange) {
 	if c.Notification != nil {
 		item := *c.Notification
 		s.render(&item)
 		c.Notification = &item
 	}
-	if err := s.js.Conn().Publish(subjects.Agent(c.AgentID, subjects.ActionNotifications), encodeChange(c)); err != nil {
+	if err := s.js.Conn().Publish(subjects.Agent(c.AgentID, ActionNotifications), encodeChange(c)); err != nil {
 		s.log.Debug("change not published", "agent_id", c.AgentID, "seq", c.Seq, "err", err)
 	}
 }

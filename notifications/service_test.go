@@ -11,7 +11,6 @@ import (
 
 	"github.com/chime-nats/chime/internal/natstest"
 	"github.com/chime-nats/chime/internal/testwait"
-	"github.com/chime-nats/chime/subjects"
 )
 
 // start runs a Service with limit max on its own JetStream server.
@@ -46,7 +45,7 @@ func TestCompactionOffTheReplyPath(t *testing.T) {
 	defer cancel()
 	var first uint64
 	for i := range 10 * limit {
-		item, err := s.Notify(ctx, "ann", &subjects.Notification{Message: fmt.Sprintf("m%d", i), Type: subjects.NotifyInfo})
+		item, err := s.Notify(ctx, "ann", &Notification{Message: fmt.Sprintf("m%d", i), Type: NotifyInfo})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +115,7 @@ func TestResumeOnAReplicaBehind(t *testing.T) {
 	defer cancel()
 	var since uint64
 	for i := range 5 {
-		item, err := a.Notify(ctx, "ann", &subjects.Notification{ID: "n", Message: fmt.Sprintf("v%d", i), Type: subjects.NotifyInfo})
+		item, err := a.Notify(ctx, "ann", &Notification{ID: "n", Message: fmt.Sprintf("v%d", i), Type: NotifyInfo})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,7 +131,7 @@ func TestResumeOnAReplicaBehind(t *testing.T) {
 	if err := b.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Notify(ctx, "ann", &subjects.Notification{ID: "n", Message: "v5", Type: subjects.NotifyInfo}); err != nil {
+	if _, err := a.Notify(ctx, "ann", &Notification{ID: "n", Message: "v5", Type: NotifyInfo}); err != nil {
 		t.Fatal(err)
 	}
 	for _, ev := range f.Replay {
@@ -153,7 +152,7 @@ func TestAnswersFromTheStore(t *testing.T) {
 	defer cancel()
 	var ids []string
 	for i := range 5 {
-		item, err := a.Notify(ctx, "ann", &subjects.Notification{Message: fmt.Sprintf("m%d", i), Type: subjects.NotifyInfo, Detail: "<p>d</p>"})
+		item, err := a.Notify(ctx, "ann", &Notification{Message: fmt.Sprintf("m%d", i), Type: NotifyInfo, Detail: "<p>d</p>"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,7 +211,7 @@ func BenchmarkList(b *testing.B) {
 	detail := strings.Repeat("<p>The <b>build</b> finished.</p>", 8192/33)
 	for a := range 51 {
 		for i := range 100 {
-			if _, err := s.Notify(ctx, fmt.Sprintf("agent%d", a), &subjects.Notification{Message: fmt.Sprint(i), Detail: detail, Type: subjects.NotifyInfo}); err != nil {
+			if _, err := s.Notify(ctx, fmt.Sprintf("agent%d", a), &Notification{Message: fmt.Sprint(i), Detail: detail, Type: NotifyInfo}); err != nil {
 				b.Fatal(err)
 			}
 		}

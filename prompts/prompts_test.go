@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/prompts"
 	"github.com/chime-nats/chime/questions"
 	"github.com/chime-nats/chime/subjects"
@@ -119,8 +120,8 @@ var toolPrompts = []struct {
 		{"", `{"seconds":5,"minutes":1,"hours":1,"days":1,"until":"2030-01-01 09:00","tz":"Asia/Tokyo","id":"w1"}`, decodeWait},
 		{"", `{"seconds":5,"minutes":1,"request_id":"r1"}`, decodeWait}, // request_id goes without id
 	}},
-	{"notify_user.md", jsonFields(subjects.NotifyRequest{}), []action{{"", `{"message":"m","title":"t","detail":"<b>d</b>","type":"info","priority":10,"timeout":5,"display_time":5,"id":"n1","group":"g"}`,
-		func(b []byte) error { _, err := subjects.DecodeNotify(b, subjects.FromAgent); return err }}}},
+	{"notify_user.md", jsonFields(notifications.NotifyRequest{}), []action{{"", `{"message":"m","title":"t","detail":"<b>d</b>","type":"info","priority":10,"timeout":5,"display_time":5,"id":"n1","group":"g"}`,
+		func(b []byte) error { _, err := notifications.DecodeNotify(b, notifications.FromAgent); return err }}}},
 	{"wait_for.md", jsonFields(subjects.WaitForRequest{}), []action{{"", `{"wake":"external","resource":"ci","reason":"r","delivery":"final","work_item_id":"w1","recheck_after_ms":500}`,
 		func(b []byte) error { _, err := subjects.DecodeWaitFor(b); return err }}}},
 	// authority_class is the operator's field (HTTP), not the agent's.
@@ -236,7 +237,7 @@ func marshal(t *testing.T, body map[string]json.RawMessage, field string, value 
 func checkValues(t *testing.T, a action, field string, values []string) {
 	t.Helper()
 	code := map[string][]string{
-		"type":     strs(subjects.NotificationTypes()),
+		"type":     strs(notifications.NotificationTypes()),
 		"wake":     strs(subjects.WakeKinds()),
 		"delivery": strs(subjects.Deliveries()),
 	}[field]
@@ -271,21 +272,21 @@ func TestNotifyPriorities(t *testing.T) {
 	if line != "20 high urgency, 10 normal urgency; omit for high" {
 		t.Errorf("priority line %q", line)
 	}
-	names := map[string]subjects.NotificationPriority{}
-	var documented []subjects.NotificationPriority
+	names := map[string]notifications.NotificationPriority{}
+	var documented []notifications.NotificationPriority
 	for _, m := range priorityValue.FindAllStringSubmatch(line, -1) {
 		n, _ := strconv.Atoi(m[1])
-		documented = append(documented, subjects.NotificationPriority(n))
-		names[m[2]] = subjects.NotificationPriority(n)
+		documented = append(documented, notifications.NotificationPriority(n))
+		names[m[2]] = notifications.NotificationPriority(n)
 	}
-	if !slices.Equal(documented, subjects.NotificationPriorities()) {
-		t.Errorf("documented priorities %v, code accepts %v", documented, subjects.NotificationPriorities())
+	if !slices.Equal(documented, notifications.NotificationPriorities()) {
+		t.Errorf("documented priorities %v, code accepts %v", documented, notifications.NotificationPriorities())
 	}
-	if names["high"] != subjects.PriorityHigh || names["normal"] != subjects.PriorityNormal {
+	if names["high"] != notifications.PriorityHigh || names["normal"] != notifications.PriorityNormal {
 		t.Errorf("priority names %v", names)
 	}
 	_, omitted, _ := strings.Cut(line, "omit for ")
-	n, err := subjects.DecodeNotify([]byte(`{"message":"m"}`), subjects.FromAgent)
+	n, err := notifications.DecodeNotify([]byte(`{"message":"m"}`), notifications.FromAgent)
 	if err != nil || n.Priority != names[omitted] {
 		t.Errorf("an omitted priority is %v (%v), the prompt says %s", n, err, omitted)
 	}
@@ -293,8 +294,8 @@ func TestNotifyPriorities(t *testing.T) {
 
 func TestFrameworkMessages(t *testing.T) {
 	got, err := prompts.Render("fw.notification_sent.md", nil)
-	if err != nil || got != subjects.NotificationSentText {
-		t.Errorf("notification sent: %q, %v; the reply says %q", got, err, subjects.NotificationSentText)
+	if err != nil || got != notifications.NotificationSentText {
+		t.Errorf("notification sent: %q, %v; the reply says %q", got, err, notifications.NotificationSentText)
 	}
 	got, err = prompts.Render("fw.wait_complete.md", map[string]string{"target_time": "2026-12-03T09:00:00+00:00"})
 	if err != nil || got != "Wait complete. Reached 2026-12-03T09:00:00+00:00." {

@@ -20,6 +20,7 @@ import (
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/internal/natstest"
 	"github.com/chime-nats/chime/internal/testwait"
+	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/replica"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
@@ -230,7 +231,7 @@ func TestStorageFull(t *testing.T) {
 	}
 }
 
-func hasNotification(r *subjects.ListNotificationsReply, id string) bool {
+func hasNotification(r *notifications.ListNotificationsReply, id string) bool {
 	if r == nil {
 		return false
 	}

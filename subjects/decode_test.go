@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
 )
@@ -51,7 +52,7 @@ func decoders() map[string]func([]byte) error {
 		"wait.cancel":    func(b []byte) error { _, err := subjects.DecodeWaitRef(b); return err },
 		"wait.for":       func(b []byte) error { _, err := subjects.DecodeWaitFor(b); return err },
 		"intervention":   func(b []byte) error { _, err := subjects.DecodeIntervention(b); return err },
-		"notify":         func(b []byte) error { _, err := subjects.DecodeNotify(b, subjects.FromAgent); return err },
+		"notify":         func(b []byte) error { _, err := notifications.DecodeNotify(b, notifications.FromAgent); return err },
 		"lifecycle":      subjects.DecodeNoFields,
 		"trigger.create": func(b []byte) error { _, _, err := subjects.DecodeCreateTrigger(b); return err },
 		"trigger.reset":  func(b []byte) error { _, err := subjects.DecodeResetTrigger(b); return err },

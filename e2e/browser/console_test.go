@@ -24,6 +24,7 @@ import (
 	"github.com/chime-nats/chime/console"
 	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/questions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
@@ -319,7 +320,7 @@ func TestConsoleTokenPrompt(t *testing.T) {
 func notify(t testing.TB, nc *nats.Conn, agentID string, n map[string]any) {
 	t.Helper()
 	b, _ := json.Marshal(n)
-	msg, err := nc.Request(subjects.Agent(agentID, subjects.ActionNotify), b, 5*time.Second)
+	msg, err := nc.Request(subjects.Agent(agentID, notifications.ActionNotify), b, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -505,7 +506,7 @@ func TestConsoleNotificationsResume(t *testing.T) {
 	}
 	defer nc.Close()
 	notify(t, nc, "res", map[string]any{"id": "gone", "message": "before the clear", "priority": 10})
-	if msg, err := nc.Request(subjects.Agent("res", subjects.ActionNotificationsClear), []byte(`{}`), 5*time.Second); err != nil || strings.Contains(string(msg.Data), `"error"`) {
+	if msg, err := nc.Request(subjects.Agent("res", notifications.ActionNotificationsClear), []byte(`{}`), 5*time.Second); err != nil || strings.Contains(string(msg.Data), `"error"`) {
 		t.Fatalf("clear: %v %v", msg, err)
 	}
 	notify(t, nc, "res", map[string]any{"id": "b", "message": "first", "priority": 10})

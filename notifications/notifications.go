@@ -1,9 +1,10 @@
-package subjects
+package notifications
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/chime-nats/chime/subjects"
 	"strconv"
 	"strings"
 )
@@ -115,15 +116,15 @@ func DecodeListNotifications(data []byte) (since *uint64, err error) {
 	var r struct {
 		Since json.RawMessage `json:"since,omitempty"`
 	}
-	if err := DecodeStrict(data, &r); err != nil {
+	if err := subjects.DecodeStrict(data, &r); err != nil {
 		return nil, err
 	}
-	if IsNull(r.Since) {
+	if subjects.IsNull(r.Since) {
 		return nil, nil
 	}
 	n, err := strconv.ParseUint(string(bytes.TrimSpace(r.Since)), 10, 64)
 	if err != nil {
-		return nil, &Error{Code: CodeInvalidRequest, Message: "since must be a sequence number (a whole number, 0 or more), not " + rawText(r.Since)}
+		return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "since must be a sequence number (a whole number, 0 or more), not " + rawText(r.Since)}
 	}
 	return &n, nil
 }
@@ -158,7 +159,7 @@ type ClearReply struct {
 // ids".
 func DecodeMarkRead(data []byte) (ids []string, all bool, err error) {
 	var r MarkReadRequest
-	if err := DecodeStrict(data, &r); err != nil {
+	if err := subjects.DecodeStrict(data, &r); err != nil {
 		return nil, false, err
 	}
 	if r.MarkAll {
@@ -166,11 +167,11 @@ func DecodeMarkRead(data []byte) (ids []string, all bool, err error) {
 	}
 	raw := bytes.TrimSpace(r.NotificationIDs)
 	if falsy(raw) {
-		return nil, false, Invalid(NoNotificationIDsText)
+		return nil, false, subjects.Invalid(NoNotificationIDsText)
 	}
 	var list []json.RawMessage
 	if raw[0] != '[' || json.Unmarshal(raw, &list) != nil {
-		return nil, false, Invalid(NotificationIDsListText)
+		return nil, false, subjects.Invalid(NotificationIDsListText)
 	}
 	for _, e := range list {
 		var s string

@@ -1,8 +1,9 @@
-package subjects
+package notifications
 
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/chime-nats/chime/subjects"
 	"math"
 	"slices"
 	"strconv"
@@ -103,14 +104,14 @@ type Notification struct {
 // notification has one of the two.
 func DecodeNotify(data []byte, src NotifySource) (*Notification, error) {
 	var req NotifyRequest
-	if err := DecodeStrict(data, &req); err != nil {
+	if err := subjects.DecodeStrict(data, &req); err != nil {
 		return nil, err
 	}
 	prio, display := src.defaults()
 	n := &Notification{ID: req.ID, Message: req.Message, Title: req.Title, Detail: req.Detail,
 		Type: NotifyInfo, Priority: prio, DisplayTime: display, Group: req.Group}
 	if src == FromHTTP && req.Message == "" {
-		return nil, &Error{Code: CodeInvalidRequest, Message: "Message is required"}
+		return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "Message is required"}
 	}
 	if req.Type != "" {
 		n.Type = NotificationType(req.Type)
@@ -118,21 +119,21 @@ func DecodeNotify(data []byte, src NotifySource) (*Notification, error) {
 			n.Type = NotificationType(strings.ToLower(req.Type))
 		}
 		if !slices.Contains(NotificationTypes(), n.Type) {
-			return nil, &Error{Code: CodeInvalidRequest, Message: "Invalid notification type: " + req.Type}
+			return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "Invalid notification type: " + req.Type}
 		}
 	}
-	if !IsNull(req.Priority) {
+	if !subjects.IsNull(req.Priority) {
 		p, err := strconv.Atoi(string(bytes.TrimSpace(req.Priority)))
 		if err != nil || !slices.Contains(NotificationPriorities(), NotificationPriority(p)) {
-			return nil, &Error{Code: CodeInvalidRequest, Message: "Invalid notification priority: " + rawText(req.Priority)}
+			return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "Invalid notification priority: " + rawText(req.Priority)}
 		}
 		n.Priority = NotificationPriority(p)
 	}
 	if req.Message == "" {
-		return nil, &Error{Code: CodeInvalidRequest, Message: "Message is required"}
+		return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "Message is required"}
 	}
 	if req.ID != "" {
-		if err := ValidateID("id", req.ID); err != nil {
+		if err := subjects.ValidateID("id", req.ID); err != nil {
 			return nil, err
 		}
 	}
