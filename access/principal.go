@@ -8,6 +8,7 @@ import (
 	"github.com/chime-nats/chime/action"
 	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/waits"
 )
 
 // Kind is a kind of principal.
@@ -78,7 +79,7 @@ func RightsOf(t *action.Table) Rights {
 }
 
 // agentReads are the agent's subjects it may subscribe to.
-var agentReads = []string{subjects.ActionInbox, subjects.ActionWaitProgress, notifications.ActionNotifications}
+var agentReads = []string{subjects.ActionInbox, waits.ActionWaitProgress, notifications.ActionNotifications}
 
 // Permissions are exactly the principal's NATS rights. Nothing else is
 // allowed: not the internal subjects, not publishing into any inbox, not

@@ -10,6 +10,7 @@ import (
 	"github.com/chime-nats/chime/action"
 	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/waits"
 )
 
 // consoleViews are the operator's views that are no agent's action (HTTP
@@ -48,11 +49,11 @@ func limitParam(r *http.Request) []byte {
 // of its WaitFor registrations, at most limit of each; the cursor holds
 // where each walk is (a finished one stays at its end).
 func (o *Operations) waitList(ctx context.Context, agentID string, body []byte) (any, error) {
-	page, err := subjects.DecodeListWaits(body)
+	page, err := waits.DecodeListWaits(body)
 	if err != nil {
 		return nil, err
 	}
-	reply := subjects.ListWaitsReply{Waits: []subjects.Wait{}, WaitFor: []subjects.WaitFor{}}
+	reply := waits.ListWaitsReply{Waits: []waits.Wait{}, WaitFor: []subjects.WaitFor{}}
 	next := []subjects.CursorPos{page.Walk(0), page.Walk(1)}
 	if !next[0].End() {
 		if reply.Waits, next[0], err = o.waits.Page(ctx, agentID, page.Limit, next[0]); err != nil {
@@ -66,7 +67,7 @@ func (o *Operations) waitList(ctx context.Context, agentID string, body []byte) 
 			return nil, err
 		}
 	}
-	reply.NextCursor = subjects.EncodeCursor(subjects.ActionWaitList, next...)
+	reply.NextCursor = subjects.EncodeCursor(waits.ActionWaitList, next...)
 	return reply, nil
 }
 

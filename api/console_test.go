@@ -19,6 +19,7 @@ import (
 	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
+	"github.com/chime-nats/chime/waits"
 )
 
 // get sends a GET and returns the status and body.
@@ -59,14 +60,14 @@ func TestConsoleRoutes(t *testing.T) {
 	}
 
 	events := follow(t, base, "/api/agents/con/inbox/events?since="+strconv.FormatUint(page.LastSeq, 10))
-	var wait subjects.WaitReply
+	var wait waits.WaitReply
 	if err := json.Unmarshal(request(t, nc, "agent.con.wait.request", `{"seconds":600}`).Data, &wait); err != nil || wait.WaitID == "" {
 		t.Fatalf("wait: %v %+v", err, wait)
 	}
-	var waits subjects.ListWaitsReply
+	var listed waits.ListWaitsReply
 	status, body = get(t, base+"/api/agents/con/waits")
-	if status != 200 || json.Unmarshal(body, &waits) != nil || len(waits.Waits) != 1 || waits.Waits[0].ID != wait.WaitID ||
-		waits.Waits[0].Status != subjects.WaitWaiting || waits.WaitFor == nil {
+	if status != 200 || json.Unmarshal(body, &listed) != nil || len(listed.Waits) != 1 || listed.Waits[0].ID != wait.WaitID ||
+		listed.Waits[0].Status != waits.WaitWaiting || listed.WaitFor == nil {
 		t.Fatalf("waits: %d %s", status, body)
 	}
 	status, body = post(t, base+"/api/control/agents/con/intervention", "application/json", []byte(`{"action":"message","text":"look at the build"}`))
@@ -87,7 +88,7 @@ func TestConsoleRoutes(t *testing.T) {
 	}
 	testwait.Eventually(t, 5*time.Second, func() bool {
 		list, err := c.ListWaits(ctx, 1)
-		return err == nil && len(list.Waits) == 1 && list.Waits[0].Status == subjects.WaitCancelled
+		return err == nil && len(list.Waits) == 1 && list.Waits[0].Status == waits.WaitCancelled
 	})
 
 	task := request(t, nc, "agent.con.task.start", `{"task_id":"build-1","title":"build"}`)
@@ -95,9 +96,9 @@ func TestConsoleRoutes(t *testing.T) {
 		t.Fatalf("task start: %s", task.Data)
 	}
 	request(t, nc, "agent.con.task.result", `{"task_id":"build-1","status":"completed","output":"all green","exit_code":0}`)
-	var listed tasks.ListTasksReply
+	var taskList tasks.ListTasksReply
 	status, body = get(t, base+"/api/agents/con/tasks?limit=5")
-	if status != 200 || json.Unmarshal(body, &listed) != nil || len(listed.Tasks) != 1 || listed.Tasks[0].ID != "build-1" {
+	if status != 200 || json.Unmarshal(body, &taskList) != nil || len(taskList.Tasks) != 1 || taskList.Tasks[0].ID != "build-1" {
 		t.Fatalf("tasks: %d %s", status, body)
 	}
 	var one tasks.Task

@@ -19,6 +19,7 @@ import (
 	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
+	"github.com/chime-nats/chime/waits"
 )
 
 // postJSON posts body to the replica's HTTP gateway.
@@ -141,7 +142,7 @@ func TestRequestIDRules(t *testing.T) {
 func TestWaitRequestID(t *testing.T) {
 	_, nc := startChime(t)
 	first := request(t, nc, "agent.w.wait.request", `{"seconds":60,"request_id":"w-1"}`)
-	var reply subjects.WaitReply
+	var reply waits.WaitReply
 	if err := json.Unmarshal(first.Data, &reply); err != nil || !strings.HasPrefix(reply.WaitID, "wait_") || len(reply.WaitID) != 27 {
 		t.Fatalf("first: %s", first.Data)
 	}
@@ -201,7 +202,7 @@ func TestConcurrentCreatesWithOneRequestID(t *testing.T) {
 			ids <- tm.ID
 		})
 		wg.Go(func() {
-			var w subjects.WaitReply
+			var w waits.WaitReply
 			m, err := nc.Request("agent.race.wait.request", []byte(`{"seconds":60,"request_id":"once"}`), 5*time.Second)
 			if err != nil || json.Unmarshal(m.Data, &w) != nil || w.WaitID == "" {
 				t.Errorf("wait request: %v %v", err, m)

@@ -24,6 +24,7 @@ import (
 	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
+	"github.com/chime-nats/chime/waits"
 )
 
 // refusedOverNATS checks a NATS reply is the wire error code with text
@@ -256,7 +257,7 @@ func TestWaitForLimit(t *testing.T) {
 	list := struct {
 		WaitFor []subjects.WaitFor `json:"wait_for"`
 	}{}
-	if err := c.Request(context.Background(), subjects.ActionWaitList, nil, &list); err != nil {
+	if err := c.Request(context.Background(), waits.ActionWaitList, nil, &list); err != nil {
 		t.Fatal(err)
 	}
 	for _, w := range list.WaitFor {

@@ -17,6 +17,7 @@ import (
 	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/replica"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/waits"
 )
 
 // metric reads one series of a replica's /metrics, e.g.
@@ -117,7 +118,7 @@ func testQuotas(t *testing.T, partitions int) {
 
 	// Waits: their own count, their own quota.
 	for range 2 {
-		if err := c.Request(ctx, subjects.ActionWaitRequest, []byte(`{"hours":1}`), &subjects.WaitReply{}); err != nil {
+		if err := c.Request(ctx, waits.ActionWaitRequest, []byte(`{"hours":1}`), &waits.WaitReply{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -128,7 +129,7 @@ func testQuotas(t *testing.T, partitions int) {
 	if msg.Header.Get("Nats-Service-Error-Code") != "429" {
 		t.Errorf("wait quota: headers %v", msg.Header)
 	}
-	if err := c.Request(ctx, subjects.ActionWaitCancel, []byte(`{"wait_id":"third"}`), &subjects.Wait{}); !errors.Is(err, subjects.ErrWaitNotFound) {
+	if err := c.Request(ctx, waits.ActionWaitCancel, []byte(`{"wait_id":"third"}`), &waits.Wait{}); !errors.Is(err, waits.ErrWaitNotFound) {
 		t.Fatalf("the refused wait was stored: %v", err)
 	}
 
@@ -172,7 +173,7 @@ func TestCreateRate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := c.Request(ctx, subjects.ActionWaitRequest, []byte(`{"hours":1}`), &subjects.WaitReply{}); err != nil {
+	if err := c.Request(ctx, waits.ActionWaitRequest, []byte(`{"hours":1}`), &waits.WaitReply{}); err != nil {
 		t.Fatal(err)
 	}
 	// The next token is about 100 s away (less what the test took).

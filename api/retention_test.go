@@ -20,6 +20,7 @@ import (
 	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
+	"github.com/chime-nats/chime/waits"
 )
 
 // gauge reads one unlabelled gauge from the replica's /metrics.
@@ -116,9 +117,9 @@ func TestFinishedRecordsExpire(t *testing.T) {
 	}
 	testwait.Eventually(t, 10*time.Second, func() bool {
 		_, err := c.CancelWait(ctx, "w-done")
-		return errors.Is(err, subjects.ErrWaitNotFound)
+		return errors.Is(err, waits.ErrWaitNotFound)
 	}, "ended waits gone")
-	if _, err := c.CancelWait(ctx, "w-cancel"); !errors.Is(err, subjects.ErrWaitNotFound) {
+	if _, err := c.CancelWait(ctx, "w-cancel"); !errors.Is(err, waits.ErrWaitNotFound) {
 		t.Errorf("cancel of an expired cancelled wait: %v", err)
 	}
 	testwait.Eventually(t, 10*time.Second, func() bool {

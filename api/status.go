@@ -6,6 +6,7 @@ import (
 	"github.com/chime-nats/chime/questions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
+	"github.com/chime-nats/chime/waits"
 )
 
 // httpStatus is e's HTTP status: the one its feature gave it, else its
@@ -16,11 +17,11 @@ func httpStatus(e *subjects.Error) int {
 	}
 	switch e.Code {
 	case subjects.CodeInvalidJSON, subjects.CodeInvalidRequest, subjects.CodeInvalidID,
-		subjects.CodeInvalidDuration, subjects.CodeInvalidTimestamp, subjects.CodeTargetInPast, subjects.CodeInvalidTimezone:
+		waits.CodeInvalidDuration, waits.CodeInvalidTimestamp, waits.CodeTargetInPast, waits.CodeInvalidTimezone:
 		return http.StatusBadRequest
-	case subjects.CodeTimerNotFound, subjects.CodeWaitNotFound, subjects.CodeTriggerNotFound, questions.CodeQuestionNotFound, tasks.CodeTaskNotFound:
+	case subjects.CodeTimerNotFound, waits.CodeWaitNotFound, subjects.CodeTriggerNotFound, questions.CodeQuestionNotFound, tasks.CodeTaskNotFound:
 		return http.StatusNotFound
-	case subjects.CodeTimerCompleted, subjects.CodeWaitExists, subjects.CodeAgentNotActive, subjects.CodeConflict,
+	case subjects.CodeTimerCompleted, waits.CodeWaitExists, subjects.CodeAgentNotActive, subjects.CodeConflict,
 		tasks.CodeTaskHasResult, tasks.CodeTaskOutputOrder:
 		return http.StatusConflict
 	case subjects.CodeForbidden, tasks.CodeTaskOwned:

@@ -7,6 +7,7 @@ import (
 	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/action"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/waits"
 )
 
 // features are the actions of every feature, in the order the service
@@ -27,16 +28,16 @@ func (o *Operations) features() [][]action.Action {
 
 func (o *Operations) waitActions() []action.Action {
 	return []action.Action{
-		{Name: subjects.ActionWaitRequest, Access: action.Agent, Summary: "wait for a duration or until a time; the end is delivered to the inbox",
+		{Name: waits.ActionWaitRequest, Access: action.Agent, Summary: "wait for a duration or until a time; the end is delivered to the inbox",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/waits", http.StatusCreated, nil), Handle: o.requestWait},
-		{Name: subjects.ActionWaitCancel, IDField: "wait_id", Access: action.Agent, Summary: "cancel a managed wait",
+		{Name: waits.ActionWaitCancel, IDField: "wait_id", Access: action.Agent, Summary: "cancel a managed wait",
 			HTTP:   action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/waits/{wait_id}/cancel", http.StatusOK, action.Path(map[string]string{"wait_id": "wait_id"})),
 			Handle: o.cancelWait},
-		{Name: subjects.ActionWaitList, Access: action.Agent, Summary: "list the agent's managed waits and WaitFor registrations",
+		{Name: waits.ActionWaitList, Access: action.Agent, Summary: "list the agent's managed waits and WaitFor registrations",
 			Columns: []string{"wait_id", "status", "mode", "target_time", "wake", "resource", "reason", "work_item_id"},
 			HTTP:    action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/waits", http.StatusOK, action.List),
 			Handle:  func(ctx context.Context, r action.Request) (any, error) { return o.waitList(ctx, r.AgentID, r.Body) }},
-		{Name: subjects.ActionIntervention, Command: "intervene", Access: action.Operator, Summary: "message, pause, resume or stop an agent: in-flight waits end",
+		{Name: waits.ActionIntervention, Command: "intervene", Access: action.Operator, Summary: "message, pause, resume or stop an agent: in-flight waits end",
 			MaxBody: o.interventionLimit,
 			HTTP:    action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/intervention", http.StatusOK, nil), Handle: o.intervene},
 	}
@@ -68,7 +69,7 @@ func (o *Operations) lifecycleActions() []action.Action {
 
 // requestWait serves wait.request.
 func (o *Operations) requestWait(ctx context.Context, r action.Request) (any, error) {
-	spec, err := subjects.DecodeWaitRequest(r.Body, o.now(), o.tz)
+	spec, err := waits.DecodeWaitRequest(r.Body, o.now(), o.tz)
 	if err != nil {
 		return nil, err
 	}
@@ -81,12 +82,12 @@ func (o *Operations) requestWait(ctx context.Context, r action.Request) (any, er
 	if err != nil {
 		return nil, err
 	}
-	return subjects.WaitReply{WaitID: w.ID, TargetTime: subjects.FormatISO(w.Target()), Mode: w.Mode}, nil
+	return waits.WaitReply{WaitID: w.ID, TargetTime: waits.FormatISO(w.Target()), Mode: w.Mode}, nil
 }
 
 // cancelWait serves wait.cancel.
 func (o *Operations) cancelWait(ctx context.Context, r action.Request) (any, error) {
-	waitID, err := subjects.DecodeWaitRef(r.Body)
+	waitID, err := waits.DecodeWaitRef(r.Body)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +96,7 @@ func (o *Operations) cancelWait(ctx context.Context, r action.Request) (any, err
 
 // intervene serves intervention.
 func (o *Operations) intervene(ctx context.Context, r action.Request) (any, error) {
-	req, err := subjects.DecodeIntervention(r.Body)
+	req, err := waits.DecodeIntervention(r.Body)
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/waits"
 )
 
 func TestDurationWaitCompletes(t *testing.T) {
@@ -21,10 +22,10 @@ func TestDurationWaitCompletes(t *testing.T) {
 	c, _ := client.New(nc, "waiter")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var progress []subjects.WaitProgress
-	var reply subjects.WaitReply
+	var progress []waits.WaitProgress
+	var reply waits.WaitReply
 	all := make(chan *nats.Msg, 64)
-	sub, err := nc.ChanSubscribe(subjects.Agent("waiter", subjects.ActionWaitProgress), all)
+	sub, err := nc.ChanSubscribe(subjects.Agent("waiter", waits.ActionWaitProgress), all)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,8 +33,8 @@ func TestDurationWaitCompletes(t *testing.T) {
 	start := time.Now()
 	res, err := c.Wait(ctx, client.WaitRequest{
 		Seconds: 2,
-		Started: func(r subjects.WaitReply) { reply = r },
-		Progress: func(p subjects.WaitProgress) {
+		Started: func(r waits.WaitReply) { reply = r },
+		Progress: func(p waits.WaitProgress) {
 			progress = append(progress, p)
 		},
 	})
@@ -41,7 +42,7 @@ func TestDurationWaitCompletes(t *testing.T) {
 		t.Fatal(err)
 	}
 	took := time.Since(start)
-	if reply.Mode != subjects.WaitDuration || !strings.HasSuffix(reply.TargetTime, "+00:00") {
+	if reply.Mode != waits.WaitDuration || !strings.HasSuffix(reply.TargetTime, "+00:00") {
 		t.Errorf("reply %+v", reply)
 	}
 	if want := "Wait complete. Reached " + reply.TargetTime + "."; res.Text != want || res.TargetTime != reply.TargetTime {
@@ -55,7 +56,7 @@ func TestDurationWaitCompletes(t *testing.T) {
 		t.Fatal("no progress in a 2 s wait")
 	}
 	p := progress[0]
-	if p.WaitID != reply.WaitID || p.Heading != "icon://timer Wait: "+p.Remaining || p.Remaining != subjects.RemainingText(p.RemainingSeconds) ||
+	if p.WaitID != reply.WaitID || p.Heading != "icon://timer Wait: "+p.Remaining || p.Remaining != waits.RemainingText(p.RemainingSeconds) ||
 		p.RemainingSeconds <= 0 || p.RemainingSeconds > 2 {
 		t.Errorf("progress %+v", p)
 	}
@@ -63,7 +64,7 @@ func TestDurationWaitCompletes(t *testing.T) {
 	for done := false; !done; {
 		select {
 		case m := <-all:
-			var p subjects.WaitProgress
+			var p waits.WaitProgress
 			if err := json.Unmarshal(m.Data, &p); err != nil {
 				t.Fatal(err)
 			}
@@ -83,13 +84,13 @@ func TestUntilWaitInNamedZone(t *testing.T) {
 	tokyo, _ := time.LoadLocation("Asia/Tokyo")
 	target := time.Now().Add(2 * time.Second).Truncate(time.Second).Add(time.Second)
 	naive := target.In(tokyo).Format("2006-01-02 15:04:05")
-	var reply subjects.WaitReply
-	res, err := c.Wait(ctx, client.WaitRequest{Until: naive, TZ: "Asia/Tokyo", Started: func(r subjects.WaitReply) { reply = r }})
+	var reply waits.WaitReply
+	res, err := c.Wait(ctx, client.WaitRequest{Until: naive, TZ: "Asia/Tokyo", Started: func(r waits.WaitReply) { reply = r }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := target.In(tokyo).Format("2006-01-02T15:04:05") + "+09:00"
-	if reply.Mode != subjects.WaitUntil || reply.TargetTime != want || res.Text != "Wait complete. Reached "+want+"." {
+	if reply.Mode != waits.WaitUntil || reply.TargetTime != want || res.Text != "Wait complete. Reached "+want+"." {
 		t.Errorf("reply %+v, result %+v, want target %s", reply, res, want)
 	}
 	if time.Now().Before(target) {
@@ -110,13 +111,13 @@ func TestInterventionCancelsWaits(t *testing.T) {
 	var started atomic.Int32
 	for range 2 {
 		go func() {
-			_, err := c.Wait(ctx, client.WaitRequest{Minutes: 10, Started: func(subjects.WaitReply) { started.Add(1) }})
+			_, err := c.Wait(ctx, client.WaitRequest{Minutes: 10, Started: func(waits.WaitReply) { started.Add(1) }})
 			errs <- err
 		}()
 	}
 	testwait.Eventually(t, 10*time.Second, func() bool { return started.Load() == 2 }, "both waits started")
 	sent := time.Now()
-	if err := c.Intervene(ctx, subjects.ActionMessage, "the operator needs you now"); err != nil {
+	if err := c.Intervene(ctx, waits.ActionMessage, "the operator needs you now"); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
@@ -153,15 +154,15 @@ func TestPauseMovesDurationWaitsOnly(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	type outcome struct {
-		reply subjects.WaitReply
+		reply waits.WaitReply
 		res   *client.WaitResult
 		err   error
 		at    time.Time
 	}
 	run := func(req client.WaitRequest) chan outcome {
 		ch := make(chan outcome, 1)
-		started := make(chan subjects.WaitReply, 1)
-		req.Started = func(r subjects.WaitReply) { started <- r }
+		started := make(chan waits.WaitReply, 1)
+		req.Started = func(r waits.WaitReply) { started <- r }
 		go func() {
 			res, err := c.Wait(ctx, req)
 			r := <-started
@@ -173,11 +174,11 @@ func TestPauseMovesDurationWaitsOnly(t *testing.T) {
 	dur := run(client.WaitRequest{Seconds: 4})
 	until := run(client.WaitRequest{Until: begin.Add(4 * time.Second).UTC().Format(time.RFC3339Nano)})
 	time.Sleep(500 * time.Millisecond)
-	if err := c.Intervene(ctx, subjects.ActionPause, ""); err != nil {
+	if err := c.Intervene(ctx, waits.ActionPause, ""); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(3 * time.Second)
-	if err := c.Intervene(ctx, subjects.ActionResume, ""); err != nil {
+	if err := c.Intervene(ctx, waits.ActionResume, ""); err != nil {
 		t.Fatal(err)
 	}
 	u := <-until
@@ -206,14 +207,14 @@ func TestPauseMovesDurationWaitsOnly(t *testing.T) {
 func TestWaitBadInput(t *testing.T) {
 	_, nc := startChime(t)
 	for _, tc := range []struct{ subject, body, code, msg string }{
-		{"agent.w.wait.request", `{"seconds":0}`, subjects.CodeInvalidDuration, "Wait duration must be positive."},
-		{"agent.w.wait.request", `{}`, subjects.CodeInvalidDuration, "Wait duration must be positive."},
-		{"agent.w.wait.request", `{"until":"next week"}`, subjects.CodeInvalidTimestamp, "Invalid timestamp format: next week"},
-		{"agent.w.wait.request", `{"until":"2020-01-01T00:00:00Z"}`, subjects.CodeTargetInPast, "Target time 2020-01-01T00:00:00+00:00 is in the past."},
-		{"agent.w.wait.request", `{"until":"2099-01-01","tz":"Nowhere/Land"}`, subjects.CodeInvalidTimezone, "Unknown time zone: Nowhere/Land"},
+		{"agent.w.wait.request", `{"seconds":0}`, waits.CodeInvalidDuration, "Wait duration must be positive."},
+		{"agent.w.wait.request", `{}`, waits.CodeInvalidDuration, "Wait duration must be positive."},
+		{"agent.w.wait.request", `{"until":"next week"}`, waits.CodeInvalidTimestamp, "Invalid timestamp format: next week"},
+		{"agent.w.wait.request", `{"until":"2020-01-01T00:00:00Z"}`, waits.CodeTargetInPast, "Target time 2020-01-01T00:00:00+00:00 is in the past."},
+		{"agent.w.wait.request", `{"until":"2099-01-01","tz":"Nowhere/Land"}`, waits.CodeInvalidTimezone, "Unknown time zone: Nowhere/Land"},
 		{"agent.w.wait.request", `{"seconds":5,"reason":"x"}`, subjects.CodeInvalidRequest, `unknown field "reason"`},
 		{"agent.w.wait.request", `{"seconds":`, subjects.CodeInvalidJSON, ""},
-		{"agent.w.wait.cancel", `{"wait_id":"nope"}`, subjects.CodeWaitNotFound, "wait nope not found"},
+		{"agent.w.wait.cancel", `{"wait_id":"nope"}`, waits.CodeWaitNotFound, "wait nope not found"},
 		{"agent.w.wait.cancel", `{"wait_id":"a.b"}`, subjects.CodeInvalidID, ""},
 		{"agent.w.intervention", `{"action":"explode"}`, subjects.CodeInvalidRequest, `unknown action "explode": message, pause, resume or stop`},
 		{"agent.w.intervention", `{"action":"message"}`, subjects.CodeInvalidRequest, "text is required for action message"},
@@ -228,19 +229,19 @@ func TestWaitBadInput(t *testing.T) {
 	c, _ := client.New(nc, "w")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var first subjects.WaitReply
-	if err := c.Request(ctx, subjects.ActionWaitRequest, []byte(`{"minutes":5,"id":"mine"}`), &first); err != nil || first.WaitID != "mine" {
+	var first waits.WaitReply
+	if err := c.Request(ctx, waits.ActionWaitRequest, []byte(`{"minutes":5,"id":"mine"}`), &first); err != nil || first.WaitID != "mine" {
 		t.Fatalf("first: %+v %v", first, err)
 	}
-	err := c.Request(ctx, subjects.ActionWaitRequest, []byte(`{"seconds":1,"id":"mine"}`), &first)
-	if !errors.Is(err, subjects.ErrWaitExists) {
+	err := c.Request(ctx, waits.ActionWaitRequest, []byte(`{"seconds":1,"id":"mine"}`), &first)
+	if !errors.Is(err, waits.ErrWaitExists) {
 		t.Fatalf("second with the same id: %v", err)
 	}
 	w, err := c.CancelWait(ctx, "mine")
-	if err != nil || w.Status != subjects.WaitCancelled || w.Mode != subjects.WaitDuration {
+	if err != nil || w.Status != waits.WaitCancelled || w.Mode != waits.WaitDuration {
 		t.Fatalf("cancel: %+v %v", w, err)
 	}
-	if again, err := c.CancelWait(ctx, "mine"); err != nil || again.Status != subjects.WaitCancelled || !again.EndedAt.Equal(*w.EndedAt) {
+	if again, err := c.CancelWait(ctx, "mine"); err != nil || again.Status != waits.WaitCancelled || !again.EndedAt.Equal(*w.EndedAt) {
 		t.Fatalf("cancel twice: %+v %v", again, err)
 	}
 }

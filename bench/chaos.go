@@ -26,6 +26,7 @@ import (
 	"github.com/chime-nats/chime/internal/natsproc"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
+	"github.com/chime-nats/chime/waits"
 )
 
 // Kill kinds of a chaos run.
@@ -343,9 +344,9 @@ func (r *chaosRun) load(ctx context.Context) error {
 		return err
 	}
 	r.mu.Lock()
-	created, waits := len(r.timers)-r.o.Repeating, len(r.waits)
+	created, waited := len(r.timers)-r.o.Repeating, len(r.waits)
 	r.mu.Unlock()
-	r.progress("load done at %.1fs: %d one-shot timers and %d waits acknowledged, %d kills", r.since(time.Now()), created, waits, len(r.kills))
+	r.progress("load done at %.1fs: %d one-shot timers and %d waits acknowledged, %d kills", r.since(time.Now()), created, waited, len(r.kills))
 	r.cancelRepeating(ctx)
 
 	r.mu.Lock()
@@ -534,16 +535,16 @@ func (r *chaosRun) wait(ctx context.Context, seq int) {
 	c := r.client(seq)
 	id := fmt.Sprintf("cw%d", seq)
 	body, _ := json.Marshal(map[string]any{"seconds": waitMinSeconds + rand.IntN(waitMaxSeconds-waitMinSeconds+1), "id": id})
-	var reply subjects.WaitReply
-	err := r.call(ctx, func(ctx context.Context) error { return c.Request(ctx, subjects.ActionWaitRequest, body, &reply) })
+	var reply waits.WaitReply
+	err := r.call(ctx, func(ctx context.Context) error { return c.Request(ctx, waits.ActionWaitRequest, body, &reply) })
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
 	case err == nil:
-		target, _ := subjects.ParseUntil(reply.TargetTime, time.UTC)
+		target, _ := waits.ParseUntil(reply.TargetTime, time.UTC)
 		r.waits[id] = &waitReq{id: id, agent: r.agent(seq), target: target}
 		r.noteDue(target)
-	case errors.Is(err, subjects.ErrWaitExists): // an attempt whose reply was lost created it
+	case errors.Is(err, waits.ErrWaitExists): // an attempt whose reply was lost created it
 		r.waits[id] = &waitReq{id: id, agent: r.agent(seq)}
 		r.noteDue(time.Now().Add(waitMaxSeconds * time.Second))
 	default:
@@ -553,8 +554,8 @@ func (r *chaosRun) wait(ctx context.Context, seq int) {
 
 // observed is what the run left: the records and the inbox.
 type observed struct {
-	timers map[string]*timers.Timer  // by timer ID
-	waits  map[string]*subjects.Wait // by wait ID
+	timers map[string]*timers.Timer // by timer ID
+	waits  map[string]*waits.Wait   // by wait ID
 	inbox  []inboxMsg
 }
 
@@ -587,9 +588,9 @@ func (r *chaosRun) observe(ctx context.Context) (*observed, error) {
 		return nil, err
 	}
 	err = r.reading(ctx, "wait records", func(ctx context.Context) error {
-		obs.waits = map[string]*subjects.Wait{}
+		obs.waits = map[string]*waits.Wait{}
 		return readRecords(ctx, r.js, engine.WaitsBucket, engine.HistoryWaits, func(b []byte) error {
-			var w subjects.Wait
+			var w waits.Wait
 			if err := json.Unmarshal(b, &w); err != nil {
 				return err
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
+	"github.com/chime-nats/chime/waits"
 )
 
 // ChaosResult is what a chaos run found, counted from the inbox stream (what
@@ -247,12 +248,12 @@ func (r *chaosRun) analyze(obs *observed) *ChaosResult {
 			}
 			fires[d.TimerID][d.Occurrence] = append(fires[d.TimerID][d.Occurrence], fire{stored: m.stored, due: d.DueAt})
 		case subjects.KindWaitComplete, subjects.KindWaitCancelled:
-			var d subjects.WaitEndData
+			var d waits.WaitEndData
 			if json.Unmarshal(m.env.Data, &d) != nil {
 				res.OtherDeliveries++
 				continue
 			}
-			target, _ := subjects.ParseUntil(d.TargetTime, time.UTC)
+			target, _ := waits.ParseUntil(d.TargetTime, time.UTC)
 			ends[d.WaitID] = append(ends[d.WaitID], waitEnd{kind: m.env.Kind, stored: m.stored, target: target})
 		default:
 			res.OtherDeliveries++

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/waits"
 )
 
 // WaitsOptions configures a wait benchmark.
@@ -111,13 +112,13 @@ func Waits(ctx context.Context, o WaitsOptions) (*WaitsResult, error) {
 		g.Go(func() error {
 			for i := c; i < o.N; i += o.Clients {
 				due := start.Add(o.Lead + time.Duration(int64(o.Spread)*int64(i)/int64(o.N)))
-				subject := subjects.Agent(fmt.Sprintf("%s-%d", run, i%o.Agents), subjects.ActionWaitRequest)
-				body, _ := json.Marshal(map[string]string{"until": subjects.FormatISO(due.UTC())})
+				subject := subjects.Agent(fmt.Sprintf("%s-%d", run, i%o.Agents), waits.ActionWaitRequest)
+				body, _ := json.Marshal(map[string]string{"until": waits.FormatISO(due.UTC())})
 				msg, err := nc.RequestWithContext(gctx, subject, body)
 				if err != nil {
 					return fmt.Errorf("bench: wait.request: %w", err)
 				}
-				var reply subjects.WaitReply
+				var reply waits.WaitReply
 				if err := subjects.DecodeReply(msg.Data, &reply); err != nil {
 					return fmt.Errorf("bench: wait.request: %w", err)
 				}
@@ -193,11 +194,11 @@ func observeWaits(nc *nats.Conn, run string, n int) (*waitObserver, error) {
 			return
 		}
 		var env subjects.Envelope
-		var data subjects.WaitEndData
+		var data waits.WaitEndData
 		if json.Unmarshal(m.Data, &env) != nil || env.Kind != subjects.KindWaitComplete || json.Unmarshal(env.Data, &data) != nil {
 			return
 		}
-		due, err := subjects.ParseUntil(data.TargetTime, time.UTC)
+		due, err := waits.ParseUntil(data.TargetTime, time.UTC)
 		if err != nil {
 			return
 		}
@@ -216,7 +217,7 @@ func observeWaits(nc *nats.Conn, run string, n int) (*waitObserver, error) {
 		return nil, fmt.Errorf("bench: subscribe: %w", err)
 	}
 	o.subs = append(o.subs, inbox)
-	progress, err := nc.Subscribe("agent.*."+subjects.ActionWaitProgress, func(m *nats.Msg) {
+	progress, err := nc.Subscribe("agent.*."+waits.ActionWaitProgress, func(m *nats.Msg) {
 		if strings.HasPrefix(m.Subject, "agent."+run) {
 			o.progress.Add(1)
 		}

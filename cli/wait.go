@@ -12,7 +12,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/chime-nats/chime/client"
-	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/waits"
 )
 
 // ErrInterrupted marks a command the user stopped with Ctrl-C.
@@ -45,20 +45,20 @@ func (a *App) wait(ctx context.Context, args []string) error {
 	var waitID string
 	res, err := c.Wait(ctx, client.WaitRequest{
 		Seconds: *seconds, Minutes: *minutes, Until: *until, TZ: *tz,
-		Started: func(r subjects.WaitReply) {
+		Started: func(r waits.WaitReply) {
 			waitID = r.WaitID
-			target, _ := subjects.ParseUntil(r.TargetTime, time.UTC)
+			target, _ := waits.ParseUntil(r.TargetTime, time.UTC)
 			total := max(time.Until(target).Milliseconds(), 1)
 			bar = progressbar.NewOptions64(total,
 				progressbar.OptionSetWriter(a.Stderr),
-				progressbar.OptionSetDescription(subjects.WaitHeading(subjects.RemainingText(float64(total)/1000))),
+				progressbar.OptionSetDescription(waits.WaitHeading(waits.RemainingText(float64(total)/1000))),
 				progressbar.OptionSetWidth(30),
 				progressbar.OptionShowElapsedTimeOnFinish(),
 				progressbar.OptionSetPredictTime(false),
 			)
 			fmt.Fprintf(a.Stderr, "wait %s until %s\n", r.WaitID, r.TargetTime)
 		},
-		Progress: func(p subjects.WaitProgress) {
+		Progress: func(p waits.WaitProgress) {
 			if bar == nil {
 				return
 			}

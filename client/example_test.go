@@ -19,6 +19,7 @@ import (
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/replica"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/waits"
 )
 
 // chimeURL is the NATS address of the chime the examples talk to: a whole
@@ -68,7 +69,7 @@ func ExampleClient_Wait() {
 	var headings []string
 	res, err := agent.Wait(ctx, client.WaitRequest{
 		Seconds:  2,
-		Progress: func(p subjects.WaitProgress) { headings = append(headings, p.Heading) },
+		Progress: func(p waits.WaitProgress) { headings = append(headings, p.Heading) },
 	})
 	if err != nil {
 		panic(err)
@@ -93,7 +94,7 @@ func ExampleClient_Wait_intervention() {
 	defer cancel()
 	_, err = agent.Wait(ctx, client.WaitRequest{
 		Hours: 1,
-		Started: func(subjects.WaitReply) {
+		Started: func(waits.WaitReply) {
 			// The operator, elsewhere, once the wait is registered.
 			go func() { _ = agent.Intervene(ctx, "message", "Stop waiting: the deploy failed.") }()
 		},

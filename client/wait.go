@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/waits"
 )
 
 // requestTimeout bounds a request's round trip when the caller's context
@@ -50,10 +51,10 @@ type WaitRequest struct {
 	RequestID string
 	// Progress, when set, receives each progress message (about once a
 	// second) on the goroutine that called Wait.
-	Progress func(subjects.WaitProgress)
+	Progress func(waits.WaitProgress)
 	// Started, when set, is called with the reply once the wait is
 	// registered, e.g. to remember the wait ID for a cancel.
-	Started func(subjects.WaitReply)
+	Started func(waits.WaitReply)
 }
 
 func (r *WaitRequest) body() map[string]any {
@@ -97,7 +98,7 @@ func (c *Client) Wait(ctx context.Context, req WaitRequest) (*WaitResult, error)
 		return nil, fmt.Errorf("client: wait: %w", err)
 	}
 	defer func() { _ = inbox.Unsubscribe() }()
-	progress, err := c.nc.ChanSubscribe(subjects.Agent(c.agentID, subjects.ActionWaitProgress), events)
+	progress, err := c.nc.ChanSubscribe(subjects.Agent(c.agentID, waits.ActionWaitProgress), events)
 	if err != nil {
 		return nil, fmt.Errorf("client: wait: %w", err)
 	}
@@ -108,8 +109,8 @@ func (c *Client) Wait(ctx context.Context, req WaitRequest) (*WaitResult, error)
 	if err := c.nc.FlushWithContext(rctx); err != nil {
 		return nil, fmt.Errorf("client: wait: %w", err)
 	}
-	var reply subjects.WaitReply
-	if err := c.call(rctx, subjects.ActionWaitRequest, req.body(), &reply); err != nil {
+	var reply waits.WaitReply
+	if err := c.call(rctx, waits.ActionWaitRequest, req.body(), &reply); err != nil {
 		return nil, err
 	}
 	if req.Started != nil {
@@ -121,7 +122,7 @@ func (c *Client) Wait(ctx context.Context, req WaitRequest) (*WaitResult, error)
 			return nil, ctx.Err()
 		case m := <-events:
 			if m.Subject != subjects.Inbox(c.agentID) {
-				var p subjects.WaitProgress
+				var p waits.WaitProgress
 				if json.Unmarshal(m.Data, &p) == nil && p.WaitID == reply.WaitID && req.Progress != nil {
 					req.Progress(p)
 				}
@@ -131,13 +132,13 @@ func (c *Client) Wait(ctx context.Context, req WaitRequest) (*WaitResult, error)
 			if json.Unmarshal(m.Data, &env) != nil || env.Source.Type != "wait" || env.Source.ID != reply.WaitID {
 				continue
 			}
-			var data subjects.WaitEndData
+			var data waits.WaitEndData
 			_ = json.Unmarshal(env.Data, &data)
 			switch env.Kind {
 			case subjects.KindWaitComplete:
 				return &WaitResult{WaitID: reply.WaitID, TargetTime: data.TargetTime, Text: env.Text}, nil
 			case subjects.KindWaitCancelled:
-				if data.Reason == subjects.CancelByRequest {
+				if data.Reason == waits.CancelByRequest {
 					return nil, fmt.Errorf("client: wait %s: %w", reply.WaitID, ErrWaitCancelled)
 				}
 				return nil, &InterventionError{WaitID: reply.WaitID, Text: env.Text}
@@ -147,9 +148,9 @@ func (c *Client) Wait(ctx context.Context, req WaitRequest) (*WaitResult, error)
 }
 
 // CancelWait cancels a waiting wait and returns its record.
-func (c *Client) CancelWait(ctx context.Context, waitID string) (*subjects.Wait, error) {
-	var w subjects.Wait
-	return &w, c.call(ctx, subjects.ActionWaitCancel, subjects.WaitRef{WaitID: waitID}, &w)
+func (c *Client) CancelWait(ctx context.Context, waitID string) (*waits.Wait, error) {
+	var w waits.Wait
+	return &w, c.call(ctx, waits.ActionWaitCancel, waits.WaitRef{WaitID: waitID}, &w)
 }
 
 // Intervene sends an operator intervention: message, pause, resume or stop.
@@ -158,7 +159,7 @@ func (c *Client) Intervene(ctx context.Context, action, text string) error {
 	if text != "" {
 		req["text"] = text
 	}
-	return c.call(ctx, subjects.ActionIntervention, req, &struct{}{})
+	return c.call(ctx, waits.ActionIntervention, req, &struct{}{})
 }
 
 // WaitFor asks chime to yield until the wake spec names (Holon's
@@ -193,14 +194,14 @@ func (c *Client) Report(ctx context.Context, waitID, text string) (*subjects.Wai
 
 // ListWaits returns the first page of the agent's managed waits and
 // WaitFor registrations (WaitsPage).
-func (c *Client) ListWaits(ctx context.Context, limit int) (*subjects.ListWaitsReply, error) {
+func (c *Client) ListWaits(ctx context.Context, limit int) (*waits.ListWaitsReply, error) {
 	return c.WaitsPage(ctx, limit, "")
 }
 
 // WaitsPage returns a page of the agent's managed waits and one of its
 // WaitFor registrations, at most limit of each (0: the default), each in
 // the order of their last change, as TimersPage does.
-func (c *Client) WaitsPage(ctx context.Context, limit int, cursor string) (*subjects.ListWaitsReply, error) {
-	var out subjects.ListWaitsReply
-	return &out, c.call(ctx, subjects.ActionWaitList, listRequest(limit, cursor), &out)
+func (c *Client) WaitsPage(ctx context.Context, limit int, cursor string) (*waits.ListWaitsReply, error) {
+	var out waits.ListWaitsReply
+	return &out, c.call(ctx, waits.ActionWaitList, listRequest(limit, cursor), &out)
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
+	"github.com/chime-nats/chime/waits"
 )
 
 // authedChime runs chime with NATS authorization on its embedded server
@@ -216,7 +217,7 @@ func TestNATSAuthorization(t *testing.T) {
 		}
 		for _, subj := range []string{
 			subjects.Agent("bob", subjects.ActionTimerList), subjects.Agent("bob", subjects.ActionTimerCancel),
-			subjects.Agent("alice", subjects.ActionIntervention), subjects.Agent("alice", subjects.ActionLifecycleStart),
+			subjects.Agent("alice", waits.ActionIntervention), subjects.Agent("alice", subjects.ActionLifecycleStart),
 			subjects.Agent("alice", subjects.ActionTriggerCreate), subjects.Agent("alice", subjects.ActionTokenIssue),
 			subjects.Agent("alice", notifications.ActionNotificationsMark), subjects.Agent("alice", notifications.ActionNotificationsClear),
 			subjects.Agent("bob", notifications.ActionNotify), subjects.Agent("bob", notifications.ActionNotificationsList),
@@ -247,7 +248,7 @@ func TestNATSAuthorization(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := opAlice.Intervene(ctx, subjects.ActionMessage, "from the operator"); err != nil {
+		if err := opAlice.Intervene(ctx, waits.ActionMessage, "from the operator"); err != nil {
 			t.Fatal(err)
 		}
 		trig, token := wakeTrigger(start)

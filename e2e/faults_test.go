@@ -25,6 +25,7 @@ import (
 	"github.com/chime-nats/chime/internal/natstest"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
+	"github.com/chime-nats/chime/waits"
 )
 
 // The fault tests run chime against real nats-server processes and lose
@@ -129,7 +130,7 @@ func TestNATSServerRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	const timers, waits, agents = 2000, 100, 8
+	const timers, nWaits, agents = 2000, 100, 8
 	start := time.Now()
 	var mu sync.Mutex
 	timerIDs := map[string]bool{}
@@ -149,10 +150,10 @@ func TestNATSServerRestart(t *testing.T) {
 				timerIDs[tm.ID] = true
 				mu.Unlock()
 			}
-			for i := a; i < waits; i += agents {
+			for i := a; i < nWaits; i += agents {
 				secs := max(int(time.Until(start.Add(9*time.Second+time.Duration(i%5)*time.Second)).Seconds()), 1)
-				var r subjects.WaitReply
-				if err := c.Request(gctx, subjects.ActionWaitRequest, fmt.Appendf(nil, `{"seconds":%d}`, secs), &r); err != nil {
+				var r waits.WaitReply
+				if err := c.Request(gctx, waits.ActionWaitRequest, fmt.Appendf(nil, `{"seconds":%d}`, secs), &r); err != nil {
 					return err
 				}
 				mu.Lock()
@@ -186,7 +187,7 @@ func TestNATSServerRestart(t *testing.T) {
 		eventually(t, 30*time.Second, p.id+" ready again", func() bool { return p.readyz() == http.StatusOK })
 	}
 	eventually(t, 60*time.Second, "every timer and wait delivered", func() bool {
-		return countInbox(t, nc) >= timers+waits
+		return countInbox(t, nc) >= timers+nWaits
 	})
 	time.Sleep(time.Second) // let a duplicate show up if there is one
 	got := count(t, nc)
@@ -205,8 +206,8 @@ func TestNATSServerRestart(t *testing.T) {
 			}
 		}
 	}
-	if lost > 0 || twice > 0 || got.byKind[subjects.KindWaitComplete] != waits {
-		t.Fatalf("lost %d, delivered more than once %d, wait_complete %d of %d", lost, twice, got.byKind[subjects.KindWaitComplete], waits)
+	if lost > 0 || twice > 0 || got.byKind[subjects.KindWaitComplete] != nWaits {
+		t.Fatalf("lost %d, delivered more than once %d, wait_complete %d of %d", lost, twice, got.byKind[subjects.KindWaitComplete], nWaits)
 	}
 
 	// SIGTERM while NATS is down again: a replica still stops within its
@@ -530,8 +531,8 @@ func TestPublishFailures(t *testing.T) {
 	}
 	waitTargets := map[string]string{}
 	for range 20 {
-		var r subjects.WaitReply
-		if err := c.Request(ctx, subjects.ActionWaitRequest, []byte(`{"seconds":4}`), &r); err != nil {
+		var r waits.WaitReply
+		if err := c.Request(ctx, waits.ActionWaitRequest, []byte(`{"seconds":4}`), &r); err != nil {
 			t.Fatal(err)
 		}
 		waitTargets[r.WaitID] = r.TargetTime
@@ -575,7 +576,7 @@ func TestPublishFailures(t *testing.T) {
 		case subjects.KindTimerFired:
 			occurrences[d.data.TimerID] = append(occurrences[d.data.TimerID], d.data)
 		case subjects.KindWaitComplete:
-			var w subjects.WaitEndData
+			var w waits.WaitEndData
 			if err := json.Unmarshal(d.env.Data, &w); err != nil {
 				t.Fatal(err)
 			}
@@ -648,7 +649,7 @@ func TestEventsStreamRecreated(t *testing.T) {
 	// Move the agent's cursor up the old stream.
 	for i := range 5 {
 		text := fmt.Sprintf("before %d", i)
-		if err := c.Intervene(ctx, subjects.ActionMessage, text); err != nil {
+		if err := c.Intervene(ctx, waits.ActionMessage, text); err != nil {
 			t.Fatal(err)
 		}
 		expect(text)
@@ -660,7 +661,7 @@ func TestEventsStreamRecreated(t *testing.T) {
 		_, err := js.Stream(ctx, engine.EventsStream)
 		return err == nil
 	})
-	if err := retrying(ctx, func(ctx context.Context) error { return c.Intervene(ctx, subjects.ActionMessage, "after") }); err != nil {
+	if err := retrying(ctx, func(ctx context.Context) error { return c.Intervene(ctx, waits.ActionMessage, "after") }); err != nil {
 		t.Fatal(err)
 	}
 	expect("after")

@@ -25,6 +25,7 @@ import (
 	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
+	"github.com/chime-nats/chime/waits"
 )
 
 // The security suite: one test per class of attack a principal can try
@@ -97,7 +98,7 @@ func TestSecurityReplySubjects(t *testing.T) {
 	if _, err := bc.Notify(ctx, client.Notification{Message: "deploying", ID: "deploy-7"}); err != nil {
 		t.Fatal(err)
 	}
-	bobQuiet := quiet(t, bob, subjects.Inbox("bob"), subjects.Agent("bob", subjects.ActionWaitProgress),
+	bobQuiet := quiet(t, bob, subjects.Inbox("bob"), subjects.Agent("bob", waits.ActionWaitProgress),
 		subjects.Agent("bob", notifications.ActionNotifications), access.AgentInboxPrefix("bob")+".abc.>")
 	inboxBefore := inboxCount(t, p.httpAddr, op)
 
@@ -111,7 +112,7 @@ func TestSecurityReplySubjects(t *testing.T) {
 		{notifications.ActionNotify, `{"message":"planted"}`, "$KV." + engine.NotificationsBucket + ".bob.x"},
 		{notifications.ActionNotify, `{"message":"overwrite","id":"deploy-7"}`, subjects.Agent("bob", notifications.ActionNotify)},
 		{subjects.ActionTimerList, `{}`, subjects.Inbox("bob")},
-		{subjects.ActionTimerList, `{}`, subjects.Agent("bob", subjects.ActionWaitProgress)},
+		{subjects.ActionTimerList, `{}`, subjects.Agent("bob", waits.ActionWaitProgress)},
 		{subjects.ActionTimerList, `{}`, subjects.Agent("bob", notifications.ActionNotifications)},
 		{subjects.ActionTimerList, `{}`, access.AgentInboxPrefix("bob") + ".abc.1"},
 		{subjects.ActionTimerList, `{}`, "_INBOX.callback." + wake.ID + ".abc"},
@@ -408,7 +409,7 @@ func TestSecurityNoJetStreamForPrincipals(t *testing.T) {
 	inboxBefore := inboxCount(t, p.httpAddr, op)
 
 	push, _ := json.Marshal(map[string]any{"stream_name": engine.InboxStream, "config": map[string]any{
-		"durable_name": "inbox-alice", "filter_subject": subjects.Inbox("alice"), "deliver_subject": subjects.Agent("bob", subjects.ActionWaitProgress),
+		"durable_name": "inbox-alice", "filter_subject": subjects.Inbox("alice"), "deliver_subject": subjects.Agent("bob", waits.ActionWaitProgress),
 	}})
 	for who, conn := range map[*violations]*nats.Conn{v: alice, ov: operator} {
 		for _, req := range []struct{ subject, reply string }{

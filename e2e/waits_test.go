@@ -19,6 +19,7 @@ import (
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/natstest"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/waits"
 )
 
 // TestWaitSurvivesReplicaKill registers waits on two replicas, SIGKILLs the
@@ -54,8 +55,8 @@ func TestWaitSurvivesReplicaKill(t *testing.T) {
 	c, _ := client.New(nc, "survivor")
 	ids := map[string]bool{}
 	for i := range n {
-		var r subjects.WaitReply
-		if err := c.Request(ctx, subjects.ActionWaitRequest, []byte(fmt.Sprintf(`{"seconds":%d}`, 3+i%2)), &r); err != nil {
+		var r waits.WaitReply
+		if err := c.Request(ctx, waits.ActionWaitRequest, []byte(fmt.Sprintf(`{"seconds":%d}`, 3+i%2)), &r); err != nil {
 			t.Fatal(err)
 		}
 		ids[r.WaitID] = true
@@ -143,7 +144,7 @@ func TestCLIWait(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	w, err := c.CancelWait(ctx, waitID) // ended already: returns the record
-	if err != nil || w.Status != subjects.WaitCancelled || w.CancelledBy != subjects.CancelByRequest {
+	if err != nil || w.Status != waits.WaitCancelled || w.CancelledBy != waits.CancelByRequest {
 		t.Fatalf("wait after Ctrl-C: %+v %v", w, err)
 	}
 }

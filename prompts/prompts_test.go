@@ -18,6 +18,7 @@ import (
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
 	"github.com/chime-nats/chime/timers"
+	"github.com/chime-nats/chime/waits"
 )
 
 // arg is one documented argument of a tool prompt.
@@ -109,14 +110,14 @@ func strict[T any](check func(*T) error) func([]byte) error {
 
 var now = time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
 
-func decodeWait(b []byte) error { _, err := subjects.DecodeWaitRequest(b, now, "UTC"); return err }
+func decodeWait(b []byte) error { _, err := waits.DecodeWaitRequest(b, now, "UTC"); return err }
 
 var toolPrompts = []struct {
 	file    string
 	fields  []string // the fields the code accepts from an agent
 	actions []action
 }{
-	{"wait.md", jsonFields(subjects.WaitRequest{}), []action{
+	{"wait.md", jsonFields(waits.WaitRequest{}), []action{
 		{"", `{"seconds":5,"minutes":1,"hours":1,"days":1,"until":"2030-01-01 09:00","tz":"Asia/Tokyo","id":"w1"}`, decodeWait},
 		{"", `{"seconds":5,"minutes":1,"request_id":"r1"}`, decodeWait}, // request_id goes without id
 	}},

@@ -10,6 +10,7 @@ import (
 	"github.com/chime-nats/chime/api"
 	"github.com/chime-nats/chime/prompts"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/waits"
 )
 
 var (
@@ -26,7 +27,7 @@ var notServedYet = map[string]string{}
 // TestPromptsNameServedSubjects: every subject a prompt tells an agent to
 // request is served, or one chime publishes for the agent to read.
 func TestPromptsNameServedSubjects(t *testing.T) {
-	served := append(api.Rights().All, subjects.ActionInbox, subjects.ActionWaitProgress)
+	served := append(api.Rights().All, subjects.ActionInbox, waits.ActionWaitProgress)
 	names, err := filepath.Glob("*.md")
 	if err != nil || len(names) == 0 {
 		t.Fatalf("prompts: %v", err)

@@ -10,8 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
+	"github.com/chime-nats/chime/waits"
 )
 
 // These tests run the fire loop and the lease arithmetic on synctest's
@@ -30,7 +30,7 @@ type recorder struct {
 	fires []firedAt
 }
 
-func (r *recorder) publish(_ context.Context, timerFires []timers.TimerFired, _ []subjects.WaitFired) {
+func (r *recorder) publish(_ context.Context, timerFires []timers.TimerFired, _ []waits.WaitFired) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, f := range timerFires {

@@ -13,6 +13,7 @@ import (
 	"github.com/chime-nats/chime/internal/backoff"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
+	"github.com/chime-nats/chime/waits"
 )
 
 // An occurrence's life: popped when due, published once (a timer's inbox
@@ -36,7 +37,7 @@ type pendingFire struct {
 
 // publishFunc sends one pass's fires; fireLoop takes it as a parameter so
 // the loop's timing can be tested without a server.
-type publishFunc func(ctx context.Context, timerFires []timers.TimerFired, waitFires []subjects.WaitFired)
+type publishFunc func(ctx context.Context, timerFires []timers.TimerFired, waitFires []waits.WaitFired)
 
 // fireLoop pops what is due in the shards this replica may fire (owned by
 // a valid lease, loaded, watched live), hands it to publish, and sleeps
@@ -96,16 +97,16 @@ func (s *Scheduler) fireLoop(ctx context.Context, publish publishFunc) {
 // fires. A repeating timer is re-armed at its next occurrence, chosen now
 // and carried in the fire so its record says the same. Called with s.mu
 // held.
-func (s *Scheduler) prepare(batch []*entry, now time.Time) ([]timers.TimerFired, []subjects.WaitFired) {
+func (s *Scheduler) prepare(batch []*entry, now time.Time) ([]timers.TimerFired, []waits.WaitFired) {
 	timerFires := make([]timers.TimerFired, 0, len(batch))
-	var waitFires []subjects.WaitFired
+	var waitFires []waits.WaitFired
 	for _, en := range batch {
 		due := time.Unix(0, en.due).UTC()
 		if en.attempts == 0 {
 			s.m.lateness.Observe(now.Sub(due).Seconds())
 		}
 		if en.wait {
-			waitFires = append(waitFires, subjects.WaitFired{AgentID: en.agentID(), WaitID: en.itemID(), Target: due, FiredAt: now.UTC()})
+			waitFires = append(waitFires, waits.WaitFired{AgentID: en.agentID(), WaitID: en.itemID(), Target: due, FiredAt: now.UTC()})
 			en.fired = en.due
 			continue
 		}
@@ -128,7 +129,7 @@ func (s *Scheduler) prepare(batch []*entry, now time.Time) ([]timers.TimerFired,
 
 // publish is the fire loop's publishFunc: fires whose envelope is
 // already stored go to their record update, the others out.
-func (s *Scheduler) publish(ctx context.Context, timerFires []timers.TimerFired, waitFires []subjects.WaitFired) {
+func (s *Scheduler) publish(ctx context.Context, timerFires []timers.TimerFired, waitFires []waits.WaitFired) {
 	s.publishTimers(ctx, s.dropDelivered(ctx, timerFires))
 	s.publishWaits(ctx, waitFires)
 }
@@ -196,10 +197,10 @@ func (s *Scheduler) publishTimers(ctx context.Context, fires []timers.TimerFired
 
 // publishWaits sends wait.fire events; the waits consumer decides, by CAS
 // against cancellation, whether the wait completes, and delivers it.
-func (s *Scheduler) publishWaits(ctx context.Context, fires []subjects.WaitFired) {
+func (s *Scheduler) publishWaits(ctx context.Context, fires []waits.WaitFired) {
 	for i := range fires {
 		f := &fires[i]
-		p := pendingFire{wait: true, key: subjects.WaitKey(f.AgentID, f.WaitID), occ: 1, due: f.Target.UnixNano()}
+		p := pendingFire{wait: true, key: waits.WaitKey(f.AgentID, f.WaitID), occ: 1, due: f.Target.UnixNano()}
 		data, err := json.Marshal(f)
 		if err == nil {
 			m := &nats.Msg{Subject: subjects.WaitFire, Data: data, Header: nats.Header{}}

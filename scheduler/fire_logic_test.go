@@ -9,6 +9,7 @@ import (
 	"github.com/chime-nats/chime/internal/kvwatch"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
+	"github.com/chime-nats/chime/waits"
 )
 
 // clock is a settable fake clock for the pure logic of firing.
@@ -47,7 +48,7 @@ func putTimer(t *testing.T, s *Scheduler, tm timers.Timer) {
 	s.applyTimer("", 0, kvwatch.Entry{Key: subjects.TimerKey(tm.AgentID, tm.ID), Value: b})
 }
 
-func putWait(t *testing.T, s *Scheduler, w subjects.Wait) {
+func putWait(t *testing.T, s *Scheduler, w waits.Wait) {
 	t.Helper()
 	b, err := json.Marshal(w)
 	if err != nil {
@@ -57,7 +58,7 @@ func putWait(t *testing.T, s *Scheduler, w subjects.Wait) {
 }
 
 // pop fires what is due at the clock's time, as one pass of the loop does.
-func pop(s *Scheduler, c *clock) ([]timers.TimerFired, []subjects.WaitFired) {
+func pop(s *Scheduler, c *clock) ([]timers.TimerFired, []waits.WaitFired) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	batch := s.index.popDue(allOwned(s.cfg.Shards), c.now().UnixNano(), 1024, nil)
@@ -185,18 +186,18 @@ func TestWaitRetryKeepsItsTarget(t *testing.T) {
 	c := newClock()
 	s := newTestScheduler(c)
 	target := c.now().Add(time.Second)
-	w := subjects.Wait{ID: "w1", AgentID: "a", Mode: subjects.WaitDuration, Status: subjects.WaitWaiting, TargetTime: target}
+	w := waits.Wait{ID: "w1", AgentID: "a", Mode: waits.WaitDuration, Status: waits.WaitWaiting, TargetTime: target}
 	putWait(t, s, w)
 	c.t = target
-	_, waits := pop(s, c)
-	if len(waits) != 1 || !waits[0].Target.Equal(target) {
-		t.Fatalf("wait fire %+v", waits)
+	_, fired := pop(s, c)
+	if len(fired) != 1 || !fired[0].Target.Equal(target) {
+		t.Fatalf("wait fire %+v", fired)
 	}
 	s.rearm(pendingFire{wait: true, key: w.Key(), occ: 1, due: target.UnixNano()}, errors.New("x"))
 	c.add(time.Second)
-	_, waits = pop(s, c)
-	if len(waits) != 1 || !waits[0].Target.Equal(target) || waits[0].MsgID() != (&subjects.WaitFired{AgentID: "a", WaitID: "w1", Target: target}).MsgID() {
-		t.Fatalf("retried wait fire %+v: the target (and so the event ID) must not move", waits)
+	_, fired = pop(s, c)
+	if len(fired) != 1 || !fired[0].Target.Equal(target) || fired[0].MsgID() != (&waits.WaitFired{AgentID: "a", WaitID: "w1", Target: target}).MsgID() {
+		t.Fatalf("retried wait fire %+v: the target (and so the event ID) must not move", fired)
 	}
 	// A record that moved the target meanwhile wins over a late failure.
 	moved := target.Add(time.Hour)

@@ -10,6 +10,7 @@ import (
 	"github.com/chime-nats/chime/partitions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
+	"github.com/chime-nats/chime/waits"
 )
 
 func TestIndexFiresOnlyOwnedShardsInDueOrder(t *testing.T) {
@@ -69,15 +70,15 @@ func TestPerAgentCounts(t *testing.T) {
 	}
 	putTimer(t, s, timers.Timer{ID: "t0", AgentID: "b", Status: timers.TimerActive, NextFireAt: &due})
 	putTimer(t, s, timers.Timer{ID: "t1", AgentID: "a", Status: timers.TimerActive, NextFireAt: &due}) // an update, not one more
-	putWait(t, s, subjects.Wait{ID: "w0", AgentID: "a", Status: subjects.WaitWaiting, Mode: subjects.WaitDuration, TargetTime: due})
+	putWait(t, s, waits.Wait{ID: "w0", AgentID: "a", Status: waits.WaitWaiting, Mode: waits.WaitDuration, TargetTime: due})
 	paused := c.now()
-	putWait(t, s, subjects.Wait{ID: "w1", AgentID: "a", Status: subjects.WaitWaiting, Mode: subjects.WaitDuration, TargetTime: due, PausedAt: &paused})
+	putWait(t, s, waits.Wait{ID: "w1", AgentID: "a", Status: waits.WaitWaiting, Mode: waits.WaitDuration, TargetTime: due, PausedAt: &paused})
 	if a, b, w := active(s.ActiveTimers, "a"), active(s.ActiveTimers, "b"), active(s.ActiveWaits, "a"); a != 3 || b != 1 || w != 2 {
 		t.Fatalf("timers a=%d b=%d, waits a=%d; want 3 1 2", a, b, w)
 	}
 	putTimer(t, s, timers.Timer{ID: "t0", AgentID: "a", Status: timers.TimerCancelled})
 	s.applyTimer("", 0, kvwatch.Entry{Key: subjects.TimerKey("a", "t1"), Deleted: true})
-	putWait(t, s, subjects.Wait{ID: "w0", AgentID: "a", Status: subjects.WaitCompleted, TargetTime: due})
+	putWait(t, s, waits.Wait{ID: "w0", AgentID: "a", Status: waits.WaitCompleted, TargetTime: due})
 	if a, w := active(s.ActiveTimers, "a"), active(s.ActiveWaits, "a"); a != 1 || w != 1 {
 		t.Fatalf("after endings: timers %d, waits %d; want 1 1", a, w)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/waits"
 )
 
 // progressLoop publishes each owned waiting wait's progress about once
@@ -45,11 +46,11 @@ func (s *Scheduler) progressLoop(ctx context.Context) {
 		}
 		s.mu.Unlock()
 		for _, it := range items {
-			data, err := json.Marshal(subjects.NewWaitProgress(it.wait, it.left))
+			data, err := json.Marshal(waits.NewWaitProgress(it.wait, it.left))
 			if err != nil {
 				continue
 			}
-			if err := nc.Publish(subjects.Agent(it.agent, subjects.ActionWaitProgress), data); err != nil {
+			if err := nc.Publish(subjects.Agent(it.agent, waits.ActionWaitProgress), data); err != nil {
 				s.log.Debug("progress publish", "err", err)
 				continue
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/chime-nats/chime/partitions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
+	"github.com/chime-nats/chime/waits"
 )
 
 // Recorder writes a delivered timer occurrence into its record; timers.Store
@@ -452,13 +453,13 @@ func (s *Scheduler) applyWait(bucket string, gen uint64, e kvwatch.Entry) {
 		s.removed(true, key, agentLen, shard, gen)
 		return
 	}
-	var w subjects.Wait
+	var w waits.Wait
 	if err := s.decode(key, e.Value, &w, func() (string, string) { return w.AgentID, w.ID }); err != nil {
 		s.refuse(bucket, e.Key, err)
 		s.removed(true, key, agentLen, shard, gen)
 		return
 	}
-	if w.Status != subjects.WaitWaiting {
+	if w.Status != waits.WaitWaiting {
 		s.removed(true, key, agentLen, shard, gen)
 		return
 	}

@@ -128,7 +128,7 @@ func testReplicasHoldOnlyTheirShards(t *testing.T, partitionCount int) {
 		timerKeys = append(timerKeys, subjects.TimerKey(tm.AgentID, tm.ID))
 	}
 	for i := range 60 {
-		w, err := wstore.Create(ctx, fmt.Sprintf("agent%d", i%10), &subjects.WaitSpec{Mode: subjects.WaitDuration, Target: time.Now().Add(time.Hour)})
+		w, err := wstore.Create(ctx, fmt.Sprintf("agent%d", i%10), &waits.WaitSpec{Mode: waits.WaitDuration, Target: time.Now().Add(time.Hour)})
 		if err != nil {
 			t.Fatal(err)
 		}

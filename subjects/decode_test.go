@@ -8,6 +8,7 @@ import (
 	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
+	"github.com/chime-nats/chime/waits"
 )
 
 // strictCases are bodies every request decoder refuses the same way,
@@ -48,10 +49,10 @@ func decoders() map[string]func([]byte) error {
 		"timer.create":   func(b []byte) error { _, err := timers.DecodeCreateTimer(b, timers.TimerLimits{}); return err },
 		"timer.list":     func(b []byte) error { _, err := timers.DecodeListTimers(b); return err },
 		"timer.ref":      func(b []byte) error { _, err := timers.DecodeTimerRef(b); return err },
-		"wait.request":   func(b []byte) error { _, err := subjects.DecodeWaitRequest(b, now, ""); return err },
-		"wait.cancel":    func(b []byte) error { _, err := subjects.DecodeWaitRef(b); return err },
+		"wait.request":   func(b []byte) error { _, err := waits.DecodeWaitRequest(b, now, ""); return err },
+		"wait.cancel":    func(b []byte) error { _, err := waits.DecodeWaitRef(b); return err },
 		"wait.for":       func(b []byte) error { _, err := subjects.DecodeWaitFor(b); return err },
-		"intervention":   func(b []byte) error { _, err := subjects.DecodeIntervention(b); return err },
+		"intervention":   func(b []byte) error { _, err := waits.DecodeIntervention(b); return err },
 		"notify":         func(b []byte) error { _, err := notifications.DecodeNotify(b, notifications.FromAgent); return err },
 		"lifecycle":      subjects.DecodeNoFields,
 		"trigger.create": func(b []byte) error { _, _, err := subjects.DecodeCreateTrigger(b); return err },

@@ -12,6 +12,7 @@ import (
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/subjects/subjectstest"
 	"github.com/chime-nats/chime/timers"
+	"github.com/chime-nats/chime/waits"
 )
 
 // Fuzz targets of the request decoders and the ID and subject parsers.
@@ -85,18 +86,18 @@ func FuzzDecodeListTimers(f *testing.F) {
 }
 
 func FuzzDecodeTimerRef(f *testing.F) { subjectstest.Ref(f, "timer_id", timers.DecodeTimerRef) }
-func FuzzDecodeWaitRef(f *testing.F)  { subjectstest.Ref(f, "wait_id", subjects.DecodeWaitRef) }
+func FuzzDecodeWaitRef(f *testing.F)  { subjectstest.Ref(f, "wait_id", waits.DecodeWaitRef) }
 func FuzzDecodeTriggerRef(f *testing.F) {
 	subjectstest.Ref(f, "external_trigger_id", subjects.DecodeTriggerRef)
 }
 
 func FuzzDecodeIntervention(f *testing.F) {
 	subjectstest.AddSeeds(f, `{"action":"message","text":"stop that"}`, `{"action":"pause"}`, `{"action":"Pause"}`, `{"action":"message","text":" "}`)
-	subjectstest.Request(f, subjects.DecodeIntervention, []string{"text", "action"}, subjectstest.DecodeCodes, func(t *testing.T, body []byte, req *subjects.InterventionRequest) {
-		if !slices.Contains(subjects.InterventionActions(), req.Action) || (req.Action == subjects.ActionMessage && strings.TrimSpace(req.Text) == "") {
+	subjectstest.Request(f, waits.DecodeIntervention, []string{"text", "action"}, subjectstest.DecodeCodes, func(t *testing.T, body []byte, req *waits.InterventionRequest) {
+		if !slices.Contains(waits.InterventionActions(), req.Action) || (req.Action == waits.ActionMessage && strings.TrimSpace(req.Text) == "") {
 			t.Fatalf("%q accepted as %+v", body, req)
 		}
-		if back, err := subjects.DecodeIntervention(subjectstest.EncodeBody(t, req)); err != nil || *back != *req {
+		if back, err := waits.DecodeIntervention(subjectstest.EncodeBody(t, req)); err != nil || *back != *req {
 			t.Fatalf("%+v reads back as %+v (%v)", req, back, err)
 		}
 	})
@@ -184,7 +185,7 @@ func FuzzIDs(f *testing.F) {
 		if want := strings.Count(s, ".") == 1 && !strings.HasPrefix(s, ".") && !strings.HasSuffix(s, "."); ok != want {
 			t.Fatalf("ParseRecordKey(%q) ok = %v, want %v", s, ok, want)
 		}
-		if ok && (subjects.TimerKey(agent, id) != s || subjects.WaitKey(agent, id) != s) {
+		if ok && (subjects.TimerKey(agent, id) != s || waits.WaitKey(agent, id) != s) {
 			t.Fatalf("ParseRecordKey(%q) = %q, %q", s, agent, id)
 		}
 	})

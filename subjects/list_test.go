@@ -10,6 +10,7 @@ import (
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
 	"github.com/chime-nats/chime/timers"
+	"github.com/chime-nats/chime/waits"
 )
 
 func TestCursorRoundTrip(t *testing.T) {
@@ -20,7 +21,7 @@ func TestCursorRoundTrip(t *testing.T) {
 	} {
 		action := subjects.ActionTimerList
 		if len(from) == 2 {
-			action = subjects.ActionWaitList
+			action = waits.ActionWaitList
 		}
 		c := subjects.EncodeCursor(action, from...)
 		if c == "" || len(c) > subjects.MaxCursorLen {
@@ -31,7 +32,7 @@ func TestCursorRoundTrip(t *testing.T) {
 			t.Fatalf("%+v reads back as %+v (%v)", from, back, err)
 		}
 	}
-	if c := subjects.EncodeCursor(subjects.ActionWaitList, subjects.CursorPos{Buckets: 1, Bucket: 1}, subjects.CursorPos{Buckets: 2, Bucket: 2}); c != "" {
+	if c := subjects.EncodeCursor(waits.ActionWaitList, subjects.CursorPos{Buckets: 1, Bucket: 1}, subjects.CursorPos{Buckets: 2, Bucket: 2}); c != "" {
 		t.Fatalf("every walk at its end: cursor %q, want none", c)
 	}
 }
@@ -70,7 +71,7 @@ func TestListRequestErrors(t *testing.T) {
 		}
 	}
 	// wait.list's cursor holds two places; a timer.list one is refused.
-	if _, err := subjects.DecodeListWaits([]byte(`{"cursor":"` + subjects.EncodeCursor(subjects.ActionWaitList, subjects.CursorPos{Buckets: 1, Seq: 1}) + `"}`)); err == nil {
+	if _, err := waits.DecodeListWaits([]byte(`{"cursor":"` + subjects.EncodeCursor(waits.ActionWaitList, subjects.CursorPos{Buckets: 1, Seq: 1}) + `"}`)); err == nil {
 		t.Error("a wait.list cursor of one walk accepted")
 	}
 }

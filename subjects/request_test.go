@@ -7,6 +7,7 @@ import (
 
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
+	"github.com/chime-nats/chime/waits"
 )
 
 // TestDerivedIDs: the ID a request_id derives is stable, looks like a
@@ -72,7 +73,7 @@ func TestRequestKeyIsTheRequestsMeaning(t *testing.T) {
 	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	wait := func(body string, at time.Time) subjects.RequestKey {
 		t.Helper()
-		spec, err := subjects.DecodeWaitRequest([]byte(body), at, "")
+		spec, err := waits.DecodeWaitRequest([]byte(body), at, "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -115,8 +115,8 @@ func NewConsumer(c ConsumerConfig) *Consumer {
 }
 
 // CompletionText renders a wait's completion text from its framework prompt.
-func CompletionText(w *subjects.Wait) (string, error) {
-	return prompts.Render("fw.wait_complete.md", map[string]string{"target_time": subjects.FormatISO(w.Target())})
+func CompletionText(w *Wait) (string, error) {
+	return prompts.Render("fw.wait_complete.md", map[string]string{"target_time": FormatISO(w.Target())})
 }
 
 // Start creates (or joins) the shared durable consumers and begins.
@@ -171,7 +171,7 @@ func (w *Consumer) Stop() {
 }
 
 func (w *Consumer) fire(ctx context.Context, data []byte) error {
-	var ev subjects.WaitFired
+	var ev WaitFired
 	if err := json.Unmarshal(data, &ev); err != nil || subjects.ValidateID("agent_id", ev.AgentID) != nil {
 		return fmt.Errorf("%w: %v", consumer.ErrPoison, err)
 	}
@@ -189,8 +189,8 @@ func (w *Consumer) fire(ctx context.Context, data []byte) error {
 	w.lateness.Observe(time.Since(ev.Target).Seconds())
 	// The progress stream ends as Agent Zero's does; core NATS, like
 	// every progress message: a lost one is not worth a retry.
-	if data, err := json.Marshal(subjects.DoneWaitProgress(rec.ID)); err == nil {
-		_ = w.cfg.JS.Conn().Publish(subjects.Agent(rec.AgentID, subjects.ActionWaitProgress), data)
+	if data, err := json.Marshal(DoneWaitProgress(rec.ID)); err == nil {
+		_ = w.cfg.JS.Conn().Publish(subjects.Agent(rec.AgentID, ActionWaitProgress), data)
 	}
 	return nil
 }
@@ -300,14 +300,14 @@ func (w *Consumer) inTurn(ctx context.Context, agentID string, seq uint64, epoch
 
 // apply applies one intervention of agentID.
 func (w *Consumer) apply(ctx context.Context, agentID string, data []byte) error {
-	var iv subjects.Intervention
+	var iv Intervention
 	if err := json.Unmarshal(data, &iv); err != nil || iv.AgentID != agentID {
 		return fmt.Errorf("%w: intervention for %s: %v", consumer.ErrPoison, agentID, err)
 	}
 	switch iv.Action {
-	case subjects.ActionPause:
+	case ActionPause:
 		return w.cfg.Store.Pause(ctx, iv.AgentID, iv.At)
-	case subjects.ActionResume:
+	case ActionResume:
 		return w.cfg.Store.Resume(ctx, iv.AgentID, iv.At)
 	}
 	all, err := w.cfg.Store.List(ctx, iv.AgentID)
@@ -317,7 +317,7 @@ func (w *Consumer) apply(ctx context.Context, agentID string, data []byte) error
 	for _, rec := range all {
 		// A redelivery also re-sends what this intervention cancelled
 		// before a crash; the envelope ID makes that a no-op if it landed.
-		if rec.Status != subjects.WaitWaiting && rec.CancelledBy != iv.ID {
+		if rec.Status != WaitWaiting && rec.CancelledBy != iv.ID {
 			continue
 		}
 		cancelled, ended, err := w.cfg.Store.Cancel(ctx, iv.AgentID, rec.ID, iv.ID, iv.CancelText())
@@ -330,14 +330,14 @@ func (w *Consumer) apply(ctx context.Context, agentID string, data []byte) error
 			}
 		}
 	}
-	env := subjects.InterventionEnvelope(&iv)
+	env := InterventionEnvelope(&iv)
 	return w.publish(ctx, &env, iv.At)
 }
 
 // deliver publishes an ended wait's terminal envelope and waits for it to
 // be stored.
-func (w *Consumer) deliver(ctx context.Context, rec *subjects.Wait, text string) error {
-	env := subjects.WaitEndEnvelope(rec, text, time.Now())
+func (w *Consumer) deliver(ctx context.Context, rec *Wait, text string) error {
+	env := WaitEndEnvelope(rec, text, time.Now())
 	if err := w.publish(ctx, &env, endedAt(rec)); err != nil {
 		return err
 	}
@@ -347,7 +347,7 @@ func (w *Consumer) deliver(ctx context.Context, rec *subjects.Wait, text string)
 
 // endedAt is when a wait ended: its terminal envelope cannot have been
 // stored before.
-func endedAt(w *subjects.Wait) time.Time {
+func endedAt(w *Wait) time.Time {
 	if w.EndedAt != nil {
 		return *w.EndedAt
 	}

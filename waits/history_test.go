@@ -35,20 +35,20 @@ func TestEndedWaitsLeaveTheirBucket(t *testing.T) {
 		WithHistory(kvrec.History{JS: res.JS, Stream: engine.HistoryStream, Prefix: engine.HistoryWaits}, arch)
 	kv := res.Waits.KVs[0]
 
-	picked, err := s.Create(ctx, "h", &subjects.WaitSpec{Mode: subjects.WaitDuration, Target: time.Now().Add(time.Hour)})
+	picked, err := s.Create(ctx, "h", &waits.WaitSpec{Mode: waits.WaitDuration, Target: time.Now().Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	named, err := s.Create(ctx, "h", &subjects.WaitSpec{ID: "mine", Mode: subjects.WaitDuration, Target: time.Now().Add(time.Hour)})
+	named, err := s.Create(ctx, "h", &waits.WaitSpec{ID: "mine", Mode: waits.WaitDuration, Target: time.Now().Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	byIntervention, err := s.Create(ctx, "h", &subjects.WaitSpec{Mode: subjects.WaitDuration, Target: time.Now().Add(time.Hour)})
+	byIntervention, err := s.Create(ctx, "h", &waits.WaitSpec{Mode: waits.WaitDuration, Target: time.Now().Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []*subjects.Wait{byIntervention, picked, named} {
-		by := subjects.CancelByRequest
+	for _, w := range []*waits.Wait{byIntervention, picked, named} {
+		by := waits.CancelByRequest
 		if w == byIntervention {
 			by = "iv_x"
 		}
@@ -78,10 +78,10 @@ func TestEndedWaitsLeaveTheirBucket(t *testing.T) {
 	if _, err := kv.Get(ctx, "h."+byIntervention.ID); err != nil {
 		t.Fatalf("a wait cancelled by an intervention left its bucket: %v", err)
 	}
-	if got, err := s.Get(ctx, "h", picked.ID); err != nil || got.Status != subjects.WaitCancelled {
+	if got, err := s.Get(ctx, "h", picked.ID); err != nil || got.Status != waits.WaitCancelled {
 		t.Fatalf("get from the history: %+v %v", got, err)
 	}
-	if got, ended, err := s.Cancel(ctx, "h", picked.ID, subjects.CancelByRequest, "Wait cancelled."); err != nil || !ended || got.Status != subjects.WaitCancelled {
+	if got, ended, err := s.Cancel(ctx, "h", picked.ID, waits.CancelByRequest, "Wait cancelled."); err != nil || !ended || got.Status != waits.WaitCancelled {
 		t.Fatalf("a second cancel: %+v %v %v", got, ended, err)
 	}
 	page, next, err := s.Page(ctx, "h", 10, subjects.CursorPos{})

@@ -80,7 +80,7 @@ func (r *rig) intervene(t *testing.T, agentID, action, text string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := r.reqs.Intervene(ctx, agentID, &subjects.InterventionRequest{Action: action, Text: text}); err != nil {
+	if _, err := r.reqs.Intervene(ctx, agentID, &waits.InterventionRequest{Action: action, Text: text}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -130,7 +130,7 @@ func TestInterventionTooLargeRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	text := strings.Repeat("x", int(r.nc.MaxPayload())-180)
-	_, err := r.reqs.Intervene(ctx, "big", &subjects.InterventionRequest{Action: subjects.ActionMessage, Text: text})
+	_, err := r.reqs.Intervene(ctx, "big", &waits.InterventionRequest{Action: waits.ActionMessage, Text: text})
 	var e *subjects.Error
 	if !errors.As(err, &e) || e.Code != subjects.CodePayloadTooLarge || !strings.Contains(e.Message, "intervention text too large") {
 		t.Fatalf("err = %v", err)
@@ -144,7 +144,7 @@ func TestInterventionTooLargeRefused(t *testing.T) {
 		t.Fatalf("something was stored: %v", err)
 	}
 	// Half the limit is fine.
-	if _, err := r.reqs.Intervene(ctx, "big", &subjects.InterventionRequest{Action: subjects.ActionMessage, Text: text[:len(text)/2]}); err != nil {
+	if _, err := r.reqs.Intervene(ctx, "big", &waits.InterventionRequest{Action: waits.ActionMessage, Text: text[:len(text)/2]}); err != nil {
 		t.Fatalf("half size: %v", err)
 	}
 }
@@ -160,12 +160,12 @@ func TestPoisonInterventionIsolated(t *testing.T) {
 	// Undecodable, then an event that fits the stream but whose delivery
 	// cannot fit the max payload (it got past the request check).
 	r.inject(t, "agent-a", []byte("{not json"))
-	big, _ := json.Marshal(subjects.Intervention{
-		ID: "iv_big", AgentID: "agent-a", Action: subjects.ActionMessage, At: time.Now().UTC(),
+	big, _ := json.Marshal(waits.Intervention{
+		ID: "iv_big", AgentID: "agent-a", Action: waits.ActionMessage, At: time.Now().UTC(),
 		Text: strings.Repeat("x", int(r.nc.MaxPayload())-180),
 	})
 	r.inject(t, "agent-a", big)
-	r.intervene(t, "agent-b", subjects.ActionMessage, "for b")
+	r.intervene(t, "agent-b", waits.ActionMessage, "for b")
 	t.Logf("b's intervention delivered %v after it was sent", expect(t, inboxB, "for b", 3*time.Second).Round(time.Millisecond))
 
 	poison := map[string]string{"consumer": waits.InterventionsDurable, "reason": consumer.ReasonPoison}
@@ -173,7 +173,7 @@ func TestPoisonInterventionIsolated(t *testing.T) {
 		n := r.counter(t, "chime_consumer_terminated_total", poison)
 		return n == 2, fmt.Sprint(n)
 	}, "2 poison terminated")
-	r.intervene(t, "agent-a", subjects.ActionMessage, "for a")
+	r.intervene(t, "agent-a", waits.ActionMessage, "for a")
 	expect(t, inboxA, "for a", 3*time.Second)
 
 	// Agent c's intervention keeps failing (a corrupt wait record breaks
@@ -183,8 +183,8 @@ func TestPoisonInterventionIsolated(t *testing.T) {
 	if _, err := r.res.Waits.KVs[0].Put(ctx, "agent-c.broken", []byte("{corrupt")); err != nil {
 		t.Fatal(err)
 	}
-	r.intervene(t, "agent-c", subjects.ActionStop, "stop c")
-	r.intervene(t, "agent-b", subjects.ActionMessage, "again for b")
+	r.intervene(t, "agent-c", waits.ActionStop, "stop c")
+	r.intervene(t, "agent-b", waits.ActionMessage, "again for b")
 	expect(t, inboxB, "again for b", 3*time.Second)
 	for r.counter(t, "chime_wait_event_failures_total", nil) < 1 {
 		select {
@@ -210,7 +210,7 @@ func TestPauseResumeInOrder(t *testing.T) {
 		id := fmt.Sprintf("ord-%d", i)
 		ids = append(ids, id)
 		for range 3 {
-			if _, err := r.store.Create(ctx, id, &subjects.WaitSpec{Mode: subjects.WaitDuration, Target: time.Now().Add(time.Hour)}); err != nil {
+			if _, err := r.store.Create(ctx, id, &waits.WaitSpec{Mode: waits.WaitDuration, Target: time.Now().Add(time.Hour)}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -218,13 +218,13 @@ func TestPauseResumeInOrder(t *testing.T) {
 	start := time.Now()
 	for range rounds {
 		for _, id := range ids {
-			r.intervene(t, id, subjects.ActionPause, "")
-			r.intervene(t, id, subjects.ActionResume, "")
+			r.intervene(t, id, waits.ActionPause, "")
+			r.intervene(t, id, waits.ActionResume, "")
 		}
 	}
 	for i, id := range ids {
 		if i%2 == 1 {
-			r.intervene(t, id, subjects.ActionPause, "")
+			r.intervene(t, id, waits.ActionPause, "")
 		}
 	}
 	stream, err := r.res.JS.Stream(ctx, engine.EventsStream)
@@ -259,7 +259,7 @@ func TestPauseResumeInOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, w := range all {
-			if (w.PausedAt != nil) != paused || w.Status != subjects.WaitWaiting {
+			if (w.PausedAt != nil) != paused || w.Status != waits.WaitWaiting {
 				t.Errorf("%s: wait %s paused_at %v status %s, want paused %v", id, w.ID, w.PausedAt, w.Status, paused)
 			}
 		}
@@ -277,7 +277,7 @@ func TestGivenUpInterventionSteppedPast(t *testing.T) {
 	inbox := r.inbox(t, "lost")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	r.intervene(t, "lost", subjects.ActionMessage, "given up")
+	r.intervene(t, "lost", waits.ActionMessage, "given up")
 	cons, err := r.res.JS.Consumer(ctx, engine.EventsStream, waits.InterventionsDurable)
 	if err != nil {
 		t.Fatal(err)
@@ -291,7 +291,7 @@ func TestGivenUpInterventionSteppedPast(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r.intervene(t, "lost", subjects.ActionMessage, "next")
+	r.intervene(t, "lost", waits.ActionMessage, "next")
 	r.start(t)
 	expect(t, inbox, "next", 3*time.Second)
 	if n := r.counter(t, "chime_interventions_skipped_total", nil); n != 1 {

@@ -40,12 +40,12 @@ func NewRequests(store *Store, inbox *consumer.Inbox, js jetstream.JetStream, no
 // wait_cancelled envelope, and returns the record once that is stored.
 // Cancelling an ended wait returns it unchanged; a repeat of a cancel whose
 // delivery failed delivers it (the envelope ID keeps it single).
-func (o *Requests) Cancel(ctx context.Context, agentID, waitID string) (*subjects.Wait, error) {
-	w, ended, err := o.store.Cancel(ctx, agentID, waitID, subjects.CancelByRequest, "Wait cancelled.")
+func (o *Requests) Cancel(ctx context.Context, agentID, waitID string) (*Wait, error) {
+	w, ended, err := o.store.Cancel(ctx, agentID, waitID, CancelByRequest, "Wait cancelled.")
 	if err != nil || !ended {
 		return w, err
 	}
-	env := subjects.WaitEndEnvelope(w, w.CancelText, o.now())
+	env := WaitEndEnvelope(w, w.CancelText, o.now())
 	if _, err := o.inbox.DeliverOnce(ctx, &env, endedAt(w)); err != nil {
 		// The wait is cancelled; its delivery is not stored yet. The
 		// error makes the caller retry, and the retry delivers.
@@ -63,8 +63,8 @@ func (o *Requests) Room() int64 { return o.inbox.Room() }
 // accepted intervention is never lost. One too large to deliver is refused
 // here, before anything is stored: found undeliverable later, it could
 // only be given up.
-func (o *Requests) Intervene(ctx context.Context, agentID string, req *subjects.InterventionRequest) (any, error) {
-	iv := subjects.Intervention{ID: "iv_" + nuid.Next(), AgentID: agentID, Action: req.Action, Text: req.Text, At: o.now().UTC()}
+func (o *Requests) Intervene(ctx context.Context, agentID string, req *InterventionRequest) (any, error) {
+	iv := Intervention{ID: "iv_" + nuid.Next(), AgentID: agentID, Action: req.Action, Text: req.Text, At: o.now().UTC()}
 	size, err := iv.MaxDeliverySize()
 	if err != nil {
 		return nil, fmt.Errorf("waits: encode intervention: %w", err)

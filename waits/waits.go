@@ -66,11 +66,11 @@ func (s *Store) WithHistory(h kvrec.History, a *kvrec.Archiver) *Store {
 // intervention's redelivery finds what it cancelled, to deliver its end
 // again, by listing the bucket (see Consumer.apply), and the history is
 // not listed for that.
-func (s *Store) archive(kv jetstream.KeyValue, key string, rev uint64, w *subjects.Wait) {
+func (s *Store) archive(kv jetstream.KeyValue, key string, rev uint64, w *Wait) {
 	if !w.Ended() || !chimePicked(w) || !s.history.On() {
 		return
 	}
-	if w.Status != subjects.WaitCompleted && w.CancelledBy != subjects.CancelByRequest {
+	if w.Status != WaitCompleted && w.CancelledBy != CancelByRequest {
 		return
 	}
 	data, err := json.Marshal(w)
@@ -83,7 +83,7 @@ func (s *Store) archive(kv jetstream.KeyValue, key string, rev uint64, w *subjec
 // chimePicked reports whether w's ID is one chime picked (wait_ and a
 // NUID) rather than the caller (an id, or one derived from a request_id).
 // An id the caller chose in that very shape counts as chime's.
-func chimePicked(w *subjects.Wait) bool {
+func chimePicked(w *Wait) bool {
 	const prefix, nuidLen = "wait_", 22
 	if w.RequestID != "" || len(w.ID) != len(prefix)+nuidLen || !strings.HasPrefix(w.ID, prefix) {
 		return false
@@ -98,8 +98,8 @@ func chimePicked(w *subjects.Wait) bool {
 
 // ended reads a wait that has left its bucket from the history; the
 // wait_not_found error when it is not there either.
-func (s *Store) ended(ctx context.Context, agentID, waitID string) (*subjects.Wait, error) {
-	w, err := kvrec.HistoryGet(ctx, s.history, agentID, waitID, func(w *subjects.Wait) string { return w.ID })
+func (s *Store) ended(ctx context.Context, agentID, waitID string) (*Wait, error) {
+	w, err := kvrec.HistoryGet(ctx, s.history, agentID, waitID, func(w *Wait) string { return w.ID })
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, notFound(waitID)
 	}
@@ -114,10 +114,10 @@ func (s *Store) ended(ctx context.Context, agentID, waitID string) (*subjects.Wa
 // a request_id makes the wait whose ID derives from it: a retry of that
 // request, on any replica, finds and returns that wait as it is now, and
 // the same request_id with another request is a conflict.
-func (s *Store) Create(ctx context.Context, agentID string, spec *subjects.WaitSpec) (*subjects.Wait, error) {
+func (s *Store) Create(ctx context.Context, agentID string, spec *WaitSpec) (*Wait, error) {
 	now := s.now().UTC()
-	w := &subjects.Wait{
-		ID: spec.ID, AgentID: agentID, Mode: spec.Mode, Status: subjects.WaitWaiting,
+	w := &Wait{
+		ID: spec.ID, AgentID: agentID, Mode: spec.Mode, Status: WaitWaiting,
 		CreatedAt: now, TargetTime: spec.Target.UTC(), TZ: spec.TZ, RequestKey: spec.Request,
 	}
 	switch {
@@ -126,7 +126,7 @@ func (s *Store) Create(ctx context.Context, agentID string, spec *subjects.WaitS
 	case w.ID == "":
 		w.ID = "wait_" + nuid.Next()
 	}
-	if w.Mode == subjects.WaitDuration {
+	if w.Mode == WaitDuration {
 		st, err := s.Agent(ctx, agentID)
 		if err != nil {
 			return nil, err
@@ -137,7 +137,7 @@ func (s *Store) Create(ctx context.Context, agentID string, spec *subjects.WaitS
 	}
 	// As for timers: a retry that finds this very wait, or the caller's
 	// retry of the same request, succeeds with the stored wait.
-	mine := func(stored *subjects.Wait) bool {
+	mine := func(stored *Wait) bool {
 		return stored.ID == w.ID && (stored.CreatedAt.Equal(w.CreatedAt) || w.Replays(stored.RequestKey))
 	}
 	kv, key := s.waits.For(agentID, w.ID)
@@ -146,7 +146,7 @@ func (s *Store) Create(ctx context.Context, agentID string, spec *subjects.WaitS
 	case errors.Is(err, jetstream.ErrKeyExists) && w.RequestID != "":
 		return nil, w.Conflict()
 	case errors.Is(err, jetstream.ErrKeyExists):
-		return nil, &subjects.Error{Code: subjects.CodeWaitExists, Message: fmt.Sprintf("wait %s already exists", w.ID)}
+		return nil, &subjects.Error{Code: CodeWaitExists, Message: fmt.Sprintf("wait %s already exists", w.ID)}
 	case err != nil:
 		return nil, fmt.Errorf("waits: create: %w", err)
 	}
@@ -158,7 +158,7 @@ func (s *Store) Create(ctx context.Context, agentID string, spec *subjects.WaitS
 func (s *Store) Sweep(ctx context.Context) (int, error) {
 	total := 0
 	for _, kv := range s.waits.KVs {
-		n, err := kvrec.Sweep(ctx, s.retention, kv, (*subjects.Wait).Ended, s.now())
+		n, err := kvrec.Sweep(ctx, s.retention, kv, (*Wait).Ended, s.now())
 		total += n
 		if err != nil {
 			return total, err
@@ -168,9 +168,9 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 }
 
 // Get returns one of the agent's waits.
-func (s *Store) Get(ctx context.Context, agentID, waitID string) (*subjects.Wait, error) {
+func (s *Store) Get(ctx context.Context, agentID, waitID string) (*Wait, error) {
 	kv, key := s.waits.For(agentID, waitID)
-	w, _, err := kvrec.Get[subjects.Wait](ctx, kv, key)
+	w, _, err := kvrec.Get[Wait](ctx, kv, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return s.ended(ctx, agentID, waitID)
 	}
@@ -181,14 +181,14 @@ func (s *Store) Get(ctx context.Context, agentID, waitID string) (*subjects.Wait
 }
 
 func notFound(waitID string) error {
-	return &subjects.Error{Code: subjects.CodeWaitNotFound, Message: fmt.Sprintf("wait %s not found", waitID)}
+	return &subjects.Error{Code: CodeWaitNotFound, Message: fmt.Sprintf("wait %s not found", waitID)}
 }
 
 // Update changes one wait by CAS; see kvrec.Update.
-func (s *Store) Update(ctx context.Context, agentID, waitID string, change func(*subjects.Wait) (bool, error)) (*subjects.Wait, bool, error) {
+func (s *Store) Update(ctx context.Context, agentID, waitID string, change func(*Wait) (bool, error)) (*Wait, bool, error) {
 	kv, key := s.waits.For(agentID, waitID)
 	w, rev, changed, err := kvrec.UpdateRev(ctx, kv, key, false, change,
-		kvrec.ExpireFinished(s.retention, (*subjects.Wait).Ended))
+		kvrec.ExpireFinished(s.retention, (*Wait).Ended))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		// Ended and moved to the history, or never there. An ended wait
 		// is never written again, so change only answers from it.
@@ -213,47 +213,47 @@ func (s *Store) Update(ctx context.Context, agentID, waitID string, change func(
 // Complete ends a wait whose target fire is ev: only if it still waits,
 // unpaused, for that very target. ended reports whether the wait is now
 // completed (by this call or an earlier delivery of the same event).
-func (s *Store) Complete(ctx context.Context, ev *subjects.WaitFired) (w *subjects.Wait, ended bool, err error) {
-	w, _, err = s.Update(ctx, ev.AgentID, ev.WaitID, func(w *subjects.Wait) (bool, error) {
+func (s *Store) Complete(ctx context.Context, ev *WaitFired) (w *Wait, ended bool, err error) {
+	w, _, err = s.Update(ctx, ev.AgentID, ev.WaitID, func(w *Wait) (bool, error) {
 		if !w.Armed() || !w.TargetTime.Equal(ev.Target) {
 			return false, nil
 		}
 		at := s.now().UTC()
-		w.Status, w.EndedAt = subjects.WaitCompleted, &at
+		w.Status, w.EndedAt = WaitCompleted, &at
 		return true, nil
 	})
-	if errors.Is(err, subjects.ErrWaitNotFound) {
+	if errors.Is(err, ErrWaitNotFound) {
 		return nil, false, nil
 	}
 	if err != nil {
 		return nil, false, err
 	}
-	return w, w.Status == subjects.WaitCompleted && w.TargetTime.Equal(ev.Target), nil
+	return w, w.Status == WaitCompleted && w.TargetTime.Equal(ev.Target), nil
 }
 
 // Cancel ends a waiting wait as cancelled by by (an intervention ID or
 // subjects.CancelByRequest) with text. ended reports whether the wait is
 // cancelled by by now, including by an earlier attempt.
-func (s *Store) Cancel(ctx context.Context, agentID, waitID, by, text string) (w *subjects.Wait, ended bool, err error) {
-	w, _, err = s.Update(ctx, agentID, waitID, func(w *subjects.Wait) (bool, error) {
-		if w.Status != subjects.WaitWaiting {
+func (s *Store) Cancel(ctx context.Context, agentID, waitID, by, text string) (w *Wait, ended bool, err error) {
+	w, _, err = s.Update(ctx, agentID, waitID, func(w *Wait) (bool, error) {
+		if w.Status != WaitWaiting {
 			return false, nil
 		}
 		at := s.now().UTC()
-		w.Status, w.EndedAt, w.CancelledBy, w.CancelText = subjects.WaitCancelled, &at, by, text
+		w.Status, w.EndedAt, w.CancelledBy, w.CancelText = WaitCancelled, &at, by, text
 		return true, nil
 	})
 	if err != nil {
 		return nil, false, err
 	}
-	return w, w.Status == subjects.WaitCancelled && w.CancelledBy == by, nil
+	return w, w.Status == WaitCancelled && w.CancelledBy == by, nil
 }
 
 // List returns the agent's waits.
-func (s *Store) List(ctx context.Context, agentID string) ([]subjects.Wait, error) {
-	var out []subjects.Wait
+func (s *Store) List(ctx context.Context, agentID string) ([]Wait, error) {
+	var out []Wait
 	for _, kv := range s.waits.KVs {
-		part, err := kvrec.List[subjects.Wait](ctx, kv, s.waits.Layout.AgentKeys(agentID))
+		part, err := kvrec.List[Wait](ctx, kv, s.waits.Layout.AgentKeys(agentID))
 		if err != nil {
 			return nil, fmt.Errorf("waits: list: %w", err)
 		}
@@ -264,9 +264,9 @@ func (s *Store) List(ctx context.Context, agentID string) ([]subjects.Wait, erro
 
 // Page returns a page of the agent's waits, as timers.Store.List does
 // for timers.
-func (s *Store) Page(ctx context.Context, agentID string, limit int, from subjects.CursorPos) ([]subjects.Wait, subjects.CursorPos, error) {
+func (s *Store) Page(ctx context.Context, agentID string, limit int, from subjects.CursorPos) ([]Wait, subjects.CursorPos, error) {
 	pg, err := kvrec.PageWithHistory(ctx, s.retention.JS, s.waits.Buckets(), s.waits.Layout.AgentKeys(agentID), s.history, agentID, kvrec.Pos(from), limit,
-		func(w *subjects.Wait) (string, string) {
+		func(w *Wait) (string, string) {
 			kv, key := s.waits.For(agentID, w.ID)
 			return kv.Bucket(), key
 		})
@@ -292,8 +292,8 @@ func (s *Store) Pause(ctx context.Context, agentID string, at time.Time) error {
 	if err := s.agents.Pause(ctx, agentID, at); err != nil {
 		return fmt.Errorf("waits: pause: %w", err)
 	}
-	return s.eachWaiting(ctx, agentID, func(w *subjects.Wait) bool {
-		if w.Mode != subjects.WaitDuration || w.PausedAt != nil {
+	return s.eachWaiting(ctx, agentID, func(w *Wait) bool {
+		if w.Mode != WaitDuration || w.PausedAt != nil {
 			return false
 		}
 		w.PausedAt = &at
@@ -306,7 +306,7 @@ func (s *Store) Pause(ctx context.Context, agentID string, at time.Time) error {
 // record is cleared last, so a resume cut short is finished by its retry.
 func (s *Store) Resume(ctx context.Context, agentID string, at time.Time) error {
 	at = at.UTC()
-	if err := s.eachWaiting(ctx, agentID, func(w *subjects.Wait) bool {
+	if err := s.eachWaiting(ctx, agentID, func(w *Wait) bool {
 		if w.PausedAt == nil {
 			return false
 		}
@@ -326,19 +326,19 @@ func (s *Store) Resume(ctx context.Context, agentID string, at time.Time) error 
 }
 
 // eachWaiting applies change by CAS to each of the agent's waiting waits.
-func (s *Store) eachWaiting(ctx context.Context, agentID string, change func(*subjects.Wait) bool) error {
+func (s *Store) eachWaiting(ctx context.Context, agentID string, change func(*Wait) bool) error {
 	all, err := s.List(ctx, agentID)
 	if err != nil {
 		return err
 	}
 	for _, w := range all {
-		if w.Status != subjects.WaitWaiting {
+		if w.Status != WaitWaiting {
 			continue
 		}
-		_, _, err := s.Update(ctx, agentID, w.ID, func(w *subjects.Wait) (bool, error) {
-			return w.Status == subjects.WaitWaiting && change(w), nil
+		_, _, err := s.Update(ctx, agentID, w.ID, func(w *Wait) (bool, error) {
+			return w.Status == WaitWaiting && change(w), nil
 		})
-		if err != nil && !errors.Is(err, subjects.ErrWaitNotFound) {
+		if err != nil && !errors.Is(err, ErrWaitNotFound) {
 			return err
 		}
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/chime-nats/chime/questions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
+	"github.com/chime-nats/chime/waits"
 )
 
 // The console tests drive the page served by the real `chime serve` in
@@ -181,8 +182,8 @@ func TestConsolePage(t *testing.T) {
 
 	ctx := browser(t)
 	bg := context.Background()
-	var wait subjects.WaitReply
-	if err := agent.Request(bg, subjects.ActionWaitRequest, []byte(`{"seconds":600}`), &wait); err != nil {
+	var wait waits.WaitReply
+	if err := agent.Request(bg, waits.ActionWaitRequest, []byte(`{"seconds":600}`), &wait); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := agent.StartTask(bg, "build-7", "make build"); err != nil {
@@ -250,7 +251,7 @@ func TestConsolePage(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`#d-list li[data-kind="wait_cancelled"]`)),
 		chromedp.WaitNotPresent(chromedp.CSS(`#w-list li[data-id="`+wait.WaitID+`"] .remaining`)))
 	list, err := agent.ListWaits(bg, 5)
-	if err != nil || len(list.Waits) != 1 || list.Waits[0].Status != subjects.WaitCancelled || list.Waits[0].CancelText != "stop waiting, the build is red" {
+	if err != nil || len(list.Waits) != 1 || list.Waits[0].Status != waits.WaitCancelled || list.Waits[0].CancelText != "stop waiting, the build is red" {
 		t.Fatalf("waits after the intervention: %v %+v", err, list)
 	}
 	screenshot(t, ctx, artifacts(t), "console-agent.png")

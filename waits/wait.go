@@ -1,9 +1,10 @@
-package subjects
+package waits
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/chime-nats/chime/subjects"
 	"math"
 	"strconv"
 	"strings"
@@ -27,8 +28,8 @@ const (
 
 // Wait sentinels for errors.Is.
 var (
-	ErrWaitNotFound = &Error{Code: CodeWaitNotFound}
-	ErrWaitExists   = &Error{Code: CodeWaitExists}
+	ErrWaitNotFound = &subjects.Error{Code: CodeWaitNotFound}
+	ErrWaitExists   = &subjects.Error{Code: CodeWaitExists}
 )
 
 // WaitMode says how a wait's target was given.
@@ -72,7 +73,7 @@ type WaitSpec struct {
 	Target time.Time // in the agent's zone
 	TZ     string    // the zone naive times were read in
 	// Request is set when the request had a request_id.
-	Request RequestKey
+	Request subjects.RequestKey
 }
 
 // waitRequest is a wait request in its normalized form, the one its
@@ -93,7 +94,7 @@ const MaxWaitSeconds = 100 * 365 * 86400
 // is CHIME_TIMEZONE (empty: UTC).
 func DecodeWaitRequest(data []byte, now time.Time, defaultTZ string) (*WaitSpec, error) {
 	var r WaitRequest
-	if err := DecodeStrict(data, &r); err != nil {
+	if err := subjects.DecodeStrict(data, &r); err != nil {
 		return nil, err
 	}
 	return r.Resolve(now, defaultTZ)
@@ -103,7 +104,7 @@ func DecodeWaitRequest(data []byte, now time.Time, defaultTZ string) (*WaitSpec,
 // summed duration must be positive.
 func (r *WaitRequest) Resolve(now time.Time, defaultTZ string) (*WaitSpec, error) {
 	if r.ID != "" {
-		if err := ValidateID("id", r.ID); err != nil {
+		if err := subjects.ValidateID("id", r.ID); err != nil {
 			return nil, err
 		}
 	}
@@ -111,9 +112,9 @@ func (r *WaitRequest) Resolve(now time.Time, defaultTZ string) (*WaitSpec, error
 		if r.ID != "" {
 			// A request_id names the wait itself (its ID is derived from
 			// it): with an id too, one retry could name two waits.
-			return nil, &Error{Code: CodeInvalidRequest, Message: "use either id or request_id, not both"}
+			return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "use either id or request_id, not both"}
 		}
-		if err := ValidateRequestID(*r.RequestID); err != nil {
+		if err := subjects.ValidateRequestID(*r.RequestID); err != nil {
 			return nil, err
 		}
 	}
@@ -127,7 +128,7 @@ func (r *WaitRequest) Resolve(now time.Time, defaultTZ string) (*WaitSpec, error
 	} else {
 		norm.Seconds = int64(spec.Target.Sub(now) / time.Second) // the total, exactly: the target is now plus it
 	}
-	if spec.Request, err = NewRequestKey(r.RequestID, ActionWaitRequest, norm); err != nil {
+	if spec.Request, err = subjects.NewRequestKey(r.RequestID, ActionWaitRequest, norm); err != nil {
 		return nil, err
 	}
 	return spec, nil
@@ -150,7 +151,7 @@ func (r *WaitRequest) resolve(now time.Time, defaultTZ string) (*WaitSpec, error
 			return nil, err
 		}
 		if !target.After(now) {
-			return nil, &Error{Code: CodeTargetInPast, Message: fmt.Sprintf("Target time %s is in the past.", FormatISO(target))}
+			return nil, &subjects.Error{Code: CodeTargetInPast, Message: fmt.Sprintf("Target time %s is in the past.", FormatISO(target))}
 		}
 		spec.Mode, spec.Target = WaitUntil, target
 		return spec, nil
@@ -166,15 +167,15 @@ func (r *WaitRequest) resolve(now time.Time, defaultTZ string) (*WaitSpec, error
 			return nil, err
 		}
 		if n > MaxWaitSeconds/f.unit || n < -MaxWaitSeconds/f.unit {
-			return nil, &Error{Code: CodeInvalidDuration, Message: fmt.Sprintf("%s is too large", f.name)}
+			return nil, &subjects.Error{Code: CodeInvalidDuration, Message: fmt.Sprintf("%s is too large", f.name)}
 		}
 		total += n * f.unit
 	}
 	if total <= 0 {
-		return nil, &Error{Code: CodeInvalidDuration, Message: "Wait duration must be positive."}
+		return nil, &subjects.Error{Code: CodeInvalidDuration, Message: "Wait duration must be positive."}
 	}
 	if total > MaxWaitSeconds {
-		return nil, &Error{Code: CodeInvalidDuration, Message: "Wait duration is too large."}
+		return nil, &subjects.Error{Code: CodeInvalidDuration, Message: "Wait duration is too large."}
 	}
 	spec.Mode, spec.Target = WaitDuration, now.Add(time.Duration(total)*time.Second).In(loc)
 	return spec, nil
@@ -187,7 +188,7 @@ func pyInt(field string, raw json.RawMessage) (int64, error) {
 	if s == "" || s == "null" {
 		return 0, nil
 	}
-	bad := &Error{Code: CodeInvalidDuration, Message: fmt.Sprintf("%s must be a number, not %s", field, s)}
+	bad := &subjects.Error{Code: CodeInvalidDuration, Message: fmt.Sprintf("%s must be a number, not %s", field, s)}
 	if s[0] == '"' {
 		var str string
 		if json.Unmarshal(raw, &str) != nil {
@@ -204,7 +205,7 @@ func pyInt(field string, raw json.RawMessage) (int64, error) {
 		return 0, bad
 	}
 	if math.Abs(f) > MaxWaitSeconds {
-		return 0, &Error{Code: CodeInvalidDuration, Message: fmt.Sprintf("%s is too large", field)}
+		return 0, &subjects.Error{Code: CodeInvalidDuration, Message: fmt.Sprintf("%s is too large", field)}
 	}
 	return int64(f), nil // truncation toward zero, as int() does
 }
@@ -216,7 +217,7 @@ func LoadZone(name string) (*time.Location, error) {
 	}
 	loc, err := time.LoadLocation(name)
 	if err != nil || name == "Local" {
-		return nil, &Error{Code: CodeInvalidTimezone, Message: fmt.Sprintf("Unknown time zone: %s", name)}
+		return nil, &subjects.Error{Code: CodeInvalidTimezone, Message: fmt.Sprintf("Unknown time zone: %s", name)}
 	}
 	return loc, nil
 }
@@ -253,7 +254,7 @@ func ParseUntil(s string, loc *time.Location) (time.Time, error) {
 			return t, nil
 		}
 	}
-	return time.Time{}, &Error{Code: CodeInvalidTimestamp, Message: "Invalid timestamp format: " + s}
+	return time.Time{}, &subjects.Error{Code: CodeInvalidTimestamp, Message: "Invalid timestamp format: " + s}
 }
 
 // FormatISO writes t as Python's isoformat does: microseconds only when
@@ -321,7 +322,7 @@ type Wait struct {
 	CancelText  string     `json:"cancel_text,omitempty"`
 	CancelledBy string     `json:"cancelled_by,omitempty"` // intervention ID, or "request"
 	// RequestKey is set when the request had a request_id.
-	RequestKey
+	subjects.RequestKey
 }
 
 // Ended reports whether the wait completed or was cancelled. Ended
@@ -368,12 +369,12 @@ type WaitRef struct {
 }
 
 // Validate checks the reference.
-func (r *WaitRef) Validate() error { return ValidateID("wait_id", r.WaitID) }
+func (r *WaitRef) Validate() error { return subjects.ValidateID("wait_id", r.WaitID) }
 
 // DecodeWaitRef decodes a wait.cancel body and returns the wait ID.
 func DecodeWaitRef(data []byte) (string, error) {
 	var r WaitRef
-	if err := DecodeStrict(data, &r); err != nil {
+	if err := subjects.DecodeStrict(data, &r); err != nil {
 		return "", err
 	}
 	return r.WaitID, r.Validate()
@@ -442,18 +443,18 @@ const (
 
 // WaitEndEnvelope builds the one terminal delivery of an ended wait; text is
 // the rendered completion text, or the cancellation text.
-func WaitEndEnvelope(w *Wait, text string, at time.Time) Envelope {
-	kind, reason := KindWaitComplete, ""
+func WaitEndEnvelope(w *Wait, text string, at time.Time) subjects.Envelope {
+	kind, reason := subjects.KindWaitComplete, ""
 	if w.Status == WaitCancelled {
-		kind, reason = KindWaitCancelled, CancelByIntervention
+		kind, reason = subjects.KindWaitCancelled, CancelByIntervention
 		if w.CancelledBy == CancelByRequest {
 			reason = CancelByRequest
 		}
 	}
 	data, _ := json.Marshal(WaitEndData{WaitID: w.ID, Mode: w.Mode, TargetTime: FormatISO(w.Target()), Reason: reason})
-	return Envelope{
+	return subjects.Envelope{
 		ID: WaitEnvelopeID(w.ID), AgentID: w.AgentID, Kind: kind, At: at.UTC(),
-		Source: Source{Type: "wait", ID: w.ID}, Trust: TrustSystem, Text: text, Data: data,
+		Source: subjects.Source{Type: "wait", ID: w.ID}, Trust: subjects.TrustSystem, Text: text, Data: data,
 	}
 }
 
@@ -479,18 +480,18 @@ func InterventionActions() []string {
 // DecodeIntervention decodes and validates an intervention.
 func DecodeIntervention(data []byte) (*InterventionRequest, error) {
 	var r InterventionRequest
-	if err := DecodeStrict(data, &r); err != nil {
+	if err := subjects.DecodeStrict(data, &r); err != nil {
 		return nil, err
 	}
 	switch r.Action {
 	case ActionMessage, ActionPause, ActionResume, ActionStop:
 	case "":
-		return nil, &Error{Code: CodeInvalidRequest, Message: "action is required: message, pause, resume or stop"}
+		return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "action is required: message, pause, resume or stop"}
 	default:
-		return nil, &Error{Code: CodeInvalidRequest, Message: fmt.Sprintf("unknown action %q: message, pause, resume or stop", r.Action)}
+		return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: fmt.Sprintf("unknown action %q: message, pause, resume or stop", r.Action)}
 	}
 	if r.Action == ActionMessage && strings.TrimSpace(r.Text) == "" {
-		return nil, &Error{Code: CodeInvalidRequest, Message: "text is required for action message"}
+		return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "text is required for action message"}
 	}
 	return &r, nil
 }
@@ -513,11 +514,11 @@ func (iv *Intervention) CancelText() string {
 }
 
 // InterventionEnvelope is the delivery of the intervention itself.
-func InterventionEnvelope(iv *Intervention) Envelope {
+func InterventionEnvelope(iv *Intervention) subjects.Envelope {
 	data, _ := json.Marshal(map[string]string{"action": iv.Action})
-	return Envelope{
-		ID: "intervention_" + iv.ID, AgentID: iv.AgentID, Kind: KindIntervention, At: iv.At.UTC(),
-		Source: Source{Type: "intervention", ID: iv.ID}, Trust: TrustOperator, Text: iv.Text, Data: data,
+	return subjects.Envelope{
+		ID: "intervention_" + iv.ID, AgentID: iv.AgentID, Kind: subjects.KindIntervention, At: iv.At.UTC(),
+		Source: subjects.Source{Type: "intervention", ID: iv.ID}, Trust: subjects.TrustOperator, Text: iv.Text, Data: data,
 	}
 }
 
@@ -526,7 +527,7 @@ func InterventionEnvelope(iv *Intervention) Envelope {
 // delivery of each wait it cancels, which carries the same text (sized
 // for the longest wait ID). Each must fit the connection's max payload.
 func (iv *Intervention) MaxDeliverySize() (int, error) {
-	ev, err := EncodeJSON(iv)
+	ev, err := subjects.EncodeJSON(iv)
 	if err != nil {
 		return 0, fmt.Errorf("encode intervention: %w", err)
 	}
@@ -534,11 +535,11 @@ func (iv *Intervention) MaxDeliverySize() (int, error) {
 	own := InterventionEnvelope(iv)
 	at := time.Date(2999, 12, 31, 23, 59, 59, 999999999, time.UTC) // the widest timestamps
 	w := &Wait{
-		ID: strings.Repeat("w", MaxIDLen), AgentID: iv.AgentID, Mode: WaitDuration, Status: WaitCancelled,
+		ID: strings.Repeat("w", subjects.MaxIDLen), AgentID: iv.AgentID, Mode: WaitDuration, Status: WaitCancelled,
 		TargetTime: at, CancelledBy: iv.ID,
 	}
 	cancelled := WaitEndEnvelope(w, iv.CancelText(), at)
-	for _, env := range []*Envelope{&own, &cancelled} {
+	for _, env := range []*subjects.Envelope{&own, &cancelled} {
 		m, err := env.Msg()
 		if err != nil {
 			return 0, err
@@ -555,14 +556,16 @@ const ActionWaitList = "wait.list"
 
 // DecodeListWaits decodes a wait.list body: its limit and cursor, which
 // holds a place in each kind's walk.
-func DecodeListWaits(data []byte) (ListPage, error) { return DecodeListPage(ActionWaitList, 2, data) }
+func DecodeListWaits(data []byte) (subjects.ListPage, error) {
+	return subjects.DecodeListPage(ActionWaitList, 2, data)
+}
 
 // ListWaitsReply is a page of an agent's waits: managed waits
 // (wait.request) and WaitFor registrations (wait.for, wait.tasks), live
 // and those ended within the record retention, each in the order of their
 // last change, oldest first; NextCursor as for timers.
 type ListWaitsReply struct {
-	Waits      []Wait    `json:"waits"`
-	WaitFor    []WaitFor `json:"wait_for"`
-	NextCursor string    `json:"next_cursor"`
+	Waits      []Wait             `json:"waits"`
+	WaitFor    []subjects.WaitFor `json:"wait_for"`
+	NextCursor string             `json:"next_cursor"`
 }

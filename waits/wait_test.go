@@ -1,4 +1,4 @@
-package subjects_test
+package waits_test
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/subjects/subjectstest"
+	"github.com/chime-nats/chime/waits"
 )
 
 func TestRemainingText(t *testing.T) {
@@ -29,11 +30,11 @@ func TestRemainingText(t *testing.T) {
 		{86401, "1d 1s remaining"},
 		{90061.7, "1d 1h 1m 1s remaining"},
 	} {
-		if got := subjects.RemainingText(tc.s); got != tc.want {
+		if got := waits.RemainingText(tc.s); got != tc.want {
 			t.Errorf("RemainingText(%v) = %q, want %q", tc.s, got, tc.want)
 		}
 	}
-	if got := subjects.WaitHeading(subjects.RemainingText(5)); got != "icon://timer Wait: 5.0s remaining" {
+	if got := waits.WaitHeading(waits.RemainingText(5)); got != "icon://timer Wait: 5.0s remaining" {
 		t.Errorf("heading %q", got)
 	}
 }
@@ -43,41 +44,41 @@ func TestWaitRequestRules(t *testing.T) {
 	berlin, _ := time.LoadLocation("Europe/Berlin")
 	for _, tc := range []struct {
 		name, body, tz string
-		mode           subjects.WaitMode
+		mode           waits.WaitMode
 		target         time.Time
 		code, msg      string
 	}{
-		{name: "seconds", body: `{"seconds":5}`, mode: subjects.WaitDuration, target: now.Add(5 * time.Second)},
-		{name: "summed", body: `{"seconds":1,"minutes":1,"hours":1,"days":1}`, mode: subjects.WaitDuration, target: now.Add(90061 * time.Second)},
-		{name: "fraction truncates", body: `{"seconds":1.5}`, mode: subjects.WaitDuration, target: now.Add(time.Second)},
-		{name: "integer string", body: `{"minutes":"2"}`, mode: subjects.WaitDuration, target: now.Add(2 * time.Minute)},
-		{name: "negative part", body: `{"minutes":1,"seconds":-30}`, mode: subjects.WaitDuration, target: now.Add(30 * time.Second)},
-		{name: "zero", body: `{"seconds":0}`, code: subjects.CodeInvalidDuration, msg: "Wait duration must be positive."},
-		{name: "empty", body: `{}`, code: subjects.CodeInvalidDuration, msg: "Wait duration must be positive."},
-		{name: "sub-second", body: `{"seconds":0.9}`, code: subjects.CodeInvalidDuration, msg: "Wait duration must be positive."},
-		{name: "negative", body: `{"seconds":-5}`, code: subjects.CodeInvalidDuration, msg: "Wait duration must be positive."},
-		{name: "not a number", body: `{"seconds":"soon"}`, code: subjects.CodeInvalidDuration, msg: `seconds must be a number, not "soon"`},
-		{name: "bool", body: `{"seconds":true}`, code: subjects.CodeInvalidDuration, msg: "seconds must be a number, not true"},
-		{name: "huge", body: `{"days":1e300}`, code: subjects.CodeInvalidDuration, msg: "days is too large"},
-		{name: "until wins", body: `{"seconds":5,"until":"2026-12-03T11:00:00Z"}`, mode: subjects.WaitUntil, target: now.Add(time.Hour)},
-		{name: "offset", body: `{"until":"2026-12-03T12:00:00+01:00"}`, mode: subjects.WaitUntil, target: now.Add(time.Hour)},
-		{name: "naive in tz", body: `{"until":"2026-12-03T12:00:00","tz":"Europe/Berlin"}`, mode: subjects.WaitUntil, target: time.Date(2026, 12, 3, 12, 0, 0, 0, berlin)},
-		{name: "naive in default tz", tz: "Europe/Berlin", body: `{"until":"2026-12-03 12:00:00"}`, mode: subjects.WaitUntil, target: time.Date(2026, 12, 3, 12, 0, 0, 0, berlin)},
-		{name: "fallback minutes", body: `{"until":"2026-12-03 10:30"}`, mode: subjects.WaitUntil, target: now.Add(30 * time.Minute)},
-		{name: "fallback date", body: `{"until":"2026-12-04"}`, mode: subjects.WaitUntil, target: time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)},
-		{name: "fraction", body: `{"until":"2026-12-03T10:00:01.5Z"}`, mode: subjects.WaitUntil, target: now.Add(1500 * time.Millisecond)},
-		{name: "garbage", body: `{"until":"tomorrow"}`, code: subjects.CodeInvalidTimestamp, msg: "Invalid timestamp format: tomorrow"},
-		{name: "past", body: `{"until":"2026-12-03T09:00:00Z"}`, code: subjects.CodeTargetInPast, msg: "Target time 2026-12-03T09:00:00+00:00 is in the past."},
-		{name: "past naive in tz", body: `{"until":"2026-12-03 10:30:00","tz":"Europe/Berlin"}`, code: subjects.CodeTargetInPast, msg: "Target time 2026-12-03T10:30:00+01:00 is in the past."},
-		{name: "now is past", body: `{"until":"2026-12-03T10:00:00Z"}`, code: subjects.CodeTargetInPast, msg: "Target time 2026-12-03T10:00:00+00:00 is in the past."},
-		{name: "bad tz", body: `{"until":"2026-12-04","tz":"Mars/Olympus"}`, code: subjects.CodeInvalidTimezone, msg: "Unknown time zone: Mars/Olympus"},
+		{name: "seconds", body: `{"seconds":5}`, mode: waits.WaitDuration, target: now.Add(5 * time.Second)},
+		{name: "summed", body: `{"seconds":1,"minutes":1,"hours":1,"days":1}`, mode: waits.WaitDuration, target: now.Add(90061 * time.Second)},
+		{name: "fraction truncates", body: `{"seconds":1.5}`, mode: waits.WaitDuration, target: now.Add(time.Second)},
+		{name: "integer string", body: `{"minutes":"2"}`, mode: waits.WaitDuration, target: now.Add(2 * time.Minute)},
+		{name: "negative part", body: `{"minutes":1,"seconds":-30}`, mode: waits.WaitDuration, target: now.Add(30 * time.Second)},
+		{name: "zero", body: `{"seconds":0}`, code: waits.CodeInvalidDuration, msg: "Wait duration must be positive."},
+		{name: "empty", body: `{}`, code: waits.CodeInvalidDuration, msg: "Wait duration must be positive."},
+		{name: "sub-second", body: `{"seconds":0.9}`, code: waits.CodeInvalidDuration, msg: "Wait duration must be positive."},
+		{name: "negative", body: `{"seconds":-5}`, code: waits.CodeInvalidDuration, msg: "Wait duration must be positive."},
+		{name: "not a number", body: `{"seconds":"soon"}`, code: waits.CodeInvalidDuration, msg: `seconds must be a number, not "soon"`},
+		{name: "bool", body: `{"seconds":true}`, code: waits.CodeInvalidDuration, msg: "seconds must be a number, not true"},
+		{name: "huge", body: `{"days":1e300}`, code: waits.CodeInvalidDuration, msg: "days is too large"},
+		{name: "until wins", body: `{"seconds":5,"until":"2026-12-03T11:00:00Z"}`, mode: waits.WaitUntil, target: now.Add(time.Hour)},
+		{name: "offset", body: `{"until":"2026-12-03T12:00:00+01:00"}`, mode: waits.WaitUntil, target: now.Add(time.Hour)},
+		{name: "naive in tz", body: `{"until":"2026-12-03T12:00:00","tz":"Europe/Berlin"}`, mode: waits.WaitUntil, target: time.Date(2026, 12, 3, 12, 0, 0, 0, berlin)},
+		{name: "naive in default tz", tz: "Europe/Berlin", body: `{"until":"2026-12-03 12:00:00"}`, mode: waits.WaitUntil, target: time.Date(2026, 12, 3, 12, 0, 0, 0, berlin)},
+		{name: "fallback minutes", body: `{"until":"2026-12-03 10:30"}`, mode: waits.WaitUntil, target: now.Add(30 * time.Minute)},
+		{name: "fallback date", body: `{"until":"2026-12-04"}`, mode: waits.WaitUntil, target: time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)},
+		{name: "fraction", body: `{"until":"2026-12-03T10:00:01.5Z"}`, mode: waits.WaitUntil, target: now.Add(1500 * time.Millisecond)},
+		{name: "garbage", body: `{"until":"tomorrow"}`, code: waits.CodeInvalidTimestamp, msg: "Invalid timestamp format: tomorrow"},
+		{name: "past", body: `{"until":"2026-12-03T09:00:00Z"}`, code: waits.CodeTargetInPast, msg: "Target time 2026-12-03T09:00:00+00:00 is in the past."},
+		{name: "past naive in tz", body: `{"until":"2026-12-03 10:30:00","tz":"Europe/Berlin"}`, code: waits.CodeTargetInPast, msg: "Target time 2026-12-03T10:30:00+01:00 is in the past."},
+		{name: "now is past", body: `{"until":"2026-12-03T10:00:00Z"}`, code: waits.CodeTargetInPast, msg: "Target time 2026-12-03T10:00:00+00:00 is in the past."},
+		{name: "bad tz", body: `{"until":"2026-12-04","tz":"Mars/Olympus"}`, code: waits.CodeInvalidTimezone, msg: "Unknown time zone: Mars/Olympus"},
 		{name: "bad id", body: `{"seconds":5,"id":"a.b"}`, code: subjects.CodeInvalidID},
 		{name: "unknown field", body: `{"secs":5}`, code: subjects.CodeInvalidRequest, msg: `unknown field "secs"`},
 		{name: "malformed", body: `{"seconds":`, code: subjects.CodeInvalidJSON},
 		{name: "not an object", body: `[5]`, code: subjects.CodeInvalidJSON},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			spec, err := subjects.DecodeWaitRequest([]byte(tc.body), now, tc.tz)
+			spec, err := waits.DecodeWaitRequest([]byte(tc.body), now, tc.tz)
 			if tc.code != "" {
 				var e *subjects.Error
 				if !errors.As(err, &e) || e.Code != tc.code || (tc.msg != "" && e.Message != tc.msg) {
@@ -105,7 +106,7 @@ func TestFormatISO(t *testing.T) {
 		{time.Date(2026, 1, 2, 3, 4, 5, 120000000, time.UTC), "2026-01-02T03:04:05.120000+00:00"},
 		{time.Date(2026, 1, 2, 3, 4, 5, 999, tokyo), "2026-01-02T03:04:05+09:00"},
 	} {
-		if got := subjects.FormatISO(tc.t); got != tc.want {
+		if got := waits.FormatISO(tc.t); got != tc.want {
 			t.Errorf("FormatISO = %q, want %q", got, tc.want)
 		}
 	}
@@ -122,7 +123,7 @@ func TestDecodeIntervention(t *testing.T) {
 		`{"action":"Pause"}`:                      `unknown action "Pause": message, pause, resume or stop`,
 		`{"action":"stop","by":"me"}`:             `unknown field "by"`,
 	} {
-		_, err := subjects.DecodeIntervention([]byte(body))
+		_, err := waits.DecodeIntervention([]byte(body))
 		if want == "" && err != nil || want != "" && (err == nil || err.(*subjects.Error).Message != want) {
 			t.Errorf("%s: err %v, want %q", body, err, want)
 		}
@@ -132,14 +133,14 @@ func TestDecodeIntervention(t *testing.T) {
 func TestPausedWaitClockStands(t *testing.T) {
 	t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	paused := t0.Add(2 * time.Second)
-	w := subjects.Wait{Mode: subjects.WaitDuration, Status: subjects.WaitWaiting, TargetTime: t0.Add(10 * time.Second), PausedAt: &paused}
+	w := waits.Wait{Mode: waits.WaitDuration, Status: waits.WaitWaiting, TargetTime: t0.Add(10 * time.Second), PausedAt: &paused}
 	if got := w.Remaining(t0.Add(5 * time.Second)); got != 8*time.Second {
 		t.Errorf("remaining while paused = %v, want 8s", got)
 	}
 	if w.Armed() {
 		t.Error("a paused duration wait is armed")
 	}
-	w.Mode = subjects.WaitUntil
+	w.Mode = waits.WaitUntil
 	if !w.Armed() || w.Remaining(t0.Add(5*time.Second)) != 5*time.Second {
 		t.Error("an until wait's clock runs through a pause")
 	}
@@ -150,18 +151,18 @@ func FuzzParseUntil(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		got, err := subjects.ParseUntil(s, time.UTC)
+		got, err := waits.ParseUntil(s, time.UTC)
 		if err != nil {
 			var e *subjects.Error
-			if !errors.As(err, &e) || e.Code != subjects.CodeInvalidTimestamp || e.Message != "Invalid timestamp format: "+s {
+			if !errors.As(err, &e) || e.Code != waits.CodeInvalidTimestamp || e.Message != "Invalid timestamp format: "+s {
 				t.Fatalf("ParseUntil(%q): %v", s, err)
 			}
 			return
 		}
 		// What was accepted round-trips through the ISO form agents are shown.
-		back, err := subjects.ParseUntil(subjects.FormatISO(got), time.UTC)
+		back, err := waits.ParseUntil(waits.FormatISO(got), time.UTC)
 		if err != nil || !back.Equal(got.Truncate(time.Microsecond)) {
-			t.Fatalf("ParseUntil(%q) = %v; its ISO form %q reads back as %v, %v", s, got, subjects.FormatISO(got), back, err)
+			t.Fatalf("ParseUntil(%q) = %v; its ISO form %q reads back as %v, %v", s, got, waits.FormatISO(got), back, err)
 		}
 	})
 }
@@ -170,18 +171,18 @@ func FuzzDecodeWaitRequest(f *testing.F) {
 	subjectstest.AddSeeds(f, `{"seconds":5}`, `{"until":"2026-12-04","tz":"Europe/Berlin"}`, `{"days":"3"}`, `{"seconds":1e400}`,
 		`{"minutes":1,"seconds":-30,"id":"w-1"}`, `{"until":"2026-12-03T09:00:00Z"}`, `{"tz":"Mars/Olympus","seconds":1}`)
 	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	decode := func(body []byte) (*subjects.WaitSpec, error) { return subjects.DecodeWaitRequest(body, now, "") }
+	decode := func(body []byte) (*waits.WaitSpec, error) { return waits.DecodeWaitRequest(body, now, "") }
 	keys := []string{"seconds", "minutes", "hours", "days", "until", "tz", "id"}
-	codes := []string{subjects.CodeInvalidJSON, subjects.CodeInvalidRequest, subjects.CodeInvalidID, subjects.CodeInvalidDuration, subjects.CodeInvalidTimestamp, subjects.CodeTargetInPast, subjects.CodeInvalidTimezone}
-	subjectstest.Request(f, decode, keys, codes, func(t *testing.T, body []byte, spec *subjects.WaitSpec) {
-		if !spec.Target.After(now) || (spec.Mode != subjects.WaitDuration && spec.Mode != subjects.WaitUntil) ||
-			(spec.Mode == subjects.WaitDuration && spec.Target.Sub(now) > subjects.MaxWaitSeconds*time.Second) {
+	codes := []string{subjects.CodeInvalidJSON, subjects.CodeInvalidRequest, subjects.CodeInvalidID, waits.CodeInvalidDuration, waits.CodeInvalidTimestamp, waits.CodeTargetInPast, waits.CodeInvalidTimezone}
+	subjectstest.Request(f, decode, keys, codes, func(t *testing.T, body []byte, spec *waits.WaitSpec) {
+		if !spec.Target.After(now) || (spec.Mode != waits.WaitDuration && spec.Mode != waits.WaitUntil) ||
+			(spec.Mode == waits.WaitDuration && spec.Target.Sub(now) > waits.MaxWaitSeconds*time.Second) {
 			t.Fatalf("accepted %s with target %v mode %q", body, spec.Target, spec.Mode)
 		}
 		// The same target, asked for the way the reply shows it.
 		req := map[string]any{"id": spec.ID, "tz": spec.TZ}
-		if spec.Mode == subjects.WaitUntil {
-			req["until"] = subjects.FormatISO(spec.Target)
+		if spec.Mode == waits.WaitUntil {
+			req["until"] = waits.FormatISO(spec.Target)
 		} else {
 			req["seconds"] = int64(spec.Target.Sub(now) / time.Second)
 		}
