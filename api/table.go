@@ -6,6 +6,7 @@ import (
 
 	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/action"
+	"github.com/chime-nats/chime/interventions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/waits"
 )
@@ -82,7 +83,7 @@ func (o *Operations) requestWait(ctx context.Context, r action.Request) (any, er
 	if err != nil {
 		return nil, err
 	}
-	return waits.WaitReply{WaitID: w.ID, TargetTime: waits.FormatISO(w.Target()), Mode: w.Mode}, nil
+	return waits.WaitReply{WaitID: w.ID, TargetTime: subjects.FormatISO(w.Target()), Mode: w.Mode}, nil
 }
 
 // cancelWait serves wait.cancel.
@@ -96,7 +97,7 @@ func (o *Operations) cancelWait(ctx context.Context, r action.Request) (any, err
 
 // intervene serves intervention.
 func (o *Operations) intervene(ctx context.Context, r action.Request) (any, error) {
-	req, err := waits.DecodeIntervention(r.Body)
+	req, err := interventions.DecodeIntervention(r.Body)
 	if err != nil {
 		return nil, err
 	}

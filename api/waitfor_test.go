@@ -17,10 +17,10 @@ import (
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/testwait"
+	"github.com/chime-nats/chime/interventions"
 	"github.com/chime-nats/chime/questions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
-	"github.com/chime-nats/chime/waits"
 )
 
 // wfInbox collects an agent's inbox envelopes.
@@ -157,7 +157,7 @@ func TestWaitForWakes(t *testing.T) {
 	})
 	t.Run("operator_input", func(t *testing.T) {
 		r := registerWaitFor(t, c, "operator_input", "", "silent")
-		if err := c.Intervene(ctx, waits.ActionMessage, "here you go"); err != nil {
+		if err := c.Intervene(ctx, interventions.ActionMessage, "here you go"); err != nil {
 			t.Fatal(err)
 		}
 		woken(t, inbox, r.WaitID, subjects.KindIntervention, time.Second)
@@ -256,7 +256,7 @@ func TestWaitForFinalReport(t *testing.T) {
 	if r.Disposition != "awaiting_final_report" || r.WaitRegistered || r.ExpectedOutput != "final_text_only" {
 		t.Fatalf("reply %+v", r)
 	}
-	if err := c.Intervene(ctx, waits.ActionMessage, "wait, one more thing"); err != nil {
+	if err := c.Intervene(ctx, interventions.ActionMessage, "wait, one more thing"); err != nil {
 		t.Fatal(err)
 	}
 	_, err := c.Report(ctx, r.WaitID, "I am done for now")
@@ -289,7 +289,7 @@ func TestWaitForFinalReport(t *testing.T) {
 	}
 	_, err = c.Report(ctx, r.WaitID, "another")
 	wantCode(t, err, subjects.CodeWaitForInvalidated, "WaitFor "+r.WaitID+" is already committed with another report")
-	if err := c.Intervene(ctx, waits.ActionMessage, "now"); err != nil {
+	if err := c.Intervene(ctx, interventions.ActionMessage, "now"); err != nil {
 		t.Fatal(err)
 	}
 	woken(t, inbox, r.WaitID, subjects.KindIntervention, time.Second)

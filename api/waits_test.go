@@ -13,6 +13,7 @@ import (
 
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/internal/testwait"
+	"github.com/chime-nats/chime/interventions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/waits"
 )
@@ -117,7 +118,7 @@ func TestInterventionCancelsWaits(t *testing.T) {
 	}
 	testwait.Eventually(t, 10*time.Second, func() bool { return started.Load() == 2 }, "both waits started")
 	sent := time.Now()
-	if err := c.Intervene(ctx, waits.ActionMessage, "the operator needs you now"); err != nil {
+	if err := c.Intervene(ctx, interventions.ActionMessage, "the operator needs you now"); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
@@ -174,11 +175,11 @@ func TestPauseMovesDurationWaitsOnly(t *testing.T) {
 	dur := run(client.WaitRequest{Seconds: 4})
 	until := run(client.WaitRequest{Until: begin.Add(4 * time.Second).UTC().Format(time.RFC3339Nano)})
 	time.Sleep(500 * time.Millisecond)
-	if err := c.Intervene(ctx, waits.ActionPause, ""); err != nil {
+	if err := c.Intervene(ctx, interventions.ActionPause, ""); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(3 * time.Second)
-	if err := c.Intervene(ctx, waits.ActionResume, ""); err != nil {
+	if err := c.Intervene(ctx, interventions.ActionResume, ""); err != nil {
 		t.Fatal(err)
 	}
 	u := <-until

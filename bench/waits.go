@@ -113,7 +113,7 @@ func Waits(ctx context.Context, o WaitsOptions) (*WaitsResult, error) {
 			for i := c; i < o.N; i += o.Clients {
 				due := start.Add(o.Lead + time.Duration(int64(o.Spread)*int64(i)/int64(o.N)))
 				subject := subjects.Agent(fmt.Sprintf("%s-%d", run, i%o.Agents), waits.ActionWaitRequest)
-				body, _ := json.Marshal(map[string]string{"until": waits.FormatISO(due.UTC())})
+				body, _ := json.Marshal(map[string]string{"until": subjects.FormatISO(due.UTC())})
 				msg, err := nc.RequestWithContext(gctx, subject, body)
 				if err != nil {
 					return fmt.Errorf("bench: wait.request: %w", err)

@@ -21,6 +21,7 @@ import (
 	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/interventions"
 	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
@@ -248,7 +249,7 @@ func TestNATSAuthorization(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := opAlice.Intervene(ctx, waits.ActionMessage, "from the operator"); err != nil {
+		if err := opAlice.Intervene(ctx, interventions.ActionMessage, "from the operator"); err != nil {
 			t.Fatal(err)
 		}
 		trig, token := wakeTrigger(start)

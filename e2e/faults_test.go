@@ -23,6 +23,7 @@ import (
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/natsproc/natsproctest"
 	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/interventions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
 	"github.com/chime-nats/chime/waits"
@@ -649,7 +650,7 @@ func TestEventsStreamRecreated(t *testing.T) {
 	// Move the agent's cursor up the old stream.
 	for i := range 5 {
 		text := fmt.Sprintf("before %d", i)
-		if err := c.Intervene(ctx, waits.ActionMessage, text); err != nil {
+		if err := c.Intervene(ctx, interventions.ActionMessage, text); err != nil {
 			t.Fatal(err)
 		}
 		expect(text)
@@ -661,7 +662,7 @@ func TestEventsStreamRecreated(t *testing.T) {
 		_, err := js.Stream(ctx, engine.EventsStream)
 		return err == nil
 	})
-	if err := retrying(ctx, func(ctx context.Context) error { return c.Intervene(ctx, waits.ActionMessage, "after") }); err != nil {
+	if err := retrying(ctx, func(ctx context.Context) error { return c.Intervene(ctx, interventions.ActionMessage, "after") }); err != nil {
 		t.Fatal(err)
 	}
 	expect("after")

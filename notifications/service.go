@@ -18,7 +18,6 @@ import (
 	"github.com/chime-nats/chime/internal/directget"
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/subjects"
-	"github.com/chime-nats/chime/waits"
 )
 
 // DefaultMax is how many notifications an agent keeps when Config.Max is
@@ -139,7 +138,7 @@ func (s *Service) Notify(ctx context.Context, agentID string, n *Notification) (
 	guid := am.guid
 	item := NotificationItem{
 		ID: cmp.Or(n.ID, newUUID()), Type: n.Type, Priority: n.Priority, Title: n.Title, Message: n.Message,
-		Detail: n.Detail, Timestamp: waits.FormatISO(s.now().UTC()), DisplayTime: n.DisplayTime, Group: n.Group,
+		Detail: n.Detail, Timestamp: subjects.FormatISO(s.now().UTC()), DisplayTime: n.DisplayTime, Group: n.Group,
 		AgentID: agentID,
 	}
 	rev, err := s.put(ctx, agentID, item, n.ID != "", am.reset)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chime-nats/chime/interventions"
 	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
@@ -52,7 +53,7 @@ func decoders() map[string]func([]byte) error {
 		"wait.request":   func(b []byte) error { _, err := waits.DecodeWaitRequest(b, now, ""); return err },
 		"wait.cancel":    func(b []byte) error { _, err := waits.DecodeWaitRef(b); return err },
 		"wait.for":       func(b []byte) error { _, err := subjects.DecodeWaitFor(b); return err },
-		"intervention":   func(b []byte) error { _, err := waits.DecodeIntervention(b); return err },
+		"intervention":   func(b []byte) error { _, err := interventions.DecodeIntervention(b); return err },
 		"notify":         func(b []byte) error { _, err := notifications.DecodeNotify(b, notifications.FromAgent); return err },
 		"lifecycle":      subjects.DecodeNoFields,
 		"trigger.create": func(b []byte) error { _, _, err := subjects.DecodeCreateTrigger(b); return err },

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/chime-nats/chime/interventions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/subjects/subjectstest"
 	"github.com/chime-nats/chime/timers"
@@ -93,11 +94,11 @@ func FuzzDecodeTriggerRef(f *testing.F) {
 
 func FuzzDecodeIntervention(f *testing.F) {
 	subjectstest.AddSeeds(f, `{"action":"message","text":"stop that"}`, `{"action":"pause"}`, `{"action":"Pause"}`, `{"action":"message","text":" "}`)
-	subjectstest.Request(f, waits.DecodeIntervention, []string{"text", "action"}, subjectstest.DecodeCodes, func(t *testing.T, body []byte, req *waits.InterventionRequest) {
-		if !slices.Contains(waits.InterventionActions(), req.Action) || (req.Action == waits.ActionMessage && strings.TrimSpace(req.Text) == "") {
+	subjectstest.Request(f, interventions.DecodeIntervention, []string{"text", "action"}, subjectstest.DecodeCodes, func(t *testing.T, body []byte, req *interventions.InterventionRequest) {
+		if !slices.Contains(interventions.InterventionActions(), req.Action) || (req.Action == interventions.ActionMessage && strings.TrimSpace(req.Text) == "") {
 			t.Fatalf("%q accepted as %+v", body, req)
 		}
-		if back, err := waits.DecodeIntervention(subjectstest.EncodeBody(t, req)); err != nil || *back != *req {
+		if back, err := interventions.DecodeIntervention(subjectstest.EncodeBody(t, req)); err != nil || *back != *req {
 			t.Fatalf("%+v reads back as %+v (%v)", req, back, err)
 		}
 	})

@@ -6,9 +6,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/chime-nats/chime/interventions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
-	"github.com/chime-nats/chime/waits"
 )
 
 // The registration state machine: pure transitions of one registration,
@@ -142,7 +142,7 @@ func interventionAction(env *subjects.Envelope) string {
 // operatorMessage reports whether env is operator input: an intervention
 // message or an operator's answer.
 func operatorMessage(env *subjects.Envelope) bool {
-	return (env.Kind == subjects.KindIntervention && interventionAction(env) == waits.ActionMessage) || env.Kind == subjects.KindAnswer
+	return (env.Kind == subjects.KindIntervention && interventionAction(env) == interventions.ActionMessage) || env.Kind == subjects.KindAnswer
 }
 
 // Matches reports whether the inbox envelope env, stored at stream

@@ -10,8 +10,8 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/chime-nats/chime/interventions"
 	"github.com/chime-nats/chime/subjects"
-	"github.com/chime-nats/chime/waits"
 )
 
 // TestStateMachine drives registrations of one agent through random
@@ -77,7 +77,7 @@ func TestStateMachine(t *testing.T) {
 			for _, i := range live {
 				w := recs[i]
 				switch {
-				case env.Kind == subjects.KindIntervention && interventionAction(&env) == waits.ActionStop:
+				case env.Kind == subjects.KindIntervention && interventionAction(&env) == interventions.ActionStop:
 					apply(i, func(w *subjects.WaitFor) bool {
 						return end(w, subjects.WaitForCancelled, subjects.EndAgentStopped, "", now)
 					})
@@ -144,7 +144,7 @@ func TestStateMachine(t *testing.T) {
 				deliver(ev.env, ev.seq)
 			case 4: // stop
 				seq++
-				data, _ := json.Marshal(map[string]string{"action": waits.ActionStop})
+				data, _ := json.Marshal(map[string]string{"action": interventions.ActionStop})
 				deliver(subjects.Envelope{ID: fmt.Sprintf("iv_%d", seq), AgentID: "a", Kind: subjects.KindIntervention, Data: data}, seq)
 			case 5: // restart: every record read back from its stored bytes
 				for i, w := range recs {

@@ -13,10 +13,10 @@ import (
 
 	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/interventions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
 	"github.com/chime-nats/chime/timers"
-	"github.com/chime-nats/chime/waits"
 )
 
 // TaskState is what WaitFor needs to know of a task.
@@ -187,7 +187,7 @@ func replyFor(w *subjects.WaitFor) *subjects.WaitForReply {
 		TaskIDs: w.Resources, Mode: w.Mode, SeenTaskIDs: w.Seen,
 	}
 	if w.RecheckAt != nil {
-		r.RecheckAt = waits.FormatISO(*w.RecheckAt)
+		r.RecheckAt = subjects.FormatISO(*w.RecheckAt)
 	}
 	return r
 }
@@ -259,8 +259,8 @@ func (s *Service) Report(ctx context.Context, agentID string, req *subjects.Wait
 func (s *Service) interjected(ctx context.Context, w *subjects.WaitFor) (bool, error) {
 	found := false
 	err := s.scan(ctx, s.cfg.EventsStream, subjects.InterventionApply(w.AgentID), w.InterventionSeq+1, func(m *jetstream.RawStreamMsg) bool {
-		var iv waits.Intervention
-		if json.Unmarshal(m.Data, &iv) == nil && (iv.Action == waits.ActionMessage || iv.Action == waits.ActionStop) {
+		var iv interventions.Intervention
+		if json.Unmarshal(m.Data, &iv) == nil && (iv.Action == interventions.ActionMessage || iv.Action == interventions.ActionStop) {
 			found = true
 		}
 		return found
@@ -373,7 +373,7 @@ func (s *Service) apply(ctx context.Context, w Versioned, env *subjects.Envelope
 	now := s.cfg.Now
 	var change func(*subjects.WaitFor) (bool, error)
 	switch {
-	case env.Kind == subjects.KindIntervention && interventionAction(env) == waits.ActionStop && seq > w.SinceSeq:
+	case env.Kind == subjects.KindIntervention && interventionAction(env) == interventions.ActionStop && seq > w.SinceSeq:
 		change = func(w *subjects.WaitFor) (bool, error) {
 			return end(w, subjects.WaitForCancelled, subjects.EndAgentStopped, "", now()), nil
 		}

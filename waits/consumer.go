@@ -14,6 +14,7 @@ import (
 
 	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/consumer"
+	"github.com/chime-nats/chime/interventions"
 	"github.com/chime-nats/chime/prompts"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -116,7 +117,7 @@ func NewConsumer(c ConsumerConfig) *Consumer {
 
 // CompletionText renders a wait's completion text from its framework prompt.
 func CompletionText(w *Wait) (string, error) {
-	return prompts.Render("fw.wait_complete.md", map[string]string{"target_time": FormatISO(w.Target())})
+	return prompts.Render("fw.wait_complete.md", map[string]string{"target_time": subjects.FormatISO(w.Target())})
 }
 
 // Start creates (or joins) the shared durable consumers and begins.
@@ -300,14 +301,14 @@ func (w *Consumer) inTurn(ctx context.Context, agentID string, seq uint64, epoch
 
 // apply applies one intervention of agentID.
 func (w *Consumer) apply(ctx context.Context, agentID string, data []byte) error {
-	var iv Intervention
+	var iv interventions.Intervention
 	if err := json.Unmarshal(data, &iv); err != nil || iv.AgentID != agentID {
 		return fmt.Errorf("%w: intervention for %s: %v", consumer.ErrPoison, agentID, err)
 	}
 	switch iv.Action {
-	case ActionPause:
+	case interventions.ActionPause:
 		return w.cfg.Store.Pause(ctx, iv.AgentID, iv.At)
-	case ActionResume:
+	case interventions.ActionResume:
 		return w.cfg.Store.Resume(ctx, iv.AgentID, iv.At)
 	}
 	all, err := w.cfg.Store.List(ctx, iv.AgentID)
@@ -330,7 +331,7 @@ func (w *Consumer) apply(ctx context.Context, agentID string, data []byte) error
 			}
 		}
 	}
-	env := InterventionEnvelope(&iv)
+	env := interventions.InterventionEnvelope(&iv)
 	return w.publish(ctx, &env, iv.At)
 }
 

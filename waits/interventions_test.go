@@ -21,6 +21,7 @@ import (
 	"github.com/chime-nats/chime/internal/metrictest"
 	"github.com/chime-nats/chime/internal/natstest"
 	"github.com/chime-nats/chime/internal/testwait"
+	"github.com/chime-nats/chime/interventions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/waits"
 )
@@ -80,7 +81,7 @@ func (r *rig) intervene(t *testing.T, agentID, action, text string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := r.reqs.Intervene(ctx, agentID, &waits.InterventionRequest{Action: action, Text: text}); err != nil {
+	if _, err := r.reqs.Intervene(ctx, agentID, &interventions.InterventionRequest{Action: action, Text: text}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -130,7 +131,7 @@ func TestInterventionTooLargeRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	text := strings.Repeat("x", int(r.nc.MaxPayload())-180)
-	_, err := r.reqs.Intervene(ctx, "big", &waits.InterventionRequest{Action: waits.ActionMessage, Text: text})
+	_, err := r.reqs.Intervene(ctx, "big", &interventions.InterventionRequest{Action: interventions.ActionMessage, Text: text})
 	var e *subjects.Error
 	if !errors.As(err, &e) || e.Code != subjects.CodePayloadTooLarge || !strings.Contains(e.Message, "intervention text too large") {
 		t.Fatalf("err = %v", err)
@@ -144,7 +145,7 @@ func TestInterventionTooLargeRefused(t *testing.T) {
 		t.Fatalf("something was stored: %v", err)
 	}
 	// Half the limit is fine.
-	if _, err := r.reqs.Intervene(ctx, "big", &waits.InterventionRequest{Action: waits.ActionMessage, Text: text[:len(text)/2]}); err != nil {
+	if _, err := r.reqs.Intervene(ctx, "big", &interventions.InterventionRequest{Action: interventions.ActionMessage, Text: text[:len(text)/2]}); err != nil {
 		t.Fatalf("half size: %v", err)
 	}
 }
@@ -160,12 +161,12 @@ func TestPoisonInterventionIsolated(t *testing.T) {
 	// Undecodable, then an event that fits the stream but whose delivery
 	// cannot fit the max payload (it got past the request check).
 	r.inject(t, "agent-a", []byte("{not json"))
-	big, _ := json.Marshal(waits.Intervention{
-		ID: "iv_big", AgentID: "agent-a", Action: waits.ActionMessage, At: time.Now().UTC(),
+	big, _ := json.Marshal(interventions.Intervention{
+		ID: "iv_big", AgentID: "agent-a", Action: interventions.ActionMessage, At: time.Now().UTC(),
 		Text: strings.Repeat("x", int(r.nc.MaxPayload())-180),
 	})
 	r.inject(t, "agent-a", big)
-	r.intervene(t, "agent-b", waits.ActionMessage, "for b")
+	r.intervene(t, "agent-b", interventions.ActionMessage, "for b")
 	t.Logf("b's intervention delivered %v after it was sent", expect(t, inboxB, "for b", 3*time.Second).Round(time.Millisecond))
 
 	poison := map[string]string{"consumer": waits.InterventionsDurable, "reason": consumer.ReasonPoison}
@@ -173,7 +174,7 @@ func TestPoisonInterventionIsolated(t *testing.T) {
 		n := r.counter(t, "chime_consumer_terminated_total", poison)
 		return n == 2, fmt.Sprint(n)
 	}, "2 poison terminated")
-	r.intervene(t, "agent-a", waits.ActionMessage, "for a")
+	r.intervene(t, "agent-a", interventions.ActionMessage, "for a")
 	expect(t, inboxA, "for a", 3*time.Second)
 
 	// Agent c's intervention keeps failing (a corrupt wait record breaks
@@ -183,8 +184,8 @@ func TestPoisonInterventionIsolated(t *testing.T) {
 	if _, err := r.res.Waits.KVs[0].Put(ctx, "agent-c.broken", []byte("{corrupt")); err != nil {
 		t.Fatal(err)
 	}
-	r.intervene(t, "agent-c", waits.ActionStop, "stop c")
-	r.intervene(t, "agent-b", waits.ActionMessage, "again for b")
+	r.intervene(t, "agent-c", interventions.ActionStop, "stop c")
+	r.intervene(t, "agent-b", interventions.ActionMessage, "again for b")
 	expect(t, inboxB, "again for b", 3*time.Second)
 	for r.counter(t, "chime_wait_event_failures_total", nil) < 1 {
 		select {
@@ -218,13 +219,13 @@ func TestPauseResumeInOrder(t *testing.T) {
 	start := time.Now()
 	for range rounds {
 		for _, id := range ids {
-			r.intervene(t, id, waits.ActionPause, "")
-			r.intervene(t, id, waits.ActionResume, "")
+			r.intervene(t, id, interventions.ActionPause, "")
+			r.intervene(t, id, interventions.ActionResume, "")
 		}
 	}
 	for i, id := range ids {
 		if i%2 == 1 {
-			r.intervene(t, id, waits.ActionPause, "")
+			r.intervene(t, id, interventions.ActionPause, "")
 		}
 	}
 	stream, err := r.res.JS.Stream(ctx, engine.EventsStream)
@@ -277,7 +278,7 @@ func TestGivenUpInterventionSteppedPast(t *testing.T) {
 	inbox := r.inbox(t, "lost")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	r.intervene(t, "lost", waits.ActionMessage, "given up")
+	r.intervene(t, "lost", interventions.ActionMessage, "given up")
 	cons, err := r.res.JS.Consumer(ctx, engine.EventsStream, waits.InterventionsDurable)
 	if err != nil {
 		t.Fatal(err)
@@ -291,7 +292,7 @@ func TestGivenUpInterventionSteppedPast(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r.intervene(t, "lost", waits.ActionMessage, "next")
+	r.intervene(t, "lost", interventions.ActionMessage, "next")
 	r.start(t)
 	expect(t, inbox, "next", 3*time.Second)
 	if n := r.counter(t, "chime_interventions_skipped_total", nil); n != 1 {

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/chime-nats/chime/consumer"
+	"github.com/chime-nats/chime/interventions"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -63,9 +64,9 @@ func (o *Requests) Room() int64 { return o.inbox.Room() }
 // accepted intervention is never lost. One too large to deliver is refused
 // here, before anything is stored: found undeliverable later, it could
 // only be given up.
-func (o *Requests) Intervene(ctx context.Context, agentID string, req *InterventionRequest) (any, error) {
-	iv := Intervention{ID: "iv_" + nuid.Next(), AgentID: agentID, Action: req.Action, Text: req.Text, At: o.now().UTC()}
-	size, err := iv.MaxDeliverySize()
+func (o *Requests) Intervene(ctx context.Context, agentID string, req *interventions.InterventionRequest) (any, error) {
+	iv := interventions.Intervention{ID: "iv_" + nuid.Next(), AgentID: agentID, Action: req.Action, Text: req.Text, At: o.now().UTC()}
+	size, err := interventionDeliverySize(&iv)
 	if err != nil {
 		return nil, fmt.Errorf("waits: encode intervention: %w", err)
 	}

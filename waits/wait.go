@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/chime-nats/chime/subjects"
 	"math"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/chime-nats/chime/interventions"
+	"github.com/chime-nats/chime/subjects"
 )
 
 // Wait actions, events and error codes.
@@ -151,7 +153,7 @@ func (r *WaitRequest) resolve(now time.Time, defaultTZ string) (*WaitSpec, error
 			return nil, err
 		}
 		if !target.After(now) {
-			return nil, &subjects.Error{Code: CodeTargetInPast, Message: fmt.Sprintf("Target time %s is in the past.", FormatISO(target))}
+			return nil, &subjects.Error{Code: CodeTargetInPast, Message: fmt.Sprintf("Target time %s is in the past.", subjects.FormatISO(target))}
 		}
 		spec.Mode, spec.Target = WaitUntil, target
 		return spec, nil
@@ -255,16 +257,6 @@ func ParseUntil(s string, loc *time.Location) (time.Time, error) {
 		}
 	}
 	return time.Time{}, &subjects.Error{Code: CodeInvalidTimestamp, Message: "Invalid timestamp format: " + s}
-}
-
-// FormatISO writes t as Python's isoformat does: microseconds only when
-// present, the offset as +HH:MM (UTC is +00:00).
-func FormatISO(t time.Time) string {
-	layout := "2006-01-02T15:04:05-07:00"
-	if t.Nanosecond()/1000 != 0 {
-		layout = "2006-01-02T15:04:05.000000-07:00"
-	}
-	return t.Truncate(time.Microsecond).Format(layout)
 }
 
 // RemainingText is Agent Zero's remaining-time text: tenths of a second
@@ -451,88 +443,24 @@ func WaitEndEnvelope(w *Wait, text string, at time.Time) subjects.Envelope {
 			reason = CancelByRequest
 		}
 	}
-	data, _ := json.Marshal(WaitEndData{WaitID: w.ID, Mode: w.Mode, TargetTime: FormatISO(w.Target()), Reason: reason})
+	data, _ := json.Marshal(WaitEndData{WaitID: w.ID, Mode: w.Mode, TargetTime: subjects.FormatISO(w.Target()), Reason: reason})
 	return subjects.Envelope{
 		ID: WaitEnvelopeID(w.ID), AgentID: w.AgentID, Kind: kind, At: at.UTC(),
 		Source: subjects.Source{Type: "wait", ID: w.ID}, Trust: subjects.TrustSystem, Text: text, Data: data,
 	}
 }
 
-// Intervention actions.
-const (
-	ActionMessage = "message"
-	ActionPause   = "pause"
-	ActionResume  = "resume"
-	ActionStop    = "stop"
-)
-
-// InterventionRequest is the body of agent.<id>.intervention.
-type InterventionRequest struct {
-	Text   string `json:"text,omitempty"`
-	Action string `json:"action"`
-}
-
-// InterventionActions lists the accepted actions.
-func InterventionActions() []string {
-	return []string{ActionMessage, ActionPause, ActionResume, ActionStop}
-}
-
-// DecodeIntervention decodes and validates an intervention.
-func DecodeIntervention(data []byte) (*InterventionRequest, error) {
-	var r InterventionRequest
-	if err := subjects.DecodeStrict(data, &r); err != nil {
-		return nil, err
-	}
-	switch r.Action {
-	case ActionMessage, ActionPause, ActionResume, ActionStop:
-	case "":
-		return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "action is required: message, pause, resume or stop"}
-	default:
-		return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: fmt.Sprintf("unknown action %q: message, pause, resume or stop", r.Action)}
-	}
-	if r.Action == ActionMessage && strings.TrimSpace(r.Text) == "" {
-		return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "text is required for action message"}
-	}
-	return &r, nil
-}
-
-// Intervention is the intervention.apply.<agent> event.
-type Intervention struct {
-	ID      string    `json:"id"`
-	AgentID string    `json:"agent_id"`
-	Action  string    `json:"action"`
-	Text    string    `json:"text,omitempty"`
-	At      time.Time `json:"at"`
-}
-
-// CancelText is what cancelled waits carry.
-func (iv *Intervention) CancelText() string {
-	if iv.Text != "" {
-		return iv.Text
-	}
-	return "Wait cancelled by intervention (" + iv.Action + ")."
-}
-
-// InterventionEnvelope is the delivery of the intervention itself.
-func InterventionEnvelope(iv *Intervention) subjects.Envelope {
-	data, _ := json.Marshal(map[string]string{"action": iv.Action})
-	return subjects.Envelope{
-		ID: "intervention_" + iv.ID, AgentID: iv.AgentID, Kind: subjects.KindIntervention, At: iv.At.UTC(),
-		Source: subjects.Source{Type: "intervention", ID: iv.ID}, Trust: subjects.TrustOperator, Text: iv.Text, Data: data,
-	}
-}
-
-// MaxDeliverySize is the size of the largest message an intervention
+// interventionDeliverySize is the size of the largest message an intervention
 // makes: its event, its own inbox delivery, and the wait_cancelled
 // delivery of each wait it cancels, which carries the same text (sized
 // for the longest wait ID). Each must fit the connection's max payload.
-func (iv *Intervention) MaxDeliverySize() (int, error) {
+func interventionDeliverySize(iv *interventions.Intervention) (int, error) {
 	ev, err := subjects.EncodeJSON(iv)
 	if err != nil {
 		return 0, fmt.Errorf("encode intervention: %w", err)
 	}
 	size := len(ev)
-	own := InterventionEnvelope(iv)
+	own := interventions.InterventionEnvelope(iv)
 	at := time.Date(2999, 12, 31, 23, 59, 59, 999999999, time.UTC) // the widest timestamps
 	w := &Wait{
 		ID: strings.Repeat("w", subjects.MaxIDLen), AgentID: iv.AgentID, Mode: WaitDuration, Status: WaitCancelled,

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chime-nats/chime/interventions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/subjects/subjectstest"
 	"github.com/chime-nats/chime/waits"
@@ -106,7 +107,7 @@ func TestFormatISO(t *testing.T) {
 		{time.Date(2026, 1, 2, 3, 4, 5, 120000000, time.UTC), "2026-01-02T03:04:05.120000+00:00"},
 		{time.Date(2026, 1, 2, 3, 4, 5, 999, tokyo), "2026-01-02T03:04:05+09:00"},
 	} {
-		if got := waits.FormatISO(tc.t); got != tc.want {
+		if got := subjects.FormatISO(tc.t); got != tc.want {
 			t.Errorf("FormatISO = %q, want %q", got, tc.want)
 		}
 	}
@@ -123,7 +124,7 @@ func TestDecodeIntervention(t *testing.T) {
 		`{"action":"Pause"}`:                      `unknown action "Pause": message, pause, resume or stop`,
 		`{"action":"stop","by":"me"}`:             `unknown field "by"`,
 	} {
-		_, err := waits.DecodeIntervention([]byte(body))
+		_, err := interventions.DecodeIntervention([]byte(body))
 		if want == "" && err != nil || want != "" && (err == nil || err.(*subjects.Error).Message != want) {
 			t.Errorf("%s: err %v, want %q", body, err, want)
 		}
@@ -160,9 +161,9 @@ func FuzzParseUntil(f *testing.F) {
 			return
 		}
 		// What was accepted round-trips through the ISO form agents are shown.
-		back, err := waits.ParseUntil(waits.FormatISO(got), time.UTC)
+		back, err := waits.ParseUntil(subjects.FormatISO(got), time.UTC)
 		if err != nil || !back.Equal(got.Truncate(time.Microsecond)) {
-			t.Fatalf("ParseUntil(%q) = %v; its ISO form %q reads back as %v, %v", s, got, waits.FormatISO(got), back, err)
+			t.Fatalf("ParseUntil(%q) = %v; its ISO form %q reads back as %v, %v", s, got, subjects.FormatISO(got), back, err)
 		}
 	})
 }
@@ -182,7 +183,7 @@ func FuzzDecodeWaitRequest(f *testing.F) {
 		// The same target, asked for the way the reply shows it.
 		req := map[string]any{"id": spec.ID, "tz": spec.TZ}
 		if spec.Mode == waits.WaitUntil {
-			req["until"] = waits.FormatISO(spec.Target)
+			req["until"] = subjects.FormatISO(spec.Target)
 		} else {
 			req["seconds"] = int64(spec.Target.Sub(now) / time.Second)
 		}
