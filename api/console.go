@@ -10,6 +10,7 @@ import (
 	"github.com/chime-nats/chime/action"
 	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/waitfor"
 	"github.com/chime-nats/chime/waits"
 )
 
@@ -53,7 +54,7 @@ func (o *Operations) waitList(ctx context.Context, agentID string, body []byte) 
 	if err != nil {
 		return nil, err
 	}
-	reply := waits.ListWaitsReply{Waits: []waits.Wait{}, WaitFor: []subjects.WaitFor{}}
+	reply := waits.ListWaitsReply{Waits: []waits.Wait{}, WaitFor: []waitfor.WaitFor{}}
 	next := []subjects.CursorPos{page.Walk(0), page.Walk(1)}
 	if !next[0].End() {
 		if reply.Waits, next[0], err = o.waits.Page(ctx, agentID, page.Limit, next[0]); err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
+	"github.com/chime-nats/chime/waitfor"
 	"github.com/chime-nats/chime/waits"
 )
 
@@ -234,7 +235,7 @@ func TestWaitForLimit(t *testing.T) {
 		return `{"wake":"external","resource":"deploy","reason":"waiting","delivery":"silent","work_item_id":"` + item + `"}`
 	}
 	for _, item := range []string{"w1", "w2"} {
-		if err := subjects.DecodeReply(request(t, nc, "agent.waiter.wait.for", body(item)).Data, &subjects.WaitForReply{}); err != nil {
+		if err := subjects.DecodeReply(request(t, nc, "agent.waiter.wait.for", body(item)).Data, &waitfor.WaitForReply{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -249,13 +250,13 @@ func TestWaitForLimit(t *testing.T) {
 	refusedOverNATS(t, "a 3rd scope", last, header, subjects.CodeQuotaExceeded, text)
 	m := request(t, nc, "agent.waiter.wait.tasks", `{"task_ids":["a"],"mode":"all","reason":"r","delivery":"silent","work_item_id":"w4"}`)
 	refusedOverNATS(t, "wait.tasks in a 4th scope", m.Data, m.Header, subjects.CodeQuotaExceeded, text)
-	var reply subjects.WaitForReply
+	var reply waitfor.WaitForReply
 	if err := subjects.DecodeReply(request(t, nc, "agent.waiter.wait.for", body("w1")).Data, &reply); err != nil || len(reply.CancelledWaitConditionIDs) != 1 {
 		t.Fatalf("a replacement in a held scope: %+v %v", reply, err)
 	}
 	c, _ := client.New(nc, "waiter")
 	list := struct {
-		WaitFor []subjects.WaitFor `json:"wait_for"`
+		WaitFor []waitfor.WaitFor `json:"wait_for"`
 	}{}
 	if err := c.Request(context.Background(), waits.ActionWaitList, nil, &list); err != nil {
 		t.Fatal(err)
@@ -265,7 +266,7 @@ func TestWaitForLimit(t *testing.T) {
 			t.Fatalf("a refused registration was stored: %+v", w)
 		}
 	}
-	if err := subjects.DecodeReply(request(t, nc, "agent.calm.wait.for", body("w3")).Data, &subjects.WaitForReply{}); err != nil {
+	if err := subjects.DecodeReply(request(t, nc, "agent.calm.wait.for", body("w3")).Data, &waitfor.WaitForReply{}); err != nil {
 		t.Fatalf("another agent: %v", err)
 	}
 	if got := metric(t, r, `chime_quota_refusals_total{quota="waitfors"}`); got < 2 {

@@ -21,6 +21,7 @@ import (
 	"github.com/chime-nats/chime/questions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
+	"github.com/chime-nats/chime/waitfor"
 )
 
 // wfInbox collects an agent's inbox envelopes.
@@ -46,9 +47,9 @@ func wfInbox(t *testing.T, nc *nats.Conn, agentID string) chan subjects.Envelope
 // woken waits for the wait_woken of waitID and checks that it names the
 // registration and what woke it; then, that no second one follows within
 // quiet (a check of absence, not of speed).
-func woken(t *testing.T, inbox chan subjects.Envelope, waitID, byKind string, quiet time.Duration) subjects.WaitWokenData {
+func woken(t *testing.T, inbox chan subjects.Envelope, waitID, byKind string, quiet time.Duration) waitfor.WaitWokenData {
 	t.Helper()
-	var got *subjects.WaitWokenData
+	var got *waitfor.WaitWokenData
 	deadline := time.After(15 * time.Second)
 	for got == nil {
 		select {
@@ -56,7 +57,7 @@ func woken(t *testing.T, inbox chan subjects.Envelope, waitID, byKind string, qu
 			if env.Kind != subjects.KindWaitWoken {
 				continue
 			}
-			var d subjects.WaitWokenData
+			var d waitfor.WaitWokenData
 			if err := json.Unmarshal(env.Data, &d); err != nil || d.WaitID != waitID || env.ID != "wait_woken_"+waitID {
 				t.Fatalf("wait_woken %+v (%v), want %s", env, err, waitID)
 			}
@@ -81,11 +82,11 @@ func woken(t *testing.T, inbox chan subjects.Envelope, waitID, byKind string, qu
 	}
 }
 
-func registerWaitFor(t *testing.T, c *client.Client, wake, resource, delivery string) *subjects.WaitForReply {
+func registerWaitFor(t *testing.T, c *client.Client, wake, resource, delivery string) *waitfor.WaitForReply {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r, err := c.WaitFor(ctx, subjects.WaitForRequest{Wake: wake, Resource: resource, Reason: "waiting on " + wake, Delivery: delivery})
+	r, err := c.WaitFor(ctx, waitfor.WaitForRequest{Wake: wake, Resource: resource, Reason: "waiting on " + wake, Delivery: delivery})
 	if err != nil {
 		t.Fatalf("WaitFor %s: %v", wake, err)
 	}
@@ -113,10 +114,10 @@ func TestWaitForWakes(t *testing.T) {
 			t.Fatal(err)
 		}
 		other, _ := client.New(nc, "wf-other")
-		_, err = other.WaitFor(ctx, subjects.WaitForRequest{Wake: "timer", Resource: tm.ID, Reason: "r", Delivery: "silent"})
+		_, err = other.WaitFor(ctx, waitfor.WaitForRequest{Wake: "timer", Resource: tm.ID, Reason: "r", Delivery: "silent"})
 		wantCode(t, err, "timer_agent_mismatch", "wait_for timer agent mismatch: "+tm.ID)
 		r := registerWaitFor(t, c, "timer", tm.ID, "silent")
-		if r.Continuation != subjects.YieldAndWait || r.Disposition != "registered" || !r.WaitRegistered || r.Scope != "agent" {
+		if r.Continuation != waitfor.YieldAndWait || r.Disposition != "registered" || !r.WaitRegistered || r.Scope != "agent" {
 			t.Fatalf("reply %+v", r)
 		}
 		d := woken(t, inbox, r.WaitID, subjects.KindTimerFired, time.Second)
@@ -124,9 +125,9 @@ func TestWaitForWakes(t *testing.T) {
 			t.Fatalf("woken %+v", d)
 		}
 		// Now completed: Holon's texts for a bad timer resource.
-		_, err = c.WaitFor(ctx, subjects.WaitForRequest{Wake: "timer", Resource: tm.ID, Reason: "r", Delivery: "silent"})
+		_, err = c.WaitFor(ctx, waitfor.WaitForRequest{Wake: "timer", Resource: tm.ID, Reason: "r", Delivery: "silent"})
 		wantCode(t, err, "timer_not_active", "wait_for timer is not active: "+tm.ID)
-		_, err = c.WaitFor(ctx, subjects.WaitForRequest{Wake: "timer", Resource: "nope", Reason: "r", Delivery: "silent"})
+		_, err = c.WaitFor(ctx, waitfor.WaitForRequest{Wake: "timer", Resource: "nope", Reason: "r", Delivery: "silent"})
 		wantCode(t, err, subjects.CodeTimerNotFound, "wait_for timer does not exist: nope")
 		// Once it has left its bucket for CHIME_HISTORY, another agent's
 		// finished timer is not found: the history is read by agent, not
@@ -143,14 +144,14 @@ func TestWaitForWakes(t *testing.T) {
 			_, err := kv.Get(ctx, subjects.TimerKey("wf", tm.ID))
 			return errors.Is(err, jetstream.ErrKeyNotFound)
 		}, "the completed timer in the history")
-		_, err = other.WaitFor(ctx, subjects.WaitForRequest{Wake: "timer", Resource: tm.ID, Reason: "r", Delivery: "silent"})
+		_, err = other.WaitFor(ctx, waitfor.WaitForRequest{Wake: "timer", Resource: tm.ID, Reason: "r", Delivery: "silent"})
 		wantCode(t, err, subjects.CodeTimerNotFound, "wait_for timer does not exist: "+tm.ID)
-		_, err = c.WaitFor(ctx, subjects.WaitForRequest{Wake: "timer", Resource: tm.ID, Reason: "r", Delivery: "silent"})
+		_, err = c.WaitFor(ctx, waitfor.WaitForRequest{Wake: "timer", Resource: tm.ID, Reason: "r", Delivery: "silent"})
 		wantCode(t, err, "timer_not_active", "wait_for timer is not active: "+tm.ID)
 	})
 	t.Run("system", func(t *testing.T) {
 		r := registerWaitFor(t, c, "system", "", "silent")
-		if err := request(t, nc, subjects.Agent("wf", subjects.ActionSystemWake), `{"text":"go"}`).Header.Get("Nats-Service-Error"); err != "" {
+		if err := request(t, nc, subjects.Agent("wf", waitfor.ActionSystemWake), `{"text":"go"}`).Header.Get("Nats-Service-Error"); err != "" {
 			t.Fatal(err)
 		}
 		woken(t, inbox, r.WaitID, subjects.KindSystemWake, time.Second)
@@ -182,7 +183,7 @@ func TestWaitForWakes(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := registerWaitFor(t, c, "task_result", task.ID, "silent")
-		if r.Continuation != subjects.YieldAndWait {
+		if r.Continuation != waitfor.YieldAndWait {
 			t.Fatalf("running task: %+v", r)
 		}
 		out := "ok"
@@ -195,17 +196,17 @@ func TestWaitForWakes(t *testing.T) {
 		}
 		// Its result is in the inbox now: a new WaitFor re-enters at once.
 		again := registerWaitFor(t, c, "task_result", task.ID, "silent")
-		if again.Continuation != subjects.YieldAndReenter {
+		if again.Continuation != waitfor.YieldAndReenter {
 			t.Fatalf("finished task: %+v", again)
 		}
 		woken(t, inbox, again.WaitID, subjects.KindTaskResult, 0)
 		other, _ := client.New(nc, "wf-other")
-		_, err = other.WaitFor(ctx, subjects.WaitForRequest{Wake: "task_result", Resource: task.ID, Reason: "r", Delivery: "silent"})
+		_, err = other.WaitFor(ctx, waitfor.WaitForRequest{Wake: "task_result", Resource: task.ID, Reason: "r", Delivery: "silent"})
 		wantCode(t, err, "task_agent_mismatch", "wait_for task belongs to another agent: "+task.ID)
 		// Holon's rule: a task nobody started is refused, nothing registered.
-		_, err = c.WaitFor(ctx, subjects.WaitForRequest{Wake: "task_result", Resource: "wf-never-started", Reason: "r", Delivery: "silent"})
+		_, err = c.WaitFor(ctx, waitfor.WaitForRequest{Wake: "task_result", Resource: "wf-never-started", Reason: "r", Delivery: "silent"})
 		wantCode(t, err, tasks.CodeTaskNotFound, "wait_for task does not exist: wf-never-started")
-		_, err = c.WaitFor(ctx, subjects.WaitForRequest{Wake: "task_result", Resource: "wf-never-started", Reason: "r", Delivery: "final"})
+		_, err = c.WaitFor(ctx, waitfor.WaitForRequest{Wake: "task_result", Resource: "wf-never-started", Reason: "r", Delivery: "final"})
 		wantCode(t, err, tasks.CodeTaskNotFound, "wait_for task does not exist: wf-never-started")
 	})
 	t.Run("external replaces", func(t *testing.T) {
@@ -219,7 +220,7 @@ func TestWaitForWakes(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = trig
-		if err := request(t, nc, subjects.Agent("wf", subjects.ActionSystemWake), `{}`).Header.Get("Nats-Service-Error"); err != "" {
+		if err := request(t, nc, subjects.Agent("wf", waitfor.ActionSystemWake), `{}`).Header.Get("Nats-Service-Error"); err != "" {
 			t.Fatal(err)
 		}
 		// A system wake is no external event; a wake hint is. Only the
@@ -260,7 +261,7 @@ func TestWaitForFinalReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := c.Report(ctx, r.WaitID, "I am done for now")
-	wantCode(t, err, subjects.CodeWaitForInvalidated, "WaitFor "+r.WaitID+" was invalidated by a concurrent operator message; its report did not commit")
+	wantCode(t, err, waitfor.CodeWaitForInvalidated, "WaitFor "+r.WaitID+" was invalidated by a concurrent operator message; its report did not commit")
 	// The message reaches the inbox after Intervene returns, and would
 	// invalidate a WaitFor prepared before it lands: let it land.
 	for landed := false; !landed; {
@@ -276,19 +277,19 @@ func TestWaitForFinalReport(t *testing.T) {
 	older := registerWaitFor(t, c, "system", "", "final")
 	newer := registerWaitFor(t, c, "system", "", "final")
 	_, err = c.Report(ctx, older.WaitID, "x")
-	wantCode(t, err, subjects.CodeWaitForInvalidated, "WaitFor "+older.WaitID+" was replaced by a newer WaitFor "+newer.WaitID+"; its report did not commit")
+	wantCode(t, err, waitfor.CodeWaitForInvalidated, "WaitFor "+older.WaitID+" was replaced by a newer WaitFor "+newer.WaitID+"; its report did not commit")
 
 	// Report first, then the message: committed, and the message wakes it.
 	r = registerWaitFor(t, c, "operator_input", "", "final")
 	got, err := c.Report(ctx, r.WaitID, "report")
-	if err != nil || got.Continuation != subjects.YieldAndWait || !got.WaitRegistered {
+	if err != nil || got.Continuation != waitfor.YieldAndWait || !got.WaitRegistered {
 		t.Fatalf("report: %+v, %v", got, err)
 	}
 	if again, err := c.Report(ctx, r.WaitID, "report"); err != nil || again.WaitID != r.WaitID {
 		t.Fatalf("repeated report: %+v, %v", again, err)
 	}
 	_, err = c.Report(ctx, r.WaitID, "another")
-	wantCode(t, err, subjects.CodeWaitForInvalidated, "WaitFor "+r.WaitID+" is already committed with another report")
+	wantCode(t, err, waitfor.CodeWaitForInvalidated, "WaitFor "+r.WaitID+" is already committed with another report")
 	if err := c.Intervene(ctx, interventions.ActionMessage, "now"); err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +302,7 @@ func TestWaitForRecheckOnce(t *testing.T) {
 	inbox := wfInbox(t, nc, "re")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r, err := c.WaitFor(ctx, subjects.WaitForRequest{Wake: "system", Reason: "r", Delivery: "silent", RecheckAfterMs: json.RawMessage("500")})
+	r, err := c.WaitFor(ctx, waitfor.WaitForRequest{Wake: "system", Reason: "r", Delivery: "silent", RecheckAfterMs: json.RawMessage("500")})
 	if err != nil || r.RecheckAt == "" {
 		t.Fatalf("%+v %v", r, err)
 	}
@@ -344,7 +345,7 @@ func TestWaitForSurvivesRestart(t *testing.T) {
 
 	_, nc := startChimeWith(t, io.Discard, keep)
 	inbox := wfInbox(t, nc, "rs")
-	if err := request(t, nc, subjects.Agent("rs", subjects.ActionSystemWake), `{}`).Header.Get("Nats-Service-Error"); err != "" {
+	if err := request(t, nc, subjects.Agent("rs", waitfor.ActionSystemWake), `{}`).Header.Get("Nats-Service-Error"); err != "" {
 		t.Fatal(err)
 	}
 	woken(t, inbox, reg.WaitID, subjects.KindSystemWake, time.Second)
@@ -407,8 +408,8 @@ func TestWaitForTasks(t *testing.T) {
 
 	t.Run("all", func(t *testing.T) {
 		ids := startTasks(t, c, "all", 3)
-		r, err := c.WaitTasks(ctx, subjects.WaitTasksRequest{TaskIDs: ids, Mode: "all", Reason: "the three builds"})
-		if err != nil || r.Continuation != subjects.YieldAndWait || r.Disposition != "registered" || !r.WaitRegistered ||
+		r, err := c.WaitTasks(ctx, waitfor.WaitTasksRequest{TaskIDs: ids, Mode: "all", Reason: "the three builds"})
+		if err != nil || r.Continuation != waitfor.YieldAndWait || r.Disposition != "registered" || !r.WaitRegistered ||
 			r.Wake != "task_result" || r.Mode != "all" || len(r.TaskIDs) != 3 || len(r.SeenTaskIDs) != 0 {
 			t.Fatalf("reply %+v, %v", r, err)
 		}
@@ -429,7 +430,7 @@ func TestWaitForTasks(t *testing.T) {
 					before = append(before, env.Source.ID)
 				case subjects.KindWaitWoken:
 					before = append(before, "woken")
-					var d subjects.WaitWokenData
+					var d waitfor.WaitWokenData
 					if err := json.Unmarshal(env.Data, &d); err != nil || d.WaitID != r.WaitID || d.Mode != "all" ||
 						!slices.Equal(d.TaskIDs, ids) || d.WokenBy.Source.ID != ids[2] || d.WokenBy.EnvelopeID != tasks.TaskEnvelopeID(ids[2]) {
 						t.Fatalf("wait_woken %s (%v)", env.Data, err)
@@ -446,8 +447,8 @@ func TestWaitForTasks(t *testing.T) {
 	})
 	t.Run("any", func(t *testing.T) {
 		ids := startTasks(t, c, "any", 3)
-		r, err := c.WaitTasks(ctx, subjects.WaitTasksRequest{TaskIDs: ids, Mode: "any", Reason: "the first build"})
-		if err != nil || r.Continuation != subjects.YieldAndWait {
+		r, err := c.WaitTasks(ctx, waitfor.WaitTasksRequest{TaskIDs: ids, Mode: "any", Reason: "the first build"})
+		if err != nil || r.Continuation != waitfor.YieldAndWait {
 			t.Fatalf("reply %+v, %v", r, err)
 		}
 		finishTask(t, c, ids[1])
@@ -465,8 +466,8 @@ func TestWaitForTasks(t *testing.T) {
 		ids := startTasks(t, c, "done", 2)
 		finishTask(t, c, ids[1])
 		quietInbox(t, inbox, 500*time.Millisecond)
-		r, err := c.WaitTasks(ctx, subjects.WaitTasksRequest{TaskIDs: ids, Mode: "any", Reason: "either"})
-		if err != nil || r.Continuation != subjects.YieldAndReenter || r.Disposition != subjects.DispositionTaskResultQueued ||
+		r, err := c.WaitTasks(ctx, waitfor.WaitTasksRequest{TaskIDs: ids, Mode: "any", Reason: "either"})
+		if err != nil || r.Continuation != waitfor.YieldAndReenter || r.Disposition != waitfor.DispositionTaskResultQueued ||
 			r.TaskID != ids[1] || r.ResultMessageID != tasks.TaskEnvelopeID(ids[1]) || !slices.Equal(r.SeenTaskIDs, ids[1:]) {
 			t.Fatalf("reply %+v, %v", r, err)
 		}
@@ -481,8 +482,8 @@ func TestWaitForTasks(t *testing.T) {
 		// Results stored while the report is pending count once it commits.
 		ids := startTasks(t, c, "fin", 2)
 		finishTask(t, c, ids[0])
-		r, err := c.WaitTasks(ctx, subjects.WaitTasksRequest{TaskIDs: ids, Mode: "all", Reason: "both", Delivery: "final"})
-		if err != nil || r.Disposition != subjects.DispositionAwaitingFinalReport || !slices.Equal(r.SeenTaskIDs, ids[:1]) {
+		r, err := c.WaitTasks(ctx, waitfor.WaitTasksRequest{TaskIDs: ids, Mode: "all", Reason: "both", Delivery: "final"})
+		if err != nil || r.Disposition != waitfor.DispositionAwaitingFinalReport || !slices.Equal(r.SeenTaskIDs, ids[:1]) {
 			t.Fatalf("reply %+v, %v", r, err)
 		}
 		finishTask(t, c, ids[1])
@@ -495,8 +496,8 @@ func TestWaitForTasks(t *testing.T) {
 			t.Fatalf("woken %+v", d)
 		}
 		// Satisfied at registration: the report's commit wakes it.
-		r, err = c.WaitTasks(ctx, subjects.WaitTasksRequest{TaskIDs: ids, Mode: "all", Reason: "both again", Delivery: "final"})
-		if err != nil || r.Disposition != subjects.DispositionAwaitingFinalReport {
+		r, err = c.WaitTasks(ctx, waitfor.WaitTasksRequest{TaskIDs: ids, Mode: "all", Reason: "both again", Delivery: "final"})
+		if err != nil || r.Disposition != waitfor.DispositionAwaitingFinalReport {
 			t.Fatalf("reply %+v, %v", r, err)
 		}
 		if _, err := c.Report(ctx, r.WaitID, "both are done"); err != nil {
@@ -509,18 +510,18 @@ func TestWaitForTasks(t *testing.T) {
 	})
 	t.Run("bad input", func(t *testing.T) {
 		ids := startTasks(t, c, "bad", 1)
-		_, err := c.WaitTasks(ctx, subjects.WaitTasksRequest{Mode: "all", Reason: "r"})
+		_, err := c.WaitTasks(ctx, waitfor.WaitTasksRequest{Mode: "all", Reason: "r"})
 		wantCode(t, err, subjects.CodeInvalidRequest, "task_ids must not be empty")
-		_, err = c.WaitTasks(ctx, subjects.WaitTasksRequest{TaskIDs: ids, Mode: "most", Reason: "r"})
+		_, err = c.WaitTasks(ctx, waitfor.WaitTasksRequest{TaskIDs: ids, Mode: "most", Reason: "r"})
 		wantCode(t, err, subjects.CodeInvalidRequest, "mode must be all or any")
-		_, err = c.WaitTasks(ctx, subjects.WaitTasksRequest{TaskIDs: []string{ids[0], ids[0]}, Mode: "all", Reason: "r"})
+		_, err = c.WaitTasks(ctx, waitfor.WaitTasksRequest{TaskIDs: []string{ids[0], ids[0]}, Mode: "all", Reason: "r"})
 		wantCode(t, err, subjects.CodeInvalidRequest, "task_ids must not repeat "+ids[0])
-		_, err = c.WaitTasks(ctx, subjects.WaitTasksRequest{TaskIDs: []string{"a.b"}, Mode: "all", Reason: "r"})
+		_, err = c.WaitTasks(ctx, waitfor.WaitTasksRequest{TaskIDs: []string{"a.b"}, Mode: "all", Reason: "r"})
 		wantCode(t, err, subjects.CodeInvalidID, `task_id "a.b" may only contain letters, digits, '_' and '-'`)
 		other, _ := client.New(nc, "wt-other")
-		_, err = other.WaitTasks(ctx, subjects.WaitTasksRequest{TaskIDs: ids, Mode: "any", Reason: "r"})
+		_, err = other.WaitTasks(ctx, waitfor.WaitTasksRequest{TaskIDs: ids, Mode: "any", Reason: "r"})
 		wantCode(t, err, "task_agent_mismatch", "wait_for task belongs to another agent: "+ids[0])
-		_, err = c.WaitTasks(ctx, subjects.WaitTasksRequest{TaskIDs: []string{ids[0], "bad-never-started"}, Mode: "all", Reason: "r"})
+		_, err = c.WaitTasks(ctx, waitfor.WaitTasksRequest{TaskIDs: []string{ids[0], "bad-never-started"}, Mode: "all", Reason: "r"})
 		wantCode(t, err, tasks.CodeTaskNotFound, "wait_for task does not exist: bad-never-started")
 	})
 }

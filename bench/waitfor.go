@@ -19,6 +19,7 @@ import (
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
+	"github.com/chime-nats/chime/waitfor"
 )
 
 // WaitForOptions configures a WaitFor benchmark.
@@ -118,7 +119,7 @@ func WaitFor(ctx context.Context, o WaitForOptions) (*WaitForResult, error) {
 		case subjects.KindTaskResult:
 			task = env.Source.ID
 		case subjects.KindWaitWoken:
-			var d subjects.WaitWokenData
+			var d waitfor.WaitWokenData
 			if json.Unmarshal(env.Data, &d) != nil {
 				return
 			}
@@ -183,11 +184,11 @@ func WaitFor(ctx context.Context, o WaitForOptions) (*WaitForResult, error) {
 		if _, err := c.StartTask(ctx, taskID(i), ""); err != nil {
 			return fmt.Errorf("bench: task.start: %w", err)
 		}
-		r, err := c.WaitFor(ctx, subjects.WaitForRequest{Wake: "task_result", Resource: taskID(i), Reason: "bench", Delivery: "silent", WorkItemID: taskID(i)})
+		r, err := c.WaitFor(ctx, waitfor.WaitForRequest{Wake: "task_result", Resource: taskID(i), Reason: "bench", Delivery: "silent", WorkItemID: taskID(i)})
 		if err != nil {
 			return fmt.Errorf("bench: wait.for: %w", err)
 		}
-		if r.Continuation != subjects.YieldAndWait {
+		if r.Continuation != waitfor.YieldAndWait {
 			return fmt.Errorf("bench: wait.for on a running task answered %s", r.Continuation)
 		}
 		return nil
@@ -296,7 +297,7 @@ func storedWakes(ctx context.Context, nc *nats.Conn, run string, n int) (Latency
 			case subjects.KindTaskResult:
 				results[env.Source.ID] = md.Timestamp
 			case subjects.KindWaitWoken:
-				var d subjects.WaitWokenData
+				var d waitfor.WaitWokenData
 				if json.Unmarshal(env.Data, &d) == nil {
 					wakes[d.Resource] = md.Timestamp
 				}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/waitfor"
 	"github.com/chime-nats/chime/waits"
 )
 
@@ -166,27 +167,27 @@ func (c *Client) Intervene(ctx context.Context, action, text string) error {
 // WaitFor); the reply's continuation says what to do next. A
 // delivery=final WaitFor answers awaiting_final_report: commit it with
 // Report.
-func (c *Client) WaitFor(ctx context.Context, req subjects.WaitForRequest) (*subjects.WaitForReply, error) {
-	var out subjects.WaitForReply
-	if err := c.call(ctx, subjects.ActionWaitFor, req, &out); err != nil {
+func (c *Client) WaitFor(ctx context.Context, req waitfor.WaitForRequest) (*waitfor.WaitForReply, error) {
+	var out waitfor.WaitForReply
+	if err := c.call(ctx, waitfor.ActionWaitFor, req, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
 }
 
 // WaitTasks registers a WaitFor over a set of tasks (mode all or any).
-func (c *Client) WaitTasks(ctx context.Context, req subjects.WaitTasksRequest) (*subjects.WaitForReply, error) {
-	var out subjects.WaitForReply
-	if err := c.call(ctx, subjects.ActionWaitTasks, req, &out); err != nil {
+func (c *Client) WaitTasks(ctx context.Context, req waitfor.WaitTasksRequest) (*waitfor.WaitForReply, error) {
+	var out waitfor.WaitForReply
+	if err := c.call(ctx, waitfor.ActionWaitTasks, req, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
 }
 
 // Report commits a prepared delivery=final WaitFor with the final report text.
-func (c *Client) Report(ctx context.Context, waitID, text string) (*subjects.WaitForReply, error) {
-	var out subjects.WaitForReply
-	if err := c.call(ctx, subjects.ActionWaitReport, subjects.WaitReportRequest{WaitID: waitID, Text: text}, &out); err != nil {
+func (c *Client) Report(ctx context.Context, waitID, text string) (*waitfor.WaitForReply, error) {
+	var out waitfor.WaitForReply
+	if err := c.call(ctx, waitfor.ActionWaitReport, waitfor.WaitReportRequest{WaitID: waitID, Text: text}, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil

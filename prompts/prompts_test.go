@@ -18,6 +18,7 @@ import (
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
 	"github.com/chime-nats/chime/timers"
+	"github.com/chime-nats/chime/waitfor"
 	"github.com/chime-nats/chime/waits"
 )
 
@@ -123,8 +124,8 @@ var toolPrompts = []struct {
 	}},
 	{"notify_user.md", jsonFields(notifications.NotifyRequest{}), []action{{"", `{"message":"m","title":"t","detail":"<b>d</b>","type":"info","priority":10,"timeout":5,"display_time":5,"id":"n1","group":"g"}`,
 		func(b []byte) error { _, err := notifications.DecodeNotify(b, notifications.FromAgent); return err }}}},
-	{"wait_for.md", jsonFields(subjects.WaitForRequest{}), []action{{"", `{"wake":"external","resource":"ci","reason":"r","delivery":"final","work_item_id":"w1","recheck_after_ms":500}`,
-		func(b []byte) error { _, err := subjects.DecodeWaitFor(b); return err }}}},
+	{"wait_for.md", jsonFields(waitfor.WaitForRequest{}), []action{{"", `{"wake":"external","resource":"ci","reason":"r","delivery":"final","work_item_id":"w1","recheck_after_ms":500}`,
+		func(b []byte) error { _, err := waitfor.DecodeWaitFor(b); return err }}}},
 	// authority_class is the operator's field (HTTP), not the agent's.
 	{"timers.md", without(jsonFields(timers.CreateTimerRequest{}, timers.ListTimersRequest{}, timers.TimerRef{}), "authority_class"), []action{
 		{"create", `{"duration_ms":100,"interval_ms":60000,"summary":"s","request_id":"r1"}`, strict(func(r *timers.CreateTimerRequest) error {
@@ -239,8 +240,8 @@ func checkValues(t *testing.T, a action, field string, values []string) {
 	t.Helper()
 	code := map[string][]string{
 		"type":     strs(notifications.NotificationTypes()),
-		"wake":     strs(subjects.WakeKinds()),
-		"delivery": strs(subjects.Deliveries()),
+		"wake":     strs(waitfor.WakeKinds()),
+		"delivery": strs(waitfor.Deliveries()),
 	}[field]
 	if !slices.Equal(values, code) {
 		t.Errorf("%s values: documented %v, code accepts %v", field, values, code)

@@ -9,6 +9,7 @@ import (
 	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
+	"github.com/chime-nats/chime/waitfor"
 	"github.com/chime-nats/chime/waits"
 )
 
@@ -52,7 +53,7 @@ func decoders() map[string]func([]byte) error {
 		"timer.ref":      func(b []byte) error { _, err := timers.DecodeTimerRef(b); return err },
 		"wait.request":   func(b []byte) error { _, err := waits.DecodeWaitRequest(b, now, ""); return err },
 		"wait.cancel":    func(b []byte) error { _, err := waits.DecodeWaitRef(b); return err },
-		"wait.for":       func(b []byte) error { _, err := subjects.DecodeWaitFor(b); return err },
+		"wait.for":       func(b []byte) error { _, err := waitfor.DecodeWaitFor(b); return err },
 		"intervention":   func(b []byte) error { _, err := interventions.DecodeIntervention(b); return err },
 		"notify":         func(b []byte) error { _, err := notifications.DecodeNotify(b, notifications.FromAgent); return err },
 		"lifecycle":      subjects.DecodeNoFields,

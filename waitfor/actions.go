@@ -6,7 +6,6 @@ import (
 
 	"github.com/chime-nats/chime/action"
 	"github.com/chime-nats/chime/quotas"
-	"github.com/chime-nats/chime/subjects"
 )
 
 // Actions are the WaitFor actions, served by s (nil: answered
@@ -14,10 +13,10 @@ import (
 func (s *Service) Actions(q *quotas.Quotas) []action.Action {
 	h := func(fn action.Handler) action.Handler { return action.When(s != nil, "WaitFor is not configured", fn) }
 	return []action.Action{
-		{Name: subjects.ActionWaitFor, Command: "wait-for", Access: action.Agent, Summary: "yield until a task result, timer, callback or recheck wakes the agent",
+		{Name: ActionWaitFor, Command: "wait-for", Access: action.Agent, Summary: "yield until a task result, timer, callback or recheck wakes the agent",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/wait-for", http.StatusOK, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
-				spec, err := subjects.DecodeWaitFor(r.Body)
+				spec, err := DecodeWaitFor(r.Body)
 				if err != nil {
 					return nil, err
 				}
@@ -26,10 +25,10 @@ func (s *Service) Actions(q *quotas.Quotas) []action.Action {
 				}
 				return s.WaitFor(ctx, r.AgentID, spec)
 			})},
-		{Name: subjects.ActionWaitTasks, Command: "wait-tasks", Access: action.Agent, Summary: "yield until all or any of a set of tasks have results",
+		{Name: ActionWaitTasks, Command: "wait-tasks", Access: action.Agent, Summary: "yield until all or any of a set of tasks have results",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/wait-tasks", http.StatusOK, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
-				spec, err := subjects.DecodeWaitTasks(r.Body)
+				spec, err := DecodeWaitTasks(r.Body)
 				if err != nil {
 					return nil, err
 				}
@@ -38,19 +37,19 @@ func (s *Service) Actions(q *quotas.Quotas) []action.Action {
 				}
 				return s.WaitTasks(ctx, r.AgentID, spec)
 			})},
-		{Name: subjects.ActionWaitReport, Command: "wait-report", Access: action.Agent, Summary: "commit a prepared WaitFor with the agent's final report",
+		{Name: ActionWaitReport, Command: "wait-report", Access: action.Agent, Summary: "commit a prepared WaitFor with the agent's final report",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/wait-for/{wait_id}/report", http.StatusOK, action.PathField("wait_id")),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
-				req, err := subjects.DecodeWaitReport(r.Body)
+				req, err := DecodeWaitReport(r.Body)
 				if err != nil {
 					return nil, err
 				}
 				return s.Report(ctx, r.AgentID, req)
 			})},
-		{Name: subjects.ActionSystemWake, Access: action.Operator, Summary: "wake the agent's WaitFor registrations as a system event",
+		{Name: ActionSystemWake, Access: action.Operator, Summary: "wake the agent's WaitFor registrations as a system event",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/wake", http.StatusOK, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
-				req, err := subjects.DecodeSystemWake(r.Body)
+				req, err := DecodeSystemWake(r.Body)
 				if err != nil {
 					return nil, err
 				}

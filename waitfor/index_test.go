@@ -9,7 +9,6 @@ import (
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/natstest"
-	"github.com/chime-nats/chime/subjects"
 )
 
 // TestFreshOrdersTheViewAfterWrites holds the view back (its watch cannot
@@ -41,7 +40,7 @@ func testFresh(t *testing.T, leader bool) {
 	}
 	for i, item := range []string{"", "build"} {
 		ix.mu.Lock()
-		entry, _ := json.Marshal(scope{WaitID: "wf_" + item, WorkItemID: item, Wake: subjects.WakeTaskResult, Resource: "t1"})
+		entry, _ := json.Marshal(scope{WaitID: "wf_" + item, WorkItemID: item, Wake: WakeTaskResult, Resource: "t1"})
 		rev, err := res.WaitFor.Put(ctx, idxKey("lagging", item), entry)
 		if err != nil {
 			ix.mu.Unlock()
@@ -64,7 +63,7 @@ func testFresh(t *testing.T, leader bool) {
 		}
 	}
 	// An entry purged leaves the view.
-	if err := NewStore(res.WaitFor, nil, kvrec.Retention{}).unindex(ctx, &subjects.WaitFor{ID: "wf_build", AgentID: "lagging", WorkItemID: "build"}, 0); err != nil {
+	if err := NewStore(res.WaitFor, nil, kvrec.Retention{}).unindex(ctx, &WaitFor{ID: "wf_build", AgentID: "lagging", WorkItemID: "build"}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := ix.Fresh(ctx); err != nil {

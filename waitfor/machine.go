@@ -22,11 +22,11 @@ import (
 // Only active wakes, and nothing leaves woken, cancelled or invalidated.
 
 // wake resumes an active registration by cause.
-func wake(w *subjects.WaitFor, cause subjects.WakeCause, now time.Time) bool {
-	if w.Status != subjects.WaitForActive {
+func wake(w *WaitFor, cause WakeCause, now time.Time) bool {
+	if w.Status != WaitForActive {
 		return false
 	}
-	w.Status, w.WokenBy = subjects.WaitForWoken, &cause
+	w.Status, w.WokenBy = WaitForWoken, &cause
 	stamp(w, now, true)
 	return true
 }
@@ -34,8 +34,8 @@ func wake(w *subjects.WaitFor, cause subjects.WakeCause, now time.Time) bool {
 // see records the result of set member taskID on an active wait.tasks
 // and, once that satisfies the set, wakes it by cause in the same change:
 // one CAS, so the result that completes the set wakes it exactly once.
-func see(w *subjects.WaitFor, taskID string, cause subjects.WakeCause, now time.Time) bool {
-	if w.Status != subjects.WaitForActive || !slices.Contains(w.Resources, taskID) || slices.Contains(w.Seen, taskID) {
+func see(w *WaitFor, taskID string, cause WakeCause, now time.Time) bool {
+	if w.Status != WaitForActive || !slices.Contains(w.Resources, taskID) || slices.Contains(w.Seen, taskID) {
 		return false
 	}
 	w.Seen = append(slices.Clip(w.Seen), taskID)
@@ -48,11 +48,11 @@ func see(w *subjects.WaitFor, taskID string, cause subjects.WakeCause, now time.
 
 // satisfied reports whether a wait.tasks has the results it waits for:
 // any one, or all.
-func satisfied(w *subjects.WaitFor) bool {
+func satisfied(w *WaitFor) bool {
 	if len(w.Resources) == 0 {
 		return false
 	}
-	if w.Mode == subjects.WaitModeAny {
+	if w.Mode == WaitModeAny {
 		return len(w.Seen) > 0
 	}
 	for _, id := range w.Resources {
@@ -64,7 +64,7 @@ func satisfied(w *subjects.WaitFor) bool {
 }
 
 // end finishes a live registration as status for reason.
-func end(w *subjects.WaitFor, status subjects.WaitForStatus, reason, replacedBy string, now time.Time) bool {
+func end(w *WaitFor, status WaitForStatus, reason, replacedBy string, now time.Time) bool {
 	if !w.Live() {
 		return false
 	}
@@ -75,30 +75,30 @@ func end(w *subjects.WaitFor, status subjects.WaitForStatus, reason, replacedBy 
 
 // invalidate ends a prepared registration whose report an operator
 // message overtook; a committed one is left to be woken by that message.
-func invalidate(w *subjects.WaitFor, now time.Time) bool {
-	if w.Status != subjects.WaitForPrepared {
+func invalidate(w *WaitFor, now time.Time) bool {
+	if w.Status != WaitForPrepared {
 		return false
 	}
-	return end(w, subjects.WaitForInvalidated, subjects.EndOperatorMessage, "", now)
+	return end(w, WaitForInvalidated, EndOperatorMessage, "", now)
 }
 
 // commit makes a prepared registration active with its final report. A
 // repeat of the committed report changes nothing and is no error.
-func commit(w *subjects.WaitFor, text string, now time.Time) (bool, error) {
+func commit(w *WaitFor, text string, now time.Time) (bool, error) {
 	switch {
-	case w.Status == subjects.WaitForPrepared:
-		w.Status, w.Report = subjects.WaitForActive, text
+	case w.Status == WaitForPrepared:
+		w.Status, w.Report = WaitForActive, text
 		stamp(w, now, false)
 		return true, nil
-	case w.Delivery == subjects.DeliveryFinal && w.Report == text && (w.Status == subjects.WaitForActive || w.Status == subjects.WaitForWoken):
+	case w.Delivery == DeliveryFinal && w.Report == text && (w.Status == WaitForActive || w.Status == WaitForWoken):
 		return false, nil
 	}
 	return false, reportRefused(w)
 }
 
 // markRecheck records that an active registration's recheck is delivered.
-func markRecheck(w *subjects.WaitFor, now time.Time) bool {
-	if w.Status != subjects.WaitForActive || w.RecheckSent || w.RecheckAfterMs == 0 {
+func markRecheck(w *WaitFor, now time.Time) bool {
+	if w.Status != WaitForActive || w.RecheckSent || w.RecheckAfterMs == 0 {
 		return false
 	}
 	w.RecheckSent = true
@@ -106,7 +106,7 @@ func markRecheck(w *subjects.WaitFor, now time.Time) bool {
 	return true
 }
 
-func stamp(w *subjects.WaitFor, now time.Time, ended bool) {
+func stamp(w *WaitFor, now time.Time, ended bool) {
 	now = now.UTC()
 	w.UpdatedAt = now
 	if ended {
@@ -115,16 +115,16 @@ func stamp(w *subjects.WaitFor, now time.Time, ended bool) {
 }
 
 // reportRefused says why a registration's report cannot commit.
-func reportRefused(w *subjects.WaitFor) error {
-	inv := func(msg string) error { return &subjects.Error{Code: subjects.CodeWaitForInvalidated, Message: msg} }
+func reportRefused(w *WaitFor) error {
+	inv := func(msg string) error { return &subjects.Error{Code: CodeWaitForInvalidated, Message: msg} }
 	switch {
-	case w.Delivery != subjects.DeliveryFinal:
+	case w.Delivery != DeliveryFinal:
 		return &subjects.Error{Code: subjects.CodeInvalidRequest, Message: fmt.Sprintf("WaitFor %s has delivery silent: it takes no report", w.ID)}
-	case w.Status == subjects.WaitForInvalidated:
+	case w.Status == WaitForInvalidated:
 		return inv(fmt.Sprintf("WaitFor %s was invalidated by a concurrent operator message; its report did not commit", w.ID))
-	case w.EndReason == subjects.EndWaitForReplaced:
+	case w.EndReason == EndWaitForReplaced:
 		return inv(fmt.Sprintf("WaitFor %s was replaced by a newer WaitFor %s; its report did not commit", w.ID, w.ReplacedBy))
-	case w.Status == subjects.WaitForCancelled:
+	case w.Status == WaitForCancelled:
 		return inv(fmt.Sprintf("WaitFor %s was cancelled (%s); its report did not commit", w.ID, w.EndReason))
 	}
 	return inv(fmt.Sprintf("WaitFor %s is already committed with another report", w.ID))
@@ -148,11 +148,11 @@ func operatorMessage(env *subjects.Envelope) bool {
 // Matches reports whether the inbox envelope env, stored at stream
 // sequence seq, is the wake w waits for. Only envelopes stored after the
 // registration was made count, except a timer's, which counts by fire.
-func Matches(w *subjects.WaitFor, env *subjects.Envelope, seq uint64) bool {
-	if env.AgentID != w.AgentID || (w.Wake != subjects.WakeTimer && seq <= w.SinceSeq) || !fits(w.Wake, w.Resource, w.Resources, env) {
+func Matches(w *WaitFor, env *subjects.Envelope, seq uint64) bool {
+	if env.AgentID != w.AgentID || (w.Wake != WakeTimer && seq <= w.SinceSeq) || !fits(w.Wake, w.Resource, w.Resources, env) {
 		return false
 	}
-	if w.Wake != subjects.WakeTimer {
+	if w.Wake != WakeTimer {
 		return true
 	}
 	var d timers.TimerFiredData
@@ -161,20 +161,20 @@ func Matches(w *subjects.WaitFor, env *subjects.Envelope, seq uint64) bool {
 
 // fits reports whether env is of the kind a wait on wake and resource (or
 // the set resources) wants, whenever it was stored.
-func fits(wake subjects.WakeKind, resource string, resources []string, env *subjects.Envelope) bool {
+func fits(wake WakeKind, resource string, resources []string, env *subjects.Envelope) bool {
 	switch wake {
-	case subjects.WakeOperatorInput:
+	case WakeOperatorInput:
 		return operatorMessage(env)
-	case subjects.WakeTaskResult:
+	case WakeTaskResult:
 		if len(resources) > 0 {
 			return env.Kind == subjects.KindTaskResult && slices.Contains(resources, env.Source.ID)
 		}
 		return env.Kind == subjects.KindTaskResult && env.Source.ID == resource
-	case subjects.WakeExternal:
+	case WakeExternal:
 		return env.Kind == subjects.KindWakeHint || env.Kind == subjects.KindMessage
-	case subjects.WakeTimer:
+	case WakeTimer:
 		return env.Kind == subjects.KindTimerFired && env.Source.ID == resource
-	case subjects.WakeSystem:
+	case WakeSystem:
 		return env.Kind == subjects.KindSystemWake
 	}
 	return false
@@ -195,13 +195,13 @@ func concernsAny(env *subjects.Envelope) bool {
 // concerns reports whether env can change a registration waiting on wake
 // and resource: its wake, or an intervention or answer, which may stop it
 // or invalidate its report. The consumer reads only those records.
-func concerns(wake subjects.WakeKind, resource string, resources []string, env *subjects.Envelope) bool {
+func concerns(wake WakeKind, resource string, resources []string, env *subjects.Envelope) bool {
 	return env.Kind == subjects.KindIntervention || operatorMessage(env) || fits(wake, resource, resources, env)
 }
 
 // advance is the change a matching envelope makes: a set member's result
 // is seen (waking the set once satisfied); any other match wakes.
-func advance(w *subjects.WaitFor, env *subjects.Envelope, now time.Time) bool {
+func advance(w *WaitFor, env *subjects.Envelope, now time.Time) bool {
 	if len(w.Resources) > 0 {
 		return see(w, env.Source.ID, causeOf(env), now)
 	}
@@ -209,6 +209,6 @@ func advance(w *subjects.WaitFor, env *subjects.Envelope, now time.Time) bool {
 }
 
 // causeOf is the wake cause env gives.
-func causeOf(env *subjects.Envelope) subjects.WakeCause {
-	return subjects.WakeCause{Kind: env.Kind, EnvelopeID: env.ID, Source: env.Source}
+func causeOf(env *subjects.Envelope) WakeCause {
+	return WakeCause{Kind: env.Kind, EnvelopeID: env.ID, Source: env.Source}
 }

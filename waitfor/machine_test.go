@@ -23,20 +23,20 @@ import (
 func TestStateMachine(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-		var recs []*subjects.WaitFor
+		var recs []*WaitFor
 		live := map[string]int{} // scope -> index in recs: the agent's index
 		woken := map[string]int{}
-		frozen := map[int]subjects.WaitFor{}
+		frozen := map[int]WaitFor{}
 		type event struct {
 			env subjects.Envelope
 			seq uint64
 		}
 		var events []event // every wake event so far, to repeat
-		wakes := []subjects.WakeKind{subjects.WakeOperatorInput, subjects.WakeExternal, subjects.WakeSystem, subjects.WakeTaskResult}
+		wakes := []WakeKind{WakeOperatorInput, WakeExternal, WakeSystem, WakeTaskResult}
 		taskIDs := []string{"t1", "t2", "t3"}
 
 		// apply is what the store does: a change under CAS, then checks.
-		apply := func(i int, change func(*subjects.WaitFor) bool) {
+		apply := func(i int, change func(*WaitFor) bool) {
 			before := *recs[i]
 			changed := change(recs[i])
 			if !changed && !reflect.DeepEqual(before, *recs[i]) {
@@ -45,8 +45,8 @@ func TestStateMachine(t *testing.T) {
 			if f, ok := frozen[i]; ok && !reflect.DeepEqual(f, *recs[i]) {
 				t.Fatalf("%s changed after it ended (%s): %+v", f.ID, f.Status, *recs[i])
 			}
-			if changed && recs[i].Status == subjects.WaitForWoken {
-				if before.Status != subjects.WaitForActive {
+			if changed && recs[i].Status == WaitForWoken {
+				if before.Status != WaitForActive {
 					t.Fatalf("%s woken from %s", before.ID, before.Status)
 				}
 				woken[before.ID]++
@@ -59,8 +59,8 @@ func TestStateMachine(t *testing.T) {
 			if w := recs[i]; len(w.Resources) > 0 {
 				// Seen holds distinct members (checked below): all is
 				// satisfied when it holds every one.
-				want := len(w.Seen) == len(w.Resources) || (w.Mode == subjects.WaitModeAny && len(w.Seen) > 0)
-				if (w.Status == subjects.WaitForWoken) != want && w.Status != subjects.WaitForCancelled && w.Status != subjects.WaitForInvalidated {
+				want := len(w.Seen) == len(w.Resources) || (w.Mode == WaitModeAny && len(w.Seen) > 0)
+				if (w.Status == WaitForWoken) != want && w.Status != WaitForCancelled && w.Status != WaitForInvalidated {
 					t.Fatalf("%s is %s with %v seen of %s %v", w.ID, w.Status, w.Seen, w.Mode, w.Resources)
 				}
 				for k, id := range w.Seen {
@@ -78,13 +78,13 @@ func TestStateMachine(t *testing.T) {
 				w := recs[i]
 				switch {
 				case env.Kind == subjects.KindIntervention && interventionAction(&env) == interventions.ActionStop:
-					apply(i, func(w *subjects.WaitFor) bool {
-						return end(w, subjects.WaitForCancelled, subjects.EndAgentStopped, "", now)
+					apply(i, func(w *WaitFor) bool {
+						return end(w, WaitForCancelled, EndAgentStopped, "", now)
 					})
-				case operatorMessage(&env) && w.Status == subjects.WaitForPrepared:
-					apply(i, func(w *subjects.WaitFor) bool { return invalidate(w, now) })
+				case operatorMessage(&env) && w.Status == WaitForPrepared:
+					apply(i, func(w *WaitFor) bool { return invalidate(w, now) })
 				case Matches(w, &env, seq):
-					apply(i, func(w *subjects.WaitFor) bool { return advance(w, &env, now) })
+					apply(i, func(w *WaitFor) bool { return advance(w, &env, now) })
 				}
 			}
 		}
@@ -95,21 +95,21 @@ func TestStateMachine(t *testing.T) {
 			switch rapid.IntRange(0, 6).Draw(t, "op") {
 			case 0: // a new WaitFor replaces its scope's
 				scope := rapid.SampledFrom([]string{"", "w1"}).Draw(t, "scope")
-				delivery := rapid.SampledFrom(subjects.Deliveries()).Draw(t, "delivery")
-				w := &subjects.WaitFor{ID: fmt.Sprintf("wf_%d", n), AgentID: "a", Wake: rapid.SampledFrom(wakes).Draw(t, "wake"),
-					Delivery: delivery, WorkItemID: scope, Status: subjects.WaitForActive, SinceSeq: seq}
-				if w.Wake == subjects.WakeTaskResult {
+				delivery := rapid.SampledFrom(Deliveries()).Draw(t, "delivery")
+				w := &WaitFor{ID: fmt.Sprintf("wf_%d", n), AgentID: "a", Wake: rapid.SampledFrom(wakes).Draw(t, "wake"),
+					Delivery: delivery, WorkItemID: scope, Status: WaitForActive, SinceSeq: seq}
+				if w.Wake == WakeTaskResult {
 					// wait.tasks over a set of the tasks, none seen yet
 					w.Resources = rapid.SliceOfNDistinct(rapid.SampledFrom(taskIDs), 1, len(taskIDs), rapid.ID[string]).Draw(t, "set")
-					w.Mode = rapid.SampledFrom([]string{subjects.WaitModeAll, subjects.WaitModeAny}).Draw(t, "mode")
+					w.Mode = rapid.SampledFrom([]string{WaitModeAll, WaitModeAny}).Draw(t, "mode")
 				}
-				if delivery == subjects.DeliveryFinal {
-					w.Status = subjects.WaitForPrepared
+				if delivery == DeliveryFinal {
+					w.Status = WaitForPrepared
 				}
 				recs = append(recs, w)
 				if old, ok := live[scope]; ok {
-					apply(old, func(o *subjects.WaitFor) bool {
-						return end(o, subjects.WaitForCancelled, subjects.EndWaitForReplaced, w.ID, now)
+					apply(old, func(o *WaitFor) bool {
+						return end(o, WaitForCancelled, EndWaitForReplaced, w.ID, now)
 					})
 				}
 				live[scope] = len(recs) - 1
@@ -119,9 +119,9 @@ func TestStateMachine(t *testing.T) {
 				}
 				i := rapid.IntRange(0, len(recs)-1).Draw(t, "report")
 				text := rapid.SampledFrom([]string{"done", "other"}).Draw(t, "text")
-				apply(i, func(w *subjects.WaitFor) bool {
+				apply(i, func(w *WaitFor) bool {
 					changed, err := commit(w, text, now)
-					if err == nil && w.Status == subjects.WaitForActive && w.Report != text {
+					if err == nil && w.Status == WaitForActive && w.Report != text {
 						t.Fatalf("%s committed %q, reported %q", w.ID, w.Report, text)
 					}
 					return changed
@@ -152,7 +152,7 @@ func TestStateMachine(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					var back subjects.WaitFor
+					var back WaitFor
 					if err := json.Unmarshal(b, &back); err != nil {
 						t.Fatal(err)
 					}
@@ -168,7 +168,7 @@ func TestStateMachine(t *testing.T) {
 					f.RecheckAfterMs = 1
 					frozen[i] = f
 				}
-				apply(i, func(w *subjects.WaitFor) bool { return markRecheck(w, now) })
+				apply(i, func(w *WaitFor) bool { return markRecheck(w, now) })
 			}
 		}
 	})

@@ -65,7 +65,7 @@ func TestRegistrationRacesWake(t *testing.T) {
 	defer func() { stopNoise(); wg.Wait() }()
 	testwait.Eventually(t, 5*time.Second, func() bool { return ix.Absent("idle-0") }, "the view vouching for an agent with no registration")
 
-	spec, err := subjects.DecodeWaitFor([]byte(`{"wake":"external","reason":"ci","delivery":"silent"}`))
+	spec, err := DecodeWaitFor([]byte(`{"wake":"external","reason":"ci","delivery":"silent"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestRegistrationRacesWake(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return w.Status == subjects.WaitForWoken, string(w.Status)
+			return w.Status == WaitForWoken, string(w.Status)
 		}, "%s's registration woken by the wake stored after it", agentID)
 	}
 }

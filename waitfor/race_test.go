@@ -36,7 +36,7 @@ func TestReplicasRaceOnWakes(t *testing.T) {
 		})
 	}
 	a, b := service(), service()
-	spec, err := subjects.DecodeWaitFor([]byte(`{"wake":"external","reason":"ci","delivery":"silent"}`))
+	spec, err := waitfor.DecodeWaitFor([]byte(`{"wake":"external","reason":"ci","delivery":"silent"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestReplicasRaceOnWakes(t *testing.T) {
 	}
 	wg.Wait()
 	got, err := waitfor.NewStore(res.WaitFor, nil, kvrec.Retention{}).Get(ctx, "racer", reply.WaitID)
-	if err != nil || got.Status != subjects.WaitForWoken || got.WokenBy == nil {
+	if err != nil || got.Status != waitfor.WaitForWoken || got.WokenBy == nil {
 		t.Fatalf("after the race: %+v %v", got, err)
 	}
 	cons, err := res.JS.OrderedConsumer(ctx, engine.InboxStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subjects.Inbox("racer")}})
@@ -72,14 +72,14 @@ func TestReplicasRaceOnWakes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var woken []subjects.WaitWokenData
+	var woken []waitfor.WaitWokenData
 	for m := range batch.Messages() {
 		var env subjects.Envelope
 		if err := json.Unmarshal(m.Data(), &env); err != nil {
 			t.Fatal(err)
 		}
 		if env.Kind == subjects.KindWaitWoken {
-			var d subjects.WaitWokenData
+			var d waitfor.WaitWokenData
 			if err := json.Unmarshal(env.Data, &d); err != nil {
 				t.Fatal(err)
 			}

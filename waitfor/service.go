@@ -79,31 +79,31 @@ const catchUpLimit = 1000
 
 // WaitFor registers a WaitFor (or, for delivery=final, prepares it for its
 // report) and says how the agent goes on.
-func (s *Service) WaitFor(ctx context.Context, agentID string, spec *subjects.WaitForSpec) (*subjects.WaitForReply, error) {
+func (s *Service) WaitFor(ctx context.Context, agentID string, spec *WaitForSpec) (*WaitForReply, error) {
 	return s.register(ctx, agentID, spec)
 }
 
 // WaitTasks registers a task_result WaitFor over a set of tasks (mode all
 // or any): each result is delivered under its own task ID as ever, and
 // the registration's one wait_woken once the set is satisfied.
-func (s *Service) WaitTasks(ctx context.Context, agentID string, spec *subjects.WaitForSpec) (*subjects.WaitForReply, error) {
-	if spec.Wake != subjects.WakeTaskResult || len(spec.Resources) == 0 {
+func (s *Service) WaitTasks(ctx context.Context, agentID string, spec *WaitForSpec) (*WaitForReply, error) {
+	if spec.Wake != WakeTaskResult || len(spec.Resources) == 0 {
 		return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "task_ids must not be empty"}
 	}
 	return s.register(ctx, agentID, spec)
 }
 
 // register makes a registration of either kind.
-func (s *Service) register(ctx context.Context, agentID string, spec *subjects.WaitForSpec) (*subjects.WaitForReply, error) {
+func (s *Service) register(ctx context.Context, agentID string, spec *WaitForSpec) (*WaitForReply, error) {
 	now := s.cfg.Now().UTC()
-	w := &subjects.WaitFor{
+	w := &WaitFor{
 		ID: "wf_" + nuid.Next(), AgentID: agentID, Wake: spec.Wake, Resource: spec.Resource, Reason: spec.Reason,
-		Delivery: spec.Delivery, WorkItemID: spec.WorkItemID, Scope: subjects.ScopeAgent,
-		RecheckAfterMs: spec.RecheckAfter.Milliseconds(), Status: subjects.WaitForActive, CreatedAt: now, UpdatedAt: now,
+		Delivery: spec.Delivery, WorkItemID: spec.WorkItemID, Scope: ScopeAgent,
+		RecheckAfterMs: spec.RecheckAfter.Milliseconds(), Status: WaitForActive, CreatedAt: now, UpdatedAt: now,
 		Resources: spec.Resources, Mode: spec.Mode,
 	}
 	if w.WorkItemID != "" {
-		w.Scope = subjects.ScopeWorkItem
+		w.Scope = ScopeWorkItem
 	}
 	// Read before the resource is: an envelope stored later is caught up on.
 	since, err := s.lastSeq(ctx, s.cfg.InboxStream, "")
@@ -113,41 +113,41 @@ func (s *Service) register(ctx context.Context, agentID string, spec *subjects.W
 	w.SinceSeq = since
 	var task *TaskState
 	// queuedBy is the result already in the inbox that satisfies the wait.
-	var queuedBy *subjects.WakeCause
+	var queuedBy *WakeCause
 	switch {
-	case w.Wake == subjects.WakeTimer:
+	case w.Wake == WakeTimer:
 		if w.AfterFire, err = s.checkTimer(ctx, agentID, w.Resource); err != nil {
 			return nil, err
 		}
-	case w.Wake == subjects.WakeTaskResult && len(w.Resources) > 0:
+	case w.Wake == WakeTaskResult && len(w.Resources) > 0:
 		if queuedBy, err = s.checkTasks(ctx, w); err != nil {
 			return nil, err
 		}
-	case w.Wake == subjects.WakeTaskResult:
+	case w.Wake == WakeTaskResult:
 		if task, err = s.checkTask(ctx, agentID, w.Resource); err != nil {
 			return nil, err
 		}
 		if task != nil && task.Terminal {
-			queuedBy = &subjects.WakeCause{Kind: subjects.KindTaskResult, EnvelopeID: task.ResultEnvelopeID,
+			queuedBy = &WakeCause{Kind: subjects.KindTaskResult, EnvelopeID: task.ResultEnvelopeID,
 				Source: subjects.Source{Type: "task", ID: w.Resource}}
 		}
 	}
 	if task != nil && task.Terminal && task.ResultConsumed {
 		// Holon: nothing left to wait for; the agent goes on.
-		return &subjects.WaitForReply{Continuation: subjects.ContinueTurn, Disposition: subjects.DispositionTaskResultAlreadyConsumed,
+		return &WaitForReply{Continuation: ContinueTurn, Disposition: DispositionTaskResultAlreadyConsumed,
 			TaskID: w.Resource, ResultMessageID: task.ResultEnvelopeID}, nil
 	}
-	if w.Delivery == subjects.DeliveryFinal {
-		w.Status = subjects.WaitForPrepared
+	if w.Delivery == DeliveryFinal {
+		w.Status = WaitForPrepared
 		if w.InterventionSeq, err = s.lastSeq(ctx, s.cfg.EventsStream, subjects.InterventionApply(agentID)); err != nil {
 			return nil, err
 		}
 	}
 	queued := queuedBy != nil
-	if queued && w.Delivery == subjects.DeliverySilent {
+	if queued && w.Delivery == DeliverySilent {
 		// Holon's task_result_queued: the exact result is in the inbox
 		// already; the registration is triggered by it at once.
-		w.Status, w.WokenBy, w.EndedAt = subjects.WaitForWoken, queuedBy, &now
+		w.Status, w.WokenBy, w.EndedAt = WaitForWoken, queuedBy, &now
 	}
 	if err := s.cfg.Store.create(ctx, w); err != nil {
 		return nil, err
@@ -160,14 +160,14 @@ func (s *Service) register(ctx context.Context, agentID string, spec *subjects.W
 	reply := replyFor(w)
 	reply.CancelledWaitConditionIDs = replaced
 	switch {
-	case w.Status == subjects.WaitForPrepared:
-		reply.Continuation, reply.Disposition, reply.ExpectedOutput = subjects.ContinueTurn, subjects.DispositionAwaitingFinalReport, "final_text_only"
+	case w.Status == WaitForPrepared:
+		reply.Continuation, reply.Disposition, reply.ExpectedOutput = ContinueTurn, DispositionAwaitingFinalReport, "final_text_only"
 	case queued:
 		if err := s.deliverWoken(ctx, w); err != nil {
 			return nil, err
 		}
-		reply.Continuation, reply.Disposition, reply.TaskID, reply.ResultMessageID = subjects.YieldAndReenter,
-			subjects.DispositionTaskResultQueued, queuedBy.Source.ID, queuedBy.EnvelopeID
+		reply.Continuation, reply.Disposition, reply.TaskID, reply.ResultMessageID = YieldAndReenter,
+			DispositionTaskResultQueued, queuedBy.Source.ID, queuedBy.EnvelopeID
 	default:
 		if w, err = s.activated(ctx, w, indexed); err != nil {
 			return nil, err
@@ -179,10 +179,10 @@ func (s *Service) register(ctx context.Context, agentID string, spec *subjects.W
 }
 
 // replyFor is the reply of a registration made or committed.
-func replyFor(w *subjects.WaitFor) *subjects.WaitForReply {
-	r := &subjects.WaitForReply{
-		WaitID: w.ID, Continuation: subjects.YieldAndWait, Disposition: subjects.DispositionRegistered,
-		WaitRegistered: w.Status != subjects.WaitForPrepared, Scope: w.Scope, Wake: string(w.Wake), Resource: w.Resource,
+func replyFor(w *WaitFor) *WaitForReply {
+	r := &WaitForReply{
+		WaitID: w.ID, Continuation: YieldAndWait, Disposition: DispositionRegistered,
+		WaitRegistered: w.Status != WaitForPrepared, Scope: w.Scope, Wake: string(w.Wake), Resource: w.Resource,
 		WorkItemID: w.WorkItemID, Reason: w.Reason, RecheckAfterMs: w.RecheckAfterMs, Status: string(w.Status),
 		TaskIDs: w.Resources, Mode: w.Mode, SeenTaskIDs: w.Seen,
 	}
@@ -194,21 +194,21 @@ func replyFor(w *subjects.WaitFor) *subjects.WaitForReply {
 
 // replaceOlder makes w its scope's live registration and ends the one it
 // replaces (Holon's wait_for_replaced).
-func (s *Service) replaceOlder(ctx context.Context, w *subjects.WaitFor) ([]string, error) {
+func (s *Service) replaceOlder(ctx context.Context, w *WaitFor) ([]string, error) {
 	old, err := s.cfg.Store.swap(ctx, w)
 	if err != nil || old == "" {
 		return nil, err
 	}
-	ended, changed, err := s.cfg.Store.update(ctx, w.AgentID, old, func(o *subjects.WaitFor) (bool, error) {
-		return end(o, subjects.WaitForCancelled, subjects.EndWaitForReplaced, w.ID, s.cfg.Now()), nil
+	ended, changed, err := s.cfg.Store.update(ctx, w.AgentID, old, func(o *WaitFor) (bool, error) {
+		return end(o, WaitForCancelled, EndWaitForReplaced, w.ID, s.cfg.Now()), nil
 	})
-	if errors.Is(err, subjects.ErrWaitForNotFound) {
+	if errors.Is(err, ErrWaitForNotFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	if changed || (ended.EndReason == subjects.EndWaitForReplaced && ended.ReplacedBy == w.ID) {
+	if changed || (ended.EndReason == EndWaitForReplaced && ended.ReplacedBy == w.ID) {
 		return []string{old}, nil
 	}
 	return nil, nil
@@ -217,18 +217,18 @@ func (s *Service) replaceOlder(ctx context.Context, w *subjects.WaitFor) ([]stri
 // Report commits a prepared delivery=final WaitFor with its final report:
 // only if it is still prepared (no newer WaitFor replaced it) and no
 // operator message was stored for the agent since it was prepared.
-func (s *Service) Report(ctx context.Context, agentID string, req *subjects.WaitReportRequest) (*subjects.WaitForReply, error) {
+func (s *Service) Report(ctx context.Context, agentID string, req *WaitReportRequest) (*WaitForReply, error) {
 	w, err := s.cfg.Store.Get(ctx, agentID, req.WaitID)
 	if err != nil {
 		return nil, err
 	}
-	if w.Status == subjects.WaitForPrepared {
+	if w.Status == WaitForPrepared {
 		interjected, err := s.interjected(ctx, w)
 		if err != nil {
 			return nil, err
 		}
 		if interjected {
-			if w, _, err = s.cfg.Store.update(ctx, agentID, w.ID, func(w *subjects.WaitFor) (bool, error) {
+			if w, _, err = s.cfg.Store.update(ctx, agentID, w.ID, func(w *WaitFor) (bool, error) {
 				return invalidate(w, s.cfg.Now()), nil
 			}); err != nil {
 				return nil, err
@@ -239,13 +239,13 @@ func (s *Service) Report(ctx context.Context, agentID string, req *subjects.Wait
 			return nil, reportRefused(w)
 		}
 	}
-	w, _, err = s.cfg.Store.update(ctx, agentID, w.ID, func(w *subjects.WaitFor) (bool, error) {
+	w, _, err = s.cfg.Store.update(ctx, agentID, w.ID, func(w *WaitFor) (bool, error) {
 		return commit(w, req.Text, s.cfg.Now())
 	})
 	if err != nil {
 		return nil, err
 	}
-	if w.Status == subjects.WaitForActive {
+	if w.Status == WaitForActive {
 		// Its index entry was written before now, maybe just now.
 		if w, err = s.activated(ctx, w, time.Now()); err != nil {
 			return nil, err
@@ -256,7 +256,7 @@ func (s *Service) Report(ctx context.Context, agentID string, req *subjects.Wait
 
 // interjected reports whether an operator message (or stop) for the agent
 // was stored after w was prepared.
-func (s *Service) interjected(ctx context.Context, w *subjects.WaitFor) (bool, error) {
+func (s *Service) interjected(ctx context.Context, w *WaitFor) (bool, error) {
 	found := false
 	err := s.scan(ctx, s.cfg.EventsStream, subjects.InterventionApply(w.AgentID), w.InterventionSeq+1, func(m *jetstream.RawStreamMsg) bool {
 		var iv interventions.Intervention
@@ -274,11 +274,11 @@ func (s *Service) interjected(ctx context.Context, w *subjects.WaitFor) (bool, e
 // have passed them before it was live. The catch-up waits until
 // presenceWindow after indexed, so that an envelope it does not see finds
 // the entry in every view that passes envelopes over unread (Absent).
-func (s *Service) activated(ctx context.Context, w *subjects.WaitFor, indexed time.Time) (*subjects.WaitFor, error) {
+func (s *Service) activated(ctx context.Context, w *WaitFor, indexed time.Time) (*WaitFor, error) {
 	if w.RecheckAfterMs > 0 && w.RecheckAt == nil {
 		var err error
-		if w, _, err = s.cfg.Store.update(ctx, w.AgentID, w.ID, func(w *subjects.WaitFor) (bool, error) {
-			if w.RecheckAt != nil || w.Status != subjects.WaitForActive {
+		if w, _, err = s.cfg.Store.update(ctx, w.AgentID, w.ID, func(w *WaitFor) (bool, error) {
+			if w.RecheckAt != nil || w.Status != WaitForActive {
 				return false, nil
 			}
 			at := s.cfg.Now().UTC().Add(time.Duration(w.RecheckAfterMs) * time.Millisecond)
@@ -288,12 +288,12 @@ func (s *Service) activated(ctx context.Context, w *subjects.WaitFor, indexed ti
 			return nil, err
 		}
 	}
-	if w.Status == subjects.WaitForActive && satisfied(w) {
+	if w.Status == WaitForActive && satisfied(w) {
 		// A set satisfied at registration whose report came later: no
 		// envelope still to come wakes it, so its last seen result does.
 		return s.wakeSatisfied(ctx, w)
 	}
-	if w.RecheckAt != nil && w.Status == subjects.WaitForActive {
+	if w.RecheckAt != nil && w.Status == WaitForActive {
 		if err := s.schedule(ctx, w); err != nil {
 			return nil, err
 		}
@@ -324,16 +324,16 @@ func (s *Service) activated(ctx context.Context, w *subjects.WaitFor, indexed ti
 
 // wakeSatisfied wakes an active set registration that was satisfied when
 // it was made, by the result of the last task seen.
-func (s *Service) wakeSatisfied(ctx context.Context, w *subjects.WaitFor) (*subjects.WaitFor, error) {
+func (s *Service) wakeSatisfied(ctx context.Context, w *WaitFor) (*WaitFor, error) {
 	last := w.Seen[len(w.Seen)-1]
-	cause := subjects.WakeCause{Kind: subjects.KindTaskResult, EnvelopeID: tasks.TaskEnvelopeID(last), Source: subjects.Source{Type: "task", ID: last}}
-	got, _, err := s.cfg.Store.update(ctx, w.AgentID, w.ID, func(w *subjects.WaitFor) (bool, error) {
+	cause := WakeCause{Kind: subjects.KindTaskResult, EnvelopeID: tasks.TaskEnvelopeID(last), Source: subjects.Source{Type: "task", ID: last}}
+	got, _, err := s.cfg.Store.update(ctx, w.AgentID, w.ID, func(w *WaitFor) (bool, error) {
 		return wake(w, cause, s.cfg.Now()), nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	if got.Status == subjects.WaitForWoken && got.WokenBy != nil && got.WokenBy.EnvelopeID == cause.EnvelopeID {
+	if got.Status == WaitForWoken && got.WokenBy != nil && got.WokenBy.EnvelopeID == cause.EnvelopeID {
 		if err := s.deliverWoken(ctx, got); err != nil {
 			return nil, err
 		}
@@ -346,7 +346,7 @@ func (s *Service) wakeSatisfied(ctx context.Context, w *subjects.WaitFor) (*subj
 
 // schedule stores w's recheck as a message schedule: the engine publishes
 // it to the recheck subject when due.
-func (s *Service) schedule(ctx context.Context, w *subjects.WaitFor) error {
+func (s *Service) schedule(ctx context.Context, w *WaitFor) error {
 	m := engine.Schedule(subjects.WaitForSchedule(w.AgentID, w.ID), subjects.WaitForRecheck(w.AgentID, w.ID), *w.RecheckAt)
 	m.Header.Set("Nats-Schedule-TTL", scheduleTTL)
 	m.Header.Set(jetstream.MsgIDHeader, "schedule_"+w.ID)
@@ -361,7 +361,7 @@ func (s *Service) schedule(ctx context.Context, w *subjects.WaitFor) error {
 // registration w: a stop cancels it, an operator message invalidates it
 // while it awaits its report, and its wake resumes it once and delivers
 // its wait_woken. Repeats are absorbed.
-func (s *Service) Apply(ctx context.Context, w *subjects.WaitFor, env *subjects.Envelope, seq uint64) error {
+func (s *Service) Apply(ctx context.Context, w *WaitFor, env *subjects.Envelope, seq uint64) error {
 	_, err := s.apply(ctx, Versioned{WaitFor: w}, env, seq)
 	return err
 }
@@ -369,31 +369,31 @@ func (s *Service) Apply(ctx context.Context, w *subjects.WaitFor, env *subjects.
 // apply is Apply, returning the registration as stored after it (nil when
 // env changes nothing or it expired). A w read at a known revision is
 // changed by CAS on it without reading it again.
-func (s *Service) apply(ctx context.Context, w Versioned, env *subjects.Envelope, seq uint64) (*subjects.WaitFor, error) {
+func (s *Service) apply(ctx context.Context, w Versioned, env *subjects.Envelope, seq uint64) (*WaitFor, error) {
 	now := s.cfg.Now
-	var change func(*subjects.WaitFor) (bool, error)
+	var change func(*WaitFor) (bool, error)
 	switch {
 	case env.Kind == subjects.KindIntervention && interventionAction(env) == interventions.ActionStop && seq > w.SinceSeq:
-		change = func(w *subjects.WaitFor) (bool, error) {
-			return end(w, subjects.WaitForCancelled, subjects.EndAgentStopped, "", now()), nil
+		change = func(w *WaitFor) (bool, error) {
+			return end(w, WaitForCancelled, EndAgentStopped, "", now()), nil
 		}
-	case operatorMessage(env) && w.Status == subjects.WaitForPrepared && seq > w.SinceSeq:
-		change = func(w *subjects.WaitFor) (bool, error) { return invalidate(w, now()), nil }
+	case operatorMessage(env) && w.Status == WaitForPrepared && seq > w.SinceSeq:
+		change = func(w *WaitFor) (bool, error) { return invalidate(w, now()), nil }
 	case Matches(w.WaitFor, env, seq):
 		// A set member's result is seen, and wakes the set that it
 		// satisfies; a duplicate result is seen already and absorbed.
-		change = func(w *subjects.WaitFor) (bool, error) { return advance(w, env, now()), nil }
+		change = func(w *WaitFor) (bool, error) { return advance(w, env, now()), nil }
 	default:
 		return nil, nil
 	}
-	var got *subjects.WaitFor
+	var got *WaitFor
 	var err error
 	if w.Rev > 0 {
 		got, _, err = s.cfg.Store.updateFrom(ctx, w, change)
 	} else {
 		got, _, err = s.cfg.Store.update(ctx, w.AgentID, w.ID, change)
 	}
-	if errors.Is(err, subjects.ErrWaitForNotFound) {
+	if errors.Is(err, ErrWaitForNotFound) {
 		return nil, nil // expired
 	}
 	if err != nil {
@@ -402,7 +402,7 @@ func (s *Service) apply(ctx context.Context, w Versioned, env *subjects.Envelope
 	// A redelivery after a crash between the CAS and the delivery finds
 	// it woken by this very envelope and delivers again: the envelope ID
 	// keeps it single.
-	if got.Status == subjects.WaitForWoken && got.WokenBy != nil && got.WokenBy.EnvelopeID == env.ID {
+	if got.Status == WaitForWoken && got.WokenBy != nil && got.WokenBy.EnvelopeID == env.ID {
 		if err := s.deliverWoken(ctx, got); err != nil {
 			return nil, err
 		}
@@ -414,8 +414,8 @@ func (s *Service) apply(ctx context.Context, w Versioned, env *subjects.Envelope
 }
 
 // deliverWoken delivers a woken registration's one wait_woken envelope.
-func (s *Service) deliverWoken(ctx context.Context, w *subjects.WaitFor) error {
-	env := subjects.WaitWokenEnvelope(w)
+func (s *Service) deliverWoken(ctx context.Context, w *WaitFor) error {
+	env := WaitWokenEnvelope(w)
 	if _, err := s.cfg.Inbox.DeliverOnce(ctx, &env, env.At); err != nil {
 		return fmt.Errorf("waitfor: deliver wait_woken of %s: %w", w.ID, err)
 	}
@@ -425,16 +425,16 @@ func (s *Service) deliverWoken(ctx context.Context, w *subjects.WaitFor) error {
 // Recheck delivers the due recheck of a registration once, unless it
 // ended first.
 func (s *Service) Recheck(ctx context.Context, agentID, waitID string) error {
-	w, _, err := s.cfg.Store.update(ctx, agentID, waitID, func(w *subjects.WaitFor) (bool, error) {
+	w, _, err := s.cfg.Store.update(ctx, agentID, waitID, func(w *WaitFor) (bool, error) {
 		return markRecheck(w, s.cfg.Now()), nil
 	})
-	if errors.Is(err, subjects.ErrWaitForNotFound) {
+	if errors.Is(err, ErrWaitForNotFound) {
 		return nil
 	}
 	if err != nil || !w.RecheckSent || w.RecheckAt == nil {
 		return err
 	}
-	env := subjects.RecheckEnvelope(w, *w.RecheckAt)
+	env := RecheckEnvelope(w, *w.RecheckAt)
 	if _, err := s.cfg.Inbox.DeliverOnce(ctx, &env, *w.RecheckAt); err != nil {
 		return fmt.Errorf("waitfor: deliver recheck of %s: %w", w.ID, err)
 	}
@@ -443,8 +443,8 @@ func (s *Service) Recheck(ctx context.Context, agentID, waitID string) error {
 
 // SystemWake delivers an operator's system_wake envelope; the consumer
 // wakes the agent's system WaitFor from it.
-func (s *Service) SystemWake(ctx context.Context, agentID string, req *subjects.SystemWakeRequest) (any, error) {
-	env := subjects.SystemWakeEnvelope("system_wake_"+nuid.Next(), agentID, req.Text, s.cfg.Now())
+func (s *Service) SystemWake(ctx context.Context, agentID string, req *SystemWakeRequest) (any, error) {
+	env := SystemWakeEnvelope("system_wake_"+nuid.Next(), agentID, req.Text, s.cfg.Now())
 	if _, err := s.cfg.Inbox.Deliver(ctx, &env); err != nil {
 		return nil, fmt.Errorf("waitfor: system wake: %w", err)
 	}
@@ -478,8 +478,8 @@ func (s *Service) checkTimer(ctx context.Context, agentID, timerID string) (int6
 // checkTasks checks each task of a set as checkTask does and marks those
 // already terminal seen: their results are in the inbox. It returns the
 // result that satisfies the set at once, if one does.
-func (s *Service) checkTasks(ctx context.Context, w *subjects.WaitFor) (*subjects.WakeCause, error) {
-	var cause *subjects.WakeCause
+func (s *Service) checkTasks(ctx context.Context, w *WaitFor) (*WakeCause, error) {
+	var cause *WakeCause
 	for _, id := range w.Resources {
 		t, err := s.checkTask(ctx, w.AgentID, id)
 		if err != nil {
@@ -490,7 +490,7 @@ func (s *Service) checkTasks(ctx context.Context, w *subjects.WaitFor) (*subject
 		}
 		w.Seen = append(w.Seen, id)
 		if cause == nil && satisfied(w) {
-			cause = &subjects.WakeCause{Kind: subjects.KindTaskResult, EnvelopeID: t.ResultEnvelopeID, Source: subjects.Source{Type: "task", ID: id}}
+			cause = &WakeCause{Kind: subjects.KindTaskResult, EnvelopeID: t.ResultEnvelopeID, Source: subjects.Source{Type: "task", ID: id}}
 		}
 	}
 	return cause, nil
@@ -566,6 +566,6 @@ func (s *Service) scan(ctx context.Context, stream, subject string, from uint64,
 }
 
 // List returns a page of the agent's registrations (Store.List).
-func (s *Service) List(ctx context.Context, agentID string, limit int, from subjects.CursorPos) ([]subjects.WaitFor, subjects.CursorPos, error) {
+func (s *Service) List(ctx context.Context, agentID string, limit int, from subjects.CursorPos) ([]WaitFor, subjects.CursorPos, error) {
 	return s.cfg.Store.List(ctx, agentID, limit, from)
 }

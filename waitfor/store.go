@@ -48,10 +48,10 @@ const idxKeys = "idx.>"
 // it can concern. One key a scope keeps each write and read the size of
 // one entry, however many scopes the agent has.
 type scope struct {
-	WaitID     string            `json:"wait_id"`
-	WorkItemID string            `json:"work_item_id,omitempty"`
-	Wake       subjects.WakeKind `json:"wake"`
-	Resource   string            `json:"resource,omitempty"`
+	WaitID     string   `json:"wait_id"`
+	WorkItemID string   `json:"work_item_id,omitempty"`
+	Wake       WakeKind `json:"wake"`
+	Resource   string   `json:"resource,omitempty"`
 	// Resources is the set of a wait.tasks.
 	Resources []string `json:"resources,omitempty"`
 
@@ -59,12 +59,12 @@ type scope struct {
 }
 
 func notFound(waitID string) error {
-	return &subjects.Error{Code: subjects.CodeWaitForNotFound, Message: fmt.Sprintf("WaitFor %s not found", waitID)}
+	return &subjects.Error{Code: CodeWaitForNotFound, Message: fmt.Sprintf("WaitFor %s not found", waitID)}
 }
 
 // create stores a new registration.
-func (s *Store) create(ctx context.Context, w *subjects.WaitFor) error {
-	mine := func(stored *subjects.WaitFor) bool { return stored.ID == w.ID && stored.CreatedAt.Equal(w.CreatedAt) }
+func (s *Store) create(ctx context.Context, w *WaitFor) error {
+	mine := func(stored *WaitFor) bool { return stored.ID == w.ID && stored.CreatedAt.Equal(w.CreatedAt) }
 	if _, _, err := kvrec.Create(ctx, s.kv, recKey(w.AgentID, w.ID), w, mine); err != nil {
 		return fmt.Errorf("waitfor: create: %w", err)
 	}
@@ -72,8 +72,8 @@ func (s *Store) create(ctx context.Context, w *subjects.WaitFor) error {
 }
 
 // Get returns one of the agent's registrations.
-func (s *Store) Get(ctx context.Context, agentID, waitID string) (*subjects.WaitFor, error) {
-	w, _, err := kvrec.Get[subjects.WaitFor](ctx, s.kv, recKey(agentID, waitID))
+func (s *Store) Get(ctx context.Context, agentID, waitID string) (*WaitFor, error) {
+	w, _, err := kvrec.Get[WaitFor](ctx, s.kv, recKey(agentID, waitID))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, notFound(waitID)
 	}
@@ -84,19 +84,19 @@ func (s *Store) Get(ctx context.Context, agentID, waitID string) (*subjects.Wait
 }
 
 // update changes one registration by CAS; ended ones expire after retention.
-func (s *Store) update(ctx context.Context, agentID, waitID string, change func(*subjects.WaitFor) (bool, error)) (*subjects.WaitFor, bool, error) {
+func (s *Store) update(ctx context.Context, agentID, waitID string, change func(*WaitFor) (bool, error)) (*WaitFor, bool, error) {
 	return s.write(ctx, agentID, waitID, change)
 }
 
 // updateFrom is update deciding first from cur, as the caller read it:
 // no read when cur is current (see kvrec.Current).
-func (s *Store) updateFrom(ctx context.Context, cur Versioned, change func(*subjects.WaitFor) (bool, error)) (*subjects.WaitFor, bool, error) {
+func (s *Store) updateFrom(ctx context.Context, cur Versioned, change func(*WaitFor) (bool, error)) (*WaitFor, bool, error) {
 	cp := *cur.WaitFor // change works on its own copy
 	return s.write(ctx, cur.AgentID, cur.ID, change, kvrec.Current(&cp, cur.Rev))
 }
 
-func (s *Store) write(ctx context.Context, agentID, waitID string, change func(*subjects.WaitFor) (bool, error), opts ...kvrec.Option[subjects.WaitFor]) (*subjects.WaitFor, bool, error) {
-	opts = append(opts, kvrec.ExpireFinished(s.retention, (*subjects.WaitFor).Ended))
+func (s *Store) write(ctx context.Context, agentID, waitID string, change func(*WaitFor) (bool, error), opts ...kvrec.Option[WaitFor]) (*WaitFor, bool, error) {
+	opts = append(opts, kvrec.ExpireFinished(s.retention, (*WaitFor).Ended))
 	w, changed, err := kvrec.Update(ctx, s.kv, recKey(agentID, waitID), false, change, opts...)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, false, notFound(waitID)
@@ -109,7 +109,7 @@ func (s *Store) write(ctx context.Context, agentID, waitID string, change func(*
 
 // swap makes w the live registration of its scope and returns the one it
 // replaces ("" for none).
-func (s *Store) swap(ctx context.Context, w *subjects.WaitFor) (string, error) {
+func (s *Store) swap(ctx context.Context, w *WaitFor) (string, error) {
 	var old string
 	_, _, err := kvrec.Update(ctx, s.kv, idxKey(w.AgentID, w.WorkItemID), true, func(sc *scope) (bool, error) {
 		old = sc.WaitID
@@ -130,7 +130,7 @@ func (s *Store) swap(ctx context.Context, w *subjects.WaitFor) (string, error) {
 // the index holds live scopes only. The entry is purged by CAS: a newer
 // registration swapped in meanwhile stays. rev, when known, is the
 // revision at which the entry named w: the first purge needs no read.
-func (s *Store) unindex(ctx context.Context, w *subjects.WaitFor, rev uint64) error {
+func (s *Store) unindex(ctx context.Context, w *WaitFor, rev uint64) error {
 	key := idxKey(w.AgentID, w.WorkItemID)
 	for range unindexAttempts {
 		if rev == 0 {
@@ -168,7 +168,7 @@ func (s *Store) live(ctx context.Context, env *subjects.Envelope, entries []scop
 		if !concerns(sc.Wake, sc.Resource, sc.Resources, env) {
 			continue
 		}
-		w, rev, err := kvrec.Get[subjects.WaitFor](ctx, s.kv, recKey(env.AgentID, sc.WaitID))
+		w, rev, err := kvrec.Get[WaitFor](ctx, s.kv, recKey(env.AgentID, sc.WaitID))
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
 		}
@@ -183,8 +183,8 @@ func (s *Store) live(ctx context.Context, env *subjects.Envelope, entries []scop
 // List returns a page of the agent's registrations, live and ended
 // (until their retention removes them), as timers.Store.List does for
 // timers.
-func (s *Store) List(ctx context.Context, agentID string, limit int, from subjects.CursorPos) ([]subjects.WaitFor, subjects.CursorPos, error) {
-	pg, err := kvrec.ListPage[subjects.WaitFor](ctx, s.retention.JS, []string{s.kv.Bucket()}, recKey(agentID, "*"), kvrec.Pos(from), limit, nil)
+func (s *Store) List(ctx context.Context, agentID string, limit int, from subjects.CursorPos) ([]WaitFor, subjects.CursorPos, error) {
+	pg, err := kvrec.ListPage[WaitFor](ctx, s.retention.JS, []string{s.kv.Bucket()}, recKey(agentID, "*"), kvrec.Pos(from), limit, nil)
 	if errors.Is(err, kvrec.ErrPos) {
 		return nil, subjects.CursorPos{}, subjects.ErrCursorStale()
 	}
@@ -196,7 +196,7 @@ func (s *Store) List(ctx context.Context, agentID string, limit int, from subjec
 
 // Versioned is a registration as read at revision Rev.
 type Versioned struct {
-	*subjects.WaitFor
+	*WaitFor
 	Rev uint64
 	// indexRev is the revision of its index entry as the view holds it.
 	indexRev uint64

@@ -11,6 +11,7 @@ import (
 
 	"github.com/chime-nats/chime/interventions"
 	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/waitfor"
 )
 
 // Wait actions, events and error codes.
@@ -493,7 +494,7 @@ func DecodeListWaits(data []byte) (subjects.ListPage, error) {
 // and those ended within the record retention, each in the order of their
 // last change, oldest first; NextCursor as for timers.
 type ListWaitsReply struct {
-	Waits      []Wait             `json:"waits"`
-	WaitFor    []subjects.WaitFor `json:"wait_for"`
-	NextCursor string             `json:"next_cursor"`
+	Waits      []Wait            `json:"waits"`
+	WaitFor    []waitfor.WaitFor `json:"wait_for"`
+	NextCursor string            `json:"next_cursor"`
 }

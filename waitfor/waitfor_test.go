@@ -1,4 +1,4 @@
-package subjects_test
+package waitfor_test
 
 import (
 	"encoding/json"
@@ -11,25 +11,26 @@ import (
 
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/subjects/subjectstest"
+	"github.com/chime-nats/chime/waitfor"
 )
 
 func TestDecodeWaitFor(t *testing.T) {
 	for _, tc := range []struct {
 		body string
-		want subjects.WaitForSpec
+		want waitfor.WaitForSpec
 	}{
 		{`{"wake":"operator_input","reason":"need approval","delivery":"final"}`,
-			subjects.WaitForSpec{Wake: subjects.WakeOperatorInput, Reason: "need approval", Delivery: subjects.DeliveryFinal}},
+			waitfor.WaitForSpec{Wake: waitfor.WakeOperatorInput, Reason: "need approval", Delivery: waitfor.DeliveryFinal}},
 		{`{"wake":"timer","resource":"t1","reason":"r","delivery":"silent","work_item_id":"w-2","recheck_after_ms":1500}`,
-			subjects.WaitForSpec{Wake: subjects.WakeTimer, Resource: "t1", Reason: "r", Delivery: subjects.DeliverySilent, WorkItemID: "w-2", RecheckAfter: 1500 * time.Millisecond}},
+			waitfor.WaitForSpec{Wake: waitfor.WakeTimer, Resource: "t1", Reason: "r", Delivery: waitfor.DeliverySilent, WorkItemID: "w-2", RecheckAfter: 1500 * time.Millisecond}},
 		{`{"wake":"external","resource":"ci","reason":" spaced ","delivery":"final"}`,
-			subjects.WaitForSpec{Wake: subjects.WakeExternal, Resource: "ci", Reason: "spaced", Delivery: subjects.DeliveryFinal}},
+			waitfor.WaitForSpec{Wake: waitfor.WakeExternal, Resource: "ci", Reason: "spaced", Delivery: waitfor.DeliveryFinal}},
 		{`{"wake":"external","resource":" github:holon-run/holon#2258 ","reason":"r","delivery":"silent"}`,
-			subjects.WaitForSpec{Wake: subjects.WakeExternal, Resource: "github:holon-run/holon#2258", Reason: "r", Delivery: subjects.DeliverySilent}},
+			waitfor.WaitForSpec{Wake: waitfor.WakeExternal, Resource: "github:holon-run/holon#2258", Reason: "r", Delivery: waitfor.DeliverySilent}},
 		{`{"wake":"operator_input","resource":"  ","reason":"r","delivery":"silent"}`,
-			subjects.WaitForSpec{Wake: subjects.WakeOperatorInput, Reason: "r", Delivery: subjects.DeliverySilent}},
+			waitfor.WaitForSpec{Wake: waitfor.WakeOperatorInput, Reason: "r", Delivery: waitfor.DeliverySilent}},
 	} {
-		got, err := subjects.DecodeWaitFor([]byte(tc.body))
+		got, err := waitfor.DecodeWaitFor([]byte(tc.body))
 		if err != nil {
 			t.Errorf("%s: %v", tc.body, err)
 			continue
@@ -61,7 +62,7 @@ func TestDecodeWaitForErrors(t *testing.T) {
 		{`{"wake":"system","reason":"r","delivery":"final","every_ms":5}`, subjects.CodeInvalidRequest, `unknown field "every_ms"`},
 		{`[]`, subjects.CodeInvalidJSON, "request body must be a JSON object"},
 	} {
-		_, err := subjects.DecodeWaitFor([]byte(tc.body))
+		_, err := waitfor.DecodeWaitFor([]byte(tc.body))
 		var e *subjects.Error
 		if !errors.As(err, &e) || e.Code != tc.code || e.Message != tc.msg {
 			t.Errorf("%s: got %v, want %s: %s", tc.body, err, tc.code, tc.msg)
@@ -73,8 +74,8 @@ func FuzzDecodeWaitFor(f *testing.F) {
 	subjectstest.AddSeeds(f, `{"wake":"timer","resource":"t","reason":"r","delivery":"final"}`, `{"wake":"system"}`, `{"recheck_after_ms":-1}`,
 		`{"wake":"external","resource":"ci","reason":" r ","delivery":"silent","work_item_id":"w","recheck_after_ms":1500}`)
 	keys := []string{"wake", "resource", "reason", "delivery", "work_item_id", "recheck_after_ms"}
-	subjectstest.Request(f, subjects.DecodeWaitFor, keys, []string{subjects.CodeInvalidJSON, subjects.CodeInvalidRequest, subjects.CodeInvalidID}, func(t *testing.T, body []byte, spec *subjects.WaitForSpec) {
-		if spec.Reason == "" || !slices.Contains(subjects.WakeKinds(), spec.Wake) || !slices.Contains(subjects.Deliveries(), spec.Delivery) ||
+	subjectstest.Request(f, waitfor.DecodeWaitFor, keys, []string{subjects.CodeInvalidJSON, subjects.CodeInvalidRequest, subjects.CodeInvalidID}, func(t *testing.T, body []byte, spec *waitfor.WaitForSpec) {
+		if spec.Reason == "" || !slices.Contains(waitfor.WakeKinds(), spec.Wake) || !slices.Contains(waitfor.Deliveries(), spec.Delivery) ||
 			(spec.Wake.NeedsResource() && spec.Resource == "") || spec.RecheckAfter < 0 {
 			t.Fatalf("accepted %s as %+v", body, spec)
 		}
@@ -82,22 +83,22 @@ func FuzzDecodeWaitFor(f *testing.F) {
 		if spec.RecheckAfter > 0 {
 			req["recheck_after_ms"] = spec.RecheckAfter.Milliseconds()
 		}
-		if back, err := subjects.DecodeWaitFor(subjectstest.EncodeBody(t, req)); err != nil || !reflect.DeepEqual(*back, *spec) {
+		if back, err := waitfor.DecodeWaitFor(subjectstest.EncodeBody(t, req)); err != nil || !reflect.DeepEqual(*back, *spec) {
 			t.Fatalf("%s accepted as %+v, which reads back as %+v (%v)", body, spec, back, err)
 		}
 	})
 }
 
 func TestDecodeWaitTasks(t *testing.T) {
-	got, err := subjects.DecodeWaitTasks([]byte(`{"task_ids":["t1","t2"],"mode":"all","reason":" r ","work_item_id":"w1"}`))
-	want := subjects.WaitForSpec{Wake: subjects.WakeTaskResult, Resources: []string{"t1", "t2"}, Mode: subjects.WaitModeAll, Reason: "r", Delivery: subjects.DeliverySilent, WorkItemID: "w1"}
+	got, err := waitfor.DecodeWaitTasks([]byte(`{"task_ids":["t1","t2"],"mode":"all","reason":" r ","work_item_id":"w1"}`))
+	want := waitfor.WaitForSpec{Wake: waitfor.WakeTaskResult, Resources: []string{"t1", "t2"}, Mode: waitfor.WaitModeAll, Reason: "r", Delivery: waitfor.DeliverySilent, WorkItemID: "w1"}
 	if err != nil || !reflect.DeepEqual(*got, want) {
 		t.Fatalf("got %+v (%v), want %+v", got, err, want)
 	}
-	if got, err := subjects.DecodeWaitTasks([]byte(`{"task_ids":["t1"],"mode":"any","reason":"r","delivery":"final"}`)); err != nil || got.Delivery != subjects.DeliveryFinal {
+	if got, err := waitfor.DecodeWaitTasks([]byte(`{"task_ids":["t1"],"mode":"any","reason":"r","delivery":"final"}`)); err != nil || got.Delivery != waitfor.DeliveryFinal {
 		t.Fatalf("final: %+v %v", got, err)
 	}
-	many := make([]string, subjects.MaxWaitTasks+1)
+	many := make([]string, waitfor.MaxWaitTasks+1)
 	for i := range many {
 		many[i] = fmt.Sprintf("t%d", i)
 	}
@@ -117,7 +118,7 @@ func TestDecodeWaitTasks(t *testing.T) {
 		{`{"task_ids":["t1"],"mode":"all","reason":"r","resource":"t1"}`, subjects.CodeInvalidRequest, `unknown field "resource"`},
 		{`{"task_ids":"t1","mode":"all","reason":"r"}`, subjects.CodeInvalidRequest, ""},
 	} {
-		_, err := subjects.DecodeWaitTasks([]byte(tc.body))
+		_, err := waitfor.DecodeWaitTasks([]byte(tc.body))
 		var e *subjects.Error
 		if !errors.As(err, &e) || e.Code != tc.code || (tc.msg != "" && e.Message != tc.msg) {
 			t.Errorf("%s: got %v, want %s: %s", tc.body, err, tc.code, tc.msg)
@@ -131,13 +132,13 @@ func TestDecodeWaitReport(t *testing.T) {
 		{`{"text":"done"}`, subjects.CodeInvalidID, "wait_id must not be empty"},
 		{`{"wait_id":"wf_1","text":"done","x":1}`, subjects.CodeInvalidRequest, `unknown field "x"`},
 	} {
-		_, err := subjects.DecodeWaitReport([]byte(tc.body))
+		_, err := waitfor.DecodeWaitReport([]byte(tc.body))
 		var e *subjects.Error
 		if !errors.As(err, &e) || e.Code != tc.code || e.Message != tc.msg {
 			t.Errorf("%s: got %v, want %s: %s", tc.body, err, tc.code, tc.msg)
 		}
 	}
-	if r, err := subjects.DecodeWaitReport([]byte(`{"wait_id":"wf_1","text":"done"}`)); err != nil || r.Text != "done" {
+	if r, err := waitfor.DecodeWaitReport([]byte(`{"wait_id":"wf_1","text":"done"}`)); err != nil || r.Text != "done" {
 		t.Fatalf("%+v %v", r, err)
 	}
 }

@@ -1,8 +1,9 @@
-package subjects
+package waitfor
 
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/chime-nats/chime/subjects"
 	"slices"
 	"strings"
 	"time"
@@ -90,43 +91,43 @@ const MaxExternalResourceLen = 256
 // external resource is free-form (github:holon-run/holon#2258).
 func DecodeWaitFor(data []byte) (*WaitForSpec, error) {
 	var req WaitForRequest
-	if err := DecodeStrict(data, &req); err != nil {
+	if err := subjects.DecodeStrict(data, &req); err != nil {
 		return nil, err
 	}
 	spec := &WaitForSpec{Wake: WakeKind(req.Wake), Resource: strings.TrimSpace(req.Resource), Reason: strings.TrimSpace(req.Reason),
 		Delivery: Delivery(req.Delivery), WorkItemID: req.WorkItemID}
 	switch {
 	case req.Wake == "":
-		return nil, Invalid("wake is required")
+		return nil, subjects.Invalid("wake is required")
 	case !slices.Contains(WakeKinds(), spec.Wake):
-		return nil, Invalid("wake must be one of " + joinValues(WakeKinds()) + ", not " + req.Wake)
+		return nil, subjects.Invalid("wake must be one of " + joinValues(WakeKinds()) + ", not " + req.Wake)
 	case spec.Reason == "":
-		return nil, Invalid("WaitFor requires a non-empty `reason`") // Holon's text
+		return nil, subjects.Invalid("WaitFor requires a non-empty `reason`") // Holon's text
 	case req.Delivery == "":
-		return nil, Invalid("delivery is required")
+		return nil, subjects.Invalid("delivery is required")
 	case !slices.Contains(Deliveries(), spec.Delivery):
-		return nil, Invalid("delivery must be one of " + joinValues(Deliveries()) + ", not " + req.Delivery)
+		return nil, subjects.Invalid("delivery must be one of " + joinValues(Deliveries()) + ", not " + req.Delivery)
 	case spec.Wake.NeedsResource() && spec.Resource == "":
-		return nil, Invalid("WaitFor wake `" + req.Wake + "` requires non-empty `resource`")
+		return nil, subjects.Invalid("WaitFor wake `" + req.Wake + "` requires non-empty `resource`")
 	}
 	switch {
 	case spec.Wake.NeedsResource():
 		// A task or timer ID: it names a record key.
-		if err := ValidateID("resource", spec.Resource); err != nil {
+		if err := subjects.ValidateID("resource", spec.Resource); err != nil {
 			return nil, err
 		}
 	case len(spec.Resource) > MaxExternalResourceLen:
-		return nil, Invalid(fmt.Sprintf("resource must be at most %d bytes", MaxExternalResourceLen))
+		return nil, subjects.Invalid(fmt.Sprintf("resource must be at most %d bytes", MaxExternalResourceLen))
 	case strings.ContainsFunc(spec.Resource, unicode.IsControl):
-		return nil, Invalid("resource must not contain control characters")
+		return nil, subjects.Invalid("resource must not contain control characters")
 	}
 	if req.WorkItemID != "" {
-		if err := ValidateID("work_item_id", req.WorkItemID); err != nil {
+		if err := subjects.ValidateID("work_item_id", req.WorkItemID); err != nil {
 			return nil, err
 		}
 	}
-	if !IsNull(req.RecheckAfterMs) {
-		ms, err := PositiveInt("recheck_after_ms", req.RecheckAfterMs, maxRecheckMs)
+	if !subjects.IsNull(req.RecheckAfterMs) {
+		ms, err := subjects.PositiveInt("recheck_after_ms", req.RecheckAfterMs, maxRecheckMs)
 		if err != nil {
 			return nil, err
 		}
@@ -161,7 +162,7 @@ type WaitTasksRequest struct {
 // WaitFor over the set; delivery defaults to silent.
 func DecodeWaitTasks(data []byte) (*WaitForSpec, error) {
 	var req WaitTasksRequest
-	if err := DecodeStrict(data, &req); err != nil {
+	if err := subjects.DecodeStrict(data, &req); err != nil {
 		return nil, err
 	}
 	spec := &WaitForSpec{Wake: WakeTaskResult, Reason: strings.TrimSpace(req.Reason), Delivery: Delivery(req.Delivery),
@@ -171,27 +172,27 @@ func DecodeWaitTasks(data []byte) (*WaitForSpec, error) {
 	}
 	switch {
 	case len(req.TaskIDs) == 0:
-		return nil, Invalid("task_ids must not be empty")
+		return nil, subjects.Invalid("task_ids must not be empty")
 	case len(req.TaskIDs) > MaxWaitTasks:
-		return nil, Invalid(fmt.Sprintf("task_ids must be at most %d", MaxWaitTasks))
+		return nil, subjects.Invalid(fmt.Sprintf("task_ids must be at most %d", MaxWaitTasks))
 	case req.Mode != WaitModeAll && req.Mode != WaitModeAny:
-		return nil, Invalid("mode must be all or any")
+		return nil, subjects.Invalid("mode must be all or any")
 	case spec.Reason == "":
-		return nil, Invalid("reason is required")
+		return nil, subjects.Invalid("reason is required")
 	case !slices.Contains(Deliveries(), spec.Delivery):
-		return nil, Invalid("delivery must be one of " + joinValues(Deliveries()) + ", not " + req.Delivery)
+		return nil, subjects.Invalid("delivery must be one of " + joinValues(Deliveries()) + ", not " + req.Delivery)
 	}
 	for i, id := range req.TaskIDs {
-		if err := ValidateID("task_id", id); err != nil {
+		if err := subjects.ValidateID("task_id", id); err != nil {
 			return nil, err
 		}
 		if slices.Contains(req.TaskIDs[:i], id) {
-			return nil, Invalid("task_ids must not repeat " + id)
+			return nil, subjects.Invalid("task_ids must not repeat " + id)
 		}
 	}
 	spec.Resources = req.TaskIDs
 	if req.WorkItemID != "" {
-		if err := ValidateID("work_item_id", req.WorkItemID); err != nil {
+		if err := subjects.ValidateID("work_item_id", req.WorkItemID); err != nil {
 			return nil, err
 		}
 	}
@@ -231,10 +232,10 @@ const (
 
 // Sentinels of the WaitFor errors, for errors.Is.
 var (
-	ErrWaitForNotFound    = &Error{Code: CodeWaitForNotFound}
-	ErrWaitForTimer       = &Error{Code: CodeWaitForTimer}
-	ErrWaitForTask        = &Error{Code: CodeWaitForTask}
-	ErrWaitForInvalidated = &Error{Code: CodeWaitForInvalidated}
+	ErrWaitForNotFound    = &subjects.Error{Code: CodeWaitForNotFound}
+	ErrWaitForTimer       = &subjects.Error{Code: CodeWaitForTimer}
+	ErrWaitForTask        = &subjects.Error{Code: CodeWaitForTask}
+	ErrWaitForInvalidated = &subjects.Error{Code: CodeWaitForInvalidated}
 )
 
 // WaitForStatus is where a WaitFor registration is in its life.
@@ -267,9 +268,9 @@ const (
 
 // WakeCause is what woke a WaitFor.
 type WakeCause struct {
-	Kind       string `json:"kind"`        // the envelope kind
-	EnvelopeID string `json:"envelope_id"` // the envelope that woke it
-	Source     Source `json:"source"`
+	Kind       string          `json:"kind"`        // the envelope kind
+	EnvelopeID string          `json:"envelope_id"` // the envelope that woke it
+	Source     subjects.Source `json:"source"`
 }
 
 // WaitFor is a WaitFor registration, in the chime_waitfor bucket under
@@ -353,14 +354,14 @@ type WaitReportRequest struct {
 // DecodeWaitReport validates a final report.
 func DecodeWaitReport(data []byte) (*WaitReportRequest, error) {
 	var req WaitReportRequest
-	if err := DecodeStrict(data, &req); err != nil {
+	if err := subjects.DecodeStrict(data, &req); err != nil {
 		return nil, err
 	}
-	if err := ValidateID("wait_id", req.WaitID); err != nil {
+	if err := subjects.ValidateID("wait_id", req.WaitID); err != nil {
 		return nil, err
 	}
 	if strings.TrimSpace(req.Text) == "" {
-		return nil, Invalid("text must not be empty")
+		return nil, subjects.Invalid("text must not be empty")
 	}
 	return &req, nil
 }
@@ -376,7 +377,7 @@ func DecodeSystemWake(data []byte) (*SystemWakeRequest, error) {
 	if len(data) == 0 {
 		return &req, nil
 	}
-	if err := DecodeStrict(data, &req); err != nil {
+	if err := subjects.DecodeStrict(data, &req); err != nil {
 		return nil, err
 	}
 	return &req, nil
@@ -396,7 +397,7 @@ type WaitWokenData struct {
 
 // WaitWokenEnvelope is the one delivery of a woken WaitFor; its ID derives
 // from the registration, so replicas racing to deliver it store it once.
-func WaitWokenEnvelope(w *WaitFor) Envelope {
+func WaitWokenEnvelope(w *WaitFor) subjects.Envelope {
 	var cause WakeCause
 	if w.WokenBy != nil {
 		cause = *w.WokenBy
@@ -407,27 +408,27 @@ func WaitWokenEnvelope(w *WaitFor) Envelope {
 	if w.EndedAt != nil {
 		at = *w.EndedAt
 	}
-	return Envelope{
-		ID: "wait_woken_" + w.ID, AgentID: w.AgentID, Kind: KindWaitWoken, At: at.UTC(),
-		Source: Source{Type: "wait_for", ID: w.ID}, Trust: TrustSystem,
+	return subjects.Envelope{
+		ID: "wait_woken_" + w.ID, AgentID: w.AgentID, Kind: subjects.KindWaitWoken, At: at.UTC(),
+		Source: subjects.Source{Type: "wait_for", ID: w.ID}, Trust: subjects.TrustSystem,
 		Text: fmt.Sprintf("WaitFor %s woken by %s: %s", w.ID, cause.Kind, w.Reason), Data: data,
 	}
 }
 
 // RecheckEnvelope is the one recheck delivery of a WaitFor.
-func RecheckEnvelope(w *WaitFor, at time.Time) Envelope {
+func RecheckEnvelope(w *WaitFor, at time.Time) subjects.Envelope {
 	data, _ := json.Marshal(map[string]any{"wait_id": w.ID, "wake": w.Wake, "resource": w.Resource, "recheck_after_ms": w.RecheckAfterMs})
-	return Envelope{
-		ID: "recheck_" + w.ID, AgentID: w.AgentID, Kind: KindRecheck, At: at.UTC(),
-		Source: Source{Type: "wait_for", ID: w.ID}, Trust: TrustSystem,
+	return subjects.Envelope{
+		ID: "recheck_" + w.ID, AgentID: w.AgentID, Kind: subjects.KindRecheck, At: at.UTC(),
+		Source: subjects.Source{Type: "wait_for", ID: w.ID}, Trust: subjects.TrustSystem,
 		Text: fmt.Sprintf("Recheck of WaitFor %s: %s", w.ID, w.Reason), Data: data,
 	}
 }
 
 // SystemWakeEnvelope is an operator's system wake.
-func SystemWakeEnvelope(id, agentID, text string, at time.Time) Envelope {
-	return Envelope{
-		ID: id, AgentID: agentID, Kind: KindSystemWake, At: at.UTC(),
-		Source: Source{Type: "system", ID: id}, Trust: TrustOperator, Text: text,
+func SystemWakeEnvelope(id, agentID, text string, at time.Time) subjects.Envelope {
+	return subjects.Envelope{
+		ID: id, AgentID: agentID, Kind: subjects.KindSystemWake, At: at.UTC(),
+		Source: subjects.Source{Type: "system", ID: id}, Trust: subjects.TrustOperator, Text: text,
 	}
 }
