@@ -16,7 +16,6 @@ import (
 
 	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/internal/pacer"
-	"github.com/chime-nats/chime/subjects"
 )
 
 // CalloutSubject is where the server asks who a connecting client is.
@@ -27,7 +26,7 @@ const calloutQueue = "chime-auth"
 
 // CallbackResolver finds the live trigger of a callback token.
 type CallbackResolver interface {
-	Resolve(token string, mode subjects.DeliveryMode) (*subjects.Trigger, error)
+	Resolve(token string, mode callbacks.DeliveryMode) (*callbacks.Trigger, error)
 }
 
 // CalloutConfig configures the auth callout.
@@ -276,7 +275,7 @@ func (r Resolver) Resolve(ctx context.Context, token string) (Principal, error) 
 		}
 		return Principal{Kind: KindAgent, AgentID: rec.AgentID}, nil
 	case strings.HasPrefix(token, callbacks.TokenPrefix) && r.Callbacks != nil:
-		for _, mode := range subjects.DeliveryModes() {
+		for _, mode := range callbacks.DeliveryModes() {
 			if t, err := r.Callbacks.Resolve(token, mode); err == nil {
 				return Principal{Kind: KindCallback, AgentID: t.AgentID, TriggerID: t.ID}, nil
 			}

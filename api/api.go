@@ -176,7 +176,7 @@ const callbackAction = "callback"
 // names its own limit (action.Action.MaxBody), 64 KiB unless it says.
 func (o *Operations) bodyLimit(name string) int64 {
 	if name == callbackAction {
-		return subjects.MaxCallbackBody
+		return callbacks.MaxCallbackBody
 	}
 	if a, ok := o.table.Lookup(name); ok {
 		return a.Limit()

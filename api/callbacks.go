@@ -17,22 +17,22 @@ func (o *Operations) lifecycle(ctx context.Context, surface, action, agentID str
 		return nil, &subjects.Error{Code: subjects.CodeUnavailable, Message: "callbacks are not configured"}
 	}
 	switch action {
-	case subjects.ActionLifecycleStart, subjects.ActionLifecycleStop:
+	case callbacks.ActionLifecycleStart, callbacks.ActionLifecycleStop:
 		if err := subjects.DecodeNoFields(body); err != nil {
 			return nil, err
 		}
-		if action == subjects.ActionLifecycleStop {
+		if action == callbacks.ActionLifecycleStop {
 			list, err := o.triggers.Stop(ctx, agentID)
 			if err != nil {
 				return nil, err
 			}
-			return subjects.LifecycleReply{AgentID: agentID, Status: subjects.AgentStopped, Triggers: views(list)}, nil
+			return callbacks.LifecycleReply{AgentID: agentID, Status: subjects.AgentStopped, Triggers: views(list)}, nil
 		}
 		issued, err := o.triggers.Start(ctx, agentID)
 		if err != nil {
 			return nil, err
 		}
-		reply := subjects.LifecycleReply{AgentID: agentID, Status: subjects.AgentActive}
+		reply := callbacks.LifecycleReply{AgentID: agentID, Status: subjects.AgentActive}
 		for i := range issued {
 			v := issued[i].Trigger.View()
 			if surface == "nats" {
@@ -41,8 +41,8 @@ func (o *Operations) lifecycle(ctx context.Context, surface, action, agentID str
 			reply.Triggers = append(reply.Triggers, v)
 		}
 		return reply, nil
-	case subjects.ActionTriggerCreate:
-		mode, label, err := subjects.DecodeCreateTrigger(body)
+	case callbacks.ActionTriggerCreate:
+		mode, label, err := callbacks.DecodeCreateTrigger(body)
 		if err != nil {
 			return nil, err
 		}
@@ -51,8 +51,8 @@ func (o *Operations) lifecycle(ctx context.Context, surface, action, agentID str
 			return nil, err
 		}
 		return iss.View(o.triggers.PublicURL()), nil
-	case subjects.ActionTriggerReset:
-		mode, err := subjects.DecodeResetTrigger(body)
+	case callbacks.ActionTriggerReset:
+		mode, err := callbacks.DecodeResetTrigger(body)
 		if err != nil {
 			return nil, err
 		}
@@ -61,9 +61,9 @@ func (o *Operations) lifecycle(ctx context.Context, surface, action, agentID str
 			return nil, err
 		}
 		v := iss.View(o.triggers.PublicURL())
-		return subjects.ResetReply{OK: true, AgentID: agentID, TriggerID: v.ID, TriggerURL: v.TriggerURL, Mode: v.Mode, Status: v.Status}, nil
-	case subjects.ActionTriggerCancel:
-		triggerID, err := subjects.DecodeTriggerRef(body)
+		return callbacks.ResetReply{OK: true, AgentID: agentID, TriggerID: v.ID, TriggerURL: v.TriggerURL, Mode: v.Mode, Status: v.Status}, nil
+	case callbacks.ActionTriggerCancel:
+		triggerID, err := callbacks.DecodeTriggerRef(body)
 		if err != nil {
 			return nil, err
 		}
@@ -72,7 +72,7 @@ func (o *Operations) lifecycle(ctx context.Context, surface, action, agentID str
 			return nil, err
 		}
 		return t.View(), nil
-	case subjects.ActionTriggerList:
+	case callbacks.ActionTriggerList:
 		if err := subjects.DecodeNoFields(body); err != nil {
 			return nil, err
 		}
@@ -85,8 +85,8 @@ func (o *Operations) lifecycle(ctx context.Context, surface, action, agentID str
 	return nil, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: fmt.Sprintf("unknown action %q", action)}
 }
 
-func views(list []subjects.Trigger) []subjects.TriggerView {
-	out := make([]subjects.TriggerView, len(list))
+func views(list []callbacks.Trigger) []callbacks.TriggerView {
+	out := make([]callbacks.TriggerView, len(list))
 	for i := range list {
 		out[i] = list[i].View()
 	}
@@ -97,15 +97,15 @@ func views(list []subjects.Trigger) []subjects.TriggerView {
 // the request timeout and counted; a body over the callback limit is
 // refused first, on NATS as on HTTP. The token goes no further than the
 // lookup: not into a log line, a subject or a label.
-func (o *Operations) Callback(ctx context.Context, surface string, req callbacks.Request) (*subjects.CallbackReply, error) {
+func (o *Operations) Callback(ctx context.Context, surface string, req callbacks.Request) (*callbacks.CallbackReply, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	var reply *subjects.CallbackReply
+	var reply *callbacks.CallbackReply
 	err := o.checkBody(callbackAction, len(req.Body))
 	switch {
 	case err != nil:
 	case o.callbacks == nil:
-		err = subjects.ErrCallbackRejected
+		err = callbacks.ErrCallbackRejected
 	default:
 		reply, err = o.callbacks.Accept(ctx, req)
 	}

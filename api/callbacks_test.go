@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/engine"
@@ -45,18 +46,18 @@ func (b *lockedBuffer) String() string {
 }
 
 // startAgent starts agent over NATS and returns its trigger URLs by mode.
-func startAgent(t *testing.T, nc *nats.Conn, agent string) map[subjects.DeliveryMode]string {
+func startAgent(t *testing.T, nc *nats.Conn, agent string) map[callbacks.DeliveryMode]string {
 	t.Helper()
-	var reply subjects.LifecycleReply
+	var reply callbacks.LifecycleReply
 	if err := subjects.DecodeReply(request(t, nc, "agent."+agent+".lifecycle.start", "").Data, &reply); err != nil {
 		t.Fatal(err)
 	}
 	if reply.Status != subjects.AgentActive || len(reply.Triggers) != 2 {
 		t.Fatalf("start: %+v", reply)
 	}
-	urls := map[subjects.DeliveryMode]string{}
+	urls := map[callbacks.DeliveryMode]string{}
 	for _, tr := range reply.Triggers {
-		if !tr.Default || tr.Status != subjects.TriggerActive || tr.TriggerURL == "" {
+		if !tr.Default || tr.Status != callbacks.TriggerActive || tr.TriggerURL == "" {
 			t.Fatalf("start: trigger %+v", tr)
 		}
 		urls[tr.Mode] = tr.TriggerURL
@@ -99,9 +100,9 @@ func send(t *testing.T, method, url string, body []byte, header ...string) (int,
 	return res.StatusCode, b
 }
 
-func accepted(t *testing.T, status int, body []byte, agent string, mode subjects.DeliveryMode, disposition string) subjects.CallbackResult {
+func accepted(t *testing.T, status int, body []byte, agent string, mode callbacks.DeliveryMode, disposition string) callbacks.CallbackResult {
 	t.Helper()
-	var reply subjects.CallbackReply
+	var reply callbacks.CallbackReply
 	if status != 200 || json.Unmarshal(body, &reply) != nil || !reply.OK || reply.Result.AgentID != agent ||
 		reply.Result.Mode != mode || reply.Result.Disposition != disposition || reply.Result.TriggerID == "" {
 		t.Fatalf("callback: %d %s, want %s %s", status, body, mode, disposition)
@@ -172,14 +173,14 @@ func TestCallbackDeliveries(t *testing.T) {
 	_, nc := startChime(t)
 	urls := startAgent(t, nc, "ci")
 	inbox := inboxOf(t, nc, "ci")
-	wake, enqueue := urls[subjects.ModeWakeHint], urls[subjects.ModeEnqueueMessage]
+	wake, enqueue := urls[callbacks.ModeWakeHint], urls[callbacks.ModeEnqueueMessage]
 	if !strings.Contains(wake, "/api/callbacks/wake/chime_cb_") || !strings.Contains(enqueue, "/api/callbacks/enqueue/chime_cb_") {
 		t.Fatalf("urls %v", urls)
 	}
 
 	// An empty POST wakes.
 	status, body := post(t, wake, "", nil)
-	res := accepted(t, status, body, "ci", subjects.ModeWakeHint, subjects.DispositionTriggered)
+	res := accepted(t, status, body, "ci", callbacks.ModeWakeHint, callbacks.DispositionTriggered)
 	env := next(t, inbox)
 	if env.Kind != subjects.KindWakeHint || env.Trust != subjects.TrustExternal || env.Text != "external trigger fired" ||
 		env.Source.ID != res.TriggerID || env.Source.Type != "external_trigger" {
@@ -195,13 +196,13 @@ func TestCallbackDeliveries(t *testing.T) {
 		{"application/octet-stream", "\x00\x01binary", ""},
 	} {
 		status, body := post(t, enqueue, tc.contentType, []byte(tc.body))
-		accepted(t, status, body, "ci", subjects.ModeEnqueueMessage, subjects.DispositionEnqueued)
+		accepted(t, status, body, "ci", callbacks.ModeEnqueueMessage, callbacks.DispositionEnqueued)
 		env := next(t, inbox)
 		if env.Kind != subjects.KindMessage || env.Trust != subjects.TrustExternal || env.Text != tc.text {
 			t.Errorf("%s: message %+v", tc.contentType, env)
 		}
 		if tc.contentType == "application/octet-stream" {
-			var data subjects.CallbackData
+			var data callbacks.CallbackData
 			_ = json.Unmarshal(env.Data, &data)
 			if data.Payload == nil || data.Payload.ContentType != "application/octet-stream" || data.Payload.BodyBase64 != "AAFiaW5hcnk=" {
 				t.Errorf("binary payload %s", env.Data)
@@ -214,7 +215,7 @@ func TestCallbackDeliveries(t *testing.T) {
 	// Wake hints are held back only for agents with an inbox consumer; this
 	// agent has none, so each wake is delivered.
 	status, body = post(t, wake, "application/json", []byte(long))
-	accepted(t, status, body, "ci", subjects.ModeWakeHint, subjects.DispositionTriggered)
+	accepted(t, status, body, "ci", callbacks.ModeWakeHint, callbacks.DispositionTriggered)
 	env = next(t, inbox)
 	if env.Text != long[:160]+"..." {
 		t.Errorf("reason %q", env.Text)
@@ -224,7 +225,7 @@ func TestCallbackDeliveries(t *testing.T) {
 func TestCallbackRules(t *testing.T) {
 	r, nc := startChime(t)
 	urls := startAgent(t, nc, "rules")
-	wake, enqueue := urls[subjects.ModeWakeHint], urls[subjects.ModeEnqueueMessage]
+	wake, enqueue := urls[callbacks.ModeWakeHint], urls[callbacks.ModeEnqueueMessage]
 	base := "http://" + r.HTTPAddr()
 	before := eventCount(t, nc)
 
@@ -232,7 +233,7 @@ func TestCallbackRules(t *testing.T) {
 	if status != 400 || !strings.Contains(string(body), `"code":"invalid_json"`) {
 		t.Errorf("malformed JSON: %d %s", status, body)
 	}
-	status, body = post(t, enqueue, "text/plain", bytes.Repeat([]byte("a"), subjects.MaxCallbackBody+1))
+	status, body = post(t, enqueue, "text/plain", bytes.Repeat([]byte("a"), callbacks.MaxCallbackBody+1))
 	if status != 413 || !strings.Contains(string(body), `"code":"payload_too_large"`) {
 		t.Errorf("256 KiB + 1: %d %s", status, body)
 	}
@@ -242,26 +243,26 @@ func TestCallbackRules(t *testing.T) {
 	if got := eventCount(t, nc); got != before {
 		t.Fatalf("rejected callbacks stored: %d events, want %d", got, before)
 	}
-	status, body = post(t, enqueue, "text/plain", bytes.Repeat([]byte("a"), subjects.MaxCallbackBody))
-	accepted(t, status, body, "rules", subjects.ModeEnqueueMessage, subjects.DispositionEnqueued)
+	status, body = post(t, enqueue, "text/plain", bytes.Repeat([]byte("a"), callbacks.MaxCallbackBody))
+	accepted(t, status, body, "rules", callbacks.ModeEnqueueMessage, callbacks.DispositionEnqueued)
 	if got := eventCount(t, nc); got != before+1 {
 		t.Fatalf("256 KiB: %d events, want %d", got, before+1)
 	}
 
 	// Reset: the old URL is dead, the new one works.
 	status, body = post(t, base+"/api/control/agents/rules/reset-callback", "application/json", []byte(`{"delivery_mode":"enqueue_message"}`))
-	var reset subjects.ResetReply
+	var reset callbacks.ResetReply
 	if status != 200 || json.Unmarshal(body, &reset) != nil || !reset.OK || reset.AgentID != "rules" ||
-		reset.Mode != subjects.ModeEnqueueMessage || reset.Status != subjects.TriggerActive || reset.TriggerURL == enqueue {
+		reset.Mode != callbacks.ModeEnqueueMessage || reset.Status != callbacks.TriggerActive || reset.TriggerURL == enqueue {
 		t.Fatalf("reset: %d %s", status, body)
 	}
 	rejectedAt(t, "enqueue URL after reset", enqueue)
 	status, body = post(t, reset.TriggerURL, "text/plain", []byte("after reset"))
-	accepted(t, status, body, "rules", subjects.ModeEnqueueMessage, subjects.DispositionEnqueued)
+	accepted(t, status, body, "rules", callbacks.ModeEnqueueMessage, callbacks.DispositionEnqueued)
 
 	// Extra triggers: create, list, cancel (twice), unknown.
 	status, body = post(t, base+"/api/control/agents/rules/triggers", "application/json", []byte(`{"delivery_mode":"wake_hint","label":"github"}`))
-	var extra subjects.TriggerView
+	var extra callbacks.TriggerView
 	if status != 201 || json.Unmarshal(body, &extra) != nil || extra.Label != "github" || extra.Default || extra.TriggerURL == "" {
 		t.Fatalf("create trigger: %d %s", status, body)
 	}
@@ -291,7 +292,7 @@ func TestCallbackRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var list struct{ Triggers []subjects.TriggerView }
+	var list struct{ Triggers []callbacks.TriggerView }
 	_ = json.NewDecoder(res.Body).Decode(&list)
 	res.Body.Close()
 	if len(list.Triggers) != 4 { // two defaults, the reset's, the extra
@@ -311,8 +312,8 @@ func TestCallbackRules(t *testing.T) {
 	again := startAgent(t, nc, "rules")
 	rejectedAt(t, "old wake URL after restart", wake)
 	rejectedAt(t, "old enqueue URL after restart", reset.TriggerURL)
-	status, body = post(t, again[subjects.ModeWakeHint], "", nil)
-	accepted(t, status, body, "rules", subjects.ModeWakeHint, subjects.DispositionTriggered)
+	status, body = post(t, again[callbacks.ModeWakeHint], "", nil)
+	accepted(t, status, body, "rules", callbacks.ModeWakeHint, callbacks.DispositionTriggered)
 
 	// A start while active is a restart: every earlier URL dies, extra ones too.
 	status, body = post(t, base+"/api/control/agents/rules/triggers", "application/json", []byte(`{"delivery_mode":"enqueue_message"}`))
@@ -321,7 +322,7 @@ func TestCallbackRules(t *testing.T) {
 	}
 	startAgent(t, nc, "rules")
 	rejectedAt(t, "extra URL after a restart", extra.TriggerURL)
-	rejectedAt(t, "default URL after a restart", again[subjects.ModeWakeHint])
+	rejectedAt(t, "default URL after a restart", again[callbacks.ModeWakeHint])
 }
 
 // rejectedAt posts an empty callback to url and wants the generic 403.
@@ -334,7 +335,7 @@ func rejectedAt(t *testing.T, what, url string) {
 func TestCallbackCoalescing(t *testing.T) {
 	_, nc := startChime(t)
 	urls := startAgent(t, nc, "co")
-	wake := urls[subjects.ModeWakeHint]
+	wake := urls[callbacks.ModeWakeHint]
 	ctx := context.Background()
 	js, _ := jetstream.New(nc)
 	// The agent reads its inbox with its durable consumer and acks.
@@ -345,9 +346,9 @@ func TestCallbackCoalescing(t *testing.T) {
 		t.Fatal(err)
 	}
 	status, body := post(t, wake, "text/plain", []byte("first"))
-	accepted(t, status, body, "co", subjects.ModeWakeHint, subjects.DispositionTriggered)
+	accepted(t, status, body, "co", callbacks.ModeWakeHint, callbacks.DispositionTriggered)
 	status, body = post(t, wake, "text/plain", []byte("second"))
-	accepted(t, status, body, "co", subjects.ModeWakeHint, subjects.DispositionCoalesced)
+	accepted(t, status, body, "co", callbacks.ModeWakeHint, callbacks.DispositionCoalesced)
 
 	msgs, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
 	if err != nil {
@@ -367,12 +368,12 @@ func TestCallbackCoalescing(t *testing.T) {
 	}
 	// Read but not acked: still pending.
 	status, body = post(t, wake, "text/plain", []byte("third"))
-	accepted(t, status, body, "co", subjects.ModeWakeHint, subjects.DispositionCoalesced)
+	accepted(t, status, body, "co", callbacks.ModeWakeHint, callbacks.DispositionCoalesced)
 	if err := got[0].DoubleAck(ctx); err != nil {
 		t.Fatal(err)
 	}
 	status, body = post(t, wake, "text/plain", []byte("fourth"))
-	accepted(t, status, body, "co", subjects.ModeWakeHint, subjects.DispositionTriggered)
+	accepted(t, status, body, "co", callbacks.ModeWakeHint, callbacks.DispositionTriggered)
 	msgs, err = cons.Fetch(2, jetstream.FetchMaxWait(time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -389,13 +390,13 @@ func TestCallbackCoalescing(t *testing.T) {
 
 func TestCallbackIdempotencyKey(t *testing.T) {
 	_, nc := startChime(t)
-	enqueue := startAgent(t, nc, "idem")[subjects.ModeEnqueueMessage]
+	enqueue := startAgent(t, nc, "idem")[callbacks.ModeEnqueueMessage]
 	inbox := inboxOf(t, nc, "idem")
 	before := eventCount(t, nc)
 	status, body := post(t, enqueue, "text/plain", []byte("once"), "Idempotency-Key", "delivery-7")
-	accepted(t, status, body, "idem", subjects.ModeEnqueueMessage, subjects.DispositionEnqueued)
+	accepted(t, status, body, "idem", callbacks.ModeEnqueueMessage, callbacks.DispositionEnqueued)
 	status, body = post(t, enqueue, "text/plain", []byte("once"), "Idempotency-Key", "delivery-7")
-	accepted(t, status, body, "idem", subjects.ModeEnqueueMessage, subjects.DispositionDuplicate)
+	accepted(t, status, body, "idem", callbacks.ModeEnqueueMessage, callbacks.DispositionDuplicate)
 	if env := next(t, inbox); env.Text != "once" {
 		t.Fatalf("delivery %+v", env)
 	}
@@ -412,7 +413,7 @@ func TestCallbackIdempotencyKey(t *testing.T) {
 func TestCallbackOverNATS(t *testing.T) {
 	_, nc := startChime(t)
 	urls := startAgent(t, nc, "natsy")
-	token := urls[subjects.ModeEnqueueMessage][strings.LastIndex(urls[subjects.ModeEnqueueMessage], "/")+1:]
+	token := urls[callbacks.ModeEnqueueMessage][strings.LastIndex(urls[callbacks.ModeEnqueueMessage], "/")+1:]
 	inbox := inboxOf(t, nc, "natsy")
 	call := func(subject, token string, body string) *nats.Msg {
 		m := nats.NewMsg(subject)
@@ -428,7 +429,7 @@ func TestCallbackOverNATS(t *testing.T) {
 		return reply
 	}
 	reply := call(subjects.CallbackEnqueue, token, "over nats")
-	accepted(t, 200, reply.Data, "natsy", subjects.ModeEnqueueMessage, subjects.DispositionEnqueued)
+	accepted(t, 200, reply.Data, "natsy", callbacks.ModeEnqueueMessage, callbacks.DispositionEnqueued)
 	if env := next(t, inbox); env.Kind != subjects.KindMessage || env.Text != "over nats" || env.Trust != subjects.TrustExternal {
 		t.Errorf("delivery %+v", env)
 	}
@@ -475,8 +476,8 @@ func TestOperatorTokens(t *testing.T) {
 		t.Errorf("with the token: %d %s", status, body)
 	}
 	// Callbacks carry their own capability; health stays open.
-	status, body = post(t, urls[subjects.ModeEnqueueMessage], "text/plain", []byte("hi"))
-	accepted(t, status, body, "guarded", subjects.ModeEnqueueMessage, subjects.DispositionEnqueued)
+	status, body = post(t, urls[callbacks.ModeEnqueueMessage], "text/plain", []byte("hi"))
+	accepted(t, status, body, "guarded", callbacks.ModeEnqueueMessage, callbacks.DispositionEnqueued)
 	if res, err := http.Get(base + "/healthz"); err != nil || res.StatusCode != 200 {
 		t.Errorf("healthz: %v %v", res, err)
 	} else {
@@ -498,7 +499,7 @@ func TestNoTokenLeaks(t *testing.T) {
 			tokens = append(tokens, tokenOf(url))
 			post(t, url, "application/json", []byte(`{"text":"hello"}`))
 			post(t, url, "application/json", []byte(`{"text":`))
-			post(t, url, "text/plain", bytes.Repeat([]byte("a"), subjects.MaxCallbackBody+1))
+			post(t, url, "text/plain", bytes.Repeat([]byte("a"), callbacks.MaxCallbackBody+1))
 			post(t, strings.Replace(strings.Replace(url, "/wake/", "/x/", 1), "/enqueue/", "/wake/", 1), "", nil)
 			req, _ := http.NewRequest("GET", url, nil)
 			if res, err := http.DefaultClient.Do(req); err == nil {
@@ -506,7 +507,7 @@ func TestNoTokenLeaks(t *testing.T) {
 			}
 		}
 		_, body := post(t, base+"/api/control/agents/"+agent+"/reset-callback", "", nil)
-		var reset subjects.ResetReply
+		var reset callbacks.ResetReply
 		_ = json.Unmarshal(body, &reset)
 		tokens = append(tokens, tokenOf(reset.TriggerURL))
 		post(t, reset.TriggerURL, "", nil)
@@ -556,7 +557,7 @@ func TestNoTokenLeaks(t *testing.T) {
 
 func TestCallbackConcurrentWakesWithoutInboxConsumer(t *testing.T) {
 	_, nc := startChime(t)
-	wake := startAgent(t, nc, "burst")[subjects.ModeWakeHint]
+	wake := startAgent(t, nc, "burst")[callbacks.ModeWakeHint]
 	inbox := inboxOf(t, nc, "burst")
 	const n = 64
 	var wg sync.WaitGroup
@@ -583,7 +584,7 @@ func TestCallbackConcurrentWakesWithoutInboxConsumer(t *testing.T) {
 
 func TestCallbackWakeRetryNeverSwallowsAWake(t *testing.T) {
 	_, nc := startChime(t)
-	wake := startAgent(t, nc, "retry")[subjects.ModeWakeHint]
+	wake := startAgent(t, nc, "retry")[callbacks.ModeWakeHint]
 	ctx := context.Background()
 	js, _ := jetstream.New(nc)
 	cons, err := js.CreateOrUpdateConsumer(ctx, engine.InboxStream, jetstream.ConsumerConfig{
@@ -612,7 +613,7 @@ func TestCallbackWakeRetryNeverSwallowsAWake(t *testing.T) {
 	for round := range 5 {
 		key := fmt.Sprintf("delivery-%d", round)
 		status, body := post(t, wake, "text/plain", []byte("original"), "Idempotency-Key", key)
-		accepted(t, status, body, "retry", subjects.ModeWakeHint, subjects.DispositionTriggered)
+		accepted(t, status, body, "retry", callbacks.ModeWakeHint, callbacks.DispositionTriggered)
 		if got := take(); got != "original" {
 			t.Fatalf("round %d: %q", round, got)
 		}
@@ -645,11 +646,11 @@ func TestCallbackWakeRetryNeverSwallowsAWake(t *testing.T) {
 
 func TestCallbackLargeEscapableBody(t *testing.T) {
 	_, nc := startChime(t)
-	enqueue := startAgent(t, nc, "big")[subjects.ModeEnqueueMessage]
+	enqueue := startAgent(t, nc, "big")[callbacks.ModeEnqueueMessage]
 	inbox := inboxOf(t, nc, "big")
 	body := strings.Repeat("<a&b>", 50000) // 250 KB; HTML-escaped it would be 1.2 MB
 	status, reply := post(t, enqueue, "text/plain", []byte(body))
-	accepted(t, status, reply, "big", subjects.ModeEnqueueMessage, subjects.DispositionEnqueued)
+	accepted(t, status, reply, "big", callbacks.ModeEnqueueMessage, callbacks.DispositionEnqueued)
 	if env := next(t, inbox); env.Text != body {
 		t.Errorf("delivered %d bytes, want the %d sent", len(env.Text), len(body))
 	}
@@ -659,7 +660,7 @@ func TestCallbackLargeEscapableBody(t *testing.T) {
 // callback, even while its trigger is still active.
 func TestCallbackStoppedAgentActiveToken(t *testing.T) {
 	_, nc := startChime(t)
-	enqueue := startAgent(t, nc, "paused")[subjects.ModeEnqueueMessage]
+	enqueue := startAgent(t, nc, "paused")[callbacks.ModeEnqueueMessage]
 	ctx := context.Background()
 	js, _ := jetstream.New(nc)
 	agents, err := js.KeyValue(ctx, engine.AgentsBucket)
@@ -713,15 +714,15 @@ func TestConcurrentResets(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
-	var list struct{ Triggers []subjects.TriggerView }
+	var list struct{ Triggers []callbacks.TriggerView }
 	_ = json.NewDecoder(res.Body).Decode(&list)
-	active := map[subjects.DeliveryMode]int{}
+	active := map[callbacks.DeliveryMode]int{}
 	for _, tr := range list.Triggers {
-		if tr.Status == subjects.TriggerActive {
+		if tr.Status == callbacks.TriggerActive {
 			active[tr.Mode]++
 		}
 	}
-	if active[subjects.ModeWakeHint] != 1 || active[subjects.ModeEnqueueMessage] != 1 || len(list.Triggers) != 10 {
+	if active[callbacks.ModeWakeHint] != 1 || active[callbacks.ModeEnqueueMessage] != 1 || len(list.Triggers) != 10 {
 		t.Errorf("after 8 concurrent resets: active %v of %d triggers", active, len(list.Triggers))
 	}
 }
@@ -732,7 +733,7 @@ func TestConcurrentResets(t *testing.T) {
 func TestCallbackCoalescingWithChimesCursor(t *testing.T) {
 	_, nc := startChime(t)
 	urls := startAgent(t, nc, "cur")
-	wake, enqueue := urls[subjects.ModeWakeHint], urls[subjects.ModeEnqueueMessage]
+	wake, enqueue := urls[callbacks.ModeWakeHint], urls[callbacks.ModeEnqueueMessage]
 	ctx := context.Background()
 	c, _ := client.New(nc, "cur")
 	fetch := func(want int) []subjects.InboxDelivery {
@@ -755,7 +756,7 @@ func TestCallbackCoalescingWithChimesCursor(t *testing.T) {
 	// Until it first acks, it reads nothing reliably: every wake is
 	// delivered.
 	status, body := post(t, enqueue, "text/plain", []byte("hello"))
-	accepted(t, status, body, "cur", subjects.ModeEnqueueMessage, subjects.DispositionEnqueued)
+	accepted(t, status, body, "cur", callbacks.ModeEnqueueMessage, callbacks.DispositionEnqueued)
 	hello := fetch(1)
 	if len(hello) != 1 {
 		t.Fatalf("fetched %d", len(hello))
@@ -764,21 +765,21 @@ func TestCallbackCoalescingWithChimesCursor(t *testing.T) {
 		t.Fatal(err)
 	}
 	status, body = post(t, wake, "text/plain", []byte("first"))
-	accepted(t, status, body, "cur", subjects.ModeWakeHint, subjects.DispositionTriggered)
+	accepted(t, status, body, "cur", callbacks.ModeWakeHint, callbacks.DispositionTriggered)
 	status, body = post(t, wake, "text/plain", []byte("second"))
-	accepted(t, status, body, "cur", subjects.ModeWakeHint, subjects.DispositionCoalesced)
+	accepted(t, status, body, "cur", callbacks.ModeWakeHint, callbacks.DispositionCoalesced)
 	first := fetch(1)
 	if len(first) != 1 || text(first[0]) != "first" {
 		t.Fatalf("pending hint %+v", first)
 	}
 	// Fetched but not acked: still pending.
 	status, body = post(t, wake, "text/plain", []byte("third"))
-	accepted(t, status, body, "cur", subjects.ModeWakeHint, subjects.DispositionCoalesced)
+	accepted(t, status, body, "cur", callbacks.ModeWakeHint, callbacks.DispositionCoalesced)
 	if _, err := c.AckInbox(ctx, first[0].Seq); err != nil {
 		t.Fatal(err)
 	}
 	status, body = post(t, wake, "text/plain", []byte("fourth"))
-	accepted(t, status, body, "cur", subjects.ModeWakeHint, subjects.DispositionTriggered)
+	accepted(t, status, body, "cur", callbacks.ModeWakeHint, callbacks.DispositionTriggered)
 	if rest := fetch(1); len(rest) != 1 || text(rest[0]) != "fourth" {
 		t.Errorf("after the ack the inbox holds %+v, want only the fourth (second and third coalesced)", rest)
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/callbacks"
 )
 
 // TestBrowserForgeryRefused: without operator tokens the API is open to
@@ -67,7 +67,7 @@ func TestBrowserForgeryRefused(t *testing.T) {
 		t.Errorf("%d timers after one allowed create: %s", n, list.Data)
 	}
 	// A callback from another site is no forgery: its URL is its authority.
-	status, body := send("POST", urls[subjects.ModeEnqueueMessage], "", crossSite, "the build passed")
+	status, body := send("POST", urls[callbacks.ModeEnqueueMessage], "", crossSite, "the build passed")
 	if status != 200 {
 		t.Errorf("cross-site callback: %d %s", status, body)
 	}

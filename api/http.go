@@ -64,7 +64,7 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (boo
 		route(a, body)
 	}
 	notificationFeeds(mux, ops)
-	for _, mode := range subjects.DeliveryModes() {
+	for _, mode := range callbacks.DeliveryModes() {
 		mux.HandleFunc("POST /api/callbacks/"+mode.Route()+"/{token}", func(w http.ResponseWriter, r *http.Request) {
 			res, err := callback(ops, mode, w, r)
 			if err != nil {
@@ -103,7 +103,7 @@ func asSent(_ *http.Request, read []byte) []byte { return read }
 
 // callback reads a callback request: the body under the callback limit
 // (413 beyond, nothing stored), the token from the path.
-func callback(ops *Operations, mode subjects.DeliveryMode, w http.ResponseWriter, r *http.Request) (*subjects.CallbackReply, error) {
+func callback(ops *Operations, mode callbacks.DeliveryMode, w http.ResponseWriter, r *http.Request) (*callbacks.CallbackReply, error) {
 	body, err := ops.readBody(w, r, callbackAction)
 	if err != nil {
 		return nil, err

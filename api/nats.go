@@ -144,13 +144,13 @@ func StartService(ctx context.Context, cfg ServiceConfig) (*Service, error) {
 			return nil, err
 		}
 	}
-	for _, mode := range subjects.DeliveryModes() {
+	for _, mode := range callbacks.DeliveryModes() {
 		subject := subjects.CallbackWake
-		if mode == subjects.ModeEnqueueMessage {
+		if mode == callbacks.ModeEnqueueMessage {
 			subject = subjects.CallbackEnqueue
 		}
 		summary := "a callback: wake the agent (wake_hint)"
-		if mode == subjects.ModeEnqueueMessage {
+		if mode == callbacks.ModeEnqueueMessage {
 			summary = "a callback: enqueue the body in the agent's inbox"
 		}
 		if err := add(subject, summary, func(req micro.Request) *nats.Msg { return s.callback(mode, req) }); err != nil {
@@ -249,7 +249,7 @@ func (s *Service) reply(action string, req micro.Request) *nats.Msg {
 }
 
 // callback accepts a callback whose token is in its header.
-func (s *Service) callback(mode subjects.DeliveryMode, req micro.Request) *nats.Msg {
+func (s *Service) callback(mode callbacks.DeliveryMode, req micro.Request) *nats.Msg {
 	h := req.Headers()
 	token := h.Get(subjects.HeaderCallbackToken)
 	if !s.replyAllowed(req, func(reply string) bool {

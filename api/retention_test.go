@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/engine"
@@ -76,14 +77,14 @@ func TestFinishedRecordsExpire(t *testing.T) {
 		t.Fatal(err)
 	}
 	urls := startAgent(t, nc, "ret")
-	extra, err := c.CreateTrigger(ctx, subjects.ModeEnqueueMessage, "extra")
+	extra, err := c.CreateTrigger(ctx, callbacks.ModeEnqueueMessage, "extra")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.CancelTrigger(ctx, extra.ID); err != nil {
 		t.Fatal(err)
 	}
-	reset, err := c.ResetCallback(ctx, subjects.ModeWakeHint) // revokes the first wake default
+	reset, err := c.ResetCallback(ctx, callbacks.ModeWakeHint) // revokes the first wake default
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +129,7 @@ func TestFinishedRecordsExpire(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, tr := range all {
-			if tr.Status != subjects.TriggerActive {
+			if tr.Status != callbacks.TriggerActive {
 				return false
 			}
 		}
@@ -169,10 +170,10 @@ func TestFinishedRecordsExpire(t *testing.T) {
 		return seen[late.ID] && seen[repeating.ID]
 	}, "the late timer and the repeating one fire after the expiry")
 	status, body := post(t, reset.TriggerURL, "", nil)
-	accepted(t, status, body, "ret", subjects.ModeWakeHint, "triggered")
-	status, body = post(t, urls[subjects.ModeEnqueueMessage], "text/plain", []byte("still here"))
-	accepted(t, status, body, "ret", subjects.ModeEnqueueMessage, "enqueued")
-	rejectedAt(t, "the expired default", urls[subjects.ModeWakeHint])
+	accepted(t, status, body, "ret", callbacks.ModeWakeHint, "triggered")
+	status, body = post(t, urls[callbacks.ModeEnqueueMessage], "text/plain", []byte("still here"))
+	accepted(t, status, body, "ret", callbacks.ModeEnqueueMessage, "enqueued")
+	rejectedAt(t, "the expired default", urls[callbacks.ModeWakeHint])
 	if strings.Contains(logs.String(), "undecodable") {
 		t.Errorf("an expiry marker was read as a record:\n%s", logs.String())
 	}

@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 
+	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/questions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
@@ -19,9 +20,9 @@ func httpStatus(e *subjects.Error) int {
 	case subjects.CodeInvalidJSON, subjects.CodeInvalidRequest, subjects.CodeInvalidID,
 		waits.CodeInvalidDuration, waits.CodeInvalidTimestamp, waits.CodeTargetInPast, waits.CodeInvalidTimezone:
 		return http.StatusBadRequest
-	case subjects.CodeTimerNotFound, waits.CodeWaitNotFound, subjects.CodeTriggerNotFound, questions.CodeQuestionNotFound, tasks.CodeTaskNotFound:
+	case subjects.CodeTimerNotFound, waits.CodeWaitNotFound, callbacks.CodeTriggerNotFound, questions.CodeQuestionNotFound, tasks.CodeTaskNotFound:
 		return http.StatusNotFound
-	case subjects.CodeTimerCompleted, waits.CodeWaitExists, subjects.CodeAgentNotActive, subjects.CodeConflict,
+	case subjects.CodeTimerCompleted, waits.CodeWaitExists, callbacks.CodeAgentNotActive, subjects.CodeConflict,
 		tasks.CodeTaskHasResult, tasks.CodeTaskOutputOrder:
 		return http.StatusConflict
 	case subjects.CodeForbidden, tasks.CodeTaskOwned:

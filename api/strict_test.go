@@ -19,6 +19,7 @@ import (
 
 	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/api"
+	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -91,12 +92,12 @@ func TestStrictInput(t *testing.T) {
 
 	urls := startAgent(t, nc, "strict")
 	before := eventCount(t, nc)
-	status, body := post(t, urls[subjects.ModeEnqueueMessage], "application/json", []byte(`{"text":"benign","text":"evil"}`))
+	status, body := post(t, urls[callbacks.ModeEnqueueMessage], "application/json", []byte(`{"text":"benign","text":"evil"}`))
 	if status != 400 {
 		t.Errorf("callback with a duplicate key: status %d", status)
 	}
 	assertError(t, "callback", body, "invalid_json", `malformed JSON body: duplicate key "text"`)
-	status, body = post(t, urls[subjects.ModeEnqueueMessage], "application/json", []byte("{\"text\":\"\xff\"}"))
+	status, body = post(t, urls[callbacks.ModeEnqueueMessage], "application/json", []byte("{\"text\":\"\xff\"}"))
 	if status != 400 {
 		t.Errorf("callback with invalid UTF-8: status %d", status)
 	}
@@ -120,8 +121,8 @@ func TestBodyLimits(t *testing.T) {
 		msg          string
 	}{
 		// Callbacks first: the start and stop rows revoke these URLs.
-		{"POST", strings.TrimPrefix(urls[subjects.ModeWakeHint], base), subjects.MaxCallbackBody, callbackTooLarge},
-		{"POST", strings.TrimPrefix(urls[subjects.ModeEnqueueMessage], base), subjects.MaxCallbackBody, callbackTooLarge},
+		{"POST", strings.TrimPrefix(urls[callbacks.ModeWakeHint], base), callbacks.MaxCallbackBody, callbackTooLarge},
+		{"POST", strings.TrimPrefix(urls[callbacks.ModeEnqueueMessage], base), callbacks.MaxCallbackBody, callbackTooLarge},
 		{"POST", "/api/control/agents/big/timers", subjects.MaxRequestBody, requestTooLarge},
 		{"POST", "/api/control/agents/big/timers/tmr_x/cancel", subjects.MaxRequestBody, requestTooLarge},
 		{"POST", "/api/control/agents/big/start", subjects.MaxRequestBody, requestTooLarge},
@@ -164,7 +165,7 @@ func TestBodyLimits(t *testing.T) {
 	}
 	cb := nats.NewMsg(subjects.CallbackEnqueue)
 	cb.Header.Set(subjects.HeaderCallbackToken, "chime_cb_nope")
-	cb.Data = bytes.Repeat([]byte("a"), subjects.MaxCallbackBody+1)
+	cb.Data = bytes.Repeat([]byte("a"), callbacks.MaxCallbackBody+1)
 	reply, err := nc.RequestMsg(cb, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)

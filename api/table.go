@@ -6,6 +6,7 @@ import (
 
 	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/action"
+	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/interventions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/waits"
@@ -51,20 +52,20 @@ func (o *Operations) lifecycleActions() []action.Action {
 		}
 	}
 	return []action.Action{
-		{Name: subjects.ActionLifecycleStart, Access: action.Operator, Summary: "start the agent: its callback triggers accept calls",
-			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/start", http.StatusOK, nil), Handle: h(subjects.ActionLifecycleStart)},
-		{Name: subjects.ActionLifecycleStop, Access: action.Operator, Summary: "stop the agent: its callback triggers are revoked",
-			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/stop", http.StatusOK, nil), Handle: h(subjects.ActionLifecycleStop)},
-		{Name: subjects.ActionTriggerCreate, Access: action.Operator, Summary: "create a callback trigger (a URL an external system calls)",
-			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/triggers", http.StatusCreated, nil), Handle: h(subjects.ActionTriggerCreate)},
-		{Name: subjects.ActionTriggerCancel, IDField: "external_trigger_id", Access: action.Operator, Summary: "cancel a callback trigger",
+		{Name: callbacks.ActionLifecycleStart, Access: action.Operator, Summary: "start the agent: its callback triggers accept calls",
+			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/start", http.StatusOK, nil), Handle: h(callbacks.ActionLifecycleStart)},
+		{Name: callbacks.ActionLifecycleStop, Access: action.Operator, Summary: "stop the agent: its callback triggers are revoked",
+			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/stop", http.StatusOK, nil), Handle: h(callbacks.ActionLifecycleStop)},
+		{Name: callbacks.ActionTriggerCreate, Access: action.Operator, Summary: "create a callback trigger (a URL an external system calls)",
+			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/triggers", http.StatusCreated, nil), Handle: h(callbacks.ActionTriggerCreate)},
+		{Name: callbacks.ActionTriggerCancel, IDField: "external_trigger_id", Access: action.Operator, Summary: "cancel a callback trigger",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/triggers/{trigger_id}/cancel", http.StatusOK,
-				action.Path(map[string]string{"external_trigger_id": "trigger_id"})), Handle: h(subjects.ActionTriggerCancel)},
-		{Name: subjects.ActionTriggerList, Access: action.Operator, Summary: "list the agent's callback triggers",
+				action.Path(map[string]string{"external_trigger_id": "trigger_id"})), Handle: h(callbacks.ActionTriggerCancel)},
+		{Name: callbacks.ActionTriggerList, Access: action.Operator, Summary: "list the agent's callback triggers",
 			Columns: []string{"external_trigger_id", "status", "delivery_mode", "label", "default", "created_at"},
-			HTTP:    action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/triggers", http.StatusOK, action.NoBody), Handle: h(subjects.ActionTriggerList)},
-		{Name: subjects.ActionTriggerReset, Access: action.Operator, Summary: "replace the agent's default callback trigger and its URL",
-			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/reset-callback", http.StatusOK, nil), Handle: h(subjects.ActionTriggerReset)},
+			HTTP:    action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/triggers", http.StatusOK, action.NoBody), Handle: h(callbacks.ActionTriggerList)},
+		{Name: callbacks.ActionTriggerReset, Access: action.Operator, Summary: "replace the agent's default callback trigger and its URL",
+			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/reset-callback", http.StatusOK, nil), Handle: h(callbacks.ActionTriggerReset)},
 	}
 }
 

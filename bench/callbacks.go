@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/chime-nats/chime/access"
+	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -106,13 +107,13 @@ func Callbacks(ctx context.Context, o CallbacksOptions) (*CallbacksResult, error
 		MaxIdleConns: o.Conns, MaxIdleConnsPerHost: o.Conns, MaxConnsPerHost: o.Conns,
 	}}
 	defer httpc.CloseIdleConnections()
-	urls := map[subjects.DeliveryMode]string{}
-	triggers := map[subjects.DeliveryMode]subjects.TriggerView{}
+	urls := map[callbacks.DeliveryMode]string{}
+	triggers := map[callbacks.DeliveryMode]callbacks.TriggerView{}
 	for _, tr := range started.Triggers {
 		urls[tr.Mode] = tr.TriggerURL
 		triggers[tr.Mode] = tr
 	}
-	send := func(ctx context.Context, i int, mode subjects.DeliveryMode, contentType, body string) error {
+	send := func(ctx context.Context, i int, mode callbacks.DeliveryMode, contentType, body string) error {
 		return postCallback(ctx, httpc, urls[mode], contentType, body)
 	}
 	if o.NATS {
@@ -120,9 +121,9 @@ func Callbacks(ctx context.Context, o CallbacksOptions) (*CallbacksResult, error
 		if err != nil {
 			return nil, err
 		}
-		defer closeAll(senders[subjects.ModeWakeHint])
-		defer closeAll(senders[subjects.ModeEnqueueMessage])
-		send = func(ctx context.Context, i int, mode subjects.DeliveryMode, contentType, body string) error {
+		defer closeAll(senders[callbacks.ModeWakeHint])
+		defer closeAll(senders[callbacks.ModeEnqueueMessage])
+		send = func(ctx context.Context, i int, mode callbacks.DeliveryMode, contentType, body string) error {
 			conns := senders[mode]
 			return requestCallback(ctx, conns[i%len(conns)], mode, triggerToken(triggers[mode]), contentType, body)
 		}
@@ -160,7 +161,7 @@ func Callbacks(ctx context.Context, o CallbacksOptions) (*CallbacksResult, error
 		g.Go(func() error {
 			for i := w; i < o.N; i += o.Conns {
 				t0 := time.Now()
-				if err := send(gctx, w, subjects.ModeEnqueueMessage, "text/plain", "bench "+strconv.Itoa(i)); err != nil {
+				if err := send(gctx, w, callbacks.ModeEnqueueMessage, "text/plain", "bench "+strconv.Itoa(i)); err != nil {
 					if gctx.Err() != nil {
 						return gctx.Err()
 					}
@@ -188,7 +189,7 @@ func Callbacks(ctx context.Context, o CallbacksOptions) (*CallbacksResult, error
 	wl := make([]time.Duration, 0, o.Wakes)
 	for i := range o.Wakes {
 		t0 := time.Now()
-		if err := send(ctx, i, subjects.ModeWakeHint, "", ""); err != nil {
+		if err := send(ctx, i, callbacks.ModeWakeHint, "", ""); err != nil {
 			return nil, fmt.Errorf("bench: wake: %w", err)
 		}
 		select {
@@ -221,7 +222,7 @@ func postCallback(ctx context.Context, c *http.Client, url, contentType, body st
 	}
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
-	var reply subjects.CallbackReply
+	var reply callbacks.CallbackReply
 	if res.StatusCode != http.StatusOK || json.Unmarshal(b, &reply) != nil || reply.Result.Disposition != reply.Result.Mode.Accepted() {
 		return fmt.Errorf("callback: %d %s", res.StatusCode, strings.TrimSpace(string(b)))
 	}
@@ -229,14 +230,14 @@ func postCallback(ctx context.Context, c *http.Client, url, contentType, body st
 }
 
 // triggerToken is the token at the end of a trigger's URL.
-func triggerToken(t subjects.TriggerView) string {
+func triggerToken(t callbacks.TriggerView) string {
 	return t.TriggerURL[strings.LastIndex(t.TriggerURL, "/")+1:]
 }
 
 // callbackSenders connects n times for each trigger, presenting its token
 // and using its inbox prefix, as a callback sender over NATS does.
-func callbackSenders(url string, triggers map[subjects.DeliveryMode]subjects.TriggerView, n int) (map[subjects.DeliveryMode][]*nats.Conn, error) {
-	senders := map[subjects.DeliveryMode][]*nats.Conn{}
+func callbackSenders(url string, triggers map[callbacks.DeliveryMode]callbacks.TriggerView, n int) (map[callbacks.DeliveryMode][]*nats.Conn, error) {
+	senders := map[callbacks.DeliveryMode][]*nats.Conn{}
 	for mode, t := range triggers {
 		for range n {
 			nc, err := nats.Connect(url, nats.Token(triggerToken(t)), nats.CustomInboxPrefix(access.Principal{Kind: access.KindCallback, TriggerID: t.ID}.InboxPrefix()), nats.Name("chime-bench callback"))
@@ -254,9 +255,9 @@ func callbackSenders(url string, triggers map[subjects.DeliveryMode]subjects.Tri
 
 // requestCallback sends one callback as a NATS request and wants a stored
 // result (triggered or enqueued).
-func requestCallback(ctx context.Context, nc *nats.Conn, mode subjects.DeliveryMode, token, contentType, body string) error {
+func requestCallback(ctx context.Context, nc *nats.Conn, mode callbacks.DeliveryMode, token, contentType, body string) error {
 	subject := subjects.CallbackWake
-	if mode == subjects.ModeEnqueueMessage {
+	if mode == callbacks.ModeEnqueueMessage {
 		subject = subjects.CallbackEnqueue
 	}
 	m := nats.NewMsg(subject)
@@ -271,7 +272,7 @@ func requestCallback(ctx context.Context, nc *nats.Conn, mode subjects.DeliveryM
 	if err != nil {
 		return err
 	}
-	var reply subjects.CallbackReply
+	var reply callbacks.CallbackReply
 	if err := subjects.DecodeReply(res.Data, &reply); err != nil {
 		return fmt.Errorf("callback: %w", err)
 	}

@@ -98,12 +98,12 @@ func (cb *Consumer) Start(ctx context.Context) error {
 func (cb *Consumer) Stop() { cb.pool.Stop() }
 
 func (cb *Consumer) handle(ctx context.Context, data []byte) error {
-	var ev subjects.CallbackEvent
+	var ev CallbackEvent
 	if err := json.Unmarshal(data, &ev); err != nil || subjects.ValidateID("agent_id", ev.AgentID) != nil || ev.Payload == nil {
 		return fmt.Errorf("%w: %v", consumer.ErrPoison, err)
 	}
-	env := subjects.CallbackEnvelope(&ev)
-	if ev.Disposition == subjects.DispositionCoalesced {
+	env := CallbackEnvelope(&ev)
+	if ev.Disposition == DispositionCoalesced {
 		deliver, err := cb.unfold(ctx, &ev)
 		if err != nil {
 			return err
@@ -117,7 +117,7 @@ func (cb *Consumer) handle(ctx context.Context, data []byte) error {
 	if err != nil {
 		return err
 	}
-	if ev.Mode == subjects.ModeWakeHint {
+	if ev.Mode == ModeWakeHint {
 		// The hint is pending from here until the agent acks this sequence.
 		if _, err := cb.cfg.Store.UpdateAgent(ctx, ev.AgentID, func(st *subjects.AgentState) (bool, error) {
 			if st.PendingWake == nil || st.PendingWake.EventID != ev.ID || st.PendingWake.InboxSeq == ack.Sequence {
@@ -139,7 +139,7 @@ func (cb *Consumer) handle(ctx context.Context, data []byte) error {
 // already covered it (the agent had taken it; folding would swallow this
 // wake). Then the wake takes the pending slot itself. While the hint is
 // still in flight, it waits (consumer.ErrNotYet).
-func (cb *Consumer) unfold(ctx context.Context, ev *subjects.CallbackEvent) (bool, error) {
+func (cb *Consumer) unfold(ctx context.Context, ev *CallbackEvent) (bool, error) {
 	st, _, err := cb.cfg.Store.Agent(ctx, ev.AgentID)
 	if err != nil {
 		return false, err

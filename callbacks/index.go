@@ -26,8 +26,8 @@ type Index struct {
 	log *slog.Logger
 
 	mu       sync.Mutex
-	tokens   map[string]tokenRef         // by token hash
-	triggers map[string]subjects.Trigger // by record key
+	tokens   map[string]tokenRef // by token hash
+	triggers map[string]Trigger  // by record key
 	agents   map[string]subjects.AgentStatus
 
 	watches map[string]*kvwatch.Watch // by bucket
@@ -42,7 +42,7 @@ func StartIndex(ctx context.Context, js jetstream.JetStream, triggersBucket, age
 		log = slog.New(slog.DiscardHandler)
 	}
 	ix := &Index{
-		log: log.With("component", "triggers"), tokens: map[string]tokenRef{}, triggers: map[string]subjects.Trigger{},
+		log: log.With("component", "triggers"), tokens: map[string]tokenRef{}, triggers: map[string]Trigger{},
 		agents: map[string]subjects.AgentStatus{}, watches: map[string]*kvwatch.Watch{},
 	}
 	for bucket, apply := range map[string]func(string, []byte, bool){triggersBucket: ix.applyTrigger, agentsBucket: ix.applyAgent} {
@@ -91,7 +91,7 @@ func (ix *Index) reset(agents bool) {
 		ix.agents = map[string]subjects.AgentStatus{}
 		return
 	}
-	ix.tokens, ix.triggers = map[string]tokenRef{}, map[string]subjects.Trigger{}
+	ix.tokens, ix.triggers = map[string]tokenRef{}, map[string]Trigger{}
 }
 
 // live reports whether every watch is live.
@@ -121,7 +121,7 @@ func (ix *Index) applyTrigger(key string, value []byte, deleted bool) {
 		ix.tokens[hash] = ref
 		return
 	}
-	var t subjects.Trigger
+	var t Trigger
 	if deleted || json.Unmarshal(value, &t) != nil {
 		delete(ix.triggers, key)
 		return
@@ -142,7 +142,7 @@ func (ix *Index) waitSeen(ctx context.Context, bucket string, rev uint64) error 
 }
 
 // resolve checks a token hash against the index, as Store.Resolve does.
-func (ix *Index) resolve(hash string, mode subjects.DeliveryMode) (*subjects.Trigger, bool) {
+func (ix *Index) resolve(hash string, mode DeliveryMode) (*Trigger, bool) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	ref, ok := ix.tokens[hash]
@@ -157,12 +157,12 @@ func (ix *Index) resolve(hash string, mode subjects.DeliveryMode) (*subjects.Tri
 }
 
 // active lists the agent's active triggers.
-func (ix *Index) active(agentID string) []subjects.Trigger {
+func (ix *Index) active(agentID string) []Trigger {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	var out []subjects.Trigger
+	var out []Trigger
 	for _, t := range ix.triggers {
-		if t.AgentID == agentID && t.Status == subjects.TriggerActive {
+		if t.AgentID == agentID && t.Status == TriggerActive {
 			out = append(out, t)
 		}
 	}

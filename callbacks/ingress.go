@@ -42,7 +42,7 @@ func NewService(store *Store, inbox *consumer.Inbox, js jetstream.JetStream, inb
 
 // Request is one callback as it arrived, over HTTP or NATS.
 type Request struct {
-	Mode           subjects.DeliveryMode
+	Mode           DeliveryMode
 	Token          string
 	ContentType    string
 	IdempotencyKey string
@@ -53,7 +53,7 @@ type Request struct {
 // the route's mode whose agent is active; the body must decode. It returns
 // only once the event is stored. The token goes no further than the
 // lookup: not into the event, a log line, a subject or a label.
-func (o *Service) Accept(ctx context.Context, req Request) (*subjects.CallbackReply, error) {
+func (o *Service) Accept(ctx context.Context, req Request) (*CallbackReply, error) {
 	t, err := o.store.Resolve(req.Token, req.Mode)
 	if err != nil {
 		return nil, err
@@ -61,12 +61,12 @@ func (o *Service) Accept(ctx context.Context, req Request) (*subjects.CallbackRe
 	if err := o.confirm(ctx, t); err != nil {
 		return nil, err
 	}
-	payload, err := subjects.DecodeCallbackBody(req.ContentType, req.Body)
+	payload, err := DecodeCallbackBody(req.ContentType, req.Body)
 	if err != nil {
 		return nil, err
 	}
-	reply := func(disposition string) *subjects.CallbackReply {
-		return &subjects.CallbackReply{OK: true, Result: subjects.CallbackResult{
+	reply := func(disposition string) *CallbackReply {
+		return &CallbackReply{OK: true, Result: CallbackResult{
 			AgentID: t.AgentID, TriggerID: t.ID, Mode: t.Mode, Disposition: disposition,
 		}}
 	}
@@ -74,22 +74,22 @@ func (o *Service) Accept(ctx context.Context, req Request) (*subjects.CallbackRe
 	// never claims, or folds into, a wake.
 	idem := ""
 	if req.IdempotencyKey != "" {
-		idem = subjects.CallbackMsgID(t.ID, req.IdempotencyKey, "")
+		idem = CallbackMsgID(t.ID, req.IdempotencyKey, "")
 		seen, err := o.store.Seen(ctx, idem)
 		if err != nil {
 			return nil, err
 		}
 		if seen {
-			return reply(subjects.DispositionDuplicate), nil
+			return reply(DispositionDuplicate), nil
 		}
 	}
-	ev := subjects.CallbackEvent{
+	ev := CallbackEvent{
 		ID: "cb_" + nuid.Next(), AgentID: t.AgentID, TriggerID: t.ID, Mode: t.Mode,
 		Disposition: t.Mode.Accepted(), At: o.now().UTC(), Payload: payload,
 	}
 	// Too big to deliver is refused now, not found undeliverable later. The
 	// envelope carries the payload at least once, so it bounds the event too.
-	env := subjects.CallbackEnvelope(&ev)
+	env := CallbackEnvelope(&ev)
 	envMsg, err := env.Msg()
 	if err != nil {
 		return nil, fmt.Errorf("callbacks: encode callback: %w", err)
@@ -98,7 +98,7 @@ func (o *Service) Accept(ctx context.Context, req Request) (*subjects.CallbackRe
 		return nil, &subjects.Error{Code: subjects.CodePayloadTooLarge, Message: "callback body too large once encoded for delivery"}
 	}
 	claimed := false
-	if t.Mode == subjects.ModeWakeHint {
+	if t.Mode == ModeWakeHint {
 		if ev.Disposition, ev.CoalescedInto, ev.FloorAtFold, claimed, err = o.claimWake(ctx, t.AgentID, ev.ID); err != nil {
 			return nil, err
 		}
@@ -110,7 +110,7 @@ func (o *Service) Accept(ctx context.Context, req Request) (*subjects.CallbackRe
 	m := &nats.Msg{Subject: t.Mode.EventSubject(), Data: data, Header: nats.Header{}}
 	msgID := idem
 	if msgID == "" {
-		msgID = subjects.CallbackMsgID(t.ID, "", ev.ID)
+		msgID = CallbackMsgID(t.ID, "", ev.ID)
 	}
 	m.Header.Set(jetstream.MsgIDHeader, msgID)
 	ack, err := o.js.PublishMsg(ctx, m)
@@ -123,7 +123,7 @@ func (o *Service) Accept(ctx context.Context, req Request) (*subjects.CallbackRe
 		if err != nil {
 			return nil, fmt.Errorf("callbacks: store callback: %w", err)
 		}
-		return reply(subjects.DispositionDuplicate), nil
+		return reply(DispositionDuplicate), nil
 	}
 	if idem != "" {
 		if err := o.store.Remember(ctx, idem); err != nil {
@@ -178,15 +178,15 @@ func (o *Service) claimWake(ctx context.Context, agentID, eventID string) (dispo
 			}
 		}
 		if pw != nil && !WakeConsumed(pw, ackFloor, o.now()) {
-			disposition, into, claimed = subjects.DispositionCoalesced, pw.EventID, false
+			disposition, into, claimed = DispositionCoalesced, pw.EventID, false
 			return false, nil
 		}
-		disposition, into, claimed = subjects.DispositionTriggered, "", true
+		disposition, into, claimed = DispositionTriggered, "", true
 		st.PendingWake = &subjects.PendingWake{EventID: eventID, ClaimedAt: o.now().UTC()}
 		return true, nil
 	})
 	if err == nil && !reads {
-		return subjects.DispositionTriggered, "", 0, false, nil
+		return DispositionTriggered, "", 0, false, nil
 	}
 	return disposition, into, ackFloor, claimed, err
 }
@@ -197,17 +197,17 @@ func (o *Service) claimWake(ctx context.Context, agentID, eventID string) (dispo
 // without a round trip, this one read stands behind every accepted one.
 // (A KV get may be answered by a follower that lags a revoke; the
 // stream's message API is answered by the leader.)
-func (o *Service) confirm(ctx context.Context, t *subjects.Trigger) error {
+func (o *Service) confirm(ctx context.Context, t *Trigger) error {
 	last, err := kvrec.LeaderLast(ctx, o.js.Conn(), o.store.triggers.Bucket(), recKey(t.AgentID, t.ID))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return subjects.ErrCallbackRejected // the record is gone
+		return ErrCallbackRejected // the record is gone
 	}
 	if err != nil {
 		return fmt.Errorf("callbacks: confirm trigger: %w", err)
 	}
-	var rec subjects.Trigger
+	var rec Trigger
 	if json.Unmarshal(last.Data, &rec) != nil || !usable(&rec, t.TokenHash, t.Mode) {
-		return subjects.ErrCallbackRejected
+		return ErrCallbackRejected
 	}
 	return nil
 }
@@ -221,7 +221,7 @@ func (o *Service) landedAt(ctx context.Context, agentID, eventID string) uint64 
 		return 0
 	}
 	m, err := stream.GetLastMsgForSubject(ctx, subjects.Inbox(agentID))
-	if err != nil || m.Header.Get(jetstream.MsgIDHeader) != subjects.WakeHintID(eventID) {
+	if err != nil || m.Header.Get(jetstream.MsgIDHeader) != WakeHintID(eventID) {
 		return 0
 	}
 	return m.Sequence

@@ -46,11 +46,11 @@ type Store struct {
 	retention   kvrec.Retention
 	// onRevoke runs after a trigger is revoked: the callback sender's
 	// open connections are ended there (package access).
-	onRevoke func(ctx context.Context, t *subjects.Trigger)
+	onRevoke func(ctx context.Context, t *Trigger)
 }
 
 // OnRevoke sets what runs after each trigger revocation.
-func (s *Store) OnRevoke(fn func(ctx context.Context, t *subjects.Trigger)) { s.onRevoke = fn }
+func (s *Store) OnRevoke(fn func(ctx context.Context, t *Trigger)) { s.onRevoke = fn }
 
 // NewStore returns a Store. Callbacks are resolved in index, and writes
 // wait until index has them; idempotency (a TTL bucket) remembers stored
@@ -98,20 +98,20 @@ func (s *Store) seen(ctx context.Context, kv jetstream.KeyValue, rev uint64) err
 }
 
 // usable reports whether t takes callbacks of mode for the token of hash.
-func usable(t *subjects.Trigger, hash string, mode subjects.DeliveryMode) bool {
-	return subtle.ConstantTimeCompare([]byte(t.TokenHash), []byte(hash)) == 1 && t.Status == subjects.TriggerActive && t.Mode == mode
+func usable(t *Trigger, hash string, mode DeliveryMode) bool {
+	return subtle.ConstantTimeCompare([]byte(t.TokenHash), []byte(hash)) == 1 && t.Status == TriggerActive && t.Mode == mode
 }
 
 // Issued is a trigger with its token, as handed out once.
 type Issued struct {
-	Trigger subjects.Trigger
+	Trigger Trigger
 	Token   string
 }
 
 // View is the issued trigger with its URL.
-func (i *Issued) View(publicURL string) subjects.TriggerView {
+func (i *Issued) View(publicURL string) TriggerView {
 	v := i.Trigger.View()
-	v.TriggerURL = subjects.TriggerURL(publicURL, i.Trigger.Mode, i.Token)
+	v.TriggerURL = TriggerURL(publicURL, i.Trigger.Mode, i.Token)
 	return v
 }
 
@@ -149,7 +149,7 @@ func (s *Store) start(ctx context.Context, agentID string) ([]Issued, error) {
 		return nil, err
 	}
 	var out []Issued
-	for _, mode := range subjects.DeliveryModes() {
+	for _, mode := range DeliveryModes() {
 		iss, err := s.issue(ctx, agentID, mode, "", true)
 		if err != nil {
 			return nil, err
@@ -167,19 +167,19 @@ func (s *Store) Start(ctx context.Context, agentID string) (out []Issued, err er
 
 // Stop stops the agent and revokes its triggers (see stop), under the
 // agent's lifecycle guard.
-func (s *Store) Stop(ctx context.Context, agentID string) (out []subjects.Trigger, err error) {
+func (s *Store) Stop(ctx context.Context, agentID string) (out []Trigger, err error) {
 	return out, s.guarded(ctx, agentID, func(ctx context.Context) error { out, err = s.stop(ctx, agentID); return err })
 }
 
 // Reset replaces the agent's default trigger of mode (see reset), under
 // the agent's lifecycle guard.
-func (s *Store) Reset(ctx context.Context, agentID string, mode subjects.DeliveryMode) (out *Issued, err error) {
+func (s *Store) Reset(ctx context.Context, agentID string, mode DeliveryMode) (out *Issued, err error) {
 	return out, s.guarded(ctx, agentID, func(ctx context.Context) error { out, err = s.reset(ctx, agentID, mode); return err })
 }
 
 // Create issues an extra trigger for an active agent, under the agent's
 // lifecycle guard, so none is issued to an agent being stopped.
-func (s *Store) Create(ctx context.Context, agentID string, mode subjects.DeliveryMode, label string) (out *Issued, err error) {
+func (s *Store) Create(ctx context.Context, agentID string, mode DeliveryMode, label string) (out *Issued, err error) {
 	return out, s.guarded(ctx, agentID, func(ctx context.Context) error { out, err = s.create(ctx, agentID, mode, label); return err })
 }
 
@@ -197,7 +197,7 @@ func (s *Store) revokeAll(ctx context.Context, agentID string) error {
 
 // stop marks the agent stopped, which already refuses its callbacks, then
 // revokes every trigger it has.
-func (s *Store) stop(ctx context.Context, agentID string) ([]subjects.Trigger, error) {
+func (s *Store) stop(ctx context.Context, agentID string) ([]Trigger, error) {
 	now := s.now().UTC()
 	if _, err := s.UpdateAgent(ctx, agentID, func(st *subjects.AgentState) (bool, error) {
 		st.Status, st.StoppedAt, st.PendingWake = subjects.AgentStopped, &now, nil
@@ -213,7 +213,7 @@ func (s *Store) stop(ctx context.Context, agentID string) ([]subjects.Trigger, e
 
 // reset revokes the agent's default trigger of mode and issues a new one.
 // The agent must be active.
-func (s *Store) reset(ctx context.Context, agentID string, mode subjects.DeliveryMode) (*Issued, error) {
+func (s *Store) reset(ctx context.Context, agentID string, mode DeliveryMode) (*Issued, error) {
 	if err := s.requireActive(ctx, agentID); err != nil {
 		return nil, err
 	}
@@ -221,7 +221,7 @@ func (s *Store) reset(ctx context.Context, agentID string, mode subjects.Deliver
 }
 
 // create issues an extra trigger for an active agent.
-func (s *Store) create(ctx context.Context, agentID string, mode subjects.DeliveryMode, label string) (*Issued, error) {
+func (s *Store) create(ctx context.Context, agentID string, mode DeliveryMode, label string) (*Issued, error) {
 	if err := s.requireActive(ctx, agentID); err != nil {
 		return nil, err
 	}
@@ -234,12 +234,12 @@ func (s *Store) requireActive(ctx context.Context, agentID string) error {
 		return err
 	}
 	if st.Status != subjects.AgentActive {
-		return &subjects.Error{Code: subjects.CodeAgentNotActive, Message: "agent " + agentID + " is not started"}
+		return &subjects.Error{Code: CodeAgentNotActive, Message: "agent " + agentID + " is not started"}
 	}
 	return nil
 }
 
-func (s *Store) replaceDefault(ctx context.Context, agentID string, mode subjects.DeliveryMode) (*Issued, error) {
+func (s *Store) replaceDefault(ctx context.Context, agentID string, mode DeliveryMode) (*Issued, error) {
 	for _, t := range s.index.active(agentID) {
 		if t.Default && t.Mode == mode {
 			if _, err := s.Revoke(ctx, agentID, t.ID); err != nil {
@@ -250,13 +250,13 @@ func (s *Store) replaceDefault(ctx context.Context, agentID string, mode subject
 	return s.issue(ctx, agentID, mode, "", true)
 }
 
-func (s *Store) issue(ctx context.Context, agentID string, mode subjects.DeliveryMode, label string, def bool) (*Issued, error) {
+func (s *Store) issue(ctx context.Context, agentID string, mode DeliveryMode, label string, def bool) (*Issued, error) {
 	token := NewToken()
-	t := subjects.Trigger{
+	t := Trigger{
 		ID: "trg_" + nuid.Next(), AgentID: agentID, Mode: mode, Label: label, Default: def,
-		Status: subjects.TriggerActive, TokenHash: HashToken(token), CreatedAt: s.now().UTC(),
+		Status: TriggerActive, TokenHash: HashToken(token), CreatedAt: s.now().UTC(),
 	}
-	if _, _, err := kvrec.Update(ctx, s.triggers, recKey(agentID, t.ID), true, func(r *subjects.Trigger) (bool, error) {
+	if _, _, err := kvrec.Update(ctx, s.triggers, recKey(agentID, t.ID), true, func(r *Trigger) (bool, error) {
 		*r = t
 		return true, nil
 	}); err != nil {
@@ -273,17 +273,17 @@ func (s *Store) issue(ctx context.Context, agentID string, mode subjects.Deliver
 }
 
 // Revoke ends a trigger; revoking a revoked one changes nothing.
-func (s *Store) Revoke(ctx context.Context, agentID, triggerID string) (*subjects.Trigger, error) {
+func (s *Store) Revoke(ctx context.Context, agentID, triggerID string) (*Trigger, error) {
 	now := s.now().UTC()
-	t, rev, _, err := kvrec.UpdateRev(ctx, s.triggers, recKey(agentID, triggerID), false, func(t *subjects.Trigger) (bool, error) {
-		if t.Status == subjects.TriggerRevoked {
+	t, rev, _, err := kvrec.UpdateRev(ctx, s.triggers, recKey(agentID, triggerID), false, func(t *Trigger) (bool, error) {
+		if t.Status == TriggerRevoked {
 			return false, nil
 		}
-		t.Status, t.RevokedAt = subjects.TriggerRevoked, &now
+		t.Status, t.RevokedAt = TriggerRevoked, &now
 		return true, nil
-	}, kvrec.ExpireFinished(s.retention, (*subjects.Trigger).Revoked))
+	}, kvrec.ExpireFinished(s.retention, (*Trigger).Revoked))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, subjects.TriggerNotFound(triggerID)
+		return nil, TriggerNotFound(triggerID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("triggers: revoke: %w", err)
@@ -307,13 +307,13 @@ func (s *Store) Revoke(ctx context.Context, agentID, triggerID string) (*subject
 // stored before records expired their TTL (see kvrec.Sweep) and returns
 // how many.
 func (s *Store) Sweep(ctx context.Context) (int, error) {
-	return kvrec.Sweep(ctx, s.retention, s.triggers, (*subjects.Trigger).Revoked, s.now())
+	return kvrec.Sweep(ctx, s.retention, s.triggers, (*Trigger).Revoked, s.now())
 }
 
 // List returns the agent's triggers, active and revoked (for the record
 // retention).
-func (s *Store) List(ctx context.Context, agentID string) ([]subjects.Trigger, error) {
-	out, err := kvrec.List[subjects.Trigger](ctx, s.triggers, recKey(agentID, "*"))
+func (s *Store) List(ctx context.Context, agentID string) ([]Trigger, error) {
+	out, err := kvrec.List[Trigger](ctx, s.triggers, recKey(agentID, "*"))
 	if err != nil {
 		return nil, fmt.Errorf("triggers: list: %w", err)
 	}
@@ -323,12 +323,12 @@ func (s *Store) List(ctx context.Context, agentID string) ([]subjects.Trigger, e
 // Resolve finds the active trigger of token for a callback of mode, with
 // its agent active, in the index: no storage round trip. Every failure is
 // the same ErrCallbackRejected.
-func (s *Store) Resolve(token string, mode subjects.DeliveryMode) (*subjects.Trigger, error) {
+func (s *Store) Resolve(token string, mode DeliveryMode) (*Trigger, error) {
 	if token == "" || len(token) > 256 {
-		return nil, subjects.ErrCallbackRejected
+		return nil, ErrCallbackRejected
 	}
 	if t, ok := s.index.resolve(HashToken(token), mode); ok {
 		return t, nil
 	}
-	return nil, subjects.ErrCallbackRejected
+	return nil, ErrCallbackRejected
 }

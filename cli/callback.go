@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/client"
-	"github.com/chime-nats/chime/subjects"
 )
 
 // agent runs `chime agent start|stop [--agent ID]`.
@@ -56,9 +56,9 @@ func (a *App) callback(ctx context.Context, args []string) error {
 	return a.request(ctx, *agent, func(ctx context.Context, c *client.Client) (any, error) {
 		switch {
 		case sub == "reset" && len(pos) == 0:
-			return c.ResetCallback(ctx, subjects.DeliveryMode(*mode))
+			return c.ResetCallback(ctx, callbacks.DeliveryMode(*mode))
 		case sub == "create" && len(pos) == 0:
-			return c.CreateTrigger(ctx, subjects.DeliveryMode(*mode), *label)
+			return c.CreateTrigger(ctx, callbacks.DeliveryMode(*mode), *label)
 		case sub == "cancel" && len(pos) == 1:
 			return c.CancelTrigger(ctx, pos[0])
 		case sub == "list" && len(pos) == 0:

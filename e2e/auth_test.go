@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/access"
+	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/interventions"
@@ -218,8 +219,8 @@ func TestNATSAuthorization(t *testing.T) {
 		}
 		for _, subj := range []string{
 			subjects.Agent("bob", subjects.ActionTimerList), subjects.Agent("bob", subjects.ActionTimerCancel),
-			subjects.Agent("alice", waits.ActionIntervention), subjects.Agent("alice", subjects.ActionLifecycleStart),
-			subjects.Agent("alice", subjects.ActionTriggerCreate), subjects.Agent("alice", subjects.ActionTokenIssue),
+			subjects.Agent("alice", waits.ActionIntervention), subjects.Agent("alice", callbacks.ActionLifecycleStart),
+			subjects.Agent("alice", callbacks.ActionTriggerCreate), subjects.Agent("alice", subjects.ActionTokenIssue),
 			subjects.Agent("alice", notifications.ActionNotificationsMark), subjects.Agent("alice", notifications.ActionNotificationsClear),
 			subjects.Agent("bob", notifications.ActionNotify), subjects.Agent("bob", notifications.ActionNotificationsList),
 			subjects.Agent("alice", notifications.ActionNotifications), "$KV.chime_notifications.alice.x",
@@ -261,7 +262,7 @@ func TestNATSAuthorization(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var reply subjects.CallbackReply
+		var reply callbacks.CallbackReply
 		if err := subjects.DecodeReply(res.Data, &reply); err != nil {
 			t.Fatal(err)
 		}
@@ -319,10 +320,10 @@ func TestNATSAuthorization(t *testing.T) {
 }
 
 // wakeTrigger is the default wake trigger a start handed out, and its token.
-func wakeTrigger(start *subjects.LifecycleReply) (subjects.TriggerView, string) {
-	var trig subjects.TriggerView
+func wakeTrigger(start *callbacks.LifecycleReply) (callbacks.TriggerView, string) {
+	var trig callbacks.TriggerView
 	for _, tv := range start.Triggers {
-		if tv.Mode == subjects.ModeWakeHint {
+		if tv.Mode == callbacks.ModeWakeHint {
 			trig = tv
 		}
 	}

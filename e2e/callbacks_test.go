@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -38,34 +39,34 @@ func TestCLICallbacks(t *testing.T) {
 		return res.StatusCode
 	}
 
-	var started subjects.LifecycleReply
+	var started callbacks.LifecycleReply
 	if err := json.Unmarshal(run("agent", "start"), &started); err != nil || started.Status != subjects.AgentActive || len(started.Triggers) != 2 {
 		t.Fatalf("agent start: %+v %v", started, err)
 	}
-	urls := map[subjects.DeliveryMode]string{}
+	urls := map[callbacks.DeliveryMode]string{}
 	for _, tr := range started.Triggers {
 		urls[tr.Mode] = tr.TriggerURL
 	}
-	if code := postTo(urls[subjects.ModeEnqueueMessage], "from the CLI's URL"); code != 200 {
+	if code := postTo(urls[callbacks.ModeEnqueueMessage], "from the CLI's URL"); code != 200 {
 		t.Fatalf("post to the started URL: %d", code)
 	}
 
-	var reset subjects.ResetReply
-	if err := json.Unmarshal(run("callback", "reset", "--mode", "enqueue_message"), &reset); err != nil || !reset.OK || reset.TriggerURL == urls[subjects.ModeEnqueueMessage] {
+	var reset callbacks.ResetReply
+	if err := json.Unmarshal(run("callback", "reset", "--mode", "enqueue_message"), &reset); err != nil || !reset.OK || reset.TriggerURL == urls[callbacks.ModeEnqueueMessage] {
 		t.Fatalf("callback reset: %+v %v", reset, err)
 	}
-	if postTo(urls[subjects.ModeEnqueueMessage], "old") != 403 || postTo(reset.TriggerURL, "new") != 200 {
+	if postTo(urls[callbacks.ModeEnqueueMessage], "old") != 403 || postTo(reset.TriggerURL, "new") != 200 {
 		t.Error("after reset the old URL must be dead and the new one work")
 	}
-	var extra subjects.TriggerView
-	if err := json.Unmarshal(run("callback", "create", "--label", "ci"), &extra); err != nil || extra.Mode != subjects.ModeWakeHint || extra.Label != "ci" {
+	var extra callbacks.TriggerView
+	if err := json.Unmarshal(run("callback", "create", "--label", "ci"), &extra); err != nil || extra.Mode != callbacks.ModeWakeHint || extra.Label != "ci" {
 		t.Fatalf("callback create: %+v %v", extra, err)
 	}
-	var cancelled subjects.TriggerView
-	if err := json.Unmarshal(run("callback", "cancel", extra.ID), &cancelled); err != nil || cancelled.Status != subjects.TriggerRevoked {
+	var cancelled callbacks.TriggerView
+	if err := json.Unmarshal(run("callback", "cancel", extra.ID), &cancelled); err != nil || cancelled.Status != callbacks.TriggerRevoked {
 		t.Fatalf("callback cancel: %+v %v", cancelled, err)
 	}
-	var list []subjects.TriggerView
+	var list []callbacks.TriggerView
 	if err := json.Unmarshal(run("callback", "list"), &list); err != nil || len(list) != 4 {
 		t.Fatalf("callback list: %d %v", len(list), err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/natsproc/natsproctest"
@@ -313,7 +314,7 @@ func TestClusterLeaderKills(t *testing.T) {
 		r, err := cb.Start(ctx)
 		if err == nil {
 			for _, tr := range r.Triggers {
-				if tr.Mode == subjects.ModeEnqueueMessage {
+				if tr.Mode == callbacks.ModeEnqueueMessage {
 					token = tr.TriggerURL[strings.LastIndex(tr.TriggerURL, "/")+1:]
 				}
 			}
@@ -406,7 +407,7 @@ func TestClusterLeaderKills(t *testing.T) {
 		// acknowledgement on, no replica may take the old one.
 		old := token
 		if err := retrying(ctx, func(ctx context.Context) error {
-			r, err := cb.ResetCallback(ctx, subjects.ModeEnqueueMessage)
+			r, err := cb.ResetCallback(ctx, callbacks.ModeEnqueueMessage)
 			note(err)
 			if err == nil {
 				token = r.TriggerURL[strings.LastIndex(r.TriggerURL, "/")+1:]

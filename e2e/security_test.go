@@ -18,6 +18,7 @@ import (
 
 	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/api"
+	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/natsproc"
@@ -188,8 +189,8 @@ func TestSecurityReplySubjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var reply subjects.CallbackReply
-	if err := subjects.DecodeReply(res.Data, &reply); err != nil || reply.Result.Disposition != subjects.DispositionTriggered {
+	var reply callbacks.CallbackReply
+	if err := subjects.DecodeReply(res.Data, &reply); err != nil || reply.Result.Disposition != callbacks.DispositionTriggered {
 		t.Errorf("bob's wake after the attacks: %+v %v", reply, err)
 	}
 	// Every shard is still held.
@@ -377,7 +378,7 @@ func TestSecurityRevocationEndsSessions(t *testing.T) {
 			t.Logf("agent connection closed %v after the revoke returned", d)
 		}
 	}
-	if _, err := opAlice.ResetCallback(ctx, subjects.ModeWakeHint); err != nil {
+	if _, err := opAlice.ResetCallback(ctx, callbacks.ModeWakeHint); err != nil {
 		t.Fatal(err)
 	}
 	if d := cbClosed(); d > 2*time.Second {

@@ -15,8 +15,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/internal/tlstest"
-	"github.com/chime-nats/chime/subjects"
 )
 
 // TestServeTLS: `chime serve` with TLS on the embedded server's listener
@@ -72,13 +72,13 @@ func TestServeTLS(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("agent start: exit %d: %s", code, errOut)
 	}
-	var started subjects.LifecycleReply
+	var started callbacks.LifecycleReply
 	if err := json.Unmarshal([]byte(out), &started); err != nil {
 		t.Fatalf("agent start printed %q: %v", out, err)
 	}
 	var wake string
 	for _, tr := range started.Triggers {
-		if tr.Mode == subjects.ModeWakeHint {
+		if tr.Mode == callbacks.ModeWakeHint {
 			wake = tr.TriggerURL
 		}
 	}

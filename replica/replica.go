@@ -37,7 +37,6 @@ import (
 	"github.com/chime-nats/chime/questions"
 	"github.com/chime-nats/chime/quotas"
 	"github.com/chime-nats/chime/scheduler"
-	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
 	"github.com/chime-nats/chime/timers"
 	"github.com/chime-nats/chime/waitfor"
@@ -357,7 +356,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 			kick = access.SystemKicker{NC: r.system}
 		}
 		r.sessions = access.NewSessions(access.SessionsConfig{KV: res.Sessions, Kick: kick, MaxAge: topo.Sessions(), Log: log})
-		triggerStore.OnRevoke(func(ctx context.Context, t *subjects.Trigger) {
+		triggerStore.OnRevoke(func(ctx context.Context, t *callbacks.Trigger) {
 			r.sessions.End(ctx, access.Principal{Kind: access.KindCallback, AgentID: t.AgentID, TriggerID: t.ID})
 		})
 		if r.callout, err = access.StartCallout(ctx, access.CalloutConfig{

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/engine"
@@ -122,7 +123,7 @@ func TestTLSExternalNATSAndHTTPS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var trigger subjects.TriggerView
+	var trigger callbacks.TriggerView
 	err = json.NewDecoder(res.Body).Decode(&trigger)
 	res.Body.Close()
 	if err != nil || res.StatusCode != http.StatusCreated {
@@ -136,7 +137,7 @@ func TestTLSExternalNATSAndHTTPS(t *testing.T) {
 	if err != nil {
 		t.Fatalf("callback over https: %v", err)
 	}
-	var reply subjects.CallbackReply
+	var reply callbacks.CallbackReply
 	err = json.NewDecoder(res.Body).Decode(&reply)
 	res.Body.Close()
 	if err != nil || res.StatusCode != http.StatusOK || !reply.OK {

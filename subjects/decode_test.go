@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/interventions"
 	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/subjects"
@@ -57,9 +58,9 @@ func decoders() map[string]func([]byte) error {
 		"intervention":   func(b []byte) error { _, err := interventions.DecodeIntervention(b); return err },
 		"notify":         func(b []byte) error { _, err := notifications.DecodeNotify(b, notifications.FromAgent); return err },
 		"lifecycle":      subjects.DecodeNoFields,
-		"trigger.create": func(b []byte) error { _, _, err := subjects.DecodeCreateTrigger(b); return err },
-		"trigger.reset":  func(b []byte) error { _, err := subjects.DecodeResetTrigger(b); return err },
-		"trigger.cancel": func(b []byte) error { _, err := subjects.DecodeTriggerRef(b); return err },
+		"trigger.create": func(b []byte) error { _, _, err := callbacks.DecodeCreateTrigger(b); return err },
+		"trigger.reset":  func(b []byte) error { _, err := callbacks.DecodeResetTrigger(b); return err },
+		"trigger.cancel": func(b []byte) error { _, err := callbacks.DecodeTriggerRef(b); return err },
 	}
 }
 
@@ -120,19 +121,19 @@ func TestCallbackBodyStrict(t *testing.T) {
 		{`[1] 2`, "malformed JSON body: unexpected data after the value"},
 		{`{"text":`, "malformed JSON body: unexpected EOF"},
 	} {
-		_, err := subjects.DecodeCallbackBody("application/json", []byte(tc.body))
+		_, err := callbacks.DecodeCallbackBody("application/json", []byte(tc.body))
 		var e *subjects.Error
 		if !errors.As(err, &e) || e.Code != subjects.CodeInvalidJSON || e.Message != tc.msg {
 			t.Errorf("%q: %v, want %s", tc.body, err, tc.msg)
 		}
 		// Without a content type the same body is not JSON: kept as bytes.
-		p, err := subjects.DecodeCallbackBody("", []byte(tc.body))
+		p, err := callbacks.DecodeCallbackBody("", []byte(tc.body))
 		if err != nil || p.JSON != nil || p.ContentType != "application/octet-stream" {
 			t.Errorf("untyped %q: %+v %v", tc.body, p, err)
 		}
 	}
 	// The text of a message is the member "text" exactly.
-	p, err := subjects.DecodeCallbackBody("application/json", []byte(`{"TEXT":"shout"}`))
+	p, err := callbacks.DecodeCallbackBody("application/json", []byte(`{"TEXT":"shout"}`))
 	if err != nil || p.MessageText() != `{"TEXT":"shout"}` {
 		t.Errorf("TEXT: %+v %v", p, err)
 	}

@@ -120,3 +120,10 @@ func DecodeReply(data []byte, v any) error {
 	}
 	return json.Unmarshal(data, v)
 }
+
+// Codes of the access and size rules every surface applies.
+const (
+	CodeForbidden       = "forbidden"
+	CodeUnauthorized    = "unauthorized"
+	CodePayloadTooLarge = "payload_too_large"
+)

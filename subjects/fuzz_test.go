@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/interventions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/subjects/subjectstest"
@@ -89,7 +90,7 @@ func FuzzDecodeListTimers(f *testing.F) {
 func FuzzDecodeTimerRef(f *testing.F) { subjectstest.Ref(f, "timer_id", timers.DecodeTimerRef) }
 func FuzzDecodeWaitRef(f *testing.F)  { subjectstest.Ref(f, "wait_id", waits.DecodeWaitRef) }
 func FuzzDecodeTriggerRef(f *testing.F) {
-	subjectstest.Ref(f, "external_trigger_id", subjects.DecodeTriggerRef)
+	subjectstest.Ref(f, "external_trigger_id", callbacks.DecodeTriggerRef)
 }
 
 func FuzzDecodeIntervention(f *testing.F) {
@@ -114,12 +115,12 @@ func FuzzDecodeNoFields(f *testing.F) {
 
 func FuzzDecodeCreateTrigger(f *testing.F) {
 	subjectstest.AddSeeds(f, `{"delivery_mode":"enqueue_message","label":"github"}`, `{"delivery_mode":"wake"}`, `{"label":5}`)
-	decode := func(body []byte) (subjects.CreateTriggerRequest, error) {
-		mode, label, err := subjects.DecodeCreateTrigger(body)
-		return subjects.CreateTriggerRequest{Mode: string(mode), Label: label}, err
+	decode := func(body []byte) (callbacks.CreateTriggerRequest, error) {
+		mode, label, err := callbacks.DecodeCreateTrigger(body)
+		return callbacks.CreateTriggerRequest{Mode: string(mode), Label: label}, err
 	}
-	subjectstest.Request(f, decode, []string{"delivery_mode", "label"}, subjectstest.DecodeCodes, func(t *testing.T, body []byte, req subjects.CreateTriggerRequest) {
-		if !slices.Contains(subjects.DeliveryModes(), subjects.DeliveryMode(req.Mode)) || len(req.Label) > subjects.MaxLabelLen || !utf8.ValidString(req.Label) {
+	subjectstest.Request(f, decode, []string{"delivery_mode", "label"}, subjectstest.DecodeCodes, func(t *testing.T, body []byte, req callbacks.CreateTriggerRequest) {
+		if !slices.Contains(callbacks.DeliveryModes(), callbacks.DeliveryMode(req.Mode)) || len(req.Label) > callbacks.MaxLabelLen || !utf8.ValidString(req.Label) {
 			t.Fatalf("%q accepted as %+v", body, req)
 		}
 		if back, err := decode(subjectstest.EncodeBody(t, req)); err != nil || back != req {
@@ -130,11 +131,11 @@ func FuzzDecodeCreateTrigger(f *testing.F) {
 
 func FuzzDecodeResetTrigger(f *testing.F) {
 	subjectstest.AddSeeds(f, `{"delivery_mode":"wake_hint"}`, `{"delivery_mode":""}`, `{"delivery_mode":"Wake_Hint"}`)
-	subjectstest.Request(f, subjects.DecodeResetTrigger, []string{"delivery_mode"}, subjectstest.DecodeCodes, func(t *testing.T, body []byte, mode subjects.DeliveryMode) {
-		if !slices.Contains(subjects.DeliveryModes(), mode) {
+	subjectstest.Request(f, callbacks.DecodeResetTrigger, []string{"delivery_mode"}, subjectstest.DecodeCodes, func(t *testing.T, body []byte, mode callbacks.DeliveryMode) {
+		if !slices.Contains(callbacks.DeliveryModes(), mode) {
 			t.Fatalf("%q accepted as %q", body, mode)
 		}
-		if back, err := subjects.DecodeResetTrigger(subjectstest.EncodeBody(t, subjects.ResetTriggerRequest{Mode: string(mode)})); err != nil || back != mode {
+		if back, err := callbacks.DecodeResetTrigger(subjectstest.EncodeBody(t, callbacks.ResetTriggerRequest{Mode: string(mode)})); err != nil || back != mode {
 			t.Fatalf("%q reads back as %q (%v)", mode, back, err)
 		}
 	})

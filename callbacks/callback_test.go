@@ -1,4 +1,4 @@
-package subjects_test
+package callbacks_test
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/subjects/subjectstest"
 )
@@ -16,22 +17,22 @@ import (
 func TestDecodeCallbackBody(t *testing.T) {
 	for _, tc := range []struct {
 		name, contentType, body string
-		want                    subjects.Payload
+		want                    callbacks.Payload
 		reason, text            string
 	}{
-		{"empty", "", "", subjects.Payload{}, "external trigger fired", ""},
-		{"blank JSON", "application/json", "  \n", subjects.Payload{}, "external trigger fired", ""},
-		{"text", "text/plain; charset=utf-8", "build 7 green", subjects.Payload{Text: "build 7 green"}, "build 7 green", "build 7 green"},
-		{"JSON text field", "application/json", `{ "text" : "hi" }`, subjects.Payload{JSON: []byte(`{"text":"hi"}`)}, `{"text":"hi"}`, "hi"},
-		{"JSON other", "application/json", `{"ok": true}`, subjects.Payload{JSON: []byte(`{"ok":true}`)}, `{"ok":true}`, `{"ok":true}`},
-		{"+json", "application/vnd.github+json", `[1, 2]`, subjects.Payload{JSON: []byte(`[1,2]`)}, `[1,2]`, `[1,2]`},
-		{"untyped JSON", "", `{"a":1}`, subjects.Payload{JSON: []byte(`{"a":1}`)}, `{"a":1}`, `{"a":1}`},
-		{"untyped bytes", "", "not json", subjects.Payload{ContentType: "application/octet-stream", BodyBase64: "bm90IGpzb24="}, "external trigger fired", ""},
-		{"binary", "image/png", "\x89PNG", subjects.Payload{ContentType: "image/png", BodyBase64: "iVBORw=="}, "external trigger fired", ""},
-		{"text not UTF-8", "text/plain", "\xff\xfe", subjects.Payload{ContentType: "text/plain", BodyBase64: "//4="}, "external trigger fired", ""},
-		{"bad content type", "text/", "x", subjects.Payload{ContentType: "application/octet-stream", BodyBase64: "eA=="}, "external trigger fired", ""},
+		{"empty", "", "", callbacks.Payload{}, "external trigger fired", ""},
+		{"blank JSON", "application/json", "  \n", callbacks.Payload{}, "external trigger fired", ""},
+		{"text", "text/plain; charset=utf-8", "build 7 green", callbacks.Payload{Text: "build 7 green"}, "build 7 green", "build 7 green"},
+		{"JSON text field", "application/json", `{ "text" : "hi" }`, callbacks.Payload{JSON: []byte(`{"text":"hi"}`)}, `{"text":"hi"}`, "hi"},
+		{"JSON other", "application/json", `{"ok": true}`, callbacks.Payload{JSON: []byte(`{"ok":true}`)}, `{"ok":true}`, `{"ok":true}`},
+		{"+json", "application/vnd.github+json", `[1, 2]`, callbacks.Payload{JSON: []byte(`[1,2]`)}, `[1,2]`, `[1,2]`},
+		{"untyped JSON", "", `{"a":1}`, callbacks.Payload{JSON: []byte(`{"a":1}`)}, `{"a":1}`, `{"a":1}`},
+		{"untyped bytes", "", "not json", callbacks.Payload{ContentType: "application/octet-stream", BodyBase64: "bm90IGpzb24="}, "external trigger fired", ""},
+		{"binary", "image/png", "\x89PNG", callbacks.Payload{ContentType: "image/png", BodyBase64: "iVBORw=="}, "external trigger fired", ""},
+		{"text not UTF-8", "text/plain", "\xff\xfe", callbacks.Payload{ContentType: "text/plain", BodyBase64: "//4="}, "external trigger fired", ""},
+		{"bad content type", "text/", "x", callbacks.Payload{ContentType: "application/octet-stream", BodyBase64: "eA=="}, "external trigger fired", ""},
 	} {
-		got, err := subjects.DecodeCallbackBody(tc.contentType, []byte(tc.body))
+		got, err := callbacks.DecodeCallbackBody(tc.contentType, []byte(tc.body))
 		if err != nil {
 			t.Errorf("%s: %v", tc.name, err)
 			continue
@@ -52,29 +53,29 @@ func TestDecodeCallbackBodyErrors(t *testing.T) {
 	for _, tc := range []struct{ contentType, body, code string }{
 		{"application/json", `{"text":`, subjects.CodeInvalidJSON},
 		{"application/problem+json", `{]`, subjects.CodeInvalidJSON},
-		{"text/plain", strings.Repeat("a", subjects.MaxCallbackBody+1), subjects.CodePayloadTooLarge},
+		{"text/plain", strings.Repeat("a", callbacks.MaxCallbackBody+1), subjects.CodePayloadTooLarge},
 	} {
-		_, err := subjects.DecodeCallbackBody(tc.contentType, []byte(tc.body))
+		_, err := callbacks.DecodeCallbackBody(tc.contentType, []byte(tc.body))
 		var e *subjects.Error
 		if !errors.As(err, &e) || e.Code != tc.code {
 			t.Errorf("%s %.20q: %v, want %s", tc.contentType, tc.body, err, tc.code)
 		}
 	}
-	if _, err := subjects.DecodeCallbackBody("text/plain", bytes.Repeat([]byte("a"), subjects.MaxCallbackBody)); err != nil {
+	if _, err := callbacks.DecodeCallbackBody("text/plain", bytes.Repeat([]byte("a"), callbacks.MaxCallbackBody)); err != nil {
 		t.Errorf("256 KiB: %v", err)
 	}
 }
 
 func TestWakeReasonCut(t *testing.T) {
-	p := subjects.Payload{JSON: []byte(`"` + strings.Repeat("é", 200) + `"`)}
+	p := callbacks.Payload{JSON: []byte(`"` + strings.Repeat("é", 200) + `"`)}
 	if got := p.WakeReason(); got != `"`+strings.Repeat("é", 159)+"..." {
 		t.Errorf("JSON cut by characters: %q", got)
 	}
-	p = subjects.Payload{JSON: []byte(strings.Repeat("1", 160))}
+	p = callbacks.Payload{JSON: []byte(strings.Repeat("1", 160))}
 	if got := p.WakeReason(); got != string(p.JSON) {
 		t.Errorf("160 characters are not cut: %q", got)
 	}
-	p = subjects.Payload{Text: strings.Repeat("x", 500)}
+	p = callbacks.Payload{Text: strings.Repeat("x", 500)}
 	if got := p.WakeReason(); got != p.Text {
 		t.Errorf("a text reason is the text, uncut: %d characters", len(got))
 	}
@@ -82,11 +83,11 @@ func TestWakeReasonCut(t *testing.T) {
 
 func TestCallbackEnvelopeSize(t *testing.T) {
 	body := strings.Repeat("<&>", 60000) // HTML escaping would make this 1 MB
-	p, err := subjects.DecodeCallbackBody("text/plain", []byte(body))
+	p, err := callbacks.DecodeCallbackBody("text/plain", []byte(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := subjects.CallbackEnvelope(&subjects.CallbackEvent{ID: "x", AgentID: "a", TriggerID: "t", Mode: subjects.ModeEnqueueMessage, Payload: p})
+	env := callbacks.CallbackEnvelope(&callbacks.CallbackEvent{ID: "x", AgentID: "a", TriggerID: "t", Mode: callbacks.ModeEnqueueMessage, Payload: p})
 	m, err := env.Msg()
 	if err != nil || len(m.Data) > len(body)+400 || env.Text != body {
 		t.Errorf("envelope of %d bytes for a %d-byte text (%v)", len(m.Data), len(body), err)
@@ -94,16 +95,16 @@ func TestCallbackEnvelopeSize(t *testing.T) {
 }
 
 func TestTriggerRefs(t *testing.T) {
-	if got := subjects.TriggerURL("https://chime.example/", subjects.ModeEnqueueMessage, "tok"); got != "https://chime.example/api/callbacks/enqueue/tok" {
+	if got := callbacks.TriggerURL("https://chime.example/", callbacks.ModeEnqueueMessage, "tok"); got != "https://chime.example/api/callbacks/enqueue/tok" {
 		t.Errorf("url %q", got)
 	}
-	if subjects.CallbackMsgID("trg_1", "k", "cb_1") != subjects.CallbackMsgID("trg_1", "k", "cb_2") || subjects.CallbackMsgID("trg_1", "k", "x") == subjects.CallbackMsgID("trg_2", "k", "x") {
+	if callbacks.CallbackMsgID("trg_1", "k", "cb_1") != callbacks.CallbackMsgID("trg_1", "k", "cb_2") || callbacks.CallbackMsgID("trg_1", "k", "x") == callbacks.CallbackMsgID("trg_2", "k", "x") {
 		t.Error("idempotency keys must be scoped to the trigger, and only to it")
 	}
-	if m, err := subjects.ParseMode("", subjects.ModeWakeHint); err != nil || m != subjects.ModeWakeHint {
+	if m, err := callbacks.ParseMode("", callbacks.ModeWakeHint); err != nil || m != callbacks.ModeWakeHint {
 		t.Errorf("default mode %v %v", m, err)
 	}
-	if _, err := subjects.ParseMode("wake", subjects.ModeWakeHint); err == nil || err.Error() != "invalid_request: delivery_mode must be wake_hint or enqueue_message, not wake" {
+	if _, err := callbacks.ParseMode("wake", callbacks.ModeWakeHint); err == nil || err.Error() != "invalid_request: delivery_mode must be wake_hint or enqueue_message, not wake" {
 		t.Errorf("bad mode: %v", err)
 	}
 }
@@ -115,7 +116,7 @@ func FuzzDecodeCallbackBody(f *testing.F) {
 		f.Add(s[0], []byte(s[1]))
 	}
 	f.Fuzz(func(t *testing.T, contentType string, body []byte) {
-		p, err := subjects.DecodeCallbackBody(contentType, body)
+		p, err := callbacks.DecodeCallbackBody(contentType, body)
 		if err != nil {
 			subjectstest.Rejected(t, body, err, subjects.CodeInvalidJSON, subjects.CodePayloadTooLarge)
 			return
@@ -132,7 +133,7 @@ func FuzzDecodeCallbackBody(f *testing.F) {
 		switch {
 		case p.JSON != nil:
 			// Strict JSON, compact: it reads back as itself.
-			again, err := subjects.DecodeCallbackBody("application/json", p.JSON)
+			again, err := callbacks.DecodeCallbackBody("application/json", p.JSON)
 			if !utf8.Valid(p.JSON) || err != nil || !bytes.Equal(again.JSON, p.JSON) {
 				t.Fatalf("%q: JSON %q reads back as %+v (%v)", body, p.JSON, again, err)
 			}
@@ -148,7 +149,7 @@ func FuzzDecodeCallbackBody(f *testing.F) {
 		if r := []rune(p.WakeReason()); len(r) == 0 || (p.Text == "" && len(r) > 163) {
 			t.Fatalf("reason of %d characters", len(r))
 		}
-		env := subjects.CallbackEnvelope(&subjects.CallbackEvent{ID: "x", AgentID: "a", TriggerID: "t", Mode: subjects.ModeWakeHint, Payload: p})
+		env := callbacks.CallbackEnvelope(&callbacks.CallbackEvent{ID: "x", AgentID: "a", TriggerID: "t", Mode: callbacks.ModeWakeHint, Payload: p})
 		if _, err := env.Msg(); err != nil {
 			t.Fatalf("envelope: %v", err)
 		}

@@ -1,4 +1,4 @@
-package subjects
+package callbacks
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/chime-nats/chime/subjects"
 	jsonv2 "github.com/go-json-experiment/json"
 )
 
@@ -28,9 +29,6 @@ const (
 
 // Callback error codes.
 const (
-	CodeForbidden       = "forbidden"
-	CodeUnauthorized    = "unauthorized"
-	CodePayloadTooLarge = "payload_too_large"
 	CodeTriggerNotFound = "trigger_not_found"
 	CodeAgentNotActive  = "agent_not_active"
 )
@@ -38,12 +36,12 @@ const (
 // ErrCallbackRejected is the one answer to a callback with a bad token, a
 // revoked one, the other mode's route or a stopped agent: nothing in it
 // tells a guesser which.
-var ErrCallbackRejected = &Error{Code: CodeForbidden, Message: "callback rejected"}
+var ErrCallbackRejected = &subjects.Error{Code: subjects.CodeForbidden, Message: "callback rejected"}
 
 // Callback sentinels for errors.Is.
 var (
-	ErrTriggerNotFound = &Error{Code: CodeTriggerNotFound}
-	ErrAgentNotActive  = &Error{Code: CodeAgentNotActive}
+	ErrTriggerNotFound = &subjects.Error{Code: CodeTriggerNotFound}
+	ErrAgentNotActive  = &subjects.Error{Code: CodeAgentNotActive}
 )
 
 // MaxCallbackBody is the largest callback body accepted (256 KiB).
@@ -72,9 +70,9 @@ func (m DeliveryMode) Route() string {
 // EventSubject is where accepted callbacks of the mode are stored.
 func (m DeliveryMode) EventSubject() string {
 	if m == ModeWakeHint {
-		return CallbackEventWake
+		return subjects.CallbackEventWake
 	}
-	return CallbackEventEnqueue
+	return subjects.CallbackEventEnqueue
 }
 
 // ParseMode validates a delivery mode; empty means def.
@@ -87,7 +85,7 @@ func ParseMode(s string, def DeliveryMode) (DeliveryMode, error) {
 			return m, nil
 		}
 	}
-	return "", Invalid("delivery_mode must be wake_hint or enqueue_message, not " + s)
+	return "", subjects.Invalid("delivery_mode must be wake_hint or enqueue_message, not " + s)
 }
 
 // TriggerStatus is where a trigger is in its life.
@@ -154,7 +152,7 @@ const MaxLabelLen = 200
 // Validate checks the request; the mode defaults to wake_hint.
 func (r *CreateTriggerRequest) Validate() (DeliveryMode, error) {
 	if len(r.Label) > MaxLabelLen {
-		return "", Invalid("label must be at most 200 bytes")
+		return "", subjects.Invalid("label must be at most 200 bytes")
 	}
 	return ParseMode(r.Mode, ModeWakeHint)
 }
@@ -162,7 +160,7 @@ func (r *CreateTriggerRequest) Validate() (DeliveryMode, error) {
 // DecodeCreateTrigger decodes and validates a trigger.create body.
 func DecodeCreateTrigger(data []byte) (DeliveryMode, string, error) {
 	var r CreateTriggerRequest
-	if err := DecodeStrict(data, &r); err != nil {
+	if err := subjects.DecodeStrict(data, &r); err != nil {
 		return "", "", err
 	}
 	mode, err := r.Validate()
@@ -178,7 +176,7 @@ type ResetTriggerRequest struct {
 // whose default is replaced (wake_hint when absent).
 func DecodeResetTrigger(data []byte) (DeliveryMode, error) {
 	var r ResetTriggerRequest
-	if err := DecodeStrict(data, &r); err != nil {
+	if err := subjects.DecodeStrict(data, &r); err != nil {
 		return "", err
 	}
 	return ParseMode(r.Mode, ModeWakeHint)
@@ -190,28 +188,28 @@ type TriggerRef struct {
 }
 
 // Validate checks the trigger ID.
-func (r *TriggerRef) Validate() error { return ValidateID("external_trigger_id", r.ID) }
+func (r *TriggerRef) Validate() error { return subjects.ValidateID("external_trigger_id", r.ID) }
 
 // DecodeTriggerRef decodes a trigger.cancel body and returns the trigger ID.
 func DecodeTriggerRef(data []byte) (string, error) {
 	var r TriggerRef
-	if err := DecodeStrict(data, &r); err != nil {
+	if err := subjects.DecodeStrict(data, &r); err != nil {
 		return "", err
 	}
 	return r.ID, r.Validate()
 }
 
 // TriggerNotFound is the error for an unknown trigger.
-func TriggerNotFound(id string) *Error {
-	return &Error{Code: CodeTriggerNotFound, Message: "trigger " + id + " not found"}
+func TriggerNotFound(id string) *subjects.Error {
+	return &subjects.Error{Code: CodeTriggerNotFound, Message: "trigger " + id + " not found"}
 }
 
 // LifecycleReply answers lifecycle.start and stop. Start's triggers carry
 // their URLs: the reply goes only to the agent that asked.
 type LifecycleReply struct {
-	AgentID  string        `json:"agent_id"`
-	Status   AgentStatus   `json:"status"`
-	Triggers []TriggerView `json:"triggers"`
+	AgentID  string               `json:"agent_id"`
+	Status   subjects.AgentStatus `json:"status"`
+	Triggers []TriggerView        `json:"triggers"`
 }
 
 // ResetReply is the reply of reset-callback.
@@ -275,7 +273,7 @@ func (p *Payload) Empty() bool { return p.Text == "" && p.JSON == nil && p.BodyB
 // reads as such JSON, else bytes.
 func DecodeCallbackBody(contentType string, body []byte) (*Payload, error) {
 	if len(body) > MaxCallbackBody {
-		return nil, BodyTooLarge("callback", MaxCallbackBody)
+		return nil, subjects.BodyTooLarge("callback", MaxCallbackBody)
 	}
 	p := &Payload{}
 	if len(bytes.TrimSpace(body)) == 0 {
@@ -287,14 +285,14 @@ func DecodeCallbackBody(contentType string, body []byte) (*Payload, error) {
 	}
 	switch {
 	case media == "application/json" || strings.HasSuffix(media, "+json"):
-		compact, err := CompactStrict(body)
+		compact, err := subjects.CompactStrict(body)
 		if err != nil {
-			return nil, &Error{Code: CodeInvalidJSON, Message: "malformed JSON body: " + strings.TrimPrefix(AsError(err).Message, "malformed JSON: ")}
+			return nil, &subjects.Error{Code: subjects.CodeInvalidJSON, Message: "malformed JSON body: " + strings.TrimPrefix(subjects.AsError(err).Message, "malformed JSON: ")}
 		}
 		p.JSON = compact
 		return p, nil
 	case media == "":
-		if compact, err := CompactStrict(body); err == nil {
+		if compact, err := subjects.CompactStrict(body); err == nil {
 			p.JSON = compact
 			return p, nil
 		}
@@ -375,21 +373,21 @@ func WakeHintID(eventID string) string { return "wake_" + eventID }
 
 // CallbackEnvelope is the inbox delivery of an accepted callback. The
 // payload rides in data only where the text does not already carry it.
-func CallbackEnvelope(ev *CallbackEvent) Envelope {
-	env := Envelope{AgentID: ev.AgentID, At: ev.At.UTC(), Source: Source{Type: "external_trigger", ID: ev.TriggerID}, Trust: TrustExternal}
+func CallbackEnvelope(ev *CallbackEvent) subjects.Envelope {
+	env := subjects.Envelope{AgentID: ev.AgentID, At: ev.At.UTC(), Source: subjects.Source{Type: "external_trigger", ID: ev.TriggerID}, Trust: subjects.TrustExternal}
 	data := CallbackData{TriggerID: ev.TriggerID}
 	if ev.Mode == ModeWakeHint {
-		env.ID, env.Kind = WakeHintID(ev.ID), KindWakeHint
+		env.ID, env.Kind = WakeHintID(ev.ID), subjects.KindWakeHint
 		data.Reason = ev.Payload.WakeReason()
 		env.Text = data.Reason
 	} else {
-		env.ID, env.Kind = "msg_"+ev.ID, KindMessage
+		env.ID, env.Kind = "msg_"+ev.ID, subjects.KindMessage
 		env.Text = ev.Payload.MessageText()
 	}
 	if ev.Payload.BodyBase64 != "" || (ev.Payload.JSON != nil && env.Text != string(ev.Payload.JSON)) {
 		data.Payload = ev.Payload
 	}
-	env.Data, _ = EncodeJSON(data)
+	env.Data, _ = subjects.EncodeJSON(data)
 	return env
 }
 
