@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/internal/kvrec"
-	"github.com/chime-nats/chime/subjects"
 )
 
 // Store reads and writes agent records.
@@ -30,10 +29,10 @@ func (s *Store) Bucket() string { return s.kv.Bucket() }
 
 // Get returns the agent's record and its revision; an agent never seen has
 // the zero state at revision 0.
-func (s *Store) Get(ctx context.Context, agentID string) (*subjects.AgentState, uint64, error) {
-	st, rev, err := kvrec.Get[subjects.AgentState](ctx, s.kv, agentID)
+func (s *Store) Get(ctx context.Context, agentID string) (*AgentState, uint64, error) {
+	st, rev, err := kvrec.Get[AgentState](ctx, s.kv, agentID)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return &subjects.AgentState{AgentID: agentID}, 0, nil
+		return &AgentState{AgentID: agentID}, 0, nil
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("agents: %s: %w", agentID, err)
@@ -44,8 +43,8 @@ func (s *Store) Get(ctx context.Context, agentID string) (*subjects.AgentState, 
 // Update applies change to the agent's record by CAS (creating it when
 // missing) and returns the record with the revision written, or read when
 // change wrote nothing.
-func (s *Store) Update(ctx context.Context, agentID string, change func(*subjects.AgentState) (bool, error)) (*subjects.AgentState, uint64, error) {
-	st, rev, _, err := kvrec.UpdateRev(ctx, s.kv, agentID, true, func(st *subjects.AgentState) (bool, error) {
+func (s *Store) Update(ctx context.Context, agentID string, change func(*AgentState) (bool, error)) (*AgentState, uint64, error) {
+	st, rev, _, err := kvrec.UpdateRev(ctx, s.kv, agentID, true, func(st *AgentState) (bool, error) {
 		st.AgentID = agentID
 		return change(st)
 	})
@@ -58,7 +57,7 @@ func (s *Store) Update(ctx context.Context, agentID string, change func(*subject
 // Pause marks the agent paused at at; pausing a paused agent changes
 // nothing.
 func (s *Store) Pause(ctx context.Context, agentID string, at time.Time) error {
-	_, _, err := s.Update(ctx, agentID, func(st *subjects.AgentState) (bool, error) {
+	_, _, err := s.Update(ctx, agentID, func(st *AgentState) (bool, error) {
 		if st.PausedAt != nil {
 			return false, nil
 		}
@@ -71,7 +70,7 @@ func (s *Store) Pause(ctx context.Context, agentID string, at time.Time) error {
 
 // Resume clears the agent's pause.
 func (s *Store) Resume(ctx context.Context, agentID string) error {
-	_, _, err := s.Update(ctx, agentID, func(st *subjects.AgentState) (bool, error) {
+	_, _, err := s.Update(ctx, agentID, func(st *AgentState) (bool, error) {
 		if st.PausedAt == nil {
 			return false, nil
 		}
@@ -86,7 +85,7 @@ func (s *Store) Resume(ctx context.Context, agentID string) error {
 // given up. Within one epoch the cursor only moves forward, so a late or
 // repeated call changes nothing; a new epoch starts it over.
 func (s *Store) InterventionDone(ctx context.Context, agentID string, seq uint64, epoch int64) error {
-	_, _, err := s.Update(ctx, agentID, func(st *subjects.AgentState) (bool, error) {
+	_, _, err := s.Update(ctx, agentID, func(st *AgentState) (bool, error) {
 		if InterventionCursor(st, epoch) >= seq {
 			return false, nil
 		}
@@ -99,7 +98,7 @@ func (s *Store) InterventionDone(ctx context.Context, agentID string, seq uint64
 // InterventionCursor is the agent's intervention cursor in the events
 // stream of epoch: zero when it was kept for another stream. A cursor
 // without an epoch (written before epochs) is taken as this stream's.
-func InterventionCursor(st *subjects.AgentState, epoch int64) uint64 {
+func InterventionCursor(st *AgentState, epoch int64) uint64 {
 	if st.InterventionEpoch != 0 && st.InterventionEpoch != epoch {
 		return 0
 	}
@@ -107,8 +106,8 @@ func InterventionCursor(st *subjects.AgentState, epoch int64) uint64 {
 }
 
 // List returns every agent record, in key order.
-func (s *Store) List(ctx context.Context) ([]subjects.AgentState, error) {
-	out, err := kvrec.List[subjects.AgentState](ctx, s.kv, ">")
+func (s *Store) List(ctx context.Context) ([]AgentState, error) {
+	out, err := kvrec.List[AgentState](ctx, s.kv, ">")
 	if err != nil {
 		return nil, fmt.Errorf("agents: list: %w", err)
 	}
@@ -118,7 +117,7 @@ func (s *Store) List(ctx context.Context) ([]subjects.AgentState, error) {
 // InboxAck moves the agent's inbox cursor up to seq and returns it; a seq
 // at or below the cursor changes nothing (acks may arrive out of order).
 func (s *Store) InboxAck(ctx context.Context, agentID string, seq uint64) (uint64, error) {
-	st, _, err := s.Update(ctx, agentID, func(st *subjects.AgentState) (bool, error) {
+	st, _, err := s.Update(ctx, agentID, func(st *AgentState) (bool, error) {
 		if seq <= st.InboxAcked {
 			return false, nil
 		}

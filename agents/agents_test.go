@@ -9,7 +9,6 @@ import (
 
 	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/internal/natstest"
-	"github.com/chime-nats/chime/subjects"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -27,8 +26,8 @@ func TestStore(t *testing.T) {
 	if err != nil || rev != 0 || st.AgentID != "new" || st.Status != "" || st.PausedAt != nil {
 		t.Fatalf("unknown agent: %+v %d %v", st, rev, err)
 	}
-	if _, _, err := s.Update(ctx, "a", func(st *subjects.AgentState) (bool, error) {
-		st.Status = subjects.AgentActive
+	if _, _, err := s.Update(ctx, "a", func(st *agents.AgentState) (bool, error) {
+		st.Status = agents.AgentActive
 		return true, nil
 	}); err != nil {
 		t.Fatal(err)
@@ -43,7 +42,7 @@ func TestStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, _, _ = s.Get(ctx, "a")
-	if st.Status != subjects.AgentActive || st.PausedAt == nil || !st.PausedAt.Equal(at) {
+	if st.Status != agents.AgentActive || st.PausedAt == nil || !st.PausedAt.Equal(at) {
 		t.Fatalf("paused: %+v (a second pause must not move paused_at; the status must stay)", st)
 	}
 	for range 2 {
@@ -52,11 +51,11 @@ func TestStore(t *testing.T) {
 		}
 	}
 	st, rev, _ = s.Get(ctx, "a")
-	if st.PausedAt != nil || st.Status != subjects.AgentActive {
+	if st.PausedAt != nil || st.Status != agents.AgentActive {
 		t.Fatalf("resumed: %+v", st)
 	}
 	// A change that writes nothing returns the revision read.
-	if _, got, err := s.Update(ctx, "a", func(*subjects.AgentState) (bool, error) { return false, nil }); err != nil || got != rev {
+	if _, got, err := s.Update(ctx, "a", func(*agents.AgentState) (bool, error) { return false, nil }); err != nil || got != rev {
 		t.Fatalf("no-op update: rev %d, want %d (%v)", got, rev, err)
 	}
 }
@@ -78,7 +77,7 @@ func TestInterventionCursorEpochs(t *testing.T) {
 		return agents.InterventionCursor(st, epoch)
 	}
 	// Before epochs: a bare cursor.
-	if _, _, err := s.Update(ctx, "iv", func(st *subjects.AgentState) (bool, error) { st.LastInterventionSeq = 100; return true, nil }); err != nil {
+	if _, _, err := s.Update(ctx, "iv", func(st *agents.AgentState) (bool, error) { st.LastInterventionSeq = 100; return true, nil }); err != nil {
 		t.Fatal(err)
 	}
 	if got := cursor(7); got != 100 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -26,13 +27,13 @@ func (o *Operations) lifecycle(ctx context.Context, surface, action, agentID str
 			if err != nil {
 				return nil, err
 			}
-			return callbacks.LifecycleReply{AgentID: agentID, Status: subjects.AgentStopped, Triggers: views(list)}, nil
+			return callbacks.LifecycleReply{AgentID: agentID, Status: agents.AgentStopped, Triggers: views(list)}, nil
 		}
 		issued, err := o.triggers.Start(ctx, agentID)
 		if err != nil {
 			return nil, err
 		}
-		reply := callbacks.LifecycleReply{AgentID: agentID, Status: subjects.AgentActive}
+		reply := callbacks.LifecycleReply{AgentID: agentID, Status: agents.AgentActive}
 		for i := range issued {
 			v := issued[i].Trigger.View()
 			if surface == "nats" {

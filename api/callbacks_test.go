@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
@@ -52,7 +53,7 @@ func startAgent(t *testing.T, nc *nats.Conn, agent string) map[callbacks.Deliver
 	if err := subjects.DecodeReply(request(t, nc, "agent."+agent+".lifecycle.start", "").Data, &reply); err != nil {
 		t.Fatal(err)
 	}
-	if reply.Status != subjects.AgentActive || len(reply.Triggers) != 2 {
+	if reply.Status != agents.AgentActive || len(reply.Triggers) != 2 {
 		t.Fatalf("start: %+v", reply)
 	}
 	urls := map[callbacks.DeliveryMode]string{}
@@ -340,7 +341,7 @@ func TestCallbackCoalescing(t *testing.T) {
 	js, _ := jetstream.New(nc)
 	// The agent reads its inbox with its durable consumer and acks.
 	cons, err := js.CreateOrUpdateConsumer(ctx, engine.InboxStream, jetstream.ConsumerConfig{
-		Durable: subjects.InboxConsumer("co"), FilterSubject: subjects.Inbox("co"), AckPolicy: jetstream.AckExplicitPolicy,
+		Durable: agents.InboxConsumer("co"), FilterSubject: subjects.Inbox("co"), AckPolicy: jetstream.AckExplicitPolicy,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -588,7 +589,7 @@ func TestCallbackWakeRetryNeverSwallowsAWake(t *testing.T) {
 	ctx := context.Background()
 	js, _ := jetstream.New(nc)
 	cons, err := js.CreateOrUpdateConsumer(ctx, engine.InboxStream, jetstream.ConsumerConfig{
-		Durable: subjects.InboxConsumer("retry"), FilterSubject: subjects.Inbox("retry"), AckPolicy: jetstream.AckExplicitPolicy,
+		Durable: agents.InboxConsumer("retry"), FilterSubject: subjects.Inbox("retry"), AckPolicy: jetstream.AckExplicitPolicy,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -663,29 +664,29 @@ func TestCallbackStoppedAgentActiveToken(t *testing.T) {
 	enqueue := startAgent(t, nc, "paused")[callbacks.ModeEnqueueMessage]
 	ctx := context.Background()
 	js, _ := jetstream.New(nc)
-	agents, err := js.KeyValue(ctx, engine.AgentsBucket)
+	kv, err := js.KeyValue(ctx, engine.AgentsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	setStatus := func(status subjects.AgentStatus) {
-		e, err := agents.Get(ctx, "paused")
+	setStatus := func(status agents.AgentStatus) {
+		e, err := kv.Get(ctx, "paused")
 		if err != nil {
 			t.Fatal(err)
 		}
-		var st subjects.AgentState
+		var st agents.AgentState
 		_ = json.Unmarshal(e.Value(), &st)
 		st.Status = status
 		b, _ := json.Marshal(st)
-		if _, err := agents.Put(ctx, "paused", b); err != nil {
+		if _, err := kv.Put(ctx, "paused", b); err != nil {
 			t.Fatal(err)
 		}
 	}
-	setStatus(subjects.AgentStopped)
+	setStatus(agents.AgentStopped)
 	testwait.Eventually(t, 5*time.Second, func() bool {
 		status, _ := post(t, enqueue, "text/plain", []byte("x"))
 		return status == 403
 	})
-	setStatus(subjects.AgentActive)
+	setStatus(agents.AgentActive)
 	testwait.Eventually(t, 5*time.Second, func() bool {
 		status, _ := post(t, enqueue, "text/plain", []byte("x"))
 		return status == 200

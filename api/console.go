@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/chime-nats/chime/action"
+	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/waitfor"
@@ -95,7 +96,7 @@ func (o *Operations) view(ctx context.Context, endpoint, agentID string, read fu
 // Agents lists the agents chime knows: those with a record in the agents
 // bucket (started, stopped, paused, intervened on, woken), with
 // deliveries in the inbox stream, or with notifications, by ID.
-func (o *Operations) Agents(ctx context.Context) (*subjects.ListAgentsReply, error) {
+func (o *Operations) Agents(ctx context.Context) (*agents.ListAgentsReply, error) {
 	res, err := o.view(ctx, "agents", "", func(ctx context.Context) (any, error) {
 		records, err := o.agents.List(ctx)
 		if err != nil {
@@ -105,13 +106,13 @@ func (o *Operations) Agents(ctx context.Context) (*subjects.ListAgentsReply, err
 		if err != nil {
 			return nil, err
 		}
-		byID := make(map[string]*subjects.AgentSummary, len(records)+len(counts))
+		byID := make(map[string]*agents.AgentSummary, len(records)+len(counts))
 		for _, st := range records {
-			byID[st.AgentID] = &subjects.AgentSummary{AgentID: st.AgentID, Status: st.Status, PausedAt: st.PausedAt}
+			byID[st.AgentID] = &agents.AgentSummary{AgentID: st.AgentID, Status: st.Status, PausedAt: st.PausedAt}
 		}
-		summary := func(id string) *subjects.AgentSummary {
+		summary := func(id string) *agents.AgentSummary {
 			if byID[id] == nil {
-				byID[id] = &subjects.AgentSummary{AgentID: id}
+				byID[id] = &agents.AgentSummary{AgentID: id}
 			}
 			return byID[id]
 		}
@@ -128,17 +129,17 @@ func (o *Operations) Agents(ctx context.Context) (*subjects.ListAgentsReply, err
 				a.Notifications, a.Unread = c.Total, c.Unread
 			}
 		}
-		reply := &subjects.ListAgentsReply{Agents: make([]subjects.AgentSummary, 0, len(byID))}
+		reply := &agents.ListAgentsReply{Agents: make([]agents.AgentSummary, 0, len(byID))}
 		for _, a := range byID {
 			reply.Agents = append(reply.Agents, *a)
 		}
-		slices.SortFunc(reply.Agents, func(a, b subjects.AgentSummary) int { return strings.Compare(a.AgentID, b.AgentID) })
+		slices.SortFunc(reply.Agents, func(a, b agents.AgentSummary) int { return strings.Compare(a.AgentID, b.AgentID) })
 		return reply, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return res.(*subjects.ListAgentsReply), nil
+	return res.(*agents.ListAgentsReply), nil
 }
 
 // Inbox returns the agent's last limit deliveries, newest first.

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/deliveries"
@@ -52,10 +53,10 @@ func TestConsoleRoutes(t *testing.T) {
 
 	request(t, nc, "agent.noted.notify", `{"message":"only notifications know me"}`)
 	status, body := get(t, base+"/api/agents")
-	var agents subjects.ListAgentsReply
-	if status != 200 || json.Unmarshal(body, &agents) != nil || len(agents.Agents) != 2 ||
-		agents.Agents[0] != (subjects.AgentSummary{AgentID: "con", Deliveries: 1}) ||
-		agents.Agents[1] != (subjects.AgentSummary{AgentID: "noted", Notifications: 1, Unread: 1}) {
+	var fleet agents.ListAgentsReply
+	if status != 200 || json.Unmarshal(body, &fleet) != nil || len(fleet.Agents) != 2 ||
+		fleet.Agents[0] != (agents.AgentSummary{AgentID: "con", Deliveries: 1}) ||
+		fleet.Agents[1] != (agents.AgentSummary{AgentID: "noted", Notifications: 1, Unread: 1}) {
 		t.Fatalf("agents: %d %s", status, body)
 	}
 

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/subjects"
 	jsonv2 "github.com/go-json-experiment/json"
 )
@@ -207,9 +208,9 @@ func TriggerNotFound(id string) *subjects.Error {
 // LifecycleReply answers lifecycle.start and stop. Start's triggers carry
 // their URLs: the reply goes only to the agent that asked.
 type LifecycleReply struct {
-	AgentID  string               `json:"agent_id"`
-	Status   subjects.AgentStatus `json:"status"`
-	Triggers []TriggerView        `json:"triggers"`
+	AgentID  string             `json:"agent_id"`
+	Status   agents.AgentStatus `json:"status"`
+	Triggers []TriggerView      `json:"triggers"`
 }
 
 // ResetReply is the reply of reset-callback.

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -119,7 +120,7 @@ func (cb *Consumer) handle(ctx context.Context, data []byte) error {
 	}
 	if ev.Mode == ModeWakeHint {
 		// The hint is pending from here until the agent acks this sequence.
-		if _, err := cb.cfg.Store.UpdateAgent(ctx, ev.AgentID, func(st *subjects.AgentState) (bool, error) {
+		if _, err := cb.cfg.Store.UpdateAgent(ctx, ev.AgentID, func(st *agents.AgentState) (bool, error) {
 			if st.PendingWake == nil || st.PendingWake.EventID != ev.ID || st.PendingWake.InboxSeq == ack.Sequence {
 				return false, nil
 			}
@@ -155,14 +156,14 @@ func (cb *Consumer) unfold(ctx context.Context, ev *CallbackEvent) (bool, error)
 		return false, nil // the agent had not taken it: truly folded
 	}
 	claimed := false
-	_, err = cb.cfg.Store.UpdateAgent(ctx, ev.AgentID, func(st *subjects.AgentState) (bool, error) {
+	_, err = cb.cfg.Store.UpdateAgent(ctx, ev.AgentID, func(st *agents.AgentState) (bool, error) {
 		cur := st.PendingWake
 		if (pw == nil) != (cur == nil) || (cur != nil && cur.EventID != pw.EventID) {
 			claimed = false
 			return false, nil // another wake took the slot meanwhile, and covers this one
 		}
 		claimed = true
-		st.PendingWake = &subjects.PendingWake{EventID: ev.ID, ClaimedAt: time.Now().UTC()}
+		st.PendingWake = &agents.PendingWake{EventID: ev.ID, ClaimedAt: time.Now().UTC()}
 		return true, nil
 	})
 	return claimed, err

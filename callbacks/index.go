@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/internal/kvwatch"
-	"github.com/chime-nats/chime/subjects"
 )
 
 // Index is a replica's in-memory view of the triggers and agents buckets,
@@ -28,7 +28,7 @@ type Index struct {
 	mu       sync.Mutex
 	tokens   map[string]tokenRef // by token hash
 	triggers map[string]Trigger  // by record key
-	agents   map[string]subjects.AgentStatus
+	agents   map[string]agents.AgentStatus
 
 	watches map[string]*kvwatch.Watch // by bucket
 	list    []*kvwatch.Watch
@@ -43,7 +43,7 @@ func StartIndex(ctx context.Context, js jetstream.JetStream, triggersBucket, age
 	}
 	ix := &Index{
 		log: log.With("component", "triggers"), tokens: map[string]tokenRef{}, triggers: map[string]Trigger{},
-		agents: map[string]subjects.AgentStatus{}, watches: map[string]*kvwatch.Watch{},
+		agents: map[string]agents.AgentStatus{}, watches: map[string]*kvwatch.Watch{},
 	}
 	for bucket, apply := range map[string]func(string, []byte, bool){triggersBucket: ix.applyTrigger, agentsBucket: ix.applyAgent} {
 		w := kvwatch.New(kvwatch.Config{
@@ -84,11 +84,11 @@ func (ix *Index) Stop() {
 }
 
 // reset forgets one bucket's view: it is being reloaded.
-func (ix *Index) reset(agents bool) {
+func (ix *Index) reset(agentsBucket bool) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	if agents {
-		ix.agents = map[string]subjects.AgentStatus{}
+	if agentsBucket {
+		ix.agents = map[string]agents.AgentStatus{}
 		return
 	}
 	ix.tokens, ix.triggers = map[string]tokenRef{}, map[string]Trigger{}
@@ -102,7 +102,7 @@ func (ix *Index) live() bool {
 
 // applyAgent folds an agents-bucket change in. Called with ix.mu held.
 func (ix *Index) applyAgent(key string, value []byte, deleted bool) {
-	var st subjects.AgentState
+	var st agents.AgentState
 	if deleted || json.Unmarshal(value, &st) != nil {
 		delete(ix.agents, key)
 		return
@@ -150,7 +150,7 @@ func (ix *Index) resolve(hash string, mode DeliveryMode) (*Trigger, bool) {
 		return nil, false
 	}
 	t, ok := ix.triggers[recKey(ref.AgentID, ref.TriggerID)]
-	if !ok || !usable(&t, hash, mode) || ix.agents[t.AgentID] != subjects.AgentActive {
+	if !ok || !usable(&t, hash, mode) || ix.agents[t.AgentID] != agents.AgentActive {
 		return nil, false
 	}
 	return &t, true

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/subjects"
@@ -144,7 +145,7 @@ func (o *Service) Accept(ctx context.Context, req Request) (*CallbackReply, erro
 // record); a coalesced wake names the pending hint it folded into and the
 // ack floor it saw (see subjects.CallbackEvent).
 func (o *Service) claimWake(ctx context.Context, agentID, eventID string) (disposition, into string, ackFloor uint64, claimed bool, err error) {
-	c, err := o.js.Consumer(ctx, o.inboxStream, subjects.InboxConsumer(agentID))
+	c, err := o.js.Consumer(ctx, o.inboxStream, agents.InboxConsumer(agentID))
 	consumer := err == nil
 	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return "", "", 0, false, fmt.Errorf("callbacks: inbox consumer: %w", err)
@@ -154,7 +155,7 @@ func (o *Service) claimWake(ctx context.Context, agentID, eventID string) (dispo
 	}
 	landed := map[string]uint64{}
 	reads := true
-	_, err = o.store.UpdateAgent(ctx, agentID, func(st *subjects.AgentState) (bool, error) {
+	_, err = o.store.UpdateAgent(ctx, agentID, func(st *agents.AgentState) (bool, error) {
 		if !consumer {
 			if reads = st.InboxAcked > 0; !reads {
 				return false, nil
@@ -182,7 +183,7 @@ func (o *Service) claimWake(ctx context.Context, agentID, eventID string) (dispo
 			return false, nil
 		}
 		disposition, into, claimed = DispositionTriggered, "", true
-		st.PendingWake = &subjects.PendingWake{EventID: eventID, ClaimedAt: o.now().UTC()}
+		st.PendingWake = &agents.PendingWake{EventID: eventID, ClaimedAt: o.now().UTC()}
 		return true, nil
 	})
 	if err == nil && !reads {
@@ -229,7 +230,7 @@ func (o *Service) landedAt(ctx context.Context, agentID, eventID string) uint64 
 
 // releaseWake drops a claim whose event turned out to be a duplicate.
 func (o *Service) releaseWake(ctx context.Context, agentID, eventID string) {
-	if _, err := o.store.UpdateAgent(ctx, agentID, func(st *subjects.AgentState) (bool, error) {
+	if _, err := o.store.UpdateAgent(ctx, agentID, func(st *agents.AgentState) (bool, error) {
 		if st.PendingWake == nil || st.PendingWake.EventID != eventID || st.PendingWake.InboxSeq != 0 {
 			return false, nil
 		}

@@ -119,13 +119,13 @@ func (i *Issued) View(publicURL string) TriggerView {
 func (s *Store) PublicURL() string { return s.publicURL }
 
 // Agent returns the agent's state; an agent never seen has the zero state.
-func (s *Store) Agent(ctx context.Context, agentID string) (*subjects.AgentState, uint64, error) {
+func (s *Store) Agent(ctx context.Context, agentID string) (*agents.AgentState, uint64, error) {
 	return s.agents.Get(ctx, agentID)
 }
 
 // UpdateAgent applies change to the agent's state by CAS and returns once
 // the index has seen the change.
-func (s *Store) UpdateAgent(ctx context.Context, agentID string, change func(*subjects.AgentState) (bool, error)) (*subjects.AgentState, error) {
+func (s *Store) UpdateAgent(ctx context.Context, agentID string, change func(*agents.AgentState) (bool, error)) (*agents.AgentState, error) {
 	st, rev, err := s.agents.Update(ctx, agentID, change)
 	if err != nil {
 		return nil, fmt.Errorf("triggers: %w", err)
@@ -142,8 +142,8 @@ func (s *Store) start(ctx context.Context, agentID string) ([]Issued, error) {
 		return nil, err
 	}
 	now := s.now().UTC()
-	if _, err := s.UpdateAgent(ctx, agentID, func(st *subjects.AgentState) (bool, error) {
-		st.Status, st.StartedAt, st.StoppedAt, st.PendingWake = subjects.AgentActive, &now, nil, nil
+	if _, err := s.UpdateAgent(ctx, agentID, func(st *agents.AgentState) (bool, error) {
+		st.Status, st.StartedAt, st.StoppedAt, st.PendingWake = agents.AgentActive, &now, nil, nil
 		return true, nil
 	}); err != nil {
 		return nil, err
@@ -199,8 +199,8 @@ func (s *Store) revokeAll(ctx context.Context, agentID string) error {
 // revokes every trigger it has.
 func (s *Store) stop(ctx context.Context, agentID string) ([]Trigger, error) {
 	now := s.now().UTC()
-	if _, err := s.UpdateAgent(ctx, agentID, func(st *subjects.AgentState) (bool, error) {
-		st.Status, st.StoppedAt, st.PendingWake = subjects.AgentStopped, &now, nil
+	if _, err := s.UpdateAgent(ctx, agentID, func(st *agents.AgentState) (bool, error) {
+		st.Status, st.StoppedAt, st.PendingWake = agents.AgentStopped, &now, nil
 		return true, nil
 	}); err != nil {
 		return nil, err
@@ -233,7 +233,7 @@ func (s *Store) requireActive(ctx context.Context, agentID string) error {
 	if err != nil {
 		return err
 	}
-	if st.Status != subjects.AgentActive {
+	if st.Status != agents.AgentActive {
 		return &subjects.Error{Code: CodeAgentNotActive, Message: "agent " + agentID + " is not started"}
 	}
 	return nil

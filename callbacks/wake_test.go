@@ -5,7 +5,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/agents"
 )
 
 // TestWakeClaimGoesStale: a wake claimed but not yet in the inbox stays
@@ -13,7 +13,7 @@ import (
 // inbox, only the agent's ack ends it, however long that takes.
 func TestWakeClaimGoesStale(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		pw := &subjects.PendingWake{ClaimedAt: time.Now()}
+		pw := &agents.PendingWake{ClaimedAt: time.Now()}
 		if WakeConsumed(pw, 100, time.Now()) {
 			t.Fatal("a claim in flight is consumed by an ack floor that cannot be its")
 		}

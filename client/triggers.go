@@ -4,8 +4,8 @@ import (
 	"context"
 
 	"github.com/chime-nats/chime/access"
+	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/callbacks"
-	"github.com/chime-nats/chime/subjects"
 )
 
 // Start starts the agent and returns its new default triggers with their
@@ -53,11 +53,11 @@ func (c *Client) ListTriggers(ctx context.Context) ([]callbacks.TriggerView, err
 // token is in the result, once.
 func (c *Client) IssueToken(ctx context.Context) (*access.IssuedToken, error) {
 	var r access.IssuedToken
-	return &r, c.call(ctx, subjects.ActionTokenIssue, struct{}{}, &r)
+	return &r, c.call(ctx, agents.ActionTokenIssue, struct{}{}, &r)
 }
 
 // RevokeTokens revokes every token of the agent (an operator's right).
 func (c *Client) RevokeTokens(ctx context.Context) (*access.RevokedTokens, error) {
 	var r access.RevokedTokens
-	return &r, c.call(ctx, subjects.ActionTokenRevoke, struct{}{}, &r)
+	return &r, c.call(ctx, agents.ActionTokenRevoke, struct{}{}, &r)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/access"
+	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/engine"
@@ -201,7 +202,7 @@ func TestNATSAuthorization(t *testing.T) {
 		short, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		if _, err := js.CreateOrUpdateConsumer(short, engine.InboxStream, jetstream.ConsumerConfig{
-			Durable: subjects.InboxConsumer("alice"), FilterSubject: subjects.Inbox("alice"),
+			Durable: agents.InboxConsumer("alice"), FilterSubject: subjects.Inbox("alice"),
 		}); err == nil {
 			t.Fatal("a consumer of her inbox was created")
 		}
@@ -220,7 +221,7 @@ func TestNATSAuthorization(t *testing.T) {
 		for _, subj := range []string{
 			subjects.Agent("bob", subjects.ActionTimerList), subjects.Agent("bob", subjects.ActionTimerCancel),
 			subjects.Agent("alice", waits.ActionIntervention), subjects.Agent("alice", callbacks.ActionLifecycleStart),
-			subjects.Agent("alice", callbacks.ActionTriggerCreate), subjects.Agent("alice", subjects.ActionTokenIssue),
+			subjects.Agent("alice", callbacks.ActionTriggerCreate), subjects.Agent("alice", agents.ActionTokenIssue),
 			subjects.Agent("alice", notifications.ActionNotificationsMark), subjects.Agent("alice", notifications.ActionNotificationsClear),
 			subjects.Agent("bob", notifications.ActionNotify), subjects.Agent("bob", notifications.ActionNotificationsList),
 			subjects.Agent("alice", notifications.ActionNotifications), "$KV.chime_notifications.alice.x",
@@ -357,7 +358,7 @@ func inboxCount(t *testing.T, httpAddr, op string) uint64 {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
-	var list subjects.ListAgentsReply
+	var list agents.ListAgentsReply
 	if err := json.NewDecoder(res.Body).Decode(&list); err != nil || res.StatusCode != http.StatusOK {
 		t.Fatalf("GET /api/agents: %d %v", res.StatusCode, err)
 	}

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/callbacks"
-	"github.com/chime-nats/chime/subjects"
 )
 
 // TestCLICallbacks drives the agent and callback commands of the built
@@ -40,7 +40,7 @@ func TestCLICallbacks(t *testing.T) {
 	}
 
 	var started callbacks.LifecycleReply
-	if err := json.Unmarshal(run("agent", "start"), &started); err != nil || started.Status != subjects.AgentActive || len(started.Triggers) != 2 {
+	if err := json.Unmarshal(run("agent", "start"), &started); err != nil || started.Status != agents.AgentActive || len(started.Triggers) != 2 {
 		t.Fatalf("agent start: %+v %v", started, err)
 	}
 	urls := map[callbacks.DeliveryMode]string{}

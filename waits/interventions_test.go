@@ -237,7 +237,7 @@ func TestPauseResumeInOrder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var st *subjects.AgentState
+		var st *agents.AgentState
 		for {
 			if st, _, err = r.agents.Get(ctx, id); err != nil {
 				t.Fatal(err)

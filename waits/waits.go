@@ -280,7 +280,7 @@ func (s *Store) Page(ctx context.Context, agentID string, limit int, from subjec
 }
 
 // Agent returns the agent's state; an agent never seen has the zero state.
-func (s *Store) Agent(ctx context.Context, agentID string) (*subjects.AgentState, error) {
+func (s *Store) Agent(ctx context.Context, agentID string) (*agents.AgentState, error) {
 	st, _, err := s.agents.Get(ctx, agentID)
 	return st, err
 }

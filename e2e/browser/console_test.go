@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/console"
 	"github.com/chime-nats/chime/deliveries"
@@ -424,11 +425,11 @@ func TestConsoleDetailIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var agents subjects.ListAgentsReply
-	err = json.NewDecoder(res.Body).Decode(&agents)
+	var fleet agents.ListAgentsReply
+	err = json.NewDecoder(res.Body).Decode(&fleet)
 	res.Body.Close()
-	if err != nil || len(agents.Agents) != 1 || agents.Agents[0].AgentID != "clob" || agents.Agents[0].PausedAt == nil {
-		t.Errorf("agents after the pause: %+v", agents.Agents)
+	if err != nil || len(fleet.Agents) != 1 || fleet.Agents[0].AgentID != "clob" || fleet.Agents[0].PausedAt == nil {
+		t.Errorf("agents after the pause: %+v", fleet.Agents)
 	}
 	if shown := read(t, ctx, "the question", chromedp.Evaluate[bool](`!document.querySelector('#q-empty').checkVisibility() && document.getElementById('q-list').querySelector('form.question') !== null`)); !shown {
 		t.Error("the open question is hidden")

@@ -1,4 +1,4 @@
-package subjects
+package agents
 
 import "time"
 
