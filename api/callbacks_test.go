@@ -23,6 +23,7 @@ import (
 	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
+	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
@@ -737,9 +738,9 @@ func TestCallbackCoalescingWithChimesCursor(t *testing.T) {
 	wake, enqueue := urls[callbacks.ModeWakeHint], urls[callbacks.ModeEnqueueMessage]
 	ctx := context.Background()
 	c, _ := client.New(nc, "cur")
-	fetch := func(want int) []subjects.InboxDelivery {
+	fetch := func(want int) []deliveries.InboxDelivery {
 		t.Helper()
-		var got []subjects.InboxDelivery
+		var got []deliveries.InboxDelivery
 		for deadline := time.Now().Add(5 * time.Second); len(got) < want && time.Now().Before(deadline); {
 			r, err := c.FetchInbox(ctx, 0, time.Second)
 			if err != nil {
@@ -749,7 +750,7 @@ func TestCallbackCoalescingWithChimesCursor(t *testing.T) {
 		}
 		return got
 	}
-	text := func(d subjects.InboxDelivery) string {
+	text := func(d deliveries.InboxDelivery) string {
 		var env subjects.Envelope
 		_ = json.Unmarshal(d.Envelope, &env)
 		return env.Text

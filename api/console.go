@@ -195,7 +195,7 @@ func (o *Operations) inboxEvents(w http.ResponseWriter, r *http.Request) {
 		// Waiting at most a keepalive: a read cut short by it, or by an
 		// engine that does not answer meanwhile, is a keepalive and a retry.
 		nctx, cancel := context.WithTimeout(ctx, keepalive)
-		list, err := f.Next(nctx, subjects.DefaultInboxFetch)
+		list, err := f.Next(nctx, deliveries.DefaultInboxFetch)
 		cancel()
 		switch {
 		case ctx.Err() != nil: // the client left or the gateway stops

@@ -18,6 +18,7 @@ import (
 
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
+	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -39,7 +40,7 @@ func TestInboxFetchAndAck(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var first *subjects.InboxFetchReply
+	var first *deliveries.InboxFetchReply
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		var err error
 		if first, err = ann.FetchInbox(ctx, 0, time.Second); err != nil {
@@ -65,8 +66,8 @@ func TestInboxFetchAndAck(t *testing.T) {
 	if again, err := ann.FetchInbox(ctx, 2, 0); err != nil || len(again.Deliveries) != 2 || again.Deliveries[0].Seq != first.Deliveries[0].Seq {
 		t.Fatalf("again: %+v %v", again, err)
 	}
-	var beyond subjects.InboxFetchReply
-	if err := subjects.DecodeReply(request(t, nc, subjects.Agent("ann", subjects.ActionInboxFetch),
+	var beyond deliveries.InboxFetchReply
+	if err := subjects.DecodeReply(request(t, nc, subjects.Agent("ann", deliveries.ActionInboxFetch),
 		`{"after":`+jsonNum(first.Deliveries[1].Seq)+`}`).Data, &beyond); err != nil || len(beyond.Deliveries) != 1 || beyond.Deliveries[0].Seq != first.Deliveries[2].Seq {
 		t.Fatalf("after the 2nd: %+v %v", beyond, err)
 	}
@@ -90,7 +91,7 @@ func TestInboxFetchAndAck(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		_, _ = ann.CreateTimer(context.Background(), 1, 0, "late")
 	}()
-	waited, err := ann.FetchInbox(ctx, 0, subjects.MaxInboxWait)
+	waited, err := ann.FetchInbox(ctx, 0, deliveries.MaxInboxWait)
 	if err != nil || len(waited.Deliveries) != 1 || time.Since(start) > 4*time.Second {
 		t.Fatalf("a waiting fetch: %+v %v after %v", waited, err, time.Since(start))
 	}
@@ -106,22 +107,22 @@ func jsonNum(n uint64) string { b, _ := json.Marshal(n); return string(b) }
 func TestInboxBadInput(t *testing.T) {
 	_, nc := startChime(t)
 	for _, c := range []struct{ action, body, code, msg string }{
-		{subjects.ActionInboxFetch, `{"max":0}`, subjects.CodeInvalidRequest, "max must be a whole number from 1 to 256"},
-		{subjects.ActionInboxFetch, `{"max":257}`, subjects.CodeInvalidRequest, "max must be a whole number from 1 to 256"},
-		{subjects.ActionInboxFetch, `{"max":1.5}`, subjects.CodeInvalidRequest, "max must be a whole number from 1 to 256"},
-		{subjects.ActionInboxFetch, `{"wait_ms":60000}`, subjects.CodeInvalidRequest, "wait_ms must be a whole number from 0 to 5000"},
-		{subjects.ActionInboxFetch, `{"after":-1}`, subjects.CodeInvalidRequest, ""},
-		{subjects.ActionInboxFetch, `{"consumer":"x"}`, subjects.CodeInvalidRequest, ""},
-		{subjects.ActionInboxFetch, `[]`, subjects.CodeInvalidJSON, ""},
-		{subjects.ActionInboxAck, `{}`, subjects.CodeInvalidRequest, "seq is required"},
-		{subjects.ActionInboxAck, `{"seq":0}`, subjects.CodeInvalidRequest, ""},
-		{subjects.ActionInboxAck, `{"seq":"5"}`, subjects.CodeInvalidRequest, ""},
-		{subjects.ActionInboxAck, `{"seq":99999}`, subjects.CodeInvalidRequest, "seq 99999 is beyond the inbox's last delivery 0"},
+		{deliveries.ActionInboxFetch, `{"max":0}`, subjects.CodeInvalidRequest, "max must be a whole number from 1 to 256"},
+		{deliveries.ActionInboxFetch, `{"max":257}`, subjects.CodeInvalidRequest, "max must be a whole number from 1 to 256"},
+		{deliveries.ActionInboxFetch, `{"max":1.5}`, subjects.CodeInvalidRequest, "max must be a whole number from 1 to 256"},
+		{deliveries.ActionInboxFetch, `{"wait_ms":60000}`, subjects.CodeInvalidRequest, "wait_ms must be a whole number from 0 to 5000"},
+		{deliveries.ActionInboxFetch, `{"after":-1}`, subjects.CodeInvalidRequest, ""},
+		{deliveries.ActionInboxFetch, `{"consumer":"x"}`, subjects.CodeInvalidRequest, ""},
+		{deliveries.ActionInboxFetch, `[]`, subjects.CodeInvalidJSON, ""},
+		{deliveries.ActionInboxAck, `{}`, subjects.CodeInvalidRequest, "seq is required"},
+		{deliveries.ActionInboxAck, `{"seq":0}`, subjects.CodeInvalidRequest, ""},
+		{deliveries.ActionInboxAck, `{"seq":"5"}`, subjects.CodeInvalidRequest, ""},
+		{deliveries.ActionInboxAck, `{"seq":99999}`, subjects.CodeInvalidRequest, "seq 99999 is beyond the inbox's last delivery 0"},
 	} {
 		assertError(t, c.action+" "+c.body, request(t, nc, subjects.Agent("cal", c.action), c.body).Data, c.code, c.msg)
 	}
-	var r subjects.InboxFetchReply
-	if err := subjects.DecodeReply(request(t, nc, subjects.Agent("cal", subjects.ActionInboxFetch), ``).Data, &r); err != nil || r.Acked != 0 || len(r.Deliveries) != 0 {
+	var r deliveries.InboxFetchReply
+	if err := subjects.DecodeReply(request(t, nc, subjects.Agent("cal", deliveries.ActionInboxFetch), ``).Data, &r); err != nil || r.Acked != 0 || len(r.Deliveries) != 0 {
 		t.Fatalf("after the refusals: %+v %v", r, err)
 	}
 }
@@ -137,7 +138,7 @@ func deliveriesFor(t *testing.T, nc *nats.Conn, agentID string, n int) {
 		}
 	}
 	testwait.Eventually(t, 5*time.Second, func() bool {
-		r, err := c.FetchInbox(context.Background(), subjects.MaxInboxFetch, 0)
+		r, err := c.FetchInbox(context.Background(), deliveries.MaxInboxFetch, 0)
 		return err == nil && len(r.Deliveries) == n
 	})
 }
@@ -163,10 +164,10 @@ func TestInboxHTTP(t *testing.T) {
 	}
 	agent := []string{"Authorization", "Bearer " + issued.Token}
 
-	fetch := func(query string, header []string) subjects.InboxFetchReply {
+	fetch := func(query string, header []string) deliveries.InboxFetchReply {
 		t.Helper()
 		status, body := get(t, base+"/api/agents/hana/inbox/fetch"+query, header...)
-		var r subjects.InboxFetchReply
+		var r deliveries.InboxFetchReply
 		if status != 200 || json.Unmarshal(body, &r) != nil {
 			t.Fatalf("fetch%s: %d %s", query, status, body)
 		}
@@ -183,7 +184,7 @@ func TestInboxHTTP(t *testing.T) {
 		t.Fatalf("after the 2nd, as the operator: %+v", beyond)
 	}
 	status, body := post(t, base+"/api/agents/hana/inbox/ack", "application/json", []byte(`{"seq":`+jsonNum(first.Deliveries[1].Seq)+`}`), agent...)
-	var acked subjects.InboxAckReply
+	var acked deliveries.InboxAckReply
 	if status != 200 || json.Unmarshal(body, &acked) != nil || acked.Acked != first.Deliveries[1].Seq {
 		t.Fatalf("ack: %d %s", status, body)
 	}
@@ -295,7 +296,7 @@ func TestInboxEventsFromTheCursor(t *testing.T) {
 		var out []uint64
 		for range n {
 			ev := nextSSE(t, events)
-			var d subjects.InboxDelivery
+			var d deliveries.InboxDelivery
 			if ev.event != "delivery" || json.Unmarshal([]byte(ev.data), &d) != nil || d.Seq != ev.id {
 				t.Fatalf("event %+v", ev)
 			}
@@ -303,7 +304,7 @@ func TestInboxEventsFromTheCursor(t *testing.T) {
 		}
 		return out
 	}
-	want := func(ds []subjects.InboxDelivery) []uint64 {
+	want := func(ds []deliveries.InboxDelivery) []uint64 {
 		var out []uint64
 		for _, d := range ds {
 			out = append(out, d.Seq)

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/internal/backoff"
 	"github.com/chime-nats/chime/internal/natsproc"
 	"github.com/chime-nats/chime/subjects"
@@ -59,8 +60,8 @@ func (o *InboxOptions) Validate() error {
 		return errors.New("bench: --timeout must be positive")
 	case o.ProfileDir != "" && o.ProfileSeconds < 1:
 		return errors.New("bench: --profile-seconds must be at least 1")
-	case o.Max < 1 || o.Max > subjects.MaxInboxFetch:
-		return fmt.Errorf("bench: --max must be from 1 to %d", subjects.MaxInboxFetch)
+	case o.Max < 1 || o.Max > deliveries.MaxInboxFetch:
+		return fmt.Errorf("bench: --max must be from 1 to %d", deliveries.MaxInboxFetch)
 	}
 	return nil
 }
@@ -520,9 +521,9 @@ func (r *inboxRun) readOne(ctx context.Context, nc *nats.Conn, i int) {
 	if a.done || a.want == "" {
 		return
 	}
-	var reply subjects.InboxFetchReply
+	var reply deliveries.InboxFetchReply
 	started := time.Now()
-	if err := r.request(ctx, nc, subjects.Agent(r.agent(i), subjects.ActionInboxFetch), []byte(`{"max":`+strconv.Itoa(r.o.Max)+`}`), &reply); err != nil {
+	if err := r.request(ctx, nc, subjects.Agent(r.agent(i), deliveries.ActionInboxFetch), []byte(`{"max":`+strconv.Itoa(r.o.Max)+`}`), &reply); err != nil {
 		r.count(func() { r.fetchErrs++ })
 		return
 	}
@@ -562,9 +563,9 @@ func (r *inboxRun) readOne(ctx context.Context, nc *nats.Conn, i int) {
 			r.count(func() { r.redelivered++ })
 		}
 	}
-	var acked subjects.InboxAckReply
+	var acked deliveries.InboxAckReply
 	started = time.Now()
-	if err := r.request(ctx, nc, subjects.Agent(r.agent(i), subjects.ActionInboxAck), []byte(`{"seq":`+strconv.FormatUint(last, 10)+`}`), &acked); err != nil {
+	if err := r.request(ctx, nc, subjects.Agent(r.agent(i), deliveries.ActionInboxAck), []byte(`{"seq":`+strconv.FormatUint(last, 10)+`}`), &acked); err != nil {
 		r.count(func() { r.ackErrs++ })
 		return
 	}
@@ -647,8 +648,8 @@ func (r *inboxRun) restart(ctx context.Context, s *natsproc.Server, killed func(
 	defer stop()
 	go func() {
 		for pctx.Err() == nil {
-			var reply subjects.InboxFetchReply
-			if err := requestWithin(pctx, inboxProbe, r.probe, subjects.Agent(r.agent(0), subjects.ActionInboxFetch), nil, &reply); err == nil {
+			var reply deliveries.InboxFetchReply
+			if err := requestWithin(pctx, inboxProbe, r.probe, subjects.Agent(r.agent(0), deliveries.ActionInboxFetch), nil, &reply); err == nil {
 				probe <- time.Now()
 				return
 			}
@@ -684,10 +685,10 @@ func (r *inboxRun) check(ctx context.Context, res *InboxResult) (int, error) {
 					return nil
 				}
 				a := &r.agents[i]
-				var reply subjects.InboxFetchReply
+				var reply deliveries.InboxFetchReply
 				var err error
 				for try := 0; try < 3; try++ {
-					if err = requestWithin(gctx, inboxRequest, nc, subjects.Agent(r.agent(i), subjects.ActionInboxFetch), []byte(`{"after":0,"max":4}`), &reply); err == nil {
+					if err = requestWithin(gctx, inboxRequest, nc, subjects.Agent(r.agent(i), deliveries.ActionInboxFetch), []byte(`{"after":0,"max":4}`), &reply); err == nil {
 						break
 					}
 				}

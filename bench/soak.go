@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/chime-nats/chime/client"
+	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/internal/backoff"
 	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/subjects"
@@ -313,7 +314,7 @@ func (r *soakRun) paced(ctx context.Context, rate float64, op func(context.Conte
 // read reads agent a's inbox reliably until ctx ends: a fetch that waits
 // for a delivery, then an ack of what it returned.
 func (r *soakRun) read(ctx context.Context, a *soakAgent) {
-	wait := subjects.MaxInboxWait
+	wait := deliveries.MaxInboxWait
 	for ctx.Err() == nil {
 		fctx, cancel := context.WithTimeout(ctx, soakRequest+wait)
 		began := time.Now()
@@ -357,7 +358,7 @@ func (r *soakRun) read(ctx context.Context, a *soakAgent) {
 }
 
 // delivered books one delivery read at now.
-func (r *soakRun) delivered(a *soakAgent, d subjects.InboxDelivery, now time.Time) {
+func (r *soakRun) delivered(a *soakAgent, d deliveries.InboxDelivery, now time.Time) {
 	var env subjects.Envelope
 	var fired timers.TimerFiredData
 	if json.Unmarshal(d.Envelope, &env) != nil || env.Kind != subjects.KindTimerFired || json.Unmarshal(env.Data, &fired) != nil {

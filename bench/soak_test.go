@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/timers"
 )
 
@@ -84,13 +84,13 @@ func TestSoakDelivered(t *testing.T) {
 	a := &soakAgent{pend: map[string]time.Time{}, seen: map[string]uint64{}}
 	r.agents = []*soakAgent{a}
 	due := time.Now().Add(-time.Minute)
-	fire := func(timer string, seq uint64) subjects.InboxDelivery {
+	fire := func(timer string, seq uint64) deliveries.InboxDelivery {
 		f := &timers.TimerFired{TimerID: timer, Occurrence: 1, DueAt: due, FiredAt: due}
 		env, err := json.Marshal(timers.TimerFiredEnvelope(f))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return subjects.InboxDelivery{Seq: seq, Envelope: env}
+		return deliveries.InboxDelivery{Seq: seq, Envelope: env}
 	}
 	id := func(timer string) string { return (&timers.TimerFired{TimerID: timer, Occurrence: 1}).EnvelopeID() }
 	a.pend[id("t1")], a.pend[id("t2")] = due, due
@@ -104,7 +104,7 @@ func TestSoakDelivered(t *testing.T) {
 	a.acked = 1
 	r.delivered(a, fire("t1", 1), now) // back after a confirmed ack
 	r.delivered(a, fire("t1", 7), now) // stored twice
-	r.delivered(a, subjects.InboxDelivery{Seq: 8, Envelope: json.RawMessage(`{"id":"x","kind":"wait_complete"}`)}, now)
+	r.delivered(a, deliveries.InboxDelivery{Seq: 8, Envelope: json.RawMessage(`{"id":"x","kind":"wait_complete"}`)}, now)
 
 	if r.seen.Load() != 1 || r.redelivered.Load() != 1 || r.dups.Load() != 2 || r.other.Load() != 1 {
 		t.Errorf("seen %d, redelivered %d, duplicated %d, other %d; want 1, 1, 2, 1", r.seen.Load(), r.redelivered.Load(), r.dups.Load(), r.other.Load())

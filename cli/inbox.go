@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -51,15 +52,15 @@ func (a *App) inbox(ctx context.Context, args []string) error {
 			req["after"] = from
 		}
 		if *follow {
-			req["wait_ms"] = subjects.MaxInboxWait.Milliseconds()
+			req["wait_ms"] = deliveries.MaxInboxWait.Milliseconds()
 		}
 		body, err := json.Marshal(req)
 		if err != nil {
 			return err
 		}
-		var got subjects.InboxFetchReply
+		var got deliveries.InboxFetchReply
 		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		err = c.Request(rctx, subjects.ActionInboxFetch, body, &got)
+		err = c.Request(rctx, deliveries.ActionInboxFetch, body, &got)
 		cancel()
 		if ctx.Err() != nil {
 			return nil // interrupted while following

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/chime-nats/chime/access"
+	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
 )
@@ -136,7 +137,7 @@ func (c *Client) SubscribeInbox(fn func(subjects.Envelope)) (*nats.Subscription,
 // (max 0: chime's default), oldest first, waiting up to wait (at most
 // subjects.MaxInboxWait) for one when there are none. What is not acked
 // comes again at the next fetch: an envelope's ID tells a repeat.
-func (c *Client) FetchInbox(ctx context.Context, max int, wait time.Duration) (*subjects.InboxFetchReply, error) {
+func (c *Client) FetchInbox(ctx context.Context, max int, wait time.Duration) (*deliveries.InboxFetchReply, error) {
 	req := map[string]any{}
 	if max > 0 {
 		req["max"] = max
@@ -144,14 +145,14 @@ func (c *Client) FetchInbox(ctx context.Context, max int, wait time.Duration) (*
 	if wait > 0 {
 		req["wait_ms"] = wait.Milliseconds()
 	}
-	var r subjects.InboxFetchReply
-	return &r, c.call(ctx, subjects.ActionInboxFetch, req, &r)
+	var r deliveries.InboxFetchReply
+	return &r, c.call(ctx, deliveries.ActionInboxFetch, req, &r)
 }
 
 // AckInbox marks every delivery up to and including seq handled.
 func (c *Client) AckInbox(ctx context.Context, seq uint64) (uint64, error) {
-	var r subjects.InboxAckReply
-	err := c.call(ctx, subjects.ActionInboxAck, map[string]any{"seq": seq}, &r)
+	var r deliveries.InboxAckReply
+	err := c.call(ctx, deliveries.ActionInboxAck, map[string]any{"seq": seq}, &r)
 	return r.Acked, err
 }
 

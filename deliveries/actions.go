@@ -5,7 +5,6 @@ import (
 	"net/http"
 
 	"github.com/chime-nats/chime/action"
-	"github.com/chime-nats/chime/subjects"
 )
 
 // Actions are an agent's own reads of its inbox, served by i (nil:
@@ -15,19 +14,19 @@ func (i *Inbox) Actions() []action.Action {
 		return action.When(i != nil, "inbox reads are not configured", fn)
 	}
 	return []action.Action{
-		{Name: subjects.ActionInboxFetch, Access: action.Agent, Summary: "read the inbox reliably from the agent's cursor",
+		{Name: ActionInboxFetch, Access: action.Agent, Summary: "read the inbox reliably from the agent's cursor",
 			HTTP: action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/inbox/fetch", http.StatusOK, action.Query("max", "after", "wait_ms")),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
-				req, err := subjects.DecodeInboxFetch(r.Body)
+				req, err := DecodeInboxFetch(r.Body)
 				if err != nil {
 					return nil, err
 				}
 				return i.Fetch(ctx, r.AgentID, req)
 			})},
-		{Name: subjects.ActionInboxAck, Access: action.Agent, Summary: "acknowledge the inbox up to a sequence, moving the cursor",
+		{Name: ActionInboxAck, Access: action.Agent, Summary: "acknowledge the inbox up to a sequence, moving the cursor",
 			HTTP: action.HTTPRoute(http.MethodPost, action.AgentRoutes+"/inbox/ack", http.StatusOK, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
-				seq, err := subjects.DecodeInboxAck(r.Body)
+				seq, err := DecodeInboxAck(r.Body)
 				if err != nil {
 					return nil, err
 				}

@@ -24,7 +24,7 @@ import (
 
 // Delivery is one stored inbox envelope and where the stream keeps it:
 // the same an agent's own fetch returns.
-type Delivery = subjects.InboxDelivery
+type Delivery = InboxDelivery
 
 // Reader reads the inbox stream.
 type Reader struct {

@@ -46,7 +46,7 @@ func NewInbox(reader *Reader, agents *agents.Store) *Inbox {
 // Fetch returns up to req.Max of the agent's deliveries after req.After
 // (or after its cursor), oldest first; with req.Wait and none there, it
 // waits that long for the next one.
-func (i *Inbox) Fetch(ctx context.Context, agentID string, req *subjects.InboxFetch) (*subjects.InboxFetchReply, error) {
+func (i *Inbox) Fetch(ctx context.Context, agentID string, req *InboxFetch) (*InboxFetchReply, error) {
 	st, _, err := i.agents.Get(ctx, agentID)
 	if err != nil {
 		return nil, err
@@ -55,7 +55,7 @@ func (i *Inbox) Fetch(ctx context.Context, agentID string, req *subjects.InboxFe
 	if req.After != nil {
 		after = *req.After
 	}
-	out := &subjects.InboxFetchReply{Acked: st.InboxAcked, Deliveries: []Delivery{}}
+	out := &InboxFetchReply{Acked: st.InboxAcked, Deliveries: []Delivery{}}
 	if out.Deliveries, err = i.reader.after(ctx, agentID, after, req.Max); err != nil || len(out.Deliveries) > 0 || req.Wait <= 0 {
 		return out, err
 	}
@@ -108,7 +108,7 @@ func (i *Inbox) release(agentID string) {
 // Ack moves the agent's cursor up to seq, which must be a sequence the
 // inbox stream has reached: one a read here has returned, or else one
 // the stream's info says it has.
-func (i *Inbox) Ack(ctx context.Context, agentID string, seq uint64) (*subjects.InboxAckReply, error) {
+func (i *Inbox) Ack(ctx context.Context, agentID string, seq uint64) (*InboxAckReply, error) {
 	if seq > i.reader.last.Load() {
 		last, err := i.reader.lastSeq(ctx)
 		if err != nil {
@@ -123,7 +123,7 @@ func (i *Inbox) Ack(ctx context.Context, agentID string, seq uint64) (*subjects.
 	if err != nil {
 		return nil, err
 	}
-	return &subjects.InboxAckReply{Acked: acked}, nil
+	return &InboxAckReply{Acked: acked}, nil
 }
 
 // lastSeq is the inbox stream's last sequence, from its info.

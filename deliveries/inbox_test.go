@@ -43,7 +43,7 @@ func BenchmarkInboxFetch(b *testing.B) {
 	}
 	for _, max := range []int{1, 16, 64} {
 		b.Run(fmt.Sprint("max=", max), func(b *testing.B) {
-			req := &subjects.InboxFetch{Max: max}
+			req := &deliveries.InboxFetch{Max: max}
 			for b.Loop() {
 				r, err := in.Fetch(ctx, "a3", req)
 				if err != nil || len(r.Deliveries) != max {
@@ -87,7 +87,7 @@ func TestFetchOneRequest(t *testing.T) {
 		publish(t, js, "other", fmt.Sprint("o", i), "not mine")
 		mine = append(mine, publish(t, js, "me", fmt.Sprint("m", i), "mine"))
 	}
-	seqs := func(r *subjects.InboxFetchReply) []uint64 {
+	seqs := func(r *deliveries.InboxFetchReply) []uint64 {
 		out := []uint64{}
 		for _, d := range r.Deliveries {
 			out = append(out, d.Seq)
@@ -95,7 +95,7 @@ func TestFetchOneRequest(t *testing.T) {
 		return out
 	}
 	out := nc.Stats().OutMsgs
-	r, err := in.Fetch(ctx, "me", &subjects.InboxFetch{Max: 32})
+	r, err := in.Fetch(ctx, "me", &deliveries.InboxFetch{Max: 32})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,11 +106,11 @@ func TestFetchOneRequest(t *testing.T) {
 		t.Fatalf("a fetch of 32 sent %d requests, want 1", n)
 	}
 	after := mine[29]
-	if r, err = in.Fetch(ctx, "me", &subjects.InboxFetch{Max: 64, After: &after}); err != nil || fmt.Sprint(seqs(r)) != fmt.Sprint(mine[30:]) {
+	if r, err = in.Fetch(ctx, "me", &deliveries.InboxFetch{Max: 64, After: &after}); err != nil || fmt.Sprint(seqs(r)) != fmt.Sprint(mine[30:]) {
 		t.Fatalf("after %d: %v %v, want %v", after, seqs(r), err, mine[30:])
 	}
 	last := mine[39]
-	if r, err = in.Fetch(ctx, "me", &subjects.InboxFetch{Max: 64, After: &last}); err != nil || len(r.Deliveries) != 0 {
+	if r, err = in.Fetch(ctx, "me", &deliveries.InboxFetch{Max: 64, After: &last}); err != nil || len(r.Deliveries) != 0 {
 		t.Fatalf("after the last: %v %v", seqs(r), err)
 	}
 
@@ -123,7 +123,7 @@ func TestFetchOneRequest(t *testing.T) {
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	if r, err = in.Fetch(ctx, "me", &subjects.InboxFetch{Max: 64}); err != nil || fmt.Sprint(seqs(r)) != fmt.Sprint(mine) {
+	if r, err = in.Fetch(ctx, "me", &deliveries.InboxFetch{Max: 64}); err != nil || fmt.Sprint(seqs(r)) != fmt.Sprint(mine) {
 		t.Fatalf("without direct gets: %v %v, want %v", seqs(r), err, mine)
 	}
 }
@@ -146,7 +146,7 @@ func TestFetchFitsMaxPayload(t *testing.T) {
 		if rounds == 5 {
 			t.Fatalf("5 fetches read %v", got)
 		}
-		r, err := in.Fetch(ctx, "big", &subjects.InboxFetch{Max: 64, After: &after})
+		r, err := in.Fetch(ctx, "big", &deliveries.InboxFetch{Max: 64, After: &after})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chime-nats/chime/subjects"
+	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/timers"
 )
 
@@ -290,11 +290,11 @@ func TestCLIInboxFollow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	lines := make(chan subjects.InboxDelivery, 10)
+	lines := make(chan deliveries.InboxDelivery, 10)
 	go func() {
 		dec := json.NewDecoder(out)
 		for {
-			var d subjects.InboxDelivery
+			var d deliveries.InboxDelivery
 			if dec.Decode(&d) != nil {
 				close(lines)
 				return
@@ -302,7 +302,7 @@ func TestCLIInboxFollow(t *testing.T) {
 			lines <- d
 		}
 	}()
-	next := func(what string) subjects.InboxDelivery {
+	next := func(what string) deliveries.InboxDelivery {
 		t.Helper()
 		select {
 		case d, ok := <-lines:
@@ -313,7 +313,7 @@ func TestCLIInboxFollow(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatalf("%s: no line within 20s: %s", what, stderr.String())
 		}
-		return subjects.InboxDelivery{}
+		return deliveries.InboxDelivery{}
 	}
 
 	cliTimer(t, natsAddr, "timer", "create", "--after-ms", "200", "--summary", "first", "--agent", "fol")

@@ -1,7 +1,8 @@
-package subjects
+package deliveries
 
 import (
 	"encoding/json"
+	"github.com/chime-nats/chime/subjects"
 	"strconv"
 	"time"
 )
@@ -45,7 +46,7 @@ type InboxFetch struct {
 // DecodeInboxFetch decodes an inbox.fetch body.
 func DecodeInboxFetch(data []byte) (*InboxFetch, error) {
 	var r InboxFetchRequest
-	if err := DecodeStrict(data, &r); err != nil {
+	if err := subjects.DecodeStrict(data, &r); err != nil {
 		return nil, err
 	}
 	out := &InboxFetch{Max: DefaultInboxFetch}
@@ -83,11 +84,11 @@ type InboxAckRequest struct {
 // DecodeInboxAck decodes an inbox.ack body and returns its sequence.
 func DecodeInboxAck(data []byte) (uint64, error) {
 	var r InboxAckRequest
-	if err := DecodeStrict(data, &r); err != nil {
+	if err := subjects.DecodeStrict(data, &r); err != nil {
 		return 0, err
 	}
 	if len(r.Seq) == 0 {
-		return 0, &Error{Code: CodeInvalidRequest, Message: "seq is required"}
+		return 0, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "seq is required"}
 	}
 	n, err := wholeNumber("seq", r.Seq, 1, 1<<62)
 	return uint64(n), err
@@ -97,7 +98,7 @@ func DecodeInboxAck(data []byte) (uint64, error) {
 func wholeNumber(field string, raw json.RawMessage, lo, hi int64) (int64, error) {
 	n, err := strconv.ParseInt(string(raw), 10, 64)
 	if err != nil || n < lo || n > hi {
-		return 0, &Error{Code: CodeInvalidRequest, Message: field + " must be a whole number from " +
+		return 0, &subjects.Error{Code: subjects.CodeInvalidRequest, Message: field + " must be a whole number from " +
 			strconv.FormatInt(lo, 10) + " to " + strconv.FormatInt(hi, 10)}
 	}
 	return n, nil
