@@ -1,7 +1,11 @@
-// Package subjects owns chime's wire contract: the NATS subjects of DESIGN.md
-// as builders and parsers, ID validation, the JSON message and record types,
-// and the one error shape every reply uses.
+// Package subjects owns what every feature of chime's wire contract shares:
+// the NATS subject names (agent actions' prefix, internal events, callback
+// ingress) as builders and parsers, ID validation, the inbox envelope and
+// its kinds, the one error shape every reply uses, strict JSON decoding,
+// listings' limits and cursors, and request_id keys.
 //
-// Nothing here talks to NATS; it is the vocabulary the other packages share,
-// so a subject or a field is spelled in exactly one place.
+// A feature's own records, request and reply types, limits, texts and
+// envelope builders live in the feature's package (timers, waits,
+// interventions, waitfor, tasks, questions, notifications, callbacks,
+// agents, deliveries). Nothing here talks to NATS.
 package subjects
