@@ -125,13 +125,13 @@ func calloutServer(t testing.TB) (url string, tokens *access.Tokens, op string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := access.StartCallout(ctx, access.CalloutConfig{
+	c := access.NewCallout(access.CalloutConfig{
 		NC: nc, Issuer: issuer, Resolver: access.Resolver{Operators: operators, Tokens: tokens}, Registerer: prometheus.NewRegistry(), Rights: api.Rights(),
 	})
-	if err != nil {
+	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.Stop)
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
 	return srv.ClientURL(), tokens, op
 }
 
@@ -272,7 +272,7 @@ func TestSessionsBoundedPerPrincipal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s := access.NewSessions(access.SessionsConfig{KV: res.Sessions, Kick: access.ServerKicker{Server: ns}, MaxAge: time.Hour})
-	defer s.Stop()
+	defer s.Stop(context.Background())
 	alice := access.Principal{Kind: access.KindAgent, AgentID: "alice"}
 	for cid := range uint64(100) {
 		if err := s.Record(ctx, alice, ns.ID(), 1000+cid); err != nil {
@@ -319,7 +319,7 @@ func TestSessionsBoundedPerPrincipal(t *testing.T) {
 // publish allowances may publish anywhere); it refuses to start.
 func TestCalloutNeedsRights(t *testing.T) {
 	for _, r := range []access.Rights{{}, {Agent: []string{"timer.list"}}, {All: []string{"timer.list"}}} {
-		if _, err := access.StartCallout(context.Background(), access.CalloutConfig{Rights: r}); !errors.Is(err, access.ErrNoRights) {
+		if err := access.NewCallout(access.CalloutConfig{Rights: r}).Start(context.Background()); !errors.Is(err, access.ErrNoRights) {
 			t.Errorf("rights %+v: %v, want ErrNoRights", r, err)
 		}
 	}

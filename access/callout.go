@@ -79,13 +79,8 @@ const calloutConcurrency = 64
 // lookupTimeout bounds one token lookup, below the server's auth timeout.
 const lookupTimeout = 1500 * time.Millisecond
 
-// StartCallout subscribes to the callout subject and answers until Stop.
-func StartCallout(ctx context.Context, cfg CalloutConfig) (*Callout, error) {
-	// A user with no publish allowances may publish anywhere: rights
-	// left out would admit every token with every right.
-	if len(cfg.Rights.Agent) == 0 || len(cfg.Rights.All) == 0 {
-		return nil, ErrNoRights
-	}
+// NewCallout returns the callout; Start subscribes it.
+func NewCallout(cfg CalloutConfig) *Callout {
 	if cfg.Account == "" {
 		cfg.Account = "$G"
 	}
@@ -107,8 +102,19 @@ func StartCallout(ctx context.Context, cfg CalloutConfig) (*Callout, error) {
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(c.connects, c.unrecorded)
 	}
+	return c
+}
+
+// Start subscribes to the callout subject and returns once the server
+// knows it; the callout answers until Stop.
+func (c *Callout) Start(ctx context.Context) error {
+	// A user with no publish allowances may publish anywhere: rights
+	// left out would admit every token with every right.
+	if len(c.cfg.Rights.Agent) == 0 || len(c.cfg.Rights.All) == 0 {
+		return ErrNoRights
+	}
 	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	sub, err := cfg.NC.QueueSubscribe(CalloutSubject, calloutQueue, func(m *nats.Msg) {
+	sub, err := c.cfg.NC.QueueSubscribe(CalloutSubject, calloutQueue, func(m *nats.Msg) {
 		select {
 		case c.sem <- struct{}{}:
 		case <-c.ctx.Done():
@@ -121,28 +127,30 @@ func StartCallout(ctx context.Context, cfg CalloutConfig) (*Callout, error) {
 	})
 	if err != nil {
 		c.cancel()
-		return nil, fmt.Errorf("access: auth callout: %w", err)
+		return fmt.Errorf("access: auth callout: %w", err)
 	}
 	c.sub = sub
 	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := cfg.NC.FlushWithContext(fctx); err != nil {
+	if err := c.cfg.NC.FlushWithContext(fctx); err != nil {
 		_ = sub.Unsubscribe()
+		c.sub = nil
 		c.cancel()
-		return nil, fmt.Errorf("access: auth callout: %w", err)
+		return fmt.Errorf("access: auth callout: %w", err)
 	}
-	return c, nil
+	return nil
 }
 
-// Stop stops answering. Idempotent.
-func (c *Callout) Stop() {
-	if c == nil {
-		return
+// Stop stops answering. Idempotent and safe without Start.
+func (c *Callout) Stop(context.Context) error {
+	if c == nil || c.cancel == nil {
+		return nil
 	}
 	c.cancel()
 	if c.sub != nil {
 		_ = c.sub.Unsubscribe()
 	}
+	return nil
 }
 
 func (c *Callout) answer(m *nats.Msg) {

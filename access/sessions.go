@@ -104,7 +104,7 @@ type Sessions struct {
 	cancel  context.CancelFunc
 }
 
-// NewSessions returns Sessions; Stop ends its rechecks.
+// NewSessions returns Sessions, ready as made; Stop ends its rechecks.
 func NewSessions(cfg SessionsConfig) *Sessions {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -117,13 +117,19 @@ func NewSessions(cfg SessionsConfig) *Sessions {
 	return s
 }
 
-// Stop cancels the rechecks in flight and waits for them. Idempotent.
-func (s *Sessions) Stop() {
+// Start does nothing: Sessions is ready as made, and its rechecks run
+// as revocations come. It completes the lifecycle shape Stop belongs to.
+func (s *Sessions) Start(context.Context) error { return nil }
+
+// Stop cancels the rechecks in flight and waits for them. Idempotent and
+// safe without Start.
+func (s *Sessions) Stop(context.Context) error {
 	if s == nil {
-		return
+		return nil
 	}
 	s.cancel()
 	s.pending.Wait()
+	return nil
 }
 
 // MaxAge is how long an admitted user is valid.

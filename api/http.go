@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,10 +23,13 @@ import (
 
 // Gateway is the HTTP side of chime.
 type Gateway struct {
-	srv  *http.Server
-	ln   net.Listener
-	log  *slog.Logger
-	done chan error
+	srv     *http.Server
+	ln      net.Listener
+	log     *slog.Logger
+	done    chan error
+	started bool
+	once    sync.Once
+	err     error
 }
 
 // NewHandler returns the HTTP routes over ops. ready reports readiness;
@@ -188,8 +192,9 @@ func (t Timeouts) orDefaults() Timeouts {
 	return t
 }
 
-// StartGateway serves h on ln until Stop, within timeouts t.
-func StartGateway(ln net.Listener, h http.Handler, log *slog.Logger, t Timeouts) *Gateway {
+// NewGateway returns a gateway that serves h on ln, within timeouts t,
+// from Start until Stop. It owns ln: Stop closes it, started or not.
+func NewGateway(ln net.Listener, h http.Handler, log *slog.Logger, t Timeouts) *Gateway {
 	t = t.orDefaults()
 	// Shutdown waits for every request to end, and a stream never would:
 	// streams watch this channel, closed as the shutdown begins.
@@ -209,17 +214,31 @@ func StartGateway(ln net.Listener, h http.Handler, log *slog.Logger, t Timeouts)
 		done: make(chan error, 1),
 	}
 	g.srv.RegisterOnShutdown(func() { close(stopping) })
-	go func() { g.done <- g.srv.Serve(ln) }()
-	g.log.Info("http listening", "addr", ln.Addr().String())
 	return g
+}
+
+// Start serves in the background; it cannot fail, the listener being
+// bound already.
+func (g *Gateway) Start(context.Context) error {
+	g.started = true
+	go func() { g.done <- g.srv.Serve(g.ln) }()
+	g.log.Info("http listening", "addr", g.ln.Addr().String())
+	return nil
 }
 
 // Addr is the bound address.
 func (g *Gateway) Addr() string { return g.ln.Addr().String() }
 
-// Stop shuts the server down gracefully within ctx.
+// Stop shuts the server down gracefully within ctx. Idempotent; without
+// Start it closes the listener.
 func (g *Gateway) Stop(ctx context.Context) error {
-	err := g.srv.Shutdown(ctx)
-	<-g.done
-	return err
+	g.once.Do(func() {
+		if !g.started {
+			g.err = g.ln.Close()
+			return
+		}
+		g.err = g.srv.Shutdown(ctx)
+		<-g.done
+	})
+	return g.err
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -57,7 +58,7 @@ type Service struct {
 	// answered unavailable otherwise, never left waiting for a slot that
 	// Stop holds.
 	stopping chan struct{}
-	ctx      context.Context
+	ctx      context.Context // the requests', from Start
 	once     sync.Once
 	err      error
 	log      *slog.Logger
@@ -86,29 +87,17 @@ const defaultMaxConcurrent = 1024
 // flushTimeout bounds the round trip that registers the endpoints.
 const flushTimeout = 10 * time.Second
 
-// StartService registers the chime micro service on cfg.NC.
-func StartService(ctx context.Context, cfg ServiceConfig) (*Service, error) {
-	nc, ops := cfg.NC, cfg.Ops
+// NewService returns the chime micro service; Start registers it on
+// cfg.NC.
+func NewService(cfg ServiceConfig) *Service {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.MaxConcurrent <= 0 {
 		cfg.MaxConcurrent = defaultMaxConcurrent
 	}
-	if cfg.Confine && cfg.Triggers == nil {
-		return nil, fmt.Errorf("api: a confined service needs the callback triggers")
-	}
-	svc, err := micro.AddService(nc, micro.Config{
-		Name:        subjects.ServiceName,
-		Version:     cfg.Version,
-		Description: ServiceDescription,
-		QueueGroup:  subjects.QueueGroup,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("api: micro service: %w", err)
-	}
-	s := &Service{
-		cfg: cfg, ops: ops, nc: nc, svc: svc, sem: make(chan struct{}, cfg.MaxConcurrent), stopping: make(chan struct{}), ctx: ctx,
+	return &Service{
+		cfg: cfg, ops: cfg.Ops, nc: cfg.NC, sem: make(chan struct{}, cfg.MaxConcurrent), stopping: make(chan struct{}),
 		log: cfg.Log.With("component", "service"), refusedLog: pacer.New(refusedLogInterval),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chime_requests_refused_total",
@@ -119,11 +108,30 @@ func StartService(ctx context.Context, cfg ServiceConfig) (*Service, error) {
 			Help: "NATS replies not sent as built, by reason (too_large: over the server's max payload, answered reply_too_large instead; publish: the publish failed, the caller gets no answer).",
 		}, []string{"reason"}),
 	}
+}
+
+// Start registers the service and returns once the server knows its
+// endpoints; requests are served under ctx until Stop.
+func (s *Service) Start(ctx context.Context) error {
+	cfg, nc, ops := s.cfg, s.nc, s.ops
+	if cfg.Confine && cfg.Triggers == nil {
+		return fmt.Errorf("api: a confined service needs the callback triggers")
+	}
+	s.ctx = ctx
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:        subjects.ServiceName,
+		Version:     cfg.Version,
+		Description: ServiceDescription,
+		QueueGroup:  subjects.QueueGroup,
+	})
+	if err != nil {
+		return fmt.Errorf("api: micro service: %w", err)
+	}
 	if cfg.Registerer != nil {
 		for _, c := range []prometheus.Collector{s.refused, s.failed} {
 			if err := cfg.Registerer.Register(c); err != nil {
 				_ = svc.Stop()
-				return nil, fmt.Errorf("api: metrics: %w", err)
+				return fmt.Errorf("api: metrics: %w", err)
 			}
 		}
 	}
@@ -141,7 +149,7 @@ func StartService(ctx context.Context, cfg ServiceConfig) (*Service, error) {
 			continue
 		}
 		if err := add(subjects.AgentWildcard(a.Name), a.Summary, func(req micro.Request) *nats.Msg { return s.reply(a.Name, req) }); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	for _, mode := range callbacks.DeliveryModes() {
@@ -154,7 +162,7 @@ func StartService(ctx context.Context, cfg ServiceConfig) (*Service, error) {
 			summary = "a callback: enqueue the body in the agent's inbox"
 		}
 		if err := add(subject, summary, func(req micro.Request) *nats.Msg { return s.callback(mode, req) }); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	// The subscriptions are only buffered until flushed; a replica is not
@@ -163,9 +171,11 @@ func StartService(ctx context.Context, cfg ServiceConfig) (*Service, error) {
 	defer cancel()
 	if err := nc.FlushWithContext(fctx); err != nil {
 		_ = svc.Stop()
-		return nil, fmt.Errorf("api: register endpoints: %w", err)
+		return fmt.Errorf("api: register endpoints: %w", err)
 	}
-	return s, nil
+	// Set once started: a Start that failed has stopped svc itself.
+	s.svc = svc
+	return nil
 }
 
 func (s *Service) handler(h func(micro.Request) *nats.Msg) func(micro.Request) {
@@ -306,14 +316,24 @@ func answer(req micro.Request, res any, err error) *nats.Msg {
 	return msg
 }
 
-// Stop unregisters the service and waits for in-flight requests to get
-// their reply. It is idempotent.
-func (s *Service) Stop() error {
+// Stop unregisters the service and waits, within ctx, for in-flight
+// requests to get their reply. Requests micro still hands over meanwhile
+// are answered unavailable rather than wait for a slot Stop holds
+// (handler). It is idempotent and safe without Start.
+func (s *Service) Stop(ctx context.Context) error {
 	s.once.Do(func() {
 		close(s.stopping)
+		if s.svc == nil {
+			return
+		}
 		s.err = s.svc.Stop()
 		for range cap(s.sem) {
-			s.sem <- struct{}{}
+			select {
+			case s.sem <- struct{}{}:
+			case <-ctx.Done():
+				s.err = errors.Join(s.err, fmt.Errorf("api: requests still in flight: %w", ctx.Err()))
+				return
+			}
 		}
 	})
 	return s.err

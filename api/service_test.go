@@ -47,11 +47,11 @@ func startService(t *testing.T, slots int) (*Service, *nats.Conn, *prometheus.Re
 	t.Cleanup(nc.Close)
 	reg := prometheus.NewRegistry()
 	ops := NewOperations(Config{Registerer: reg})
-	s, err := StartService(t.Context(), ServiceConfig{NC: nc, Ops: ops, Version: "0.0.0-test", MaxConcurrent: slots, Registerer: reg})
-	if err != nil {
+	s := NewService(ServiceConfig{NC: nc, Ops: ops, Version: "0.0.0-test", MaxConcurrent: slots, Registerer: reg})
+	if err := s.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = s.Stop() })
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
 	return s, nc, reg
 }
 
@@ -101,7 +101,7 @@ func TestStopAnswersRequestsItHasNoSlotFor(t *testing.T) {
 	})(first)
 
 	stopped := make(chan error, 1)
-	go func() { stopped <- s.Stop() }()
+	go func() { stopped <- s.Stop(context.Background()) }()
 	select {
 	case <-s.stopping:
 	case <-time.After(5 * time.Second):

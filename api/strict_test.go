@@ -215,7 +215,8 @@ func TestSlowHeadersCutOff(t *testing.T) {
 	}
 	ops := api.NewOperations(api.Config{})
 	h := api.NewHandler(ops, prometheus.NewRegistry(), func() (bool, string) { return true, "" }, access.Resolver{})
-	g := api.StartGateway(ln, h, slog.New(slog.DiscardHandler), api.Timeouts{ReadHeader: 300 * time.Millisecond})
+	g := api.NewGateway(ln, h, slog.New(slog.DiscardHandler), api.Timeouts{ReadHeader: 300 * time.Millisecond})
+	_ = g.Start(context.Background())
 	t.Cleanup(func() { _ = g.Stop(context.Background()) })
 
 	conn, err := net.Dial("tcp", g.Addr())

@@ -76,8 +76,7 @@ func NewConsumer(c ConsumerConfig) *Consumer {
 
 // Start creates (or joins) the shared durable consumer and begins.
 func (cb *Consumer) Start(ctx context.Context) error {
-	var err error
-	cb.pool, err = consumer.StartPool(ctx, consumer.PoolConfig{
+	cb.pool = consumer.NewPool(consumer.PoolConfig{
 		Name: Durable, Workers: cb.cfg.Workers,
 		Timeout: 10 * time.Second, NakDelay: 200 * time.Millisecond, Fails: cb.fails,
 		Metrics: consumer.NewMetrics(cb.cfg.Registerer),
@@ -89,14 +88,15 @@ func (cb *Consumer) Start(ctx context.Context) error {
 			}))
 		},
 	}, cb.log, consumer.Data(cb.handle))
-	if err != nil {
+	if err := cb.pool.Start(ctx); err != nil {
 		return fmt.Errorf("callbacks: consumer: %w", err)
 	}
 	return nil
 }
 
-// Stop drains the consumer and waits for in-flight work. Idempotent.
-func (cb *Consumer) Stop() { cb.pool.Stop() }
+// Stop drains the consumer and waits for in-flight work. Idempotent and
+// safe without Start.
+func (cb *Consumer) Stop(ctx context.Context) error { return cb.pool.Stop(ctx) }
 
 func (cb *Consumer) handle(ctx context.Context, data []byte) error {
 	var ev CallbackEvent

@@ -35,9 +35,8 @@ type Index struct {
 	once    sync.Once
 }
 
-// StartIndex watches both buckets and returns once their current contents
-// are loaded; ctx bounds only that. The watches run until Stop.
-func StartIndex(ctx context.Context, js jetstream.JetStream, triggersBucket, agentsBucket string, log *slog.Logger) (*Index, error) {
+// NewIndex returns the view of both buckets; Start loads it.
+func NewIndex(js jetstream.JetStream, triggersBucket, agentsBucket string, log *slog.Logger) *Index {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -57,30 +56,37 @@ func StartIndex(ctx context.Context, js jetstream.JetStream, triggersBucket, age
 		})
 		ix.watches[bucket], ix.list = w, append(ix.list, w)
 	}
+	return ix
+}
+
+// Start watches both buckets and returns once their current contents are
+// loaded; ctx bounds only that. The watches run until Stop.
+func (ix *Index) Start(ctx context.Context) error {
 	for _, w := range ix.list {
 		if err := w.Start(context.WithoutCancel(ctx)); err != nil {
-			ix.Stop()
-			return nil, fmt.Errorf("triggers: %w", err)
+			_ = ix.Stop(ctx)
+			return fmt.Errorf("triggers: %w", err)
 		}
 	}
 	for _, w := range ix.list {
 		select {
 		case <-w.Loaded():
 		case <-ctx.Done():
-			ix.Stop()
-			return nil, fmt.Errorf("triggers: loading the index: %w", ctx.Err())
+			_ = ix.Stop(ctx)
+			return fmt.Errorf("triggers: loading the index: %w", ctx.Err())
 		}
 	}
-	return ix, nil
+	return nil
 }
 
-// Stop ends the watches. Idempotent.
-func (ix *Index) Stop() {
+// Stop ends the watches. Idempotent and safe without Start.
+func (ix *Index) Stop(ctx context.Context) error {
 	ix.once.Do(func() {
 		for _, w := range ix.list {
-			w.Stop()
+			_ = w.Stop(ctx)
 		}
 	})
+	return nil
 }
 
 // reset forgets one bucket's view: it is being reloaded.

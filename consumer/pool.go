@@ -141,14 +141,9 @@ type held struct {
 	attempt int
 }
 
-// StartPool creates the consumer with cfg.Create and consumes it onto
-// cfg.Workers workers running handle. A consumer deleted or lost later is
-// re-created (capped backoff with jitter) and consumed again. ctx bounds
-// the first creation only: the pool runs until Stop.
-func StartPool(ctx context.Context, cfg PoolConfig, log *slog.Logger, handle Handler) (*Pool, error) {
-	if cfg.Create == nil {
-		return nil, fmt.Errorf("consumer: %s: no Create", cfg.Name)
-	}
+// NewPool returns a pool that consumes onto cfg.Workers workers running
+// handle; Start creates its consumer with cfg.Create.
+func NewPool(cfg PoolConfig, log *slog.Logger, handle Handler) *Pool {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -164,12 +159,7 @@ func StartPool(ctx context.Context, cfg PoolConfig, log *slog.Logger, handle Han
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
-	cfg.Metrics.init(cfg.Name)
-	cons, err := cfg.Create(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("consumer: %s: create: %w", cfg.Name, err)
-	}
-	p := &Pool{
+	return &Pool{
 		cfg: cfg, log: log, handle: handle, metrics: cfg.Metrics,
 		work:     make(chan *held, cfg.Workers),
 		check:    make(chan struct{}, 1),
@@ -177,21 +167,35 @@ func StartPool(ctx context.Context, cfg PoolConfig, log *slog.Logger, handle Han
 		drained:  make(chan struct{}),
 		quit:     make(chan struct{}),
 	}
+}
+
+// Start creates the consumer and consumes it. A consumer deleted or lost
+// later is re-created (capped backoff with jitter) and consumed again.
+// ctx bounds the first creation only: the pool runs until Stop.
+func (p *Pool) Start(ctx context.Context) error {
+	if p.cfg.Create == nil {
+		return fmt.Errorf("consumer: %s: no Create", p.cfg.Name)
+	}
+	p.cfg.Metrics.init(p.cfg.Name)
+	cons, err := p.cfg.Create(ctx)
+	if err != nil {
+		return fmt.Errorf("consumer: %s: create: %w", p.cfg.Name, err)
+	}
 	p.ctx, p.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	p.superCtx, p.superCancel = context.WithCancel(context.WithoutCancel(ctx))
 	cc, err := p.consume(cons)
 	if err != nil {
 		p.cancel()
 		p.superCancel()
-		return nil, err
+		return err
 	}
-	for range cfg.Workers {
+	for range p.cfg.Workers {
 		p.workers.Add(1)
 		go p.work1()
 	}
 	p.super.Add(1)
 	go p.supervise(cons, cc)
-	return p, nil
+	return nil
 }
 
 // consume starts consuming cons and makes it the current consumer.
@@ -293,24 +297,30 @@ func (p *Pool) restart() (jetstream.Consumer, jetstream.ConsumeContext, bool) {
 }
 
 // Stop drains the consumer (in-flight messages finish) and waits for the
-// workers, for at most the drain timeout: then it stops consuming and
-// cancels the handlers still running, so it returns in bounded time even
-// when the server is unreachable. It is idempotent and safe on a nil or
-// never started pool.
-func (p *Pool) Stop() {
+// workers, for at most the drain timeout or until ctx ends: then it stops
+// consuming and cancels the handlers still running, so it returns in
+// bounded time even when the server is unreachable. It is idempotent and
+// safe on a nil or never started pool.
+func (p *Pool) Stop(ctx context.Context) error {
 	if p == nil || p.stopping == nil {
-		return
+		return nil
 	}
 	p.once.Do(func() {
 		close(p.stopping)
+		p.mu.Lock()
+		cc := p.cc
+		p.mu.Unlock()
+		if cc == nil {
+			return // never consuming: no worker, no supervisor
+		}
 		p.superCancel()
 		p.super.Wait()
 
-		expired := make(chan struct{})
-		t := time.AfterFunc(p.cfg.DrainTimeout, func() { close(expired) })
-		defer t.Stop()
+		dctx, cancel := context.WithTimeout(ctx, p.cfg.DrainTimeout)
+		defer cancel()
+		expired := dctx.Done()
 		p.mu.Lock()
-		cc := p.cc
+		cc = p.cc // the supervisor's last
 		p.mu.Unlock()
 		cc.Drain()
 		select {
@@ -340,6 +350,7 @@ func (p *Pool) Stop() {
 			}
 		}
 	})
+	return nil
 }
 
 // work1 is one worker: it settles messages until the pool is drained,

@@ -68,11 +68,11 @@ func (e *env) start(t *testing.T, cc jetstream.ConsumerConfig, adjust func(*cons
 	if adjust != nil {
 		adjust(&cfg)
 	}
-	p, err := consumer.StartPool(context.Background(), cfg, slog.New(slog.NewTextHandler(t.Output(), nil)), h)
-	if err != nil {
+	p := consumer.NewPool(cfg, slog.New(slog.NewTextHandler(t.Output(), nil)), h)
+	if err := p.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.Stop)
+	t.Cleanup(func() { _ = p.Stop(context.Background()) })
 	return p
 }
 
@@ -297,14 +297,14 @@ func TestPoolStopBounded(t *testing.T) {
 	<-inFlight
 	e.ns.Shutdown()
 	start := time.Now()
-	p.Stop()
+	p.Stop(context.Background())
 	if took := time.Since(start); took > 2*time.Second {
 		t.Fatalf("Stop took %v", took)
 	} else {
 		t.Logf("stopped in %v with the server gone", took.Round(time.Millisecond))
 	}
-	p.Stop()
+	p.Stop(context.Background())
 	var never *consumer.Pool
-	never.Stop()
-	(&consumer.Pool{}).Stop()
+	never.Stop(context.Background())
+	(&consumer.Pool{}).Stop(context.Background())
 }

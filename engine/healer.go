@@ -64,7 +64,7 @@ func (h *Healer) Start(ctx context.Context) error {
 }
 
 // Stop ends the checks. Idempotent and safe without Start.
-func (h *Healer) Stop() {
+func (h *Healer) Stop(context.Context) error {
 	h.once.Do(func() {
 		if h.cancel == nil {
 			return
@@ -72,4 +72,5 @@ func (h *Healer) Stop() {
 		h.cancel()
 		<-h.done
 	})
+	return nil
 }

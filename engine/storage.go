@@ -120,7 +120,7 @@ func (s *Storage) Start(ctx context.Context) error {
 }
 
 // Stop ends the probes. Idempotent and safe without Start.
-func (s *Storage) Stop() {
+func (s *Storage) Stop(context.Context) error {
 	s.once.Do(func() {
 		if s.cancel == nil {
 			return
@@ -128,6 +128,7 @@ func (s *Storage) Stop() {
 		s.cancel()
 		<-s.done
 	})
+	return nil
 }
 
 // probe writes a few bytes: refused for room, the store is full; written,

@@ -115,8 +115,8 @@ func (s *Service) Start(ctx context.Context) error {
 func (s *Service) Loaded() <-chan struct{} { return s.loaded }
 
 // Stop ends the compactor; the feeds stay open until their callers close
-// them. It is idempotent.
-func (s *Service) Stop() {
+// them. It is idempotent and safe without Start.
+func (s *Service) Stop(context.Context) error {
 	s.stopOnce.Do(func() {
 		s.startOnce.Do(func() {}) // a Start after Stop starts nothing
 		if s.cancel != nil {
@@ -124,6 +124,7 @@ func (s *Service) Stop() {
 			<-s.done
 		}
 	})
+	return nil
 }
 
 // Notify stores a notification of the agent and returns it as stored.

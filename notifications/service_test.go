@@ -25,7 +25,7 @@ func start(t *testing.T, max int) (*Service, jetstream.JetStream) {
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Stop)
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
 	select {
 	case <-s.Loaded():
 	case <-time.After(10 * time.Second):
@@ -93,8 +93,8 @@ func TestStopWithCompactionDue(t *testing.T) {
 		svc.compactLater("ann")
 		stopped := make(chan struct{})
 		go func() {
-			svc.Stop()
-			svc.Stop()
+			svc.Stop(context.Background())
+			svc.Stop(context.Background())
 			close(stopped)
 		}()
 		select {
@@ -122,7 +122,7 @@ func TestResumeOnAReplicaBehind(t *testing.T) {
 		since = item.Seq
 	}
 	b := New(Config{JS: js, KV: a.kv, Max: 10})
-	t.Cleanup(b.Stop)
+	t.Cleanup(func() { _ = b.Stop(context.Background()) })
 	f, err := b.Follow(ctx, "", &since)
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +159,7 @@ func TestAnswersFromTheStore(t *testing.T) {
 		ids = append(ids, item.ID)
 	}
 	b := New(Config{JS: js, KV: a.kv, Max: 3, SanitizeDetail: func(s string) string { return "safe:" + s }})
-	t.Cleanup(b.Stop)
+	t.Cleanup(func() { _ = b.Stop(context.Background()) })
 	qctx, qcancel := context.WithTimeout(ctx, 2*time.Second)
 	defer qcancel()
 	h, err := b.List(qctx, "ann", nil)
@@ -206,7 +206,7 @@ func BenchmarkList(b *testing.B) {
 	if err := s.Start(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(s.Stop)
+	b.Cleanup(func() { _ = s.Stop(context.Background()) })
 	ctx := context.Background()
 	detail := strings.Repeat("<p>The <b>build</b> finished.</p>", 8192/33)
 	for a := range 51 {

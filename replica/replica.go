@@ -31,6 +31,7 @@ import (
 	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/kvrec"
+	"github.com/chime-nats/chime/internal/lifecycle"
 	"github.com/chime-nats/chime/internal/secret"
 	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/partitions"
@@ -54,38 +55,17 @@ type Replica struct {
 	responder *nats.Conn
 	// system is chime's system account connection to an external cluster
 	// (the kick service); nil otherwise.
-	system   *nats.Conn
-	sessions *access.Sessions
-	// revoked ends this replica's event streams of revoked principals.
-	revoked *nats.Subscription
-	healer  *engine.Healer
-	waits   *waits.Consumer
-	waitFor *waitfor.Consumer
-	settler *tasks.Settler
+	system *nats.Conn
+	// storage and sched answer Readiness; gw, HTTPAddr.
 	storage *engine.Storage
-	// waitForIndex is this replica's view of WaitFor's scope index.
-	waitForIndex *waitfor.Index
-	// taskIndex counts running tasks and stored output, for the quotas.
-	taskIndex *tasks.Index
-	callbacks *callbacks.Consumer
-	// triggerIndex resolves callback tokens in memory.
-	triggerIndex *callbacks.Index
-	sched        *scheduler.Scheduler
-	leases       *scheduler.Leases
-	svc          *api.Service
-	callout      *access.Callout
-	notes        *notifications.Service
-	gw           *api.Gateway
-	profiles     *profiles // nil without CHIME_PPROF_ADDR
-	ready        atomic.Bool
-	cancel       context.CancelFunc
-	once         sync.Once
-	Version      string
-	// archiver moves finished timers and ended waits to CHIME_HISTORY.
-	archiver *kvrec.Archiver
-
-	// sweeps runs the start's sweep of records kept without a TTL.
-	sweeps sync.WaitGroup
+	sched   *scheduler.Scheduler
+	gw      *api.Gateway
+	// parts are the long-running parts, in their start order (see Start).
+	parts   lifecycle.Group
+	ready   atomic.Bool
+	cancel  context.CancelCauseFunc
+	once    sync.Once
+	Version string
 }
 
 // Start brings a replica up. On error everything started is stopped.
@@ -98,15 +78,9 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	}()
 	// ctx bounds the start; the replica then lives until Stop.
 	startCtx := ctx
-	ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	ctx, r.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if cfg.PprofAddr != "" {
-		// First, so that a slow start can be profiled too.
-		if r.profiles, err = startProfiles(cfg.PprofAddr, log); err != nil {
-			return nil, err
-		}
-	}
 
 	issuer, err := calloutIssuer(cfg)
 	if err != nil {
@@ -125,6 +99,37 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	for _, w := range cfg.Warnings() {
 		log.Warn(w)
 	}
+	// The parts start in this order and stop in reverse, which is why they
+	// are in it:
+	//
+	//  1. pprof: first, so that a slow start (and stop) can be profiled
+	//     too.
+	//  2. the embedded NATS server, then chime's connection, the
+	//     responder's and the system account's: everything below is built
+	//     on them; they stop last, the connection draining within the
+	//     stop's limit.
+	//  3. the in-memory views (trigger, WaitFor and task indexes): the
+	//     consumers and quotas read them, so they outlive the consumers.
+	//  4. the durable consumers (callbacks, waits, tasks' settler,
+	//     WaitFor) as one Parallel: with NATS away each waits out its drain
+	//     limit, and side by side those do not add up.
+	//  5. notifications, the storage monitor, the healer and the history
+	//     archiver: background work, stopped before the consumers drain
+	//     (records finished meanwhile expire in their buckets).
+	//  6. leases then the scheduler (firing): leases first, so that the
+	//     shards of the first round load with the scheduler's first pass;
+	//     leases are also handed back first, within a second, so the others
+	//     take over at once; Start returns once the timer index is loaded.
+	//  7. the callout's sessions, the auth callout, the revocations
+	//     subscription and the NATS service, then the HTTP gateway: what
+	//     takes requests comes up last and stops taking them first.
+	//  8. the sweep of records kept without a TTL, behind the start.
+	if cfg.PprofAddr != "" {
+		if err := r.parts.Start(ctx, newProfiles(cfg.PprofAddr, log)); err != nil {
+			return nil, err
+		}
+	}
+	var conns []lifecycle.Service
 	if url == "" {
 		eo := engine.EmbeddedOptions{Listen: cfg.NATSListen, DataDir: cfg.DataDir}
 		if cfg.NATSTLSCert != "" {
@@ -141,26 +146,55 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 			conn.User, conn.Password = engine.ServiceUser, eo.Auth.Password
 			responder.User, responder.Password = engine.ResponderUser, eo.Auth.ResponderPassword
 		}
-		if r.ns, err = engine.StartEmbedded(ctx, eo, log); err != nil {
-			return nil, err
+		conns = append(conns, lifecycle.Func(func(ctx context.Context) (err error) {
+			if r.ns, err = engine.StartEmbedded(ctx, eo, log); err != nil {
+				return err
+			}
+			conn.Embedded, responder.Embedded = r.ns, r.ns
+			return nil
+		}, func(context.Context) error {
+			if r.ns != nil {
+				r.ns.Shutdown()
+				r.ns.WaitForShutdown()
+			}
+			return nil
+		}))
+	}
+	conns = append(conns, lifecycle.Func(func(context.Context) (err error) {
+		if r.nc, err = engine.Connect(conn, log); err != nil {
+			return err
 		}
-		conn.Embedded, responder.Embedded = r.ns, r.ns
-	}
-	if r.nc, err = engine.Connect(conn, log); err != nil {
-		return nil, err
-	}
-	r.responder = r.nc
+		r.responder = r.nc
+		return nil
+	}, func(ctx context.Context) error { return drain(ctx, r.nc) }))
 	if issuer != nil {
-		if r.responder, err = engine.Connect(responder, log); err != nil {
-			return nil, err
-		}
+		conns = append(conns, lifecycle.Func(func(context.Context) (err error) {
+			r.responder, err = engine.Connect(responder, log)
+			return err
+		}, func(context.Context) error {
+			if r.responder != nil && r.responder != r.nc {
+				// Its service stopped before: the answers left are buffered.
+				_ = r.responder.FlushTimeout(time.Second)
+				r.responder.Close()
+			}
+			return nil
+		}))
 		if url != "" {
 			system := conn
 			system.Name, system.NkeyFile, system.InboxPrefix = "chime system "+cfg.ReplicaID, cfg.NATSSystemNkeyFile, ""
-			if r.system, err = engine.Connect(system, log); err != nil {
-				return nil, err
-			}
+			conns = append(conns, lifecycle.Func(func(context.Context) (err error) {
+				r.system, err = engine.Connect(system, log)
+				return err
+			}, func(context.Context) error {
+				if r.system != nil {
+					r.system.Close()
+				}
+				return nil
+			}))
 		}
+	}
+	if err := r.parts.Start(ctx, conns...); err != nil {
+		return nil, err
 	}
 	// An async publish whose ack never comes fails after the timeout, so
 	// the fire it carried is retried instead of waited on forever.
@@ -203,25 +237,18 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	if err := partitions.Check(pctx, js, layout, res.Timers.KVs[0], res.Waits.KVs[0]); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	r.healer = engine.NewHealer(js, topo, 2*time.Second, log)
-	if err := r.healer.Start(ctx); err != nil {
-		return nil, err
-	}
+	healer := engine.NewHealer(js, topo, 2*time.Second, log)
 	r.storage = engine.NewStorage(engine.StorageConfig{
 		JS: js, Probe: res.Leases, ReplicaID: cfg.ReplicaID, Topology: topo, Log: log, Registerer: reg,
 	})
-	if err := r.storage.Start(ctx); err != nil {
-		return nil, err
-	}
-	r.archiver = kvrec.NewArchiver(retention, log)
-	r.archiver.Register(reg)
-	r.archiver.Start(ctx)
+	archiver := kvrec.NewArchiver(retention, log)
+	archiver.Register(reg)
 	store := timers.NewStore(res.Timers, time.Now, retention).
-		WithHistory(kvrec.History{JS: js, Stream: engine.HistoryStream, Prefix: engine.HistoryTimers}, r.archiver)
+		WithHistory(kvrec.History{JS: js, Stream: engine.HistoryStream, Prefix: engine.HistoryTimers}, archiver)
 
 	agentStore := agents.NewStore(res.Agents)
 	waitStore := waits.NewStore(res.Waits, agentStore, time.Now, retention).
-		WithHistory(kvrec.History{JS: js, Stream: engine.HistoryStream, Prefix: engine.HistoryWaits}, r.archiver)
+		WithHistory(kvrec.History{JS: js, Stream: engine.HistoryStream, Prefix: engine.HistoryWaits}, archiver)
 
 	// The HTTP listener comes first: trigger URLs are built on its address
 	// when CHIME_PUBLIC_URL is unset.
@@ -239,8 +266,8 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 			ln = tls.NewListener(ln, tlsConfig)
 		}
 		defer func() {
-			if r.gw == nil {
-				_ = ln.Close()
+			if err != nil {
+				_ = ln.Close() // the gateway's, if it had one: closed already
 			}
 		}()
 		publicURL = cfg.CallbackBaseURL(ln.Addr().String())
@@ -253,36 +280,23 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	} else if cfg.HTTPAddr != "" {
 		log.Warn("no operator tokens (CHIME_OPERATOR_TOKENS_FILE): HTTP control routes are open, on loopback only", "addr", cfg.HTTPAddr)
 	}
-	if r.triggerIndex, err = callbacks.StartIndex(pctx, js, engine.TriggersBucket, engine.AgentsBucket, log); err != nil {
-		return nil, err
-	}
-	triggerStore := callbacks.NewStore(res.Triggers, agentStore, res.Idempotency, res.Leases, publicURL, time.Now, r.triggerIndex, retention)
+	triggerIndex := callbacks.NewIndex(js, engine.TriggersBucket, engine.AgentsBucket, log)
+	triggerStore := callbacks.NewStore(res.Triggers, agentStore, res.Idempotency, res.Leases, publicURL, time.Now, triggerIndex, retention)
 	inbox := consumer.NewInbox(js, engine.InboxStream, dedup, time.Now)
 	inbox.Register(reg)
-	r.callbacks = callbacks.NewConsumer(callbacks.ConsumerConfig{JS: js, Stream: engine.EventsStream, Store: triggerStore, Inbox: inbox, Log: log, Registerer: reg})
-	if err := r.callbacks.Start(ctx); err != nil {
-		return nil, err
-	}
-
-	r.waits = waits.NewConsumer(waits.ConsumerConfig{JS: js, Stream: engine.EventsStream, Store: waitStore, Agents: agentStore, Inbox: inbox, Log: log, Registerer: reg})
-	if err := r.waits.Start(ctx); err != nil {
-		return nil, err
-	}
-	// Made here, started below: the quotas count its timers and waits.
-	r.leases = scheduler.NewLeases(scheduler.LeasesConfig{
+	callbackConsumer := callbacks.NewConsumer(callbacks.ConsumerConfig{JS: js, Stream: engine.EventsStream, Store: triggerStore, Inbox: inbox, Log: log, Registerer: reg})
+	waitConsumer := waits.NewConsumer(waits.ConsumerConfig{JS: js, Stream: engine.EventsStream, Store: waitStore, Agents: agentStore, Inbox: inbox, Log: log, Registerer: reg})
+	// Made before the quotas, which count its timers and waits.
+	leases := scheduler.NewLeases(scheduler.LeasesConfig{
 		KV: res.Leases, ReplicaID: cfg.ReplicaID, Shards: cfg.Shards, TTL: cfg.LeaseTTL, Renew: cfg.LeaseTTL / 4,
 		Log: log, OnChange: func() { r.sched.Reshard() }, Healthy: func() (bool, string) { return r.sched.Healthy() },
 	})
 	r.sched = scheduler.New(scheduler.Config{
 		JS: js, Timers: res.Timers, Waits: res.Waits, Counts: res.Counts, Inbox: inbox, Records: store,
-		Leases: r.leases, Shards: cfg.Shards, Log: log, Registerer: reg,
+		Leases: leases, Shards: cfg.Shards, Log: log, Registerer: reg,
 	})
-	if r.waitForIndex, err = waitfor.StartIndex(pctx, js, engine.WaitForBucket, log); err != nil {
-		return nil, err
-	}
-	if r.taskIndex, err = tasks.StartIndex(pctx, js, engine.TasksBucket, log); err != nil {
-		return nil, err
-	}
+	waitForIndex := waitfor.NewIndex(js, engine.WaitForBucket, log)
+	taskIndex := tasks.NewIndex(js, engine.TasksBucket, log)
 	var counter quotas.Counter = r.sched
 	if layout.Sharded() {
 		counter = scheduler.NewCounts(js, res.Counts, time.Now)
@@ -290,8 +304,8 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	limits := quotas.New(quotas.Config{
 		MaxTimers: cfg.MaxTimersPerAgent, MaxWaits: cfg.MaxWaitsPerAgent, MaxQuestions: cfg.MaxOpenQuestions, Counter: counter, MinInterval: cfg.MinInterval,
 		Rate: cfg.CreateRate, Burst: cfg.CreateBurst,
-		MaxRunningTasks: cfg.MaxRunningTasks, MaxTaskOutputBytes: int64(cfg.MaxTaskOutputBytes), Tasks: r.taskIndex, TaskStartRate: cfg.TaskStartRate,
-		MaxWaitFors: cfg.MaxWaitFors, WaitFors: r.waitForIndex, NotifyRate: cfg.NotifyRate, MaxStreams: cfg.MaxStreams,
+		MaxRunningTasks: cfg.MaxRunningTasks, MaxTaskOutputBytes: int64(cfg.MaxTaskOutputBytes), Tasks: taskIndex, TaskStartRate: cfg.TaskStartRate,
+		MaxWaitFors: cfg.MaxWaitFors, WaitFors: waitForIndex, NotifyRate: cfg.NotifyRate, MaxStreams: cfg.MaxStreams,
 		Registerer: reg,
 	})
 	// WaitFor's task check is wired where tasks are (waitfor.TaskLookup).
@@ -299,71 +313,49 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	taskStore := tasks.NewStore(tasks.Config{
 		KV: res.Tasks, Outputs: res.TaskOutputs, Inbox: inbox, JS: js, Now: time.Now, Retention: retention, Log: log, Admit: limits,
 	})
-	r.settler = tasks.NewSettler(tasks.SettlerConfig{JS: js, Stream: engine.EventsStream, Store: taskStore, Log: log, Registerer: reg})
-	if err := r.settler.Start(ctx); err != nil {
-		return nil, err
-	}
+	settler := tasks.NewSettler(tasks.SettlerConfig{JS: js, Stream: engine.EventsStream, Store: taskStore, Log: log, Registerer: reg})
 	waitForSvc := waitfor.NewService(waitfor.Config{
 		Store: waitForStore, Timers: store, Tasks: waitfor.Tasks{Store: taskStore}, Inbox: inbox, JS: js,
 		InboxStream: engine.InboxStream, EventsStream: engine.EventsStream, Log: log,
 	})
-	r.waitFor = waitfor.NewConsumer(waitfor.ConsumerConfig{
-		JS: js, Service: waitForSvc, Store: waitForStore, Index: r.waitForIndex,
+	waitForConsumer := waitfor.NewConsumer(waitfor.ConsumerConfig{
+		JS: js, Service: waitForSvc, Store: waitForStore, Index: waitForIndex,
 		InboxStream: engine.InboxStream, WaitForStream: engine.WaitForStream, Log: log, Registerer: reg,
 	})
-	if err := r.waitFor.Start(ctx); err != nil {
-		return nil, err
-	}
-	// Leases first: the shards of the first round load with the
-	// scheduler's first pass over the buckets instead of a second one.
-	if err := r.leases.Start(ctx); err != nil {
-		return nil, err
-	}
-	if err := r.sched.Start(ctx); err != nil {
-		return nil, err
-	}
-	select {
-	case <-r.sched.Ready():
-	case <-pctx.Done():
-		return nil, fmt.Errorf("replica: loading the timer index: %w", pctx.Err())
-	}
 	tokens := access.NewTokens(res.Tokens, topo.Markers(), time.Now)
 	questionService := questions.NewService(questions.NewStore(res.Questions, time.Now, retention), inbox, log)
-	r.notes = notifications.New(notifications.Config{
+	notes := notifications.New(notifications.Config{
 		JS: js, KV: res.Notifications, Max: cfg.NotificationsMax, Now: time.Now, Log: log, SanitizeDetail: console.SanitizeDetail,
 	})
-	if err := r.notes.Start(ctx); err != nil {
-		return nil, err
-	}
-	select {
-	case <-r.notes.Loaded():
-	case <-pctx.Done():
-		return nil, fmt.Errorf("replica: loading the notifications: %w", pctx.Err())
-	}
 	reader := deliveries.NewReader(js, engine.InboxStream)
 	ops := api.NewOperations(api.Config{
 		Tokens: tokens, Questions: questionService,
 		Timers: store, Waits: waitStore, WaitRequests: waits.NewRequests(waitStore, inbox, js, time.Now, log),
 		Triggers: triggerStore, Callbacks: callbacks.NewService(triggerStore, inbox, js, engine.InboxStream, time.Now, log), Log: log, TimeZone: cfg.TimeZone,
 		Quotas: limits, Registerer: reg, WaitFor: waitForSvc,
-		Tasks: taskStore, Notifications: r.notes,
+		Tasks: taskStore, Notifications: notes,
 		Agents: agentStore, Deliveries: reader, Inbox: deliveries.NewInbox(reader, agentStore),
 	})
 	resolver := access.Resolver{Operators: operators, Tokens: tokens, Callbacks: triggerStore}
+	parts := []lifecycle.Service{
+		triggerIndex, waitForIndex, taskIndex,
+		lifecycle.Parallel(callbackConsumer, waitConsumer, settler, waitForConsumer),
+		notes, r.storage, healer, archiver,
+		firing{leases: leases, sched: r.sched},
+	}
+	var sessions *access.Sessions
 	if issuer != nil {
 		var kick access.Kicker = access.ServerKicker{Server: r.ns}
 		if r.system != nil {
 			kick = access.SystemKicker{NC: r.system}
 		}
-		r.sessions = access.NewSessions(access.SessionsConfig{KV: res.Sessions, Kick: kick, MaxAge: topo.Sessions(), Log: log})
+		sessions = access.NewSessions(access.SessionsConfig{KV: res.Sessions, Kick: kick, MaxAge: topo.Sessions(), Log: log})
 		triggerStore.OnRevoke(func(ctx context.Context, t *callbacks.Trigger) {
-			r.sessions.End(ctx, access.Principal{Kind: access.KindCallback, AgentID: t.AgentID, TriggerID: t.ID})
+			sessions.End(ctx, access.Principal{Kind: access.KindCallback, AgentID: t.AgentID, TriggerID: t.ID})
 		})
-		if r.callout, err = access.StartCallout(ctx, access.CalloutConfig{
-			NC: r.nc, Issuer: issuer, Resolver: resolver, Sessions: r.sessions, Log: log, Registerer: reg, Rights: api.Rights(),
-		}); err != nil {
-			return nil, err
-		}
+		parts = append(parts, sessions, access.NewCallout(access.CalloutConfig{
+			NC: r.nc, Issuer: issuer, Resolver: resolver, Sessions: sessions, Log: log, Registerer: reg, Rights: api.Rights(),
+		}))
 	} else {
 		log.Warn("NATS authorization is off (CHIME_NATS_AUTH): every client of the NATS server may act as any agent or operator")
 	}
@@ -371,30 +363,106 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	// records) and its event streams on every replica.
 	tokens.OnRevoke(func(ctx context.Context, agentID string) {
 		p := access.Principal{Kind: access.KindAgent, AgentID: agentID}
-		r.sessions.End(ctx, p)
+		sessions.End(ctx, p)
 		if err := r.nc.Publish(access.RevokedSubject, []byte(p.Name())); err != nil {
 			log.Warn("announcing a revocation: its event streams on other replicas stay open", "principal", p.Name(), "err", err)
 		}
 	})
-	if r.revoked, err = r.nc.Subscribe(access.RevokedSubject, func(m *nats.Msg) {
-		if n := ops.EndStreams(string(m.Data)); n > 0 {
-			log.Info("ended the event streams of a revoked principal", "principal", string(m.Data), "streams", n)
+	parts = append(parts, lifecycle.Func(func(context.Context) error {
+		// Never unsubscribed: the connection's drain ends it.
+		if _, err := r.nc.Subscribe(access.RevokedSubject, func(m *nats.Msg) {
+			if n := ops.EndStreams(string(m.Data)); n > 0 {
+				log.Info("ended the event streams of a revoked principal", "principal", string(m.Data), "streams", n)
+			}
+		}); err != nil {
+			return fmt.Errorf("replica: revocations: %w", err)
 		}
-	}); err != nil {
-		return nil, fmt.Errorf("replica: revocations: %w", err)
-	}
-	if r.svc, err = api.StartService(ctx, api.ServiceConfig{
+		return nil
+	}, nil))
+	parts = append(parts, api.NewService(api.ServiceConfig{
 		NC: r.responder, Ops: ops, Version: version, Confine: issuer != nil, Triggers: triggerStore, Log: log, Registerer: reg,
-	}); err != nil {
-		return nil, err
-	}
+	}))
 	if ln != nil {
-		r.gw = api.StartGateway(ln, api.NewHandler(ops, reg, r.Readiness, resolver), log, api.DefaultTimeouts())
+		r.gw = api.NewGateway(ln, api.NewHandler(ops, reg, r.Readiness, resolver), log, api.DefaultTimeouts())
+		parts = append(parts, r.gw)
+	}
+	parts = append(parts, sweeps(log, store, waitStore, triggerStore, questionService))
+	// The parts run under ctx; until they have all started, the start's
+	// limit ends it.
+	unbind := context.AfterFunc(pctx, func() { r.cancel(context.Cause(pctx)) })
+	err = r.parts.Start(ctx, parts...)
+	if !unbind() && err == nil {
+		err = fmt.Errorf("replica: start: %w", context.Cause(pctx))
+	}
+	if err != nil {
+		if pctx.Err() != nil {
+			err = fmt.Errorf("%w (start limit: %w)", err, context.Cause(pctx))
+		}
+		return nil, err
 	}
 	r.ready.Store(true)
 	log.Info("chime ready", "replica", cfg.ReplicaID, "version", version, "nats", r.nc.ConnectedUrlRedacted())
-	r.sweeps.Go(func() { sweep(ctx, log, store, waitStore, triggerStore, questionService) })
 	return r, nil
+}
+
+// firing is the leases and the scheduler: leases start first, so that
+// the shards of the first round load with the scheduler's first pass, and
+// are handed back first, so that the others take over at once.
+type firing struct {
+	leases *scheduler.Leases
+	sched  *scheduler.Scheduler
+}
+
+func (f firing) Start(ctx context.Context) error {
+	if err := f.leases.Start(ctx); err != nil {
+		return err
+	}
+	return f.sched.Start(ctx)
+}
+
+func (f firing) Stop(ctx context.Context) error {
+	// Handing leases back saves the others a TTL; it is not worth more of
+	// the shutdown limit than that.
+	lctx, cancel := context.WithTimeout(ctx, time.Second)
+	err := f.leases.Stop(lctx)
+	cancel()
+	return errors.Join(err, f.sched.Stop(ctx))
+}
+
+// drain drains nc within ctx, and closes it when ctx ends first: NATS is
+// unreachable, nothing is left to drain to.
+func drain(ctx context.Context, nc *nats.Conn) error {
+	if nc == nil {
+		return nil
+	}
+	err := nc.Drain()
+	for nc.IsDraining() {
+		if ctx.Err() != nil {
+			nc.Close()
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return err
+}
+
+// sweeps runs sweep behind the start; Stop cancels it and waits.
+func sweeps(log *slog.Logger, stores ...sweeper) lifecycle.Service {
+	var (
+		cancel context.CancelFunc
+		wg     sync.WaitGroup
+	)
+	return lifecycle.Func(func(ctx context.Context) error {
+		ctx, cancel = context.WithCancel(ctx)
+		wg.Go(func() { sweep(ctx, log, stores...) })
+		return nil
+	}, func(context.Context) error {
+		if cancel != nil {
+			cancel()
+		}
+		wg.Wait()
+		return nil
+	})
 }
 
 // sweeper is a store whose finished records kept without a TTL (from
@@ -463,99 +531,17 @@ func (r *Replica) NATSURL() string {
 	return r.cfg.NATSURL
 }
 
-// Stop shuts down within ctx, in two stages: stop taking new work (HTTP, service,
-// leases handed back, scheduler), drain the consumer, then close NATS.
+// Stop shuts down within ctx: the parts stop in the reverse of their start
+// order (see Start), what takes new work first, the consumers drained
+// before NATS is closed.
 func (r *Replica) Stop(ctx context.Context) {
 	r.once.Do(func() {
 		r.ready.Store(false)
-		var errs []error
-		if r.gw != nil {
-			errs = append(errs, r.gw.Stop(ctx))
-		}
-		if r.profiles != nil {
-			pctx, cancel := context.WithTimeout(ctx, time.Second)
-			errs = append(errs, r.profiles.stop(pctx))
-			cancel()
-		}
-		if r.svc != nil {
-			errs = append(errs, r.svc.Stop())
-		}
-		r.callout.Stop()
-		r.sessions.Stop()
-		if r.leases != nil {
-			// Handing leases back saves the others a TTL; it is not worth
-			// more of the shutdown limit than that.
-			lctx, cancel := context.WithTimeout(ctx, time.Second)
-			r.leases.Stop(lctx)
-			cancel()
-		}
-		if r.sched != nil {
-			r.sched.Stop()
-		}
-		r.archiver.Stop()
-		if r.healer != nil {
-			r.healer.Stop()
-		}
-		if r.storage != nil {
-			r.storage.Stop()
-		}
-		if r.notes != nil {
-			r.notes.Stop()
-		}
-		// The consumers drain side by side: with NATS away each waits out
-		// its drain limit, and those add up.
-		var drains sync.WaitGroup
-		if r.waits != nil {
-			drains.Go(r.waits.Stop)
-		}
-		if r.callbacks != nil {
-			drains.Go(r.callbacks.Stop)
-		}
-		if r.waitFor != nil {
-			drains.Go(r.waitFor.Stop)
-		}
-		if r.settler != nil {
-			drains.Go(r.settler.Stop)
-		}
-		drains.Wait()
+		err := r.parts.Stop(ctx)
 		if r.cancel != nil {
-			r.cancel()
+			r.cancel(errors.New("replica stopped"))
 		}
-		r.sweeps.Wait()
-		if r.triggerIndex != nil {
-			r.triggerIndex.Stop()
-		}
-		if r.waitForIndex != nil {
-			r.waitForIndex.Stop()
-		}
-		if r.taskIndex != nil {
-			r.taskIndex.Stop()
-		}
-		if r.system != nil {
-			r.system.Close()
-		}
-		if r.responder != nil && r.responder != r.nc {
-			// Its service stopped above: the answers left are buffered.
-			_ = r.responder.FlushTimeout(time.Second)
-			r.responder.Close()
-		}
-		if r.nc != nil {
-			if err := r.nc.Drain(); err != nil {
-				errs = append(errs, err)
-			}
-			for r.nc.IsDraining() {
-				if ctx.Err() != nil {
-					r.nc.Close() // NATS is unreachable: nothing left to drain to
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-		}
-		if r.ns != nil {
-			r.ns.Shutdown()
-			r.ns.WaitForShutdown()
-		}
-		if err := errors.Join(errs...); err != nil {
+		if err != nil {
 			r.log.Warn("shutdown", "err", err)
 		}
 		r.log.Info("chime stopped")

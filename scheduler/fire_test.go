@@ -46,7 +46,7 @@ func firing(t *testing.T, ctx context.Context) (*nats.Conn, *engine.Resources, *
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(func() { leases.Stop(context.Background()); sched.Stop() })
+	t.Cleanup(func() { leases.Stop(context.Background()); sched.Stop(context.Background()) })
 	return nc, res, store, reg
 }
 

@@ -30,7 +30,7 @@ func TestShardedHealthIsPerShard(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	_ = live.Start(ctx)
-	defer live.Stop()
+	defer live.Stop(context.Background())
 	<-live.Loaded()
 	testwait.Eventually(t, 15*time.Second, func() bool { ok, _ := live.Live(); return ok }, "the watch live")
 	stalled := kvwatch.New(kvwatch.Config{JS: res.JS, Bucket: res.Timers.KVs[1].Bucket(), Keys: partitions.ShardKeys(1), Apply: func(kvwatch.Entry) {}})
@@ -46,7 +46,7 @@ func TestShardedHealthIsPerShard(t *testing.T) {
 	if !owned[0] || owned[1] {
 		t.Fatalf("fireable %v, want only shard 0", owned)
 	}
-	live.Stop()
+	live.Stop(context.Background())
 	if ok, _ := s.Healthy(); ok {
 		t.Fatal("healthy with no loaded shard's watch live")
 	}
@@ -84,7 +84,7 @@ func TestHealthyWhileStarting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Stop()
+	defer s.Stop(context.Background())
 	select {
 	case <-s.Ready():
 	case <-time.After(10 * time.Second):

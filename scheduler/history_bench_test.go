@@ -171,7 +171,7 @@ func loadIndex(b *testing.B, res *engine.Resources) {
 	if err := s.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
-	defer s.Stop()
+	defer s.Stop(context.Background())
 	select {
 	case <-s.Ready():
 	case <-ctx.Done():

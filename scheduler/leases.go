@@ -120,7 +120,7 @@ func (l *Leases) loop(ctx context.Context) {
 // Stop releases every lease so that survivors take over at once rather than
 // after the TTL. It is idempotent, safe without Start, and bounded by ctx
 // (a replica that cannot reach NATS leaves its leases to expire).
-func (l *Leases) Stop(ctx context.Context) {
+func (l *Leases) Stop(ctx context.Context) error {
 	l.once.Do(func() {
 		close(l.stop)
 		l.mu.Lock()
@@ -131,6 +131,7 @@ func (l *Leases) Stop(ctx context.Context) {
 		}
 		l.release(ctx, true)
 	})
+	return nil
 }
 
 // release gives back every owned lease, and with presence also this

@@ -165,12 +165,27 @@ func (s *Scheduler) Wake() {
 // and the shards leased by then are loaded.
 func (s *Scheduler) Ready() <-chan struct{} { return s.ready }
 
-// Start begins watching the buckets and firing. It does not block. Start
-// the leases first: the shards they hold by then load with the watches'
-// first pass rather than a replay after it.
+// Start begins watching the buckets and firing, and returns once ready:
+// every timer and wait stored at start counted and the shards leased by
+// then loaded (Ready); ctx bounds that wait, and the scheduler runs under
+// it until Stop. Start the leases first: the shards they hold by then load
+// with the watches' first pass rather than a replay after it.
 func (s *Scheduler) Start(ctx context.Context) error {
-	ctx, s.cancel = context.WithCancelCause(ctx)
-	s.ctx = ctx
+	life, cancel := context.WithCancelCause(ctx)
+	s.cancel, s.ctx = cancel, life
+	if err := s.start(life); err != nil {
+		return err
+	}
+	select {
+	case <-s.ready:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("scheduler: loading the timer index: %w", ctx.Err())
+	}
+}
+
+// start begins the watches and loops.
+func (s *Scheduler) start(ctx context.Context) error {
 	if s.layout.Sharded() {
 		s.startSharded()
 	} else if err := s.startWhole(ctx); err != nil {
@@ -232,17 +247,18 @@ func (s *Scheduler) startWhole(ctx context.Context) error {
 
 // Stop ends the loops and watches and waits for them. Fires published but
 // not yet recorded are left to whoever fires their shard next: their IDs
-// make the repeat harmless.
-func (s *Scheduler) Stop() {
+// make the repeat harmless. Idempotent and safe without Start.
+func (s *Scheduler) Stop(ctx context.Context) error {
 	s.stop.Do(func() {
 		if s.cancel != nil {
 			s.cancel(errors.New("scheduler stopped"))
 		}
 		for _, w := range s.allWatches() {
-			w.Stop()
+			_ = w.Stop(ctx)
 		}
 		s.wg.Wait()
 	})
+	return nil
 }
 
 // Healthy reports whether this replica can fire: its watches are live and

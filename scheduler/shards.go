@@ -170,7 +170,7 @@ func (s *Scheduler) reshardWatches(leased []bool) {
 	// Outside mu: a stopping watch may be applying an entry, which takes
 	// it (and then finds its gain over).
 	for _, w := range stop {
-		w.Stop()
+		w.Stop(context.Background())
 	}
 	s.Wake()
 }

@@ -55,7 +55,7 @@ func startReplica(t *testing.T, res *engine.Resources, id string, shards int, st
 		t.Fatal(err)
 	}
 	var once sync.Once
-	r.kill = func() { once.Do(func() { cancel(); r.sched.Stop() }) }
+	r.kill = func() { once.Do(func() { cancel(); r.sched.Stop(context.Background()) }) }
 	t.Cleanup(r.kill)
 	select {
 	case <-r.sched.Ready():

@@ -42,25 +42,30 @@ type usage struct {
 // taskKeys matches the task records alone.
 const taskKeys = "*.*"
 
-// StartIndex watches the tasks bucket and returns once its current records
-// are counted; ctx bounds only that. The watch runs until Stop.
-func StartIndex(ctx context.Context, js jetstream.JetStream, bucket string, log *slog.Logger) (*Index, error) {
+// NewIndex returns the count of the tasks bucket; Start loads it.
+func NewIndex(js jetstream.JetStream, bucket string, log *slog.Logger) *Index {
 	ix := &Index{tasks: map[string]usage{}, agents: map[string]usage{}}
 	ix.watch = kvwatch.New(kvwatch.Config{JS: js, Bucket: bucket, Keys: taskKeys, Apply: ix.apply, Reset: ix.reset, Log: log})
+	return ix
+}
+
+// Start watches the tasks bucket and returns once its current records
+// are counted; ctx bounds only that. The watch runs until Stop.
+func (ix *Index) Start(ctx context.Context) error {
 	if err := ix.watch.Start(context.WithoutCancel(ctx)); err != nil {
-		return nil, fmt.Errorf("tasks: index: %w", err)
+		return fmt.Errorf("tasks: index: %w", err)
 	}
 	select {
 	case <-ix.watch.Loaded():
-		return ix, nil
+		return nil
 	case <-ctx.Done():
-		ix.Stop()
-		return nil, fmt.Errorf("tasks: loading the index: %w", ctx.Err())
+		_ = ix.Stop(ctx)
+		return fmt.Errorf("tasks: loading the index: %w", ctx.Err())
 	}
 }
 
-// Stop ends the watch. Idempotent.
-func (ix *Index) Stop() { ix.watch.Stop() }
+// Stop ends the watch. Idempotent and safe without Start.
+func (ix *Index) Stop(ctx context.Context) error { return ix.watch.Stop(ctx) }
 
 // RunningTasks is how many of the agent's tasks run.
 func (ix *Index) RunningTasks(agentID string) int {

@@ -69,8 +69,7 @@ func NewSettler(c SettlerConfig) *Settler {
 
 // Start creates (or joins) the durable consumer.
 func (s *Settler) Start(ctx context.Context) error {
-	var err error
-	s.pool, err = consumer.StartPool(ctx, consumer.PoolConfig{
+	s.pool = consumer.NewPool(consumer.PoolConfig{
 		Name: SettleDurable, Workers: 8, Timeout: 20 * time.Second, NakDelay: 250 * time.Millisecond,
 		Fails: s.fails, Metrics: consumer.NewMetrics(s.cfg.Registerer),
 		Create: func(ctx context.Context) (jetstream.Consumer, error) {
@@ -80,14 +79,14 @@ func (s *Settler) Start(ctx context.Context) error {
 			}))
 		},
 	}, s.log, s.settle)
-	if err != nil {
+	if err := s.pool.Start(ctx); err != nil {
 		return fmt.Errorf("tasks: settle consumer: %w", err)
 	}
 	return nil
 }
 
-// Stop drains the consumer. Idempotent.
-func (s *Settler) Stop() { s.pool.Stop() }
+// Stop drains the consumer. Idempotent and safe without Start.
+func (s *Settler) Stop(ctx context.Context) error { return s.pool.Stop(ctx) }
 
 // settle completes one work item's task. A task not finished by now never
 // got the result the item announced (its request is over): nothing to do.

@@ -68,7 +68,7 @@ func TestStoredResultIsDeliveredWithoutRetry(t *testing.T) {
 			if err := settler.Start(ctx); err != nil {
 				t.Fatal(err)
 			}
-			defer settler.Stop()
+			defer settler.Stop(context.Background())
 			testwait.Eventually(t, 20*time.Second, func() bool {
 				rec, _, err := kvrec.Get[tasks.Task](ctx, res.Tasks, tasks.TaskKey("a", "t1"))
 				if err != nil {
@@ -110,7 +110,7 @@ func TestSettleItemOfAResultThatNeverLanded(t *testing.T) {
 	if err := settler.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer settler.Stop()
+	defer settler.Stop(context.Background())
 	testwait.Until(t, 20*time.Second, func() (bool, string) {
 		c, err := e.res.JS.Consumer(ctx, engine.EventsStream, tasks.SettleDurable)
 		if err != nil {

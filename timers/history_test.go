@@ -27,7 +27,7 @@ func TestFinishedTimersLeaveTheirBucket(t *testing.T) {
 	defer cancel()
 	res, _, arch, s := historyStore(t, retention)
 	arch.Start(ctx)
-	defer arch.Stop()
+	defer arch.Stop(context.Background())
 	kv := res.Timers.KVs[0]
 
 	var made []*timers.Timer

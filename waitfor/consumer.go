@@ -79,8 +79,7 @@ func (c *Consumer) Start(ctx context.Context) error {
 		return errors.New("waitfor: consumer: no index view")
 	}
 	metrics := consumer.NewMetrics(c.cfg.Registerer)
-	var err error
-	if c.wakes, err = consumer.StartPool(ctx, consumer.PoolConfig{
+	c.wakes = consumer.NewPool(consumer.PoolConfig{
 		Name: WakesDurable, Workers: c.cfg.Workers, Timeout: 20 * time.Second, NakDelay: 500 * time.Millisecond,
 		Fails: c.fails, Metrics: metrics,
 		Create: func(ctx context.Context) (jetstream.Consumer, error) {
@@ -90,10 +89,11 @@ func (c *Consumer) Start(ctx context.Context) error {
 			})
 			return c.createWakes(ctx, cfg)
 		},
-	}, c.log, c.wake); err != nil {
+	}, c.log, c.wake)
+	if err := c.wakes.Start(ctx); err != nil {
 		return fmt.Errorf("waitfor: consumer: %w", err)
 	}
-	if c.rechecks, err = consumer.StartPool(ctx, consumer.PoolConfig{
+	c.rechecks = consumer.NewPool(consumer.PoolConfig{
 		Name: RechecksDurable, Workers: 4, Timeout: 20 * time.Second, NakDelay: 500 * time.Millisecond,
 		Fails: c.fails, Metrics: metrics,
 		Create: func(ctx context.Context) (jetstream.Consumer, error) {
@@ -102,19 +102,21 @@ func (c *Consumer) Start(ctx context.Context) error {
 				FilterSubject: subjects.WaitForRecheckAll, AckWait: c.cfg.AckWait, MaxAckPending: 1024,
 			}))
 		},
-	}, c.log, c.recheck); err != nil {
-		c.wakes.Stop()
+	}, c.log, c.recheck)
+	if err := c.rechecks.Start(ctx); err != nil {
+		_ = c.wakes.Stop(ctx)
 		return fmt.Errorf("waitfor: consumer: %w", err)
 	}
 	return nil
 }
 
-// Stop drains both consumers. Idempotent.
-func (c *Consumer) Stop() {
+// Stop drains both consumers. Idempotent and safe without Start.
+func (c *Consumer) Stop(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Go(c.rechecks.Stop)
-	c.wakes.Stop()
+	wg.Go(func() { _ = c.rechecks.Stop(ctx) })
+	_ = c.wakes.Stop(ctx)
 	wg.Wait()
+	return nil
 }
 
 // wake matches one inbox envelope against its agent's live registrations.

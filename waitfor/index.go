@@ -58,7 +58,7 @@ type Index struct {
 
 	fresh freshness
 
-	ctx    context.Context // the index's life: cancelled by Stop
+	ctx    context.Context // the index's life, from Start: cancelled by Stop
 	cancel context.CancelFunc
 	once   sync.Once
 }
@@ -81,48 +81,56 @@ const freshTimeout = 5 * time.Second
 // never vouches (its catch-ups end too late), and is read as before.
 const presenceWindow = 10 * time.Millisecond
 
-// StartIndex watches the bucket's index and returns once its current
-// entries are loaded; ctx bounds only that. The watch runs until Stop.
-func StartIndex(ctx context.Context, js jetstream.JetStream, bucket string, log *slog.Logger) (*Index, error) {
-	return startIndex(ctx, js, bucket, log, 0)
+// NewIndex returns the view of the bucket's index; Start loads it.
+func NewIndex(js jetstream.JetStream, bucket string, log *slog.Logger) *Index {
+	return newIndex(js, bucket, log, 0)
 }
 
-// startIndex is StartIndex with a view that applies each change lag late.
-func startIndex(ctx context.Context, js jetstream.JetStream, bucket string, log *slog.Logger, lag time.Duration) (*Index, error) {
+// newIndex is NewIndex with a view that applies each change lag late.
+func newIndex(js jetstream.JetStream, bucket string, log *slog.Logger, lag time.Duration) *Index {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ix := &Index{js: js, bucket: bucket, log: log.With("component", "waitfor"), agents: map[string]map[string]scope{}, lag: lag}
 	ix.fresh.catchUp = ix.catchUp
-	st, err := js.Stream(ctx, "KV_"+bucket)
+	ix.watch = kvwatch.New(kvwatch.Config{JS: js, Bucket: bucket, Keys: idxKeys, Apply: ix.apply, Reset: ix.reset, Log: log})
+	return ix
+}
+
+// Start watches the bucket's index and returns once its current entries
+// are loaded; ctx bounds only that. The watch runs until Stop.
+func (ix *Index) Start(ctx context.Context) error {
+	st, err := ix.js.Stream(ctx, "KV_"+ix.bucket)
 	if err != nil {
-		return nil, fmt.Errorf("waitfor: index: %w", err)
+		return fmt.Errorf("waitfor: index: %w", err)
 	}
 	if st.CachedInfo().Config.Replicas <= 1 {
 		ix.direct = st
 	}
 	ix.ctx, ix.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	ix.watch = kvwatch.New(kvwatch.Config{JS: js, Bucket: bucket, Keys: idxKeys, Apply: ix.apply, Reset: ix.reset, Log: log})
 	if err := ix.watch.Start(ix.ctx); err != nil {
-		ix.Stop()
-		return nil, fmt.Errorf("waitfor: index: %w", err)
+		_ = ix.Stop(ctx)
+		return fmt.Errorf("waitfor: index: %w", err)
 	}
 	select {
 	case <-ix.watch.Loaded():
-		return ix, nil
+		return nil
 	case <-ctx.Done():
-		ix.Stop()
-		return nil, fmt.Errorf("waitfor: loading the index: %w", ctx.Err())
+		_ = ix.Stop(ctx)
+		return fmt.Errorf("waitfor: loading the index: %w", ctx.Err())
 	}
 }
 
-// Stop ends the watch. Idempotent.
-func (ix *Index) Stop() {
+// Stop ends the watch. Idempotent and safe without Start.
+func (ix *Index) Stop(ctx context.Context) error {
 	ix.once.Do(func() {
-		ix.cancel()
-		ix.watch.Stop()
+		if ix.cancel != nil {
+			ix.cancel()
+		}
+		_ = ix.watch.Stop(ctx)
 		ix.fresh.stop()
 	})
+	return nil
 }
 
 // Live reports whether the view is kept current, and if not, why.

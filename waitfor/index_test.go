@@ -30,11 +30,11 @@ func testFresh(t *testing.T, leader bool) {
 	_, res := natstest.Provisioned(t, ns)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	ix, err := StartIndex(ctx, res.JS, engine.WaitForBucket, nil)
-	if err != nil {
+	ix := NewIndex(res.JS, engine.WaitForBucket, nil)
+	if err := ix.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer ix.Stop()
+	defer ix.Stop(context.Background())
 	if leader {
 		ix.direct = nil
 	}

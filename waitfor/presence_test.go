@@ -34,17 +34,17 @@ func TestRegistrationRacesWake(t *testing.T) {
 		Store: store, Timers: timers.NewStore(res.Timers, nil, kvrec.Retention{}), Inbox: inbox, JS: res.JS,
 		InboxStream: engine.InboxStream, EventsStream: engine.EventsStream,
 	})
-	ix, err := startIndex(ctx, res.JS, engine.WaitForBucket, nil, presenceWindow*2/3)
-	if err != nil {
+	ix := newIndex(res.JS, engine.WaitForBucket, nil, presenceWindow*2/3)
+	if err := ix.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer ix.Stop()
+	defer ix.Stop(context.Background())
 	c := NewConsumer(ConsumerConfig{JS: res.JS, Service: svc, Store: store, Index: ix,
 		InboxStream: engine.InboxStream, WaitForStream: engine.WaitForStream})
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer c.Stop()
+	defer c.Stop(context.Background())
 
 	hint := func(agentID, id string) {
 		env := &subjects.Envelope{ID: id, AgentID: agentID, Kind: subjects.KindWakeHint, At: time.Now(), Trust: subjects.TrustExternal}

@@ -130,7 +130,7 @@ func (w *Consumer) Start(ctx context.Context) error {
 		return fmt.Errorf("waits: consumer: stream: %w", err)
 	}
 	metrics := consumer.NewMetrics(w.cfg.Registerer)
-	if w.fires, err = consumer.StartPool(ctx, consumer.PoolConfig{
+	w.fires = consumer.NewPool(consumer.PoolConfig{
 		Name: WaitFiresDurable, Workers: w.cfg.Workers,
 		Timeout: 20 * time.Second, NakDelay: 500 * time.Millisecond, Fails: w.fails, Metrics: metrics,
 		Create: func(ctx context.Context) (jetstream.Consumer, error) {
@@ -139,10 +139,11 @@ func (w *Consumer) Start(ctx context.Context) error {
 				FilterSubject: subjects.WaitFire, AckWait: w.cfg.AckWait, MaxAckPending: waitQueue,
 			}))
 		},
-	}, w.log, consumer.Data(w.fire)); err != nil {
+	}, w.log, consumer.Data(w.fire))
+	if err := w.fires.Start(ctx); err != nil {
 		return fmt.Errorf("waits: consumer: wait fires: %w", err)
 	}
-	if w.ivs, err = consumer.StartPool(ctx, consumer.PoolConfig{
+	w.ivs = consumer.NewPool(consumer.PoolConfig{
 		Name: InterventionsDurable, Workers: interventionWorkers,
 		// An intervention touches every wait of its agent; the pool keeps
 		// it in progress for as long as it takes. The agent's next one
@@ -155,20 +156,22 @@ func (w *Consumer) Start(ctx context.Context) error {
 				FilterSubject: subjects.InterventionApplyAll, AckWait: w.cfg.AckWait, MaxAckPending: interventionQueue,
 			}))
 		},
-	}, w.log, w.intervene); err != nil {
-		w.fires.Stop()
+	}, w.log, w.intervene)
+	if err := w.ivs.Start(ctx); err != nil {
+		_ = w.fires.Stop(ctx)
 		return fmt.Errorf("waits: consumer: interventions: %w", err)
 	}
 	return nil
 }
 
 // Stop drains both consumers, side by side so their drain bounds do not
-// add up, and waits for in-flight work. Idempotent.
-func (w *Consumer) Stop() {
+// add up, and waits for in-flight work. Idempotent and safe without Start.
+func (w *Consumer) Stop(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Go(w.ivs.Stop)
-	w.fires.Stop()
+	wg.Go(func() { _ = w.ivs.Stop(ctx) })
+	_ = w.fires.Stop(ctx)
 	wg.Wait()
+	return nil
 }
 
 func (w *Consumer) fire(ctx context.Context, data []byte) error {

@@ -30,7 +30,7 @@ func TestEndedWaitsLeaveTheirBucket(t *testing.T) {
 	r := kvrec.Retention{JS: res.JS, After: time.Hour, Markers: time.Second}
 	arch := kvrec.NewArchiver(r, nil)
 	arch.Start(ctx)
-	defer arch.Stop()
+	defer arch.Stop(context.Background())
 	s := waits.NewStore(res.Waits, agents.NewStore(res.Agents), nil, r).
 		WithHistory(kvrec.History{JS: res.JS, Stream: engine.HistoryStream, Prefix: engine.HistoryWaits}, arch)
 	kv := res.Waits.KVs[0]

@@ -61,7 +61,7 @@ func (r *rig) startWith(t *testing.T, reg prometheus.Registerer) *waits.Consumer
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.Stop)
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
 	return c
 }
 
@@ -274,7 +274,7 @@ func TestPauseResumeInOrder(t *testing.T) {
 func TestGivenUpInterventionSteppedPast(t *testing.T) {
 	r := newRig(t)
 	first := r.startWith(t, nil) // creates the durable
-	first.Stop()
+	first.Stop(context.Background())
 	inbox := r.inbox(t, "lost")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -190,7 +190,7 @@ func (a *Archiver) Register(reg prometheus.Registerer) {
 }
 
 // Start runs the archiver until ctx ends or Stop.
-func (a *Archiver) Start(ctx context.Context) {
+func (a *Archiver) Start(ctx context.Context) error {
 	ctx, a.stop = context.WithCancel(ctx)
 	for range archiveWorkers {
 		a.wg.Go(func() {
@@ -204,15 +204,18 @@ func (a *Archiver) Start(ctx context.Context) {
 			}
 		})
 	}
+	return nil
 }
 
 // Stop stops the archiver and waits for its workers. What is still queued
-// stays in its bucket and expires there.
-func (a *Archiver) Stop() {
+// stays in its bucket and expires there. Idempotent and safe without
+// Start.
+func (a *Archiver) Stop(context.Context) error {
 	if a != nil && a.stop != nil {
 		a.stop()
 		a.wg.Wait()
 	}
+	return nil
 }
 
 // archiveTimeout bounds one record's archive, retries included.

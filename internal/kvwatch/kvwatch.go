@@ -129,8 +129,9 @@ func New(c Config) *Watch {
 	return w
 }
 
-// Start begins watching in the background; it does not block. Loaded
-// tells when the bucket's current values are in.
+// Start begins watching in the background; it does not block: a view
+// decides for itself when it needs the bucket's current values, which
+// Loaded tells. The watch runs under ctx, until Stop.
 func (w *Watch) Start(ctx context.Context) error {
 	ctx, w.cancel = context.WithCancel(ctx)
 	go func() {
@@ -140,8 +141,9 @@ func (w *Watch) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the watch and waits for its loop.
-func (w *Watch) Stop() {
+// Stop ends the watch and waits for its loop, which ends at once. It is
+// idempotent and safe without Start.
+func (w *Watch) Stop(context.Context) error {
 	w.once.Do(func() {
 		w.mu.Lock()
 		w.stopped = true
@@ -154,6 +156,7 @@ func (w *Watch) Stop() {
 		w.cancel()
 		<-w.done
 	})
+	return nil
 }
 
 // Bucket is the watched bucket's name.

@@ -149,7 +149,7 @@ func TestLoadsThenFollows(t *testing.T) {
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer w.Stop()
+	defer w.Stop(context.Background())
 	select {
 	case <-w.Loaded():
 	case <-time.After(5 * time.Second):
@@ -184,7 +184,7 @@ func TestEmptyBucketLoads(t *testing.T) {
 	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	defer w.Stop()
+	defer w.Stop(context.Background())
 	select {
 	case <-w.Loaded():
 	case <-time.After(5 * time.Second):
@@ -208,7 +208,7 @@ func TestSurvivesServerRestart(t *testing.T) {
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer w.Stop()
+	defer w.Stop(context.Background())
 	waitLoaded(t, w)
 	srv.ns.Shutdown()
 	srv.ns.WaitForShutdown()
@@ -254,7 +254,7 @@ func TestReloadsRecreatedBucket(t *testing.T) {
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer w.Stop()
+	defer w.Stop(context.Background())
 	waitLoaded(t, w)
 	if err := js.DeleteKeyValue(ctx, "re"); err != nil {
 		t.Fatal(err)
@@ -302,7 +302,7 @@ func TestExpiredKeyIsDeleted(t *testing.T) {
 		if err := w.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(w.Stop)
+		t.Cleanup(func() { _ = w.Stop(context.Background()) })
 		waitLoaded(t, w)
 		return v, w
 	}
@@ -337,7 +337,7 @@ func TestKeys(t *testing.T) {
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer w.Stop()
+	defer w.Stop(context.Background())
 	waitLoaded(t, w)
 	rev, err := kv.Put(ctx, "idx.d", []byte("d"))
 	if err != nil {
@@ -393,7 +393,7 @@ func TestReplay(t *testing.T) {
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer w.Stop()
+	defer w.Stop(context.Background())
 	waitLoaded(t, w)
 	if v.len() != 100 {
 		t.Fatalf("kept %d keys, want the 100 even ones", v.len())
@@ -460,7 +460,7 @@ func TestReplayQueuedBehindReplay(t *testing.T) {
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer w.Stop()
+	defer w.Stop(context.Background())
 	waitLoaded(t, w)
 	var chans []<-chan struct{}
 	for range 20 {
@@ -513,7 +513,7 @@ func TestStatusShapedMessages(t *testing.T) {
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer w.Stop()
+	defer w.Stop(context.Background())
 	waitLoaded(t, w)
 	if a, _ := v.get("a"); a != "1" {
 		t.Fatalf("a = %q", a)
@@ -587,7 +587,7 @@ func TestCaughtUpWhenPendingStaysAboveZero(t *testing.T) {
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer w.Stop()
+	defer w.Stop(context.Background())
 	waitLoaded(t, w)
 	if v.len() != 10 {
 		t.Fatalf("loaded %d keys, want 10", v.len())
@@ -655,7 +655,7 @@ func TestLoadsABucketOfOnlyAStatusShapedMessage(t *testing.T) {
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer w.Stop()
+	defer w.Stop(context.Background())
 	waitLoaded(t, w)
 	if v.len() != 0 {
 		t.Fatalf("loaded %d keys, want none", v.len())
@@ -712,7 +712,7 @@ func TestLoadOfAConsumerThatDeliversNothingIsMadeAgain(t *testing.T) {
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer w.Stop()
+	defer w.Stop(context.Background())
 	select {
 	case <-w.Loaded():
 	case <-time.After(10 * time.Second):

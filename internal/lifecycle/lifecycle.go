@@ -1,0 +1,137 @@
+// Package lifecycle owns the one start/stop shape of chime's long-running
+// parts (Service) and the order they run in: a Group starts them in order
+// and stops them in reverse, and Parallel stops a few side by side.
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// Service is a long-running part.
+//
+// Start returns once the service is ready, or the reason it cannot be;
+// ctx bounds that wait. Some services run under ctx, so the context given
+// to Start must live until the service is stopped.
+//
+// Stop ends the service within ctx, draining what it holds first where it
+// has to. It is idempotent, a no-op when the service never started, and
+// safe after a Start that failed part way.
+type Service interface {
+	Start(ctx context.Context) error
+	Stop(ctx context.Context) error
+}
+
+// Group starts services in order and stops the started ones in reverse.
+// The zero Group is ready to use.
+type Group struct {
+	mu      sync.Mutex
+	started []Service
+}
+
+// Start starts services in order, after any the group started before. On
+// a failure it stops, in reverse, every service the group started, the
+// failed one too (it may have started part way), and returns the failure.
+func (g *Group) Start(ctx context.Context, services ...Service) error {
+	for _, s := range services {
+		g.mu.Lock()
+		g.started = append(g.started, s)
+		g.mu.Unlock()
+		if err := s.Start(ctx); err != nil {
+			// ctx may be what failed: the rollback gets a live one, and
+			// each service's own limits bound it.
+			return errors.Join(err, g.Stop(context.WithoutCancel(ctx)))
+		}
+	}
+	return nil
+}
+
+// Stop stops every started service in reverse order and joins their
+// errors. A stop still running when ctx ends is no longer waited for: it
+// finishes in the background while the rest are stopped, each with the
+// done ctx, which tells it to be quick. Stopping again stops nothing more.
+func (g *Group) Stop(ctx context.Context) error {
+	g.mu.Lock()
+	started := g.started
+	g.started = nil
+	g.mu.Unlock()
+	var errs []error
+	for i := len(started) - 1; i >= 0; i-- {
+		errs = append(errs, stop(ctx, started[i]))
+	}
+	return errors.Join(errs...)
+}
+
+// stop stops s. Begun before ctx ended, it is waited for until then; begun
+// after, it is waited for: it was told to be quick, and what is stopped
+// after it may depend on it having stopped.
+func stop(ctx context.Context, s Service) error {
+	if ctx.Err() != nil {
+		return s.Stop(ctx)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Stop(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("lifecycle: %T still stopping: %w", s, context.Cause(ctx))
+	}
+}
+
+// Parallel is one service of services that start in order and stop side
+// by side: parts whose stops each wait out a limit (a drain) so that the
+// limits do not add up.
+func Parallel(services ...Service) Service { return &parallel{services: services} }
+
+type parallel struct {
+	services []Service
+	g        Group
+}
+
+func (p *parallel) Start(ctx context.Context) error { return p.g.Start(ctx, p.services...) }
+
+func (p *parallel) Stop(ctx context.Context) error {
+	p.g.mu.Lock()
+	started := p.g.started
+	p.g.started = nil
+	p.g.mu.Unlock()
+	errs := make([]error, len(started))
+	var wg sync.WaitGroup
+	for i, s := range started {
+		wg.Go(func() { errs[i] = stop(ctx, s) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Func is a Service of two functions, for glue that needs no type of its
+// own; either may be nil. stop runs at most once, whether or not start
+// ran, so it must be safe without it.
+func Func(start, stop func(ctx context.Context) error) Service {
+	return &funcService{start: start, stop: stop}
+}
+
+type funcService struct {
+	start, stop func(context.Context) error
+	once        sync.Once
+	err         error
+}
+
+func (f *funcService) Start(ctx context.Context) error {
+	if f.start == nil {
+		return nil
+	}
+	return f.start(ctx)
+}
+
+func (f *funcService) Stop(ctx context.Context) error {
+	f.once.Do(func() {
+		if f.stop != nil {
+			f.err = f.stop(ctx)
+		}
+	})
+	return f.err
+}
