@@ -11,8 +11,6 @@ import (
 	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/subjects"
-	"github.com/chime-nats/chime/waitfor"
-	"github.com/chime-nats/chime/waits"
 )
 
 // consoleViews are the operator's views that are no agent's action (HTTP
@@ -45,32 +43,6 @@ func limitParam(r *http.Request) []byte {
 		return encode(action.RawOrString(l))
 	}
 	return nil
-}
-
-// waitList serves wait.list: a page of the agent's managed waits and one
-// of its WaitFor registrations, at most limit of each; the cursor holds
-// where each walk is (a finished one stays at its end).
-func (o *Operations) waitList(ctx context.Context, agentID string, body []byte) (any, error) {
-	page, err := waits.DecodeListWaits(body)
-	if err != nil {
-		return nil, err
-	}
-	reply := waits.ListWaitsReply{Waits: []waits.Wait{}, WaitFor: []waitfor.WaitFor{}}
-	next := []subjects.CursorPos{page.Walk(0), page.Walk(1)}
-	if !next[0].End() {
-		if reply.Waits, next[0], err = o.waits.Page(ctx, agentID, page.Limit, next[0]); err != nil {
-			return nil, err
-		}
-	}
-	if o.waitFor == nil {
-		next[1] = subjects.CursorPos{Buckets: 1, Bucket: 1} // none to walk
-	} else if !next[1].End() {
-		if reply.WaitFor, next[1], err = o.waitFor.List(ctx, agentID, page.Limit, next[1]); err != nil {
-			return nil, err
-		}
-	}
-	reply.NextCursor = subjects.EncodeCursor(waits.ActionWaitList, next...)
-	return reply, nil
 }
 
 // view runs an operator's read that is no agent action, bounded and
