@@ -53,15 +53,22 @@ func (g *Group) Start(ctx context.Context, services ...Service) error {
 // finishes in the background while the rest are stopped, each with the
 // done ctx, which tells it to be quick. Stopping again stops nothing more.
 func (g *Group) Stop(ctx context.Context) error {
-	g.mu.Lock()
-	started := g.started
-	g.started = nil
-	g.mu.Unlock()
+	started := g.take()
 	var errs []error
 	for i := len(started) - 1; i >= 0; i-- {
 		errs = append(errs, stop(ctx, started[i]))
 	}
 	return errors.Join(errs...)
+}
+
+// take hands over the services started so far, which a stop then owns:
+// a second stop finds none.
+func (g *Group) take() []Service {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	started := g.started
+	g.started = nil
+	return started
 }
 
 // stop stops s. Begun before ctx ended, it is waited for until then; begun
@@ -94,10 +101,7 @@ type parallel struct {
 func (p *parallel) Start(ctx context.Context) error { return p.g.Start(ctx, p.services...) }
 
 func (p *parallel) Stop(ctx context.Context) error {
-	p.g.mu.Lock()
-	started := p.g.started
-	p.g.started = nil
-	p.g.mu.Unlock()
+	started := p.g.take()
 	errs := make([]error, len(started))
 	var wg sync.WaitGroup
 	for i, s := range started {
