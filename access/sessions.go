@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -36,7 +35,15 @@ type Kicker interface {
 }
 
 // ServerKicker kicks the clients of an embedded server, in process.
-type ServerKicker struct{ Server *server.Server }
+type ServerKicker struct{ Server EmbeddedServer }
+
+// EmbeddedServer is the part of an embedded *server.Server a ServerKicker
+// uses. An interface, so that access (which the public client links for its
+// token replies) does not link nats-server.
+type EmbeddedServer interface {
+	ID() string
+	DisconnectClientByID(cid uint64) error
+}
 
 // Kick disconnects cid if serverID is this server; a session of another
 // server (this one before a restart) is gone.
@@ -56,7 +63,7 @@ type SystemKicker struct{ NC *nats.Conn }
 
 // Kick asks serverID to disconnect cid.
 func (k SystemKicker) Kick(ctx context.Context, serverID string, cid uint64) error {
-	body, _ := json.Marshal(server.KickClientReq{CID: cid})
+	body, _ := json.Marshal(kickRequest{CID: cid})
 	res, err := k.NC.RequestWithContext(ctx, "$SYS.REQ.SERVER."+serverID+".KICK", body)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return nil // that server is gone, and its clients with it
@@ -64,7 +71,7 @@ func (k SystemKicker) Kick(ctx context.Context, serverID string, cid uint64) err
 	if err != nil {
 		return fmt.Errorf("access: kick %d on %s: %w", cid, serverID, err)
 	}
-	var reply server.ServerAPIResponse
+	var reply kickReply
 	if err := json.Unmarshal(res.Data, &reply); err != nil {
 		return fmt.Errorf("access: kick %d on %s: %w", cid, serverID, err)
 	}
@@ -72,6 +79,18 @@ func (k SystemKicker) Kick(ctx context.Context, serverID string, cid uint64) err
 		return fmt.Errorf("%w: %s", errNoSuchClient, reply.Error.Description)
 	}
 	return nil
+}
+
+// kickRequest and kickReply are the parts chime reads of nats-server's
+// KickClientReq and ServerAPIResponse.
+type kickRequest struct {
+	CID uint64 `json:"cid"`
+}
+
+type kickReply struct {
+	Error *struct {
+		Description string `json:"description"`
+	} `json:"error,omitempty"`
 }
 
 // errNoSuchClient is a kick of a client already gone: nothing to end.

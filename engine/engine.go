@@ -806,14 +806,3 @@ func asyncErrors(log *slog.Logger) nats.ErrHandler {
 		})
 	}
 }
-
-// Schedule is a message schedule (nats-server 2.12+): stored on subject
-// in a stream that allows schedules, it makes the engine publish its body
-// to target at at, once, and is then removed. A later schedule on the same
-// subject replaces it.
-func Schedule(subject, target string, at time.Time) *nats.Msg {
-	m := &nats.Msg{Subject: subject, Header: nats.Header{}}
-	m.Header.Set("Nats-Schedule", "@at "+at.UTC().Format(time.RFC3339Nano))
-	m.Header.Set("Nats-Schedule-Target", target)
-	return m
-}

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/chime-nats/chime/consumer"
-	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/internal/schedule"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -112,7 +112,7 @@ func (s *Settler) settle(ctx context.Context, d *consumer.Delivery) error {
 // without one. A later announce of the task replaces it (a schedule is
 // the last message on its subject).
 func (s *Store) announce(ctx context.Context, agentID, taskID string) error {
-	m := engine.Schedule(subjects.TaskSchedule(agentID, taskID), subjects.TaskSettle(agentID, taskID), s.now().Add(s.settleAfter))
+	m := schedule.At(subjects.TaskSchedule(agentID, taskID), subjects.TaskSettle(agentID, taskID), s.now().Add(s.settleAfter))
 	if _, err := s.js.PublishMsg(ctx, m); err != nil {
 		return fmt.Errorf("tasks: announce the result of %s: %w", taskID, err)
 	}

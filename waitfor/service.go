@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/chime-nats/chime/consumer"
-	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/internal/schedule"
 	"github.com/chime-nats/chime/interventions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
@@ -347,7 +347,7 @@ func (s *Service) wakeSatisfied(ctx context.Context, w *WaitFor) (*WaitFor, erro
 // schedule stores w's recheck as a message schedule: the engine publishes
 // it to the recheck subject when due.
 func (s *Service) schedule(ctx context.Context, w *WaitFor) error {
-	m := engine.Schedule(subjects.WaitForSchedule(w.AgentID, w.ID), subjects.WaitForRecheck(w.AgentID, w.ID), *w.RecheckAt)
+	m := schedule.At(subjects.WaitForSchedule(w.AgentID, w.ID), subjects.WaitForRecheck(w.AgentID, w.ID), *w.RecheckAt)
 	m.Header.Set("Nats-Schedule-TTL", scheduleTTL)
 	m.Header.Set(jetstream.MsgIDHeader, "schedule_"+w.ID)
 	m.Data = []byte(w.ID)
