@@ -21,10 +21,10 @@ func (t *Tokens) Actions() []action.Action {
 		})
 	}
 	return []action.Action{
-		{Name: agents.ActionTokenIssue, Access: action.Operator, Summary: "issue an agent token (shown once)",
+		{Name: agents.ActionTokenIssue, Body: "empty or {}", Reply: "{agent_id, token_id, created_at, token} (the token shown once)", Access: action.Operator, Summary: "issue an agent token (shown once)",
 			HTTP:   action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/token", http.StatusCreated, nil),
 			Handle: h(func(ctx context.Context, agentID string) (any, error) { return t.Issue(ctx, agentID) })},
-		{Name: agents.ActionTokenRevoke, Access: action.Operator, Summary: "revoke the agent's tokens and end its connections",
+		{Name: agents.ActionTokenRevoke, Body: "empty or {}", Reply: "{agent_id, revoked}", Access: action.Operator, Summary: "revoke the agent's tokens and end its connections",
 			HTTP:   action.HTTPRoute(http.MethodDelete, action.ControlRoutes+"/token", http.StatusOK, nil),
 			Handle: h(func(ctx context.Context, agentID string) (any, error) { return t.Revoke(ctx, agentID) })},
 	}

@@ -83,7 +83,11 @@ type Action struct {
 	// Summary says in one line what the action does (the micro endpoint's
 	// description, the CLI's help, the contract's table).
 	Summary string
-	Access  Access
+	// Body and Reply say, in the contract's shorthand, what the request
+	// carries ("{timer_id}", "empty or {}") and what the reply is ("timer
+	// record"); the feature's section of the contract has the detail.
+	Body, Reply string
+	Access      Access
 	// MaxBody returns the most bytes a request body may have; nil is
 	// DefaultMaxBody. It is a function because some limits follow the
 	// configuration (an intervention's text may be as long as the inbox
@@ -194,19 +198,30 @@ func (t *Table) Names(access Access) []string {
 // with its subject, who may call it, its HTTP route and its summary.
 func (t *Table) Markdown() string {
 	var b strings.Builder
-	b.WriteString("| subject (`agent.<id>.` + ) | micro endpoint | who | HTTP route | what it does |\n|---|---|---|---|---|\n")
+	b.WriteString("| subject (`agent.<id>.` + ) | who | body | reply | HTTP route (status) | what it does |\n|---|---|---|---|---|---|\n")
 	for _, a := range t.list {
-		subject, endpoint := "`"+a.Name+"`", "`"+strings.ReplaceAll(a.Name, ".", "_")+"`"
+		subject := "`" + a.Name + "`"
 		if !a.OnNATS() {
-			subject, endpoint = "(HTTP only)", "-"
+			subject = "(HTTP only)"
 		}
 		httpRoute := "-"
 		if a.HTTP != nil {
-			httpRoute = "`" + a.HTTP.Pattern() + "`"
+			httpRoute = fmt.Sprintf("`%s` (%d)", a.HTTP.Pattern(), a.HTTP.Status)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", subject, endpoint, a.Access, httpRoute, a.Summary)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", subject, a.Access, codeShapes(a.Body), codeShapes(a.Reply), httpRoute, a.Summary)
 	}
 	return b.String()
+}
+
+// codeShapes sets a body's or reply's JSON shape in code and leaves words as they are
+// ("timer record", "{ok, question}").
+func codeShapes(reply string) string {
+	if strings.HasPrefix(reply, "{") {
+		if i := strings.LastIndex(reply, "}"); i >= 0 {
+			return "`" + reply[:i+1] + "`" + reply[i+1:]
+		}
+	}
+	return reply
 }
 
 // Replayed reports whether a create that names requestID (its caller's

@@ -35,9 +35,9 @@ func TestNewTableRefusesBadDeclarations(t *testing.T) {
 
 func TestTableNamesAndLimits(t *testing.T) {
 	tb, err := action.NewTable([]action.Action{
-		{Name: "a.read", Access: action.Agent, Handle: ok},
+		{Name: "a.read", Access: action.Agent, Handle: ok, Body: "{x?}", Reply: "a record"},
 		{Name: "a.admin", Access: action.Operator, Handle: ok, MaxBody: func() int64 { return 7 }},
-		{Name: "a.form", Access: action.Operator, Handle: ok, HTTPOnly: true, HTTP: &action.Route{Method: "POST", Path: "/api/control/agents/{id}/form"}},
+		{Name: "a.form", Access: action.Operator, Handle: ok, HTTPOnly: true, HTTP: &action.Route{Method: "POST", Path: "/api/control/agents/{id}/form", Status: 201}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +57,7 @@ func TestTableNamesAndLimits(t *testing.T) {
 		t.Error("found an action never declared")
 	}
 	md := tb.Markdown()
-	for _, want := range []string{"| `a.read` | `a_read` | agent | - |", "| (HTTP only) | - | operator | `POST /api/control/agents/{id}/form` |"} {
+	for _, want := range []string{"| `a.read` | agent | `{x?}` | a record | - |", "| (HTTP only) | operator |  |  | `POST /api/control/agents/{id}/form` (201) |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
 		}

@@ -46,12 +46,12 @@ func TestContractActionTable(t *testing.T) {
 	}
 }
 
-// TestActionsAreComplete: every action says what it does and serves a
-// surface.
+// TestActionsAreComplete: every action says what it does, takes and
+// answers, and serves a surface.
 func TestActionsAreComplete(t *testing.T) {
 	for _, a := range api.NewOperations(api.Config{}).Table().All() {
-		if a.Summary == "" {
-			t.Errorf("%s has no summary", a.Name)
+		if a.Summary == "" || a.Body == "" || a.Reply == "" {
+			t.Errorf("%s does not say what it does, takes and answers (Summary, Body, Reply)", a.Name)
 		}
 		if a.HTTP == nil && !a.OnNATS() {
 			t.Errorf("%s is served nowhere", a.Name)

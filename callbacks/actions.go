@@ -17,11 +17,11 @@ func (s *Store) Actions() []action.Action {
 		return action.When(s != nil, "callbacks are not configured", fn)
 	}
 	return []action.Action{
-		{Name: ActionLifecycleStart, Access: action.Operator, Summary: "start the agent: its callback triggers accept calls",
+		{Name: ActionLifecycleStart, Body: "empty or {}", Reply: "{agent_id, status, triggers}", Access: action.Operator, Summary: "start the agent: its callback triggers accept calls",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/start", http.StatusOK, nil), Handle: h(s.serveStart)},
-		{Name: ActionLifecycleStop, Access: action.Operator, Summary: "stop the agent: its callback triggers are revoked",
+		{Name: ActionLifecycleStop, Body: "empty or {}", Reply: "{agent_id, status, triggers}", Access: action.Operator, Summary: "stop the agent: its callback triggers are revoked",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/stop", http.StatusOK, nil), Handle: h(s.serveStop)},
-		{Name: ActionTriggerCreate, Access: action.Operator, Summary: "create a callback trigger (a URL an external system calls)",
+		{Name: ActionTriggerCreate, Body: "{delivery_mode?, label?}", Reply: "trigger view with trigger_url", Access: action.Operator, Summary: "create a callback trigger (a URL an external system calls)",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/triggers", http.StatusCreated, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
 				mode, label, err := DecodeCreateTrigger(r.Body)
@@ -34,7 +34,7 @@ func (s *Store) Actions() []action.Action {
 				}
 				return iss.View(s.PublicURL()), nil
 			})},
-		{Name: ActionTriggerCancel, IDField: "external_trigger_id", Access: action.Operator, Summary: "cancel a callback trigger",
+		{Name: ActionTriggerCancel, Body: "{external_trigger_id}", Reply: "trigger view", IDField: "external_trigger_id", Access: action.Operator, Summary: "cancel a callback trigger",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/triggers/{trigger_id}/cancel", http.StatusOK,
 				action.Path(map[string]string{"external_trigger_id": "trigger_id"})),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
@@ -48,7 +48,7 @@ func (s *Store) Actions() []action.Action {
 				}
 				return t.View(), nil
 			})},
-		{Name: ActionTriggerList, Access: action.Operator, Summary: "list the agent's callback triggers",
+		{Name: ActionTriggerList, Body: "empty or {}", Reply: "{triggers}", Access: action.Operator, Summary: "list the agent's callback triggers",
 			Columns: []string{"external_trigger_id", "status", "delivery_mode", "label", "default", "created_at"},
 			HTTP:    action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/triggers", http.StatusOK, action.NoBody),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
@@ -61,7 +61,7 @@ func (s *Store) Actions() []action.Action {
 				}
 				return map[string]any{"triggers": views(list)}, nil
 			})},
-		{Name: ActionTriggerReset, Access: action.Operator, Summary: "replace the agent's default callback trigger and its URL",
+		{Name: ActionTriggerReset, Body: "{delivery_mode?}", Reply: "{ok, agent_id, external_trigger_id, trigger_url, delivery_mode, status}", Access: action.Operator, Summary: "replace the agent's default callback trigger and its URL",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/reset-callback", http.StatusOK, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
 				mode, err := DecodeResetTrigger(r.Body)

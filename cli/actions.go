@@ -116,6 +116,7 @@ func (a *App) actionHelp(w io.Writer, act *action.Action) {
 	}
 	fmt.Fprintf(w, "Usage: chime %s%s [field=value ...] [--body JSON] [--agent ID] [--token T]\n\n%s%s.\n\n",
 		words, id, strings.ToUpper(act.Summary[:1]), act.Summary[1:])
+	fmt.Fprintf(w, "Body: %s\nReply: %s\n\n", act.Body, act.Reply)
 	fmt.Fprintf(w, "Requests agent.<id>.%s (who: %s)", act.Name, act.Access)
 	if act.HTTP != nil {
 		fmt.Fprintf(w, "; over HTTP %s", act.HTTP.Pattern())

@@ -16,7 +16,7 @@ func (s *Service) Actions(q *quotas.Quotas) []action.Action {
 		return action.When(s != nil, "notifications are not configured", fn)
 	}
 	return []action.Action{
-		{Name: ActionNotify, Access: action.Agent, Summary: "notify the user (the console's bell), paced per agent",
+		{Name: ActionNotify, Body: "notification", Reply: "{id, message}", Access: action.Agent, Summary: "notify the user (the console's bell), paced per agent",
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
 				n, err := DecodeNotify(r.Body, FromAgent)
 				if err != nil {
@@ -31,7 +31,7 @@ func (s *Service) Actions(q *quotas.Quotas) []action.Action {
 				}
 				return NotifyReply{ID: item.ID, Message: NotificationSentText}, nil
 			})},
-		{Name: ActionNotificationsCreate, Access: action.Operator, Summary: "create a notification for the agent (the console's form)",
+		{Name: ActionNotificationsCreate, Body: "notification", Reply: "{id, message}", Access: action.Operator, Summary: "create a notification for the agent (the console's form)",
 			HTTPOnly: true, HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/notifications", http.StatusOK, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
 				// An operator's create is not paced.
@@ -45,7 +45,7 @@ func (s *Service) Actions(q *quotas.Quotas) []action.Action {
 				}
 				return CreateNotificationReply{Success: true, NotificationID: item.ID, Message: NotificationCreatedText}, nil
 			})},
-		{Name: ActionNotificationsList, Access: action.Agent, Summary: "the agent's notification history, or the changes since a sequence",
+		{Name: ActionNotificationsList, Body: "{since?}", Reply: "{notifications, guid, count, seq, removed?, cleared?}", Access: action.Agent, Summary: "the agent's notification history, or the changes since a sequence",
 			Columns: []string{"id", "type", "title", "message", "timestamp", "read"},
 			HTTP:    action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/notifications", http.StatusOK, action.Query("since")),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
@@ -55,7 +55,7 @@ func (s *Service) Actions(q *quotas.Quotas) []action.Action {
 				}
 				return s.List(ctx, r.AgentID, since)
 			})},
-		{Name: ActionNotificationsMark, Access: action.Operator, Summary: "mark notifications read",
+		{Name: ActionNotificationsMark, Body: "{notification_ids} or {mark_all:true}", Reply: "{success, marked_count?, message}", Access: action.Operator, Summary: "mark notifications read",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/notifications/mark-read", http.StatusOK, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
 				ids, all, err := DecodeMarkRead(r.Body)
@@ -71,7 +71,7 @@ func (s *Service) Actions(q *quotas.Quotas) []action.Action {
 				}
 				return MarkReadReply{Success: true, MarkedCount: &n, Message: MarkedReadText(n)}, nil
 			})},
-		{Name: ActionNotificationsClear, Access: action.Operator, Summary: "remove every notification of the agent",
+		{Name: ActionNotificationsClear, Body: "empty or {}", Reply: "{success, message, guid}", Access: action.Operator, Summary: "remove every notification of the agent",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/notifications/clear", http.StatusOK, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
 				if err := subjects.DecodeNoFields(r.Body); err != nil {

@@ -16,10 +16,10 @@ func (s *Service) Actions(q *quotas.Quotas) []action.Action {
 		return action.When(s != nil, "questions are not configured", fn)
 	}
 	return []action.Action{
-		{Name: ActionQuestionAsk, Access: action.Agent, Summary: "ask the operator a question; the answer is delivered to the inbox",
+		{Name: ActionQuestionAsk, Body: "{questions:[{title, options?}], request_id?}", Reply: "{accepted, question_id}", Access: action.Agent, Summary: "ask the operator a question; the answer is delivered to the inbox",
 			HTTP:   action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/questions", http.StatusCreated, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) { return s.ask(ctx, q, r) })},
-		{Name: ActionQuestionList, Access: action.Agent, Summary: "list the agent's questions (open ones unless all)",
+		{Name: ActionQuestionList, Body: "{all?, limit?, cursor?}", Reply: "{questions, next_cursor}", Access: action.Agent, Summary: "list the agent's questions (open ones unless all)",
 			Columns: []string{"id", "status", "created_at", "questions", "answers"},
 			HTTP: action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/questions", http.StatusOK, func(r *http.Request, _ []byte) []byte {
 				m := map[string]any{}
@@ -38,7 +38,7 @@ func (s *Service) Actions(q *quotas.Quotas) []action.Action {
 				}
 				return s.List(ctx, r.AgentID, all, page)
 			})},
-		{Name: ActionQuestionAnswer, IDField: "question_id", Access: action.Operator, Summary: "answer an agent's question",
+		{Name: ActionQuestionAnswer, Body: "{question_id, answers} or {question_id, answer}", Reply: "{ok, question}", IDField: "question_id", Access: action.Operator, Summary: "answer an agent's question",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/questions/{question_id}/answer", http.StatusOK, func(r *http.Request, read []byte) []byte {
 				return WithQuestionID(read, r.PathValue("question_id"))
 			}),

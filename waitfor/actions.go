@@ -13,7 +13,7 @@ import (
 func (s *Service) Actions(q *quotas.Quotas) []action.Action {
 	h := func(fn action.Handler) action.Handler { return action.When(s != nil, "WaitFor is not configured", fn) }
 	return []action.Action{
-		{Name: ActionWaitFor, Command: "wait-for", Access: action.Agent, Summary: "yield until a task result, timer, callback or recheck wakes the agent",
+		{Name: ActionWaitFor, Body: "WaitFor request", Reply: "{wait_id, continuation, ...}", Command: "wait-for", Access: action.Agent, Summary: "yield until a task result, timer, callback or recheck wakes the agent",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/wait-for", http.StatusOK, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
 				spec, err := DecodeWaitFor(r.Body)
@@ -25,7 +25,7 @@ func (s *Service) Actions(q *quotas.Quotas) []action.Action {
 				}
 				return s.WaitFor(ctx, r.AgentID, spec)
 			})},
-		{Name: ActionWaitTasks, Command: "wait-tasks", Access: action.Agent, Summary: "yield until all or any of a set of tasks have results",
+		{Name: ActionWaitTasks, Body: "{task_ids, mode, reason, delivery?, work_item_id?}", Reply: "{wait_id, continuation, ...}", Command: "wait-tasks", Access: action.Agent, Summary: "yield until all or any of a set of tasks have results",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/wait-tasks", http.StatusOK, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
 				spec, err := DecodeWaitTasks(r.Body)
@@ -37,7 +37,7 @@ func (s *Service) Actions(q *quotas.Quotas) []action.Action {
 				}
 				return s.WaitTasks(ctx, r.AgentID, spec)
 			})},
-		{Name: ActionWaitReport, Command: "wait-report", Access: action.Agent, Summary: "commit a prepared WaitFor with the agent's final report",
+		{Name: ActionWaitReport, Body: "{wait_id, text}", Reply: "the committed WaitFor", Command: "wait-report", Access: action.Agent, Summary: "commit a prepared WaitFor with the agent's final report",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/wait-for/{wait_id}/report", http.StatusOK, action.PathField("wait_id")),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
 				req, err := DecodeWaitReport(r.Body)
@@ -46,7 +46,7 @@ func (s *Service) Actions(q *quotas.Quotas) []action.Action {
 				}
 				return s.Report(ctx, r.AgentID, req)
 			})},
-		{Name: ActionSystemWake, Access: action.Operator, Summary: "wake the agent's WaitFor registrations as a system event",
+		{Name: ActionSystemWake, Body: "{text?}", Reply: "{ok}", Access: action.Operator, Summary: "wake the agent's WaitFor registrations as a system event",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/wake", http.StatusOK, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
 				req, err := DecodeSystemWake(r.Body)

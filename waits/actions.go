@@ -18,10 +18,10 @@ import (
 func (o *Requests) Actions(q *quotas.Quotas, wf *waitfor.Service, tz string) []action.Action {
 	h := func(fn action.Handler) action.Handler { return action.When(o != nil, "waits are not configured", fn) }
 	return []action.Action{
-		{Name: ActionWaitRequest, Access: action.Agent, Summary: "wait for a duration or until a time; the end is delivered to the inbox",
+		{Name: ActionWaitRequest, Body: "{seconds?, minutes?, hours?, days?} or {until}; tz?, id?, request_id?", Reply: "{wait_id, target_time, mode}", Access: action.Agent, Summary: "wait for a duration or until a time; the end is delivered to the inbox",
 			HTTP:   action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/waits", http.StatusCreated, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) { return o.request(ctx, q, tz, r) })},
-		{Name: ActionWaitCancel, IDField: "wait_id", Access: action.Agent, Summary: "cancel a managed wait",
+		{Name: ActionWaitCancel, Body: "{wait_id}", Reply: "wait record", IDField: "wait_id", Access: action.Agent, Summary: "cancel a managed wait",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/waits/{wait_id}/cancel", http.StatusOK, action.Path(map[string]string{"wait_id": "wait_id"})),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
 				waitID, err := DecodeWaitRef(r.Body)
@@ -30,11 +30,11 @@ func (o *Requests) Actions(q *quotas.Quotas, wf *waitfor.Service, tz string) []a
 				}
 				return o.Cancel(ctx, r.AgentID, waitID)
 			})},
-		{Name: ActionWaitList, Access: action.Agent, Summary: "list the agent's managed waits and WaitFor registrations",
+		{Name: ActionWaitList, Body: "{limit?, cursor?}", Reply: "{waits, wait_for, next_cursor}", Access: action.Agent, Summary: "list the agent's managed waits and WaitFor registrations",
 			Columns: []string{"wait_id", "status", "mode", "target_time", "wake", "resource", "reason", "work_item_id"},
 			HTTP:    action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/waits", http.StatusOK, action.List),
 			Handle:  h(func(ctx context.Context, r action.Request) (any, error) { return o.list(ctx, wf, r) })},
-		{Name: ActionIntervention, Command: "intervene", Access: action.Operator, Summary: "message, pause, resume or stop an agent: in-flight waits end",
+		{Name: ActionIntervention, Body: "{action, text?}", Reply: "{ok, intervention_id}", Command: "intervene", Access: action.Operator, Summary: "message, pause, resume or stop an agent: in-flight waits end",
 			MaxBody: o.interventionLimit,
 			HTTP:    action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/intervention", http.StatusOK, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
