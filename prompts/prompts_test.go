@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/prompts"
 	"github.com/chime-nats/chime/questions"
@@ -22,57 +23,16 @@ import (
 	"github.com/chime-nats/chime/waits"
 )
 
-// arg is one documented argument of a tool prompt.
-type arg struct {
-	name     string
-	required bool
-	actions  []string // the actions "required/optional for ..." names; nil for all
-	values   []string // the documented `values:` line, if any
-	priority string   // the documented `priority values:` line, if any
-}
-
-var (
-	argLine      = regexp.MustCompile("^- `([a-z_]+)` \\(([a-z]+), (required|optional)(?: for ([a-z ]+))?\\)")
-	valuesLine   = regexp.MustCompile(`^\s+values: (.+)$`)
-	priorityLine = regexp.MustCompile(`^\s+priority values: (.+)$`)
-	quoted       = regexp.MustCompile("`([^`]+)`")
-)
-
-// arguments parses the "## Arguments" section of a tool prompt.
-func arguments(t *testing.T, name string) map[string]*arg {
+// arguments parses the "## Arguments" section of a tool prompt, by name.
+func arguments(t *testing.T, name string) map[string]*prompts.Argument {
 	t.Helper()
-	text, err := prompts.Get(name)
+	list, err := prompts.Arguments(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(text, "\n## Arguments\n")
-	if !ok {
-		t.Fatalf("%s has no ## Arguments section", name)
-	}
-	section, _, _ = strings.Cut(section, "\n\n")
-	args := map[string]*arg{}
-	var last *arg
-	for _, line := range strings.Split(section, "\n") {
-		if m := argLine.FindStringSubmatch(line); m != nil {
-			last = &arg{name: m[1], required: m[3] == "required"}
-			if m[4] != "" {
-				last.actions = strings.Split(m[4], " and ")
-			}
-			args[last.name] = last
-			continue
-		}
-		if last == nil {
-			t.Fatalf("%s: line outside an argument: %q", name, line)
-		}
-		if m := priorityLine.FindStringSubmatch(line); m != nil {
-			last.priority = m[1]
-		} else if m := valuesLine.FindStringSubmatch(line); m != nil {
-			for _, q := range quoted.FindAllStringSubmatch(m[1], -1) {
-				last.values = append(last.values, q[1])
-			}
-		} else {
-			t.Fatalf("%s: unparsed argument line %q", name, line)
-		}
+	args := map[string]*prompts.Argument{}
+	for i := range list {
+		args[list[i].Name] = &list[i]
 	}
 	return args
 }
@@ -135,6 +95,16 @@ var toolPrompts = []struct {
 		{"list", `{"limit":5}`, func(b []byte) error { _, err := timers.DecodeListTimers(b); return err }},
 		{"get", `{"timer_id":"t1"}`, strict((*timers.TimerRef).Validate)},
 		{"cancel", `{"timer_id":"t1"}`, strict((*timers.TimerRef).Validate)},
+		{"pause", `{"timer_id":"t1"}`, strict((*timers.TimerRef).Validate)},
+		{"resume", `{"timer_id":"t1"}`, strict((*timers.TimerRef).Validate)},
+	}},
+	{"wait_for_tasks.md", jsonFields(waitfor.WaitTasksRequest{}), []action{{"", `{"task_ids":["t1","t2"],"mode":"all","reason":"r","delivery":"final","work_item_id":"w1"}`,
+		func(b []byte) error { _, err := waitfor.DecodeWaitTasks(b); return err }}}},
+	{"wait_report.md", jsonFields(waitfor.WaitReportRequest{}), []action{{"", `{"wait_id":"w1","text":"done"}`,
+		func(b []byte) error { _, err := waitfor.DecodeWaitReport(b); return err }}}},
+	{"inbox.md", jsonFields(deliveries.InboxFetchRequest{}, deliveries.InboxAckRequest{}), []action{
+		{"fetch", `{"max":5,"after":3,"wait_ms":100}`, func(b []byte) error { _, err := deliveries.DecodeInboxFetch(b); return err }},
+		{"ack", `{"seq":4}`, func(b []byte) error { _, err := deliveries.DecodeInboxAck(b); return err }},
 	}},
 	// question.answer is the operator's request, not the agent's.
 	{"questions.md", jsonFields(questions.AskRequest{}, questions.ListQuestionsRequest{}), []action{
@@ -195,21 +165,21 @@ func TestPromptsMatchCode(t *testing.T) {
 					if _, used := body[name]; !used {
 						continue
 					}
-					if doc.actions != nil && !slices.Contains(doc.actions, a.name) {
-						t.Errorf("%s: field %s is used but documented only for %v", a.name, name, doc.actions)
+					if !doc.Applies(a.name) {
+						t.Errorf("%s: field %s is used but documented only for %v", a.name, name, doc.For)
 					}
 					err := a.decode(marshal(t, body, name, nil))
-					if doc.required && err == nil {
+					if doc.Required && err == nil {
 						t.Errorf("%s: %s is documented as required, but a body without it is accepted", a.name, name)
 					}
-					if !doc.required && err != nil {
+					if !doc.Required && err != nil {
 						t.Errorf("%s: %s is documented as optional, but a body without it is refused: %v", a.name, name, err)
 					}
 				}
 			}
 			for name, doc := range args {
-				if doc.values != nil {
-					checkValues(t, p.actions[0], name, doc.values)
+				if doc.Values != nil {
+					checkValues(t, p.actions[0], name, doc.Values)
 				}
 			}
 		})
@@ -242,6 +212,7 @@ func checkValues(t *testing.T, a action, field string, values []string) {
 		"type":     strs(notifications.NotificationTypes()),
 		"wake":     strs(waitfor.WakeKinds()),
 		"delivery": strs(waitfor.Deliveries()),
+		"mode":     {waitfor.WaitModeAll, waitfor.WaitModeAny},
 	}[field]
 	if !slices.Equal(values, code) {
 		t.Errorf("%s values: documented %v, code accepts %v", field, values, code)
@@ -270,7 +241,7 @@ var priorityValue = regexp.MustCompile(`(\d+) ([a-z]+) urgency`)
 // code's, named by the code's level, and the default it states for an
 // omitted priority the one agents get.
 func TestNotifyPriorities(t *testing.T) {
-	line := arguments(t, "notify_user.md")["priority"].priority
+	line := arguments(t, "notify_user.md")["priority"].Priority
 	if line != "20 high urgency, 10 normal urgency; omit for high" {
 		t.Errorf("priority line %q", line)
 	}
