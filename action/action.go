@@ -106,7 +106,9 @@ type Action struct {
 	// Columns are the fields of each listed record a CLI table shows, for
 	// an action whose reply lists records; nil: the CLI prints the JSON.
 	Columns []string
-	Handle  Handler
+	// Tool offers the action to MCP clients; nil keeps it off MCP.
+	Tool   *Tool
+	Handle Handler
 }
 
 // Words are the CLI's words for the action.

@@ -32,10 +32,21 @@ type Gateway struct {
 	err     error
 }
 
-// NewHandler returns the HTTP routes over ops. ready reports readiness;
-// resolver, when it has operator tokens, guards the operator and agent routes.
-func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (bool, string), resolver access.Resolver) http.Handler {
+// Mount is a handler served beside the action routes, behind the same
+// guard (the MCP server).
+type Mount struct {
+	Pattern string
+	Handler http.Handler
+}
+
+// NewHandler returns the HTTP routes over ops, and mounts. ready reports
+// readiness; resolver, when it has operator tokens, guards the operator and
+// agent routes.
+func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (bool, string), resolver access.Resolver, mounts ...Mount) http.Handler {
 	mux := http.NewServeMux()
+	for _, m := range mounts {
+		mux.Handle(m.Pattern, m.Handler)
+	}
 	// route serves an action. Every route reads its body under the action's
 	// limit, whether it uses the body or not; body makes the request the
 	// action decodes from the request and the body read.

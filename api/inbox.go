@@ -4,8 +4,10 @@ import (
 	"net/http"
 )
 
-// ownWrite reports the one write route an agent may call for itself:
-// acking its inbox.
+// ownWrite reports the write routes an agent may call for itself outside
+// /api/control: acking its inbox, and its MCP server (whose tools are the
+// agent's own actions, each checked as any other call of them).
 func ownWrite(r *http.Request, agentID string) bool {
-	return r.Method == http.MethodPost && r.URL.Path == "/api/agents/"+agentID+"/inbox/ack"
+	own := "/api/agents/" + agentID
+	return r.Method == http.MethodPost && (r.URL.Path == own+"/inbox/ack" || r.URL.Path == own+"/mcp")
 }

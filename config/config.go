@@ -103,6 +103,7 @@ type Config struct {
 	TaskOutputsMaxBytes   ByteSize `envconfig:"TASK_OUTPUTS_MAX_BYTES" default:"1GiB" desc:"size of the task outputs object store (chime_task_outputs, outputs over 16 KiB); 0: no limit"`
 	NotificationsMaxBytes ByteSize `envconfig:"NOTIFICATIONS_MAX_BYTES" default:"128MiB" desc:"size of the notifications bucket (chime_notifications); 0: no limit"`
 	QuestionsMaxBytes     ByteSize `envconfig:"QUESTIONS_MAX_BYTES" default:"32MiB" desc:"size of the questions bucket (chime_questions); 0: no limit"`
+	MCPTasksMaxBytes      ByteSize `envconfig:"MCP_TASKS_MAX_BYTES" default:"32MiB" desc:"size of the MCP task handles bucket (chime_mcp_tasks); 0: no limit"`
 	WaitForMaxBytes       ByteSize `envconfig:"WAITFOR_MAX_BYTES" default:"64MiB" desc:"size of the WaitFor registrations bucket (chime_waitfor); 0: no limit"`
 	IdempotencyMaxBytes   ByteSize `envconfig:"IDEMPOTENCY_MAX_BYTES" default:"128MiB" desc:"size of the callback Idempotency-Key bucket (chime_idempotency, keys kept a day); 0: no limit"`
 	TokensMaxBytes        ByteSize `envconfig:"TOKENS_MAX_BYTES" default:"16MiB" desc:"size of the agent tokens bucket (chime_tokens); 0: no limit"`
@@ -301,7 +302,7 @@ func (c *Config) validateLimits() error {
 		{"CHIME_HISTORY_MAX_BYTES", c.HistoryMaxBytes},
 		{"CHIME_TIMERS_MAX_BYTES", c.TimersMaxBytes}, {"CHIME_WAITS_MAX_BYTES", c.WaitsMaxBytes},
 		{"CHIME_TASKS_MAX_BYTES", c.TasksMaxBytes}, {"CHIME_TASK_OUTPUTS_MAX_BYTES", c.TaskOutputsMaxBytes},
-		{"CHIME_NOTIFICATIONS_MAX_BYTES", c.NotificationsMaxBytes}, {"CHIME_QUESTIONS_MAX_BYTES", c.QuestionsMaxBytes},
+		{"CHIME_NOTIFICATIONS_MAX_BYTES", c.NotificationsMaxBytes}, {"CHIME_QUESTIONS_MAX_BYTES", c.QuestionsMaxBytes}, {"CHIME_MCP_TASKS_MAX_BYTES", c.MCPTasksMaxBytes},
 		{"CHIME_WAITFOR_MAX_BYTES", c.WaitForMaxBytes}, {"CHIME_IDEMPOTENCY_MAX_BYTES", c.IdempotencyMaxBytes},
 		{"CHIME_TOKENS_MAX_BYTES", c.TokensMaxBytes}, {"CHIME_TRIGGERS_MAX_BYTES", c.TriggersMaxBytes},
 		{"CHIME_AGENTS_MAX_BYTES", c.AgentsMaxBytes},

@@ -14,7 +14,7 @@ func (i *Inbox) Actions() []action.Action {
 		return action.When(i != nil, "inbox reads are not configured", fn)
 	}
 	return []action.Action{
-		{Name: ActionInboxFetch, Body: "{max?, after?, wait_ms?}", Reply: "{deliveries, acked}", Access: action.Agent, Summary: "read the inbox reliably from the agent's cursor",
+		{Name: ActionInboxFetch, Tool: &action.Tool{Prompt: "inbox.md"}, Body: "{max?, after?, wait_ms?}", Reply: "{deliveries, acked}", Access: action.Agent, Summary: "read the inbox reliably from the agent's cursor",
 			HTTP: action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/inbox/fetch", http.StatusOK, action.Query("max", "after", "wait_ms")),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
 				req, err := DecodeInboxFetch(r.Body)
@@ -23,7 +23,7 @@ func (i *Inbox) Actions() []action.Action {
 				}
 				return i.Fetch(ctx, r.AgentID, req)
 			})},
-		{Name: ActionInboxAck, Body: "{seq}", Reply: "{acked}", Access: action.Agent, Summary: "acknowledge the inbox up to a sequence, moving the cursor",
+		{Name: ActionInboxAck, Tool: &action.Tool{Prompt: "inbox.md"}, Body: "{seq}", Reply: "{acked}", Access: action.Agent, Summary: "acknowledge the inbox up to a sequence, moving the cursor",
 			HTTP: action.HTTPRoute(http.MethodPost, action.AgentRoutes+"/inbox/ack", http.StatusOK, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
 				seq, err := DecodeInboxAck(r.Body)

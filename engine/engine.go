@@ -54,6 +54,10 @@ const (
 	HistoryWaits  = "history.wait"
 	// QuestionsBucket holds agents' questions to operators, key <agent>.<question>.
 	QuestionsBucket = "chime_questions"
+	// MCPTasksBucket holds the handles of MCP tasks (the Tasks extension's),
+	// key <agent>.<mcp task>: which chime record each follows. Each handle
+	// expires with the record retention after its last refresh.
+	MCPTasksBucket = "chime_mcp_tasks"
 	// TasksBucket holds task records, key <agent>.<task>; owner=<task>
 	// (which agent holds the ID); <agent>.<task>.<seq> (appended output).
 	TasksBucket = "chime_tasks"
@@ -265,6 +269,8 @@ func LimitVar(name string) string {
 		return "CHIME_NOTIFICATIONS_MAX_BYTES"
 	case QuestionsBucket:
 		return "CHIME_QUESTIONS_MAX_BYTES"
+	case MCPTasksBucket:
+		return "CHIME_MCP_TASKS_MAX_BYTES"
 	case WaitForBucket:
 		return "CHIME_WAITFOR_MAX_BYTES"
 	case IdempotencyBucket:
@@ -354,6 +360,8 @@ type Resources struct {
 	Tokens      jetstream.KeyValue
 	WaitFor     jetstream.KeyValue
 	Questions   jetstream.KeyValue
+	// MCPTasks holds MCP task handles.
+	MCPTasks    jetstream.KeyValue
 	Tasks       jetstream.KeyValue
 	TaskOutputs jetstream.ObjectStore
 	// Notifications holds notifications and their update sequence.
@@ -391,6 +399,7 @@ type Resources struct {
 func buckets(t Topology) []jetstream.KeyValueConfig {
 	return append(recordBuckets(t), []jetstream.KeyValueConfig{
 		{Bucket: QuestionsBucket, Description: "chime questions to operators, key <agent>.<question>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(), MaxBytes: t.maxBytes(QuestionsBucket)},
+		{Bucket: MCPTasksBucket, Description: "chime MCP task handles, key <agent>.<mcp task>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(), MaxBytes: t.maxBytes(MCPTasksBucket)},
 		{Bucket: TasksBucket, Description: "chime task records, key <agent>.<task>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(), MaxBytes: t.maxBytes(TasksBucket)},
 		// No TTL and no marker TTL: a removal's marker is how a follower
 		// behind learns of it, so it stays until compacted on purpose.
@@ -602,7 +611,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Resour
 		Tasks: kvs[TasksBucket], TaskOutputs: obs[TaskOutputsBucket], Counts: kvs[CountsBucket],
 		JS: js, Timers: timers, Waits: waits, Agents: kvs[AgentsBucket],
 		Leases: kvs[LeasesBucket], Triggers: kvs[TriggersBucket], Idempotency: kvs[IdempotencyBucket],
-		Tokens: kvs[TokensBucket], WaitFor: kvs[WaitForBucket], Questions: kvs[QuestionsBucket],
+		Tokens: kvs[TokensBucket], WaitFor: kvs[WaitForBucket], Questions: kvs[QuestionsBucket], MCPTasks: kvs[MCPTasksBucket],
 		Notifications: kvs[NotificationsBucket], Sessions: kvs[SessionsBucket],
 	}, nil
 }

@@ -16,7 +16,7 @@ func (s *Service) Actions(q *quotas.Quotas) []action.Action {
 		return action.When(s != nil, "notifications are not configured", fn)
 	}
 	return []action.Action{
-		{Name: ActionNotify, Body: "notification", Reply: "{id, message}", Access: action.Agent, Summary: "notify the user (the console's bell), paced per agent",
+		{Name: ActionNotify, Tool: &action.Tool{Name: "notify_user", Prompt: "notify_user.md"}, Body: "notification", Reply: "{id, message}", Access: action.Agent, Summary: "notify the user (the console's bell), paced per agent",
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
 				n, err := DecodeNotify(r.Body, FromAgent)
 				if err != nil {

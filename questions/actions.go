@@ -16,10 +16,10 @@ func (s *Service) Actions(q *quotas.Quotas) []action.Action {
 		return action.When(s != nil, "questions are not configured", fn)
 	}
 	return []action.Action{
-		{Name: ActionQuestionAsk, Body: "{questions:[{title, options?}], request_id?}", Reply: "{accepted, question_id}", Access: action.Agent, Summary: "ask the operator a question; the answer is delivered to the inbox",
+		{Name: ActionQuestionAsk, Tool: &action.Tool{Prompt: "questions.md", Later: later{s}}, Body: "{questions:[{title, options?}], request_id?}", Reply: "{accepted, question_id}", Access: action.Agent, Summary: "ask the operator a question; the answer is delivered to the inbox",
 			HTTP:   action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/questions", http.StatusCreated, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) { return s.ask(ctx, q, r) })},
-		{Name: ActionQuestionList, Body: "{all?, limit?, cursor?}", Reply: "{questions, next_cursor}", Access: action.Agent, Summary: "list the agent's questions (open ones unless all)",
+		{Name: ActionQuestionList, Tool: &action.Tool{Prompt: "questions.md"}, Body: "{all?, limit?, cursor?}", Reply: "{questions, next_cursor}", Access: action.Agent, Summary: "list the agent's questions (open ones unless all)",
 			Columns: []string{"id", "status", "created_at", "questions", "answers"},
 			HTTP: action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/questions", http.StatusOK, func(r *http.Request, _ []byte) []byte {
 				m := map[string]any{}

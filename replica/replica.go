@@ -33,6 +33,7 @@ import (
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/lifecycle"
 	"github.com/chime-nats/chime/internal/secret"
+	"github.com/chime-nats/chime/mcp"
 	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/partitions"
 	"github.com/chime-nats/chime/questions"
@@ -218,7 +219,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		MaxBytes: map[string]int64{
 			engine.TimersBucket: int64(cfg.TimersMaxBytes), engine.WaitsBucket: int64(cfg.WaitsMaxBytes),
 			engine.TasksBucket: int64(cfg.TasksMaxBytes), engine.TaskOutputsBucket: int64(cfg.TaskOutputsMaxBytes),
-			engine.NotificationsBucket: int64(cfg.NotificationsMaxBytes), engine.QuestionsBucket: int64(cfg.QuestionsMaxBytes),
+			engine.NotificationsBucket: int64(cfg.NotificationsMaxBytes), engine.QuestionsBucket: int64(cfg.QuestionsMaxBytes), engine.MCPTasksBucket: int64(cfg.MCPTasksMaxBytes),
 			engine.WaitForBucket: int64(cfg.WaitForMaxBytes), engine.IdempotencyBucket: int64(cfg.IdempotencyMaxBytes),
 			engine.TokensBucket: int64(cfg.TokensMaxBytes), engine.TriggersBucket: int64(cfg.TriggersMaxBytes),
 			engine.AgentsBucket: int64(cfg.AgentsMaxBytes),
@@ -383,7 +384,15 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		NC: r.responder, Ops: ops, Version: version, Confine: issuer != nil, Triggers: triggerStore, Log: log, Registerer: reg,
 	}))
 	if ln != nil {
-		r.gw = api.NewGateway(ln, api.NewHandler(ops, reg, r.Readiness, resolver), log, api.DefaultTimeouts())
+		var agentsMCP *mcp.Server
+		agentsMCP, err = mcp.New(mcp.Config{
+			Table: ops.Table(), Do: ops.Do, Handles: res.MCPTasks, JS: js, Retention: cfg.RecordRetention, Version: version, Log: log,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("replica: %w", err)
+		}
+		r.gw = api.NewGateway(ln, api.NewHandler(ops, reg, r.Readiness, resolver, api.Mount{Pattern: "/api/agents/{id}/mcp", Handler: agentsMCP}),
+			log, api.DefaultTimeouts())
 		parts = append(parts, r.gw)
 	}
 	parts = append(parts, sweeps(log, store, waitStore, triggerStore, questionService))

@@ -13,7 +13,7 @@ func (s *Store) Actions() []action.Action {
 	h := func(fn action.Handler) action.Handler { return action.When(s != nil, "tasks are not configured", fn) }
 	ref := action.Path(map[string]string{"task_id": "task_id"})
 	return []action.Action{
-		{Name: ActionTaskStart, Body: "{task_id?, title?}", Reply: "task record", Access: action.Agent, Summary: "start a task: background work whose result reaches the inbox",
+		{Name: ActionTaskStart, Tool: &action.Tool{Prompt: "tasks.md"}, Body: "{task_id?, title?}", Reply: "task record", Access: action.Agent, Summary: "start a task: background work whose result reaches the inbox",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/tasks", http.StatusCreated, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
 				req, err := DecodeStartTask(r.Body)
@@ -22,7 +22,7 @@ func (s *Store) Actions() []action.Action {
 				}
 				return s.Start(ctx, r.AgentID, req)
 			})},
-		{Name: ActionTaskResult, Body: "{task_id, status, output?, output_appended?, error?, exit_code?}", Reply: "task record", IDField: "task_id", Access: action.Agent, Summary: "report a task's result (completed, failed, interrupted)",
+		{Name: ActionTaskResult, Tool: &action.Tool{Prompt: "tasks.md"}, Body: "{task_id, status, output?, output_appended?, error?, exit_code?}", Reply: "task record", IDField: "task_id", Access: action.Agent, Summary: "report a task's result (completed, failed, interrupted)",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/tasks/{task_id}/result", http.StatusOK, action.PathField("task_id")),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
 				req, err := DecodeTaskResult(r.Body)
@@ -31,10 +31,10 @@ func (s *Store) Actions() []action.Action {
 				}
 				return s.Result(ctx, r.AgentID, req)
 			})},
-		{Name: ActionTaskGet, Body: "{task_id}", Reply: "task record", IDField: "task_id", Access: action.Agent, Summary: "read one task",
+		{Name: ActionTaskGet, Tool: &action.Tool{Prompt: "tasks.md"}, Body: "{task_id}", Reply: "task record", IDField: "task_id", Access: action.Agent, Summary: "read one task",
 			HTTP:   action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/tasks/{task_id}", http.StatusOK, ref),
 			Handle: h(s.byRef(s.Get))},
-		{Name: ActionTaskList, Body: "{limit?, cursor?}", Reply: "{tasks, next_cursor}", Access: action.Agent, Summary: "list the agent's tasks, a page at a time",
+		{Name: ActionTaskList, Tool: &action.Tool{Prompt: "tasks.md"}, Body: "{limit?, cursor?}", Reply: "{tasks, next_cursor}", Access: action.Agent, Summary: "list the agent's tasks, a page at a time",
 			Columns: []string{"task_id", "status", "title", "created_at", "ended_at", "exit_code"},
 			HTTP:    action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/tasks", http.StatusOK, action.List),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
@@ -48,10 +48,10 @@ func (s *Store) Actions() []action.Action {
 				}
 				return ListTasksReply{Tasks: list, NextCursor: subjects.EncodeCursor(ActionTaskList, next)}, nil
 			})},
-		{Name: ActionTaskCancel, Body: "{task_id}", Reply: "task record", IDField: "task_id", Access: action.Agent, Summary: "ask a running task to stop",
+		{Name: ActionTaskCancel, Tool: &action.Tool{Prompt: "tasks.md"}, Body: "{task_id}", Reply: "task record", IDField: "task_id", Access: action.Agent, Summary: "ask a running task to stop",
 			HTTP:   action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/tasks/{task_id}/cancel", http.StatusOK, ref),
 			Handle: h(s.byRef(s.Cancel))},
-		{Name: ActionTaskOutput, Body: "{task_id, offset?, limit?}", Reply: "{task_id, offset, size, data, eof}", IDField: "task_id", Access: action.Agent, Summary: "read a task's output from an offset",
+		{Name: ActionTaskOutput, Tool: &action.Tool{Prompt: "tasks.md"}, Body: "{task_id, offset?, limit?}", Reply: "{task_id, offset, size, data, eof}", IDField: "task_id", Access: action.Agent, Summary: "read a task's output from an offset",
 			HTTP: action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/tasks/{task_id}/output", http.StatusOK,
 				action.Path(map[string]string{"task_id": "task_id"}, "offset", "limit")),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
@@ -61,7 +61,7 @@ func (s *Store) Actions() []action.Action {
 				}
 				return s.Output(ctx, r.AgentID, req)
 			})},
-		{Name: ActionTaskOutputAppend, Body: "{task_id, seq, data}", Reply: "{task_id, next_seq, bytes}", IDField: "task_id", Access: action.Agent, Summary: "append to a running task's output",
+		{Name: ActionTaskOutputAppend, Tool: &action.Tool{Prompt: "tasks.md"}, Body: "{task_id, seq, data}", Reply: "{task_id, next_seq, bytes}", IDField: "task_id", Access: action.Agent, Summary: "append to a running task's output",
 			HTTP:    action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/tasks/{task_id}/output", http.StatusOK, action.PathField("task_id")),
 			MaxBody: func() int64 { return MaxAppendBody },
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {

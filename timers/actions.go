@@ -14,18 +14,18 @@ import (
 func (s *Store) Actions(q *quotas.Quotas) []action.Action {
 	ref := action.Path(map[string]string{"timer_id": "timer_id"})
 	return append([]action.Action{
-		{Name: subjects.ActionTimerCreate, Body: "{duration_ms, interval_ms?, summary?, authority_class?, request_id?}", Reply: "timer record", Access: action.Agent, Summary: "create a one-shot or repeating timer that fires into the agent's inbox",
+		{Name: subjects.ActionTimerCreate, Tool: &action.Tool{Prompt: "timers.md"}, Body: "{duration_ms, interval_ms?, summary?, authority_class?, request_id?}", Reply: "timer record", Access: action.Agent, Summary: "create a one-shot or repeating timer that fires into the agent's inbox",
 			HTTP:   action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/timers", http.StatusCreated, nil),
 			Handle: func(ctx context.Context, r action.Request) (any, error) { return s.create(ctx, q, r) }},
-		{Name: subjects.ActionTimerList, Body: "{limit?, cursor?}", Reply: "{timers, next_cursor}", Access: action.Agent, Summary: "list the agent's timers, a page at a time",
+		{Name: subjects.ActionTimerList, Tool: &action.Tool{Prompt: "timers.md"}, Body: "{limit?, cursor?}", Reply: "{timers, next_cursor}", Access: action.Agent, Summary: "list the agent's timers, a page at a time",
 			Columns: []string{"id", "status", "next_fire_at", "interval_ms", "fire_count", "summary"},
 			HTTP:    action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/timers", http.StatusOK, action.List), Handle: s.list},
-		{Name: subjects.ActionTimerGet, Body: "{timer_id}", Reply: "timer record", IDField: "timer_id", Access: action.Agent, Summary: "read one timer",
+		{Name: subjects.ActionTimerGet, Tool: &action.Tool{Prompt: "timers.md"}, Body: "{timer_id}", Reply: "timer record", IDField: "timer_id", Access: action.Agent, Summary: "read one timer",
 			HTTP: action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/timers/{timer_id}", http.StatusOK, ref),
 			Handle: func(ctx context.Context, r action.Request) (any, error) {
 				return s.byRef(ctx, r, s.Get)
 			}},
-		{Name: subjects.ActionTimerCancel, Body: "{timer_id}", Reply: "timer record", IDField: "timer_id", Access: action.Agent, Summary: "cancel a timer before it fires again",
+		{Name: subjects.ActionTimerCancel, Tool: &action.Tool{Prompt: "timers.md"}, Body: "{timer_id}", Reply: "timer record", IDField: "timer_id", Access: action.Agent, Summary: "cancel a timer before it fires again",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/timers/{timer_id}/cancel", http.StatusOK, ref),
 			Handle: func(ctx context.Context, r action.Request) (any, error) {
 				return s.byRef(ctx, r, s.Cancel)

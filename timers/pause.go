@@ -30,13 +30,13 @@ const (
 // pauseActions are timer.pause and timer.resume.
 func (s *Store) pauseActions(ref func(*http.Request, []byte) []byte) []action.Action {
 	return []action.Action{
-		{Name: ActionTimerPause, Body: "{timer_id}", Reply: "timer record", IDField: "timer_id", Access: action.Agent,
+		{Name: ActionTimerPause, Tool: &action.Tool{Prompt: "timers.md"}, Body: "{timer_id}", Reply: "timer record", IDField: "timer_id", Access: action.Agent,
 			Summary: "pause a timer: it keeps its place but does not fire until resumed",
 			HTTP:    action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/timers/{timer_id}/pause", http.StatusOK, ref),
 			Handle: func(ctx context.Context, r action.Request) (any, error) {
 				return s.byRef(ctx, r, s.Pause)
 			}},
-		{Name: ActionTimerResume, Body: "{timer_id}", Reply: "timer record", IDField: "timer_id", Access: action.Agent,
+		{Name: ActionTimerResume, Tool: &action.Tool{Prompt: "timers.md"}, Body: "{timer_id}", Reply: "timer record", IDField: "timer_id", Access: action.Agent,
 			Summary: "resume a paused timer at its cadence's next point",
 			HTTP:    action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/timers/{timer_id}/resume", http.StatusOK, ref),
 			Handle: func(ctx context.Context, r action.Request) (any, error) {

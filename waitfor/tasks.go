@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
 )
 
@@ -30,4 +31,15 @@ func (t Tasks) LookupTask(ctx context.Context, agentID, taskID string) (*TaskSta
 		st.ResultEnvelopeID = tasks.TaskEnvelopeID(task.ID)
 	}
 	return st, nil
+}
+
+// TaskResult returns taskID's task_result envelope as delivered, or nil
+// while the task runs.
+func (t Tasks) TaskResult(ctx context.Context, agentID, taskID string) (*subjects.Envelope, error) {
+	task, err := t.Store.Get(ctx, agentID, taskID)
+	if err != nil || !task.Finished() {
+		return nil, err
+	}
+	env := tasks.TaskResultEnvelope(task, false)
+	return &env, nil
 }

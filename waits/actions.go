@@ -18,7 +18,7 @@ import (
 func (o *Requests) Actions(q *quotas.Quotas, wf *waitfor.Service, tz string) []action.Action {
 	h := func(fn action.Handler) action.Handler { return action.When(o != nil, "waits are not configured", fn) }
 	return []action.Action{
-		{Name: ActionWaitRequest, Body: "{seconds?, minutes?, hours?, days?} or {until}; tz?, id?, request_id?", Reply: "{wait_id, target_time, mode}", Access: action.Agent, Summary: "wait for a duration or until a time; the end is delivered to the inbox",
+		{Name: ActionWaitRequest, Tool: &action.Tool{Name: "wait", Prompt: "wait.md", Later: later{o}}, Body: "{seconds?, minutes?, hours?, days?} or {until}; tz?, id?, request_id?", Reply: "{wait_id, target_time, mode}", Access: action.Agent, Summary: "wait for a duration or until a time; the end is delivered to the inbox",
 			HTTP:   action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/waits", http.StatusCreated, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) { return o.request(ctx, q, tz, r) })},
 		{Name: ActionWaitCancel, Body: "{wait_id}", Reply: "wait record", IDField: "wait_id", Access: action.Agent, Summary: "cancel a managed wait",

@@ -83,17 +83,17 @@ func (o *options[T]) write(ctx context.Context, kv jetstream.KeyValue, key strin
 	case rev == 0:
 		return kv.Create(ctx, key, data)
 	case ttl > 0:
-		return updateTTL(ctx, o.ret.JS, kv.Bucket(), key, data, rev, ttl)
+		return UpdateTTL(ctx, o.ret.JS, kv.Bucket(), key, data, rev, ttl)
 	default:
 		return kv.Update(ctx, key, data, rev)
 	}
 }
 
-// updateTTL is kv.Update with a TTL: the message the KV client would
+// UpdateTTL is kv.Update with a TTL: the message the KV client would
 // publish (chime uses no JetStream domain or API prefix, so the subject is
 // $KV.<bucket>.<key>) with the expected revision and Nats-TTL headers. A
 // lost race is jetstream.ErrKeyRevisionMismatch, as from kv.Update.
-func updateTTL(ctx context.Context, js jetstream.JetStream, bucket, key string, data []byte, rev uint64, ttl time.Duration) (uint64, error) {
+func UpdateTTL(ctx context.Context, js jetstream.JetStream, bucket, key string, data []byte, rev uint64, ttl time.Duration) (uint64, error) {
 	m := &nats.Msg{Subject: "$KV." + bucket + "." + key, Data: data}
 	ack, err := js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(ttl))
 	if err != nil {
@@ -227,7 +227,7 @@ func sweepOne[T any](ctx context.Context, r Retention, kv jetstream.KeyValue, ke
 		// The engine counts TTLs in whole seconds: round up.
 		ttl := max((r.After - now.Sub(md.Timestamp) + time.Second - 1).Truncate(time.Second), time.Second)
 		_, err = attempt(ctx, func(ctx context.Context) (uint64, error) {
-			return updateTTL(ctx, r.JS, kv.Bucket(), key, m.Data(), md.Sequence.Stream, ttl)
+			return UpdateTTL(ctx, r.JS, kv.Bucket(), key, m.Data(), md.Sequence.Stream, ttl)
 		})
 	}
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {

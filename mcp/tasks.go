@@ -1,0 +1,459 @@
+package mcp
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chime-nats/chime/action"
+	"github.com/chime-nats/chime/internal/kvrec"
+	"github.com/chime-nats/chime/subjects"
+)
+
+// The Tasks extension (SEP-2663), served over chime's records: a task is a
+// handle (which action, which record) stored before the task is returned;
+// its status is read from the record at each tasks/get, so it is the same
+// on every replica and after any restart, and nothing but the handle is
+// kept for it.
+
+// handle is a stored task: key <agent>.<task> in chime_mcp_tasks.
+type handle struct {
+	TaskID    string    `json:"task_id"`
+	AgentID   string    `json:"agent_id"`
+	Action    string    `json:"action"`
+	Ref       string    `json:"ref"` // the record the task follows
+	CreatedAt time.Time `json:"created_at"`
+	// CancelledAt is set by tasks/cancel (and by a declined question):
+	// the task is cancelled unless its record ended before.
+	CancelledAt *time.Time `json:"cancelled_at,omitempty"`
+	rev         uint64
+	written     time.Time
+}
+
+// handles stores task handles.
+type handles struct {
+	kv  jetstream.KeyValue
+	js  jetstream.JetStream
+	ttl time.Duration
+	now func() time.Time
+}
+
+// newTaskID is 130 random bits: task IDs are bearer names of a task
+// (the extension's security rule), scoped to the agent besides.
+func newTaskID() string {
+	var b [17]byte
+	_, _ = rand.Read(b[:])
+	return "mcpt_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}
+
+func handleKey(agentID, taskID string) string { return agentID + "." + taskID }
+
+// create stores a new handle; the task may be returned once this returns
+// (a tasks/get on any replica then finds it: see get).
+func (h *handles) create(ctx context.Context, agentID, act, ref string) (*handle, error) {
+	t := &handle{TaskID: newTaskID(), AgentID: agentID, Action: act, Ref: ref, CreatedAt: h.now().UTC()}
+	b, err := json.Marshal(t)
+	if err != nil {
+		return nil, err
+	}
+	var opts []jetstream.KVCreateOpt
+	if h.ttl > 0 {
+		opts = append(opts, jetstream.KeyTTL(h.ttl))
+	}
+	if t.rev, err = h.kv.Create(ctx, handleKey(agentID, t.TaskID), b, opts...); err != nil {
+		return nil, fmt.Errorf("mcp: store task: %w", err)
+	}
+	t.written = t.CreatedAt
+	return t, nil
+}
+
+// errNoTask is a task the agent does not have (never, or expired).
+var errNoTask = errors.New("mcp: no such task")
+
+// get reads the agent's handle of taskID. A key not found is read again
+// from the stream's leader: the KV read may be served by a replica a
+// moment behind the create that stored it.
+func (h *handles) get(ctx context.Context, agentID, taskID string) (*handle, error) {
+	if subjects.ValidateID("taskId", taskID) != nil {
+		return nil, errNoTask
+	}
+	key := handleKey(agentID, taskID)
+	var data []byte
+	var rev uint64
+	var at time.Time
+	e, err := h.kv.Get(ctx, key)
+	switch {
+	case err == nil:
+		data, rev, at = e.Value(), e.Revision(), e.Created()
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		m, lerr := h.leaderRead(ctx, key)
+		if lerr != nil {
+			return nil, lerr
+		}
+		data, rev, at = m.Data, m.Sequence, m.Time
+	default:
+		return nil, fmt.Errorf("mcp: read task: %w", err)
+	}
+	var t handle
+	if err := json.Unmarshal(data, &t); err != nil {
+		return nil, fmt.Errorf("mcp: task %s: %w", taskID, err)
+	}
+	t.rev, t.written = rev, at
+	return &t, nil
+}
+
+// leaderRead reads key's last message from the bucket's stream leader.
+func (h *handles) leaderRead(ctx context.Context, key string) (*jetstream.RawStreamMsg, error) {
+	st, err := h.js.Stream(ctx, "KV_"+h.kv.Bucket())
+	if err != nil {
+		return nil, fmt.Errorf("mcp: read task: %w", err)
+	}
+	m, err := st.GetLastMsgForSubject(ctx, "$KV."+h.kv.Bucket()+"."+key)
+	if errors.Is(err, jetstream.ErrMsgNotFound) || (err == nil && m.Header.Get("KV-Operation") != "") {
+		return nil, errNoTask
+	}
+	if err != nil {
+		return nil, fmt.Errorf("mcp: read task: %w", err)
+	}
+	return m, nil
+}
+
+// write stores t's change by CAS, with the handles' TTL: a write also
+// renews the task's life.
+func (h *handles) write(ctx context.Context, t *handle) error {
+	b, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
+	key := handleKey(t.AgentID, t.TaskID)
+	if h.ttl > 0 {
+		t.rev, err = kvrec.UpdateTTL(ctx, h.js, h.kv.Bucket(), key, b, t.rev, h.ttl)
+	} else {
+		t.rev, err = h.kv.Update(ctx, key, b, t.rev)
+	}
+	if err != nil {
+		return fmt.Errorf("mcp: write task: %w", err)
+	}
+	t.written = h.now()
+	return nil
+}
+
+// renew rewrites a live task's handle once half its life has passed, so
+// that a task lives as long as it is followed.
+func (h *handles) renew(ctx context.Context, t *handle) error {
+	if h.ttl <= 0 || h.now().Sub(t.written) < h.ttl/2 {
+		return nil
+	}
+	err := h.write(ctx, t)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return nil // another poll renewed it
+	}
+	return err
+}
+
+// task is the Task of the extension, with its status's fields inlined.
+type task struct {
+	sdk.ResultBase
+	ResultType     string         `json:"resultType"`
+	TaskID         string         `json:"taskId"`
+	Status         action.State   `json:"status"`
+	StatusMessage  string         `json:"statusMessage,omitempty"`
+	CreatedAt      string         `json:"createdAt"`
+	LastUpdatedAt  string         `json:"lastUpdatedAt"`
+	TTLMs          *int64         `json:"ttlMs"`
+	PollIntervalMs int64          `json:"pollIntervalMs,omitempty"`
+	InputRequests  map[string]any `json:"inputRequests,omitempty"`
+	Result         any            `json:"result,omitempty"`
+	Error          any            `json:"error,omitempty"`
+}
+
+// answersKey names a question's one input request; a task follows one
+// question, so the key is never reused for another request.
+const answersKey = "answers"
+
+// view reads where t stands and shapes it as the extension's task.
+func (s *Server) view(ctx context.Context, t *handle, resultType string) (*task, error) {
+	a, ok := s.cfg.Table.Lookup(t.Action)
+	if !ok || a.Tool == nil || a.Tool.Later == nil {
+		return nil, errNoTask
+	}
+	out, err := a.Tool.Later.Outcome(ctx, t.AgentID, t.Ref)
+	if notFound(err) {
+		return nil, errNoTask // the record expired, and the task with it
+	}
+	if err != nil {
+		return nil, err
+	}
+	v := &task{ResultType: resultType, TaskID: t.TaskID, Status: out.State, StatusMessage: out.Message,
+		CreatedAt: subjects.FormatISO(t.CreatedAt), PollIntervalMs: pollInterval(s.cfg.Now().Sub(t.CreatedAt))}
+	updated := out.Updated
+	if updated.Before(t.CreatedAt) {
+		updated = t.CreatedAt
+	}
+	if s.handles.ttl > 0 {
+		v.TTLMs = new(s.handles.ttl.Milliseconds())
+	}
+	ended := out.State == action.Done || out.State == action.Cancelled
+	if t.CancelledAt != nil && (!ended || out.Updated.After(*t.CancelledAt)) {
+		v.Status, v.StatusMessage, updated = action.Cancelled, "cancelled by the client", *t.CancelledAt
+		ended = true
+	}
+	v.LastUpdatedAt = subjects.FormatISO(updated)
+	switch {
+	case v.Status == action.Done:
+		v.Result = outcomeResult(out)
+		v.PollIntervalMs = 0
+	case ended:
+		if v.StatusMessage == "" {
+			v.StatusMessage = out.Text
+		}
+		v.PollIntervalMs = 0
+	case v.Status == action.NeedsInput:
+		v.InputRequests = map[string]any{answersKey: elicitation(out)}
+	}
+	if !ended {
+		if err := s.handles.renew(ctx, t); err != nil {
+			s.log.Warn("renewing a task", "agent_id", t.AgentID, "task_id", t.TaskID, "err", err)
+		}
+	}
+	return v, nil
+}
+
+// pollInterval is small while a task is young (most waits and answers
+// come soon) and backs off as it ages.
+func pollInterval(age time.Duration) int64 {
+	switch {
+	case age < 10*time.Second:
+		return 500
+	case age < time.Minute:
+		return 2000
+	case age < 10*time.Minute:
+		return 5000
+	}
+	return 15000
+}
+
+// elicitation is a question's form: one string field per question, a
+// choice among its options when it has them.
+func elicitation(out action.Outcome) map[string]any {
+	props := map[string]any{}
+	var required, titles []string
+	for i, q := range out.Questions {
+		name := fmt.Sprintf("answer_%d", i+1)
+		p := map[string]any{"type": "string", "title": q.Title}
+		if len(q.Options) > 0 {
+			p["enum"] = q.Options
+		}
+		props[name] = p
+		required = append(required, name)
+		titles = append(titles, q.Title)
+	}
+	return map[string]any{"method": "elicitation/create", "params": map[string]any{
+		"mode": "form", "message": strings.Join(titles, "\n"),
+		"requestedSchema": map[string]any{"type": "object", "properties": props, "required": required},
+	}}
+}
+
+// taskCalls answers a later tool's call with a task when the client
+// declared the Tasks extension on the request and the outcome is still to
+// come; every other call goes on to its tool.
+func (s *Server) taskCalls(next sdk.MethodHandler) sdk.MethodHandler {
+	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+		if method != "tools/call" {
+			return next(ctx, method, req)
+		}
+		p, ok := req.GetParams().(*sdk.CallToolParamsRaw)
+		if !ok || !declaresTasks(p.Meta) {
+			return next(ctx, method, req)
+		}
+		a := s.tools[p.Name]
+		if a == nil || a.Tool.Later == nil {
+			return next(ctx, method, req)
+		}
+		agentID := agentOf(ctx)
+		reply, res := s.run(ctx, a, agentID, p.Arguments)
+		if reply == nil {
+			return res, nil
+		}
+		ref, later := a.Tool.Later.Pending(reply)
+		if !later {
+			return res, nil
+		}
+		t, err := s.handles.create(ctx, agentID, a.Name, ref)
+		if err != nil {
+			s.log.Warn("storing a task", "agent_id", agentID, "action", a.Name, "ref", ref, "err", err)
+			return errorResult(err), nil
+		}
+		v, err := s.view(ctx, t, "task")
+		if err != nil {
+			return nil, rpcError(err)
+		}
+		// CreateTaskResult is a Task, not a DetailedTask: what it asks or
+		// returns is read with tasks/get (a client would take inputRequests
+		// here for a multi round-trip request of the call).
+		v.InputRequests, v.Result = nil, nil
+		return v, nil
+	}
+}
+
+// declaresTasks reports a request whose per-request client capabilities
+// declare the Tasks extension.
+func declaresTasks(meta map[string]any) bool {
+	caps, _ := meta[sdk.MetaKeyClientCapabilities].(map[string]any)
+	ext, _ := caps["extensions"].(map[string]any)
+	_, ok := ext[TasksExtension]
+	return ok
+}
+
+type taskParams struct {
+	sdk.ParamsBase
+	TaskID string `json:"taskId"`
+}
+
+type updateParams struct {
+	sdk.ParamsBase
+	TaskID         string                     `json:"taskId"`
+	InputResponses map[string]json.RawMessage `json:"inputResponses"`
+}
+
+type ack struct {
+	sdk.ResultBase
+	ResultType string `json:"resultType"`
+}
+
+// addTaskMethods serves tasks/get, tasks/update and tasks/cancel.
+func (s *Server) addTaskMethods(srv *sdk.Server) error {
+	get := func(ctx context.Context, _ *sdk.ServerSession, p *taskParams) (*task, error) {
+		t, err := s.handles.get(ctx, agentOf(ctx), p.TaskID)
+		if err != nil {
+			return nil, rpcError(err)
+		}
+		v, err := s.view(ctx, t, "complete")
+		if err != nil {
+			return nil, rpcError(err)
+		}
+		return v, nil
+	}
+	update := func(ctx context.Context, _ *sdk.ServerSession, p *updateParams) (*ack, error) {
+		if err := s.update(ctx, agentOf(ctx), p); err != nil {
+			return nil, rpcError(err)
+		}
+		return &ack{ResultType: "complete"}, nil
+	}
+	cancel := func(ctx context.Context, _ *sdk.ServerSession, p *taskParams) (*ack, error) {
+		if err := s.cancel(ctx, agentOf(ctx), p.TaskID); err != nil {
+			return nil, rpcError(err)
+		}
+		return &ack{ResultType: "complete"}, nil
+	}
+	return errors.Join(
+		sdk.AddReceivingCustomMethod(srv, "tasks/get", get),
+		sdk.AddReceivingCustomMethod(srv, "tasks/update", update),
+		sdk.AddReceivingCustomMethod(srv, "tasks/cancel", cancel),
+	)
+}
+
+// inputResponse is one answer to an input request: an elicitation's.
+type inputResponse struct {
+	Action  string         `json:"action"` // accept, decline, cancel
+	Content map[string]any `json:"content"`
+}
+
+// update answers a task's question. Responses to keys not outstanding are
+// ignored (the extension's rule), as is an answer to a question someone
+// answered first; a decline cancels the task (the question stays open for
+// the operator).
+func (s *Server) update(ctx context.Context, agentID string, p *updateParams) error {
+	t, err := s.handles.get(ctx, agentID, p.TaskID)
+	if err != nil {
+		return err
+	}
+	raw, ok := p.InputResponses[answersKey]
+	if !ok {
+		return nil
+	}
+	a, _ := s.cfg.Table.Lookup(t.Action)
+	answerer, ok := a.Tool.Later.(action.Answerer)
+	if !ok {
+		return nil
+	}
+	var r inputResponse
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "inputResponses." + answersKey + ": " + err.Error()}
+	}
+	if r.Action != "accept" {
+		return s.cancelHandle(ctx, t)
+	}
+	out, err := a.Tool.Later.Outcome(ctx, agentID, t.Ref)
+	if err != nil {
+		return err
+	}
+	if out.State != action.NeedsInput {
+		return nil // answered already
+	}
+	answers := make([]string, len(out.Questions))
+	for i := range answers {
+		name := fmt.Sprintf("answer_%d", i+1)
+		v, ok := r.Content[name].(string)
+		if !ok {
+			return &subjects.Error{Code: subjects.CodeInvalidRequest, Message: "inputResponses." + answersKey + ".content." + name + " must be a string"}
+		}
+		answers[i] = v
+	}
+	err = answerer.Answer(ctx, agentID, t.Ref, answers)
+	if e := subjects.AsError(err); err != nil && strings.HasSuffix(e.Code, "already_answered") {
+		return nil
+	}
+	return err
+}
+
+// cancel cancels a task: its record when the feature can end it (a wait),
+// and the task in any case.
+func (s *Server) cancel(ctx context.Context, agentID, taskID string) error {
+	t, err := s.handles.get(ctx, agentID, taskID)
+	if err != nil {
+		return err
+	}
+	a, ok := s.cfg.Table.Lookup(t.Action)
+	if !ok || a.Tool == nil || a.Tool.Later == nil {
+		return errNoTask
+	}
+	if err := a.Tool.Later.Cancel(ctx, agentID, t.Ref); err != nil && !errors.Is(err, action.ErrNotCancellable) {
+		return err
+	}
+	return s.cancelHandle(ctx, t)
+}
+
+func (s *Server) cancelHandle(ctx context.Context, t *handle) error {
+	if t.CancelledAt != nil {
+		return nil
+	}
+	t.CancelledAt = new(s.cfg.Now().UTC())
+	return s.handles.write(ctx, t)
+}
+
+// rpcError is an error as the extension's JSON-RPC error: an unknown or
+// expired task is invalid params (-32602), a refused answer too; anything
+// else internal.
+func rpcError(err error) error {
+	if errors.Is(err, errNoTask) {
+		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "Failed to retrieve task: Task not found or expired"}
+	}
+	var e *subjects.Error
+	if errors.As(err, &e) && e.Code != subjects.CodeInternal && e.Code != subjects.CodeUnavailable {
+		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: e.Code + ": " + e.Message}
+	}
+	if errors.As(err, &e) {
+		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: e.Code + ": " + e.Message}
+	}
+	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "internal error"}
+}

@@ -1,0 +1,254 @@
+package mcp_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/chime-nats/chime/client"
+)
+
+// TestToolsAndTimer: discover and list the tools (schemas from the
+// prompts), create a timer and read its fire from the inbox, all through
+// the go-sdk client with an agent token.
+func TestToolsAndTimer(t *testing.T) {
+	c := startChime(t)
+	token := issueToken(t, c.nats(t), "ana")
+	cs, _ := connect(t, c, "ana", token, false)
+	if v := cs.InitializeResult().ProtocolVersion; v != "2026-07-28" {
+		t.Errorf("negotiated %s", v)
+	}
+	tools := map[string]*sdk.Tool{}
+	for tool, err := range cs.Tools(context.Background(), nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		tools[tool.Name] = tool
+	}
+	for _, name := range []string{"timer_create", "timer_get", "timer_pause", "wait", "wait_for", "wait_for_tasks", "wait_report",
+		"task_start", "task_result", "task_get", "task_output", "question_ask", "notify_user", "inbox_fetch", "inbox_ack"} {
+		if tools[name] == nil {
+			t.Errorf("no tool %s", name)
+		}
+	}
+	for _, name := range []string{"intervention", "question_answer", "token_issue", "lifecycle_stop"} {
+		if tools[name] != nil {
+			t.Errorf("operator action %s offered as an agent's tool", name)
+		}
+	}
+	schema, _ := json.Marshal(tools["timer_create"].InputSchema)
+	if !strings.Contains(string(schema), `"required":["duration_ms"]`) || strings.Contains(string(schema), "timer_id") {
+		t.Errorf("timer_create schema: %s", schema)
+	}
+	schema, _ = json.Marshal(tools["wait_for"].InputSchema)
+	if !strings.Contains(string(schema), `"enum":["operator_input","task_result","external","timer","system"]`) {
+		t.Errorf("wait_for schema: %s", schema)
+	}
+
+	res := call(t, cs, "timer_create", map[string]any{"duration_ms": 200, "summary": "stretch"})
+	if res.IsError || !strings.Contains(text(res), `"status":"active"`) {
+		t.Fatalf("timer_create: %s", text(res))
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		res = call(t, cs, "inbox_fetch", map[string]any{"wait_ms": 2000})
+		if strings.Contains(text(res), `"kind":"timer_fired"`) && strings.Contains(text(res), "stretch") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no timer_fired in the inbox: %s", text(res))
+		}
+	}
+
+	// Bad input is a tool error the model can read, with chime's code.
+	res = call(t, cs, "timer_create", map[string]any{"duration_ms": -5})
+	if !res.IsError || !strings.HasPrefix(text(res), "invalid_request: duration_ms") {
+		t.Errorf("a negative duration: %v %s", res.IsError, text(res))
+	}
+	res = call(t, cs, "timer_get", map[string]any{"timer_id": "nope"})
+	if !res.IsError || !strings.HasPrefix(text(res), "timer_not_found:") {
+		t.Errorf("an unknown timer: %v %s", res.IsError, text(res))
+	}
+}
+
+// TestWaitTask: a wait is a task for a client that declares the extension;
+// tasks/get follows it to completed with the inbox's words; an unknown
+// task, and another agent's, are -32602.
+func TestWaitTask(t *testing.T) {
+	c := startChime(t)
+	nc := c.nats(t)
+	cs, rec := connect(t, c, "bo", issueToken(t, nc, "bo"), true)
+	res := call(t, cs, "wait", map[string]any{"seconds": 1})
+	if res.IsError {
+		t.Fatalf("wait: %s", text(res))
+	}
+	tk := rec.lastTask(t)
+	if tk.Status != "working" || !strings.HasPrefix(tk.TaskID, "mcpt_") || tk.TTLMs == nil || *tk.TTLMs != time.Hour.Milliseconds() || tk.PollIntervalMs <= 0 {
+		t.Fatalf("the task returned: %+v", tk)
+	}
+	done := pollTask(t, cs, tk.TaskID, "completed")
+	if done.Result == nil || !strings.HasPrefix(text(done.Result), "Wait complete. Reached ") || done.ResultType != "complete" {
+		t.Fatalf("completed: %+v", done)
+	}
+
+	_, err := getTask(t, cs, "mcpt_unknown")
+	if e, ok := errors.AsType[*jsonrpc.Error](err); !ok || e.Code != jsonrpc.CodeInvalidParams {
+		t.Errorf("an unknown task: %v", err)
+	}
+	other, _ := connect(t, c, "cy", issueToken(t, nc, "cy"), true)
+	_, err = getTask(t, other, tk.TaskID)
+	if e, ok := errors.AsType[*jsonrpc.Error](err); !ok || e.Code != jsonrpc.CodeInvalidParams {
+		t.Errorf("another agent's task: %v", err)
+	}
+}
+
+// TestTaskCancelAndRestart: a task is found after the replica restarts on
+// its data, and tasks/cancel cancels the wait it stands for.
+func TestTaskCancelAndRestart(t *testing.T) {
+	c := startChime(t)
+	token := issueToken(t, c.nats(t), "di")
+	cs, rec := connect(t, c, "di", token, true)
+	call(t, cs, "wait", map[string]any{"hours": 1})
+	tk := rec.lastTask(t)
+
+	c.restart()
+	cs, _ = connect(t, c, "di", token, true)
+	got := pollTask(t, cs, tk.TaskID, "working")
+	if !strings.Contains(got.StatusMessage, "waiting until") {
+		t.Errorf("after a restart: %+v", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := sdk.CallCustomMethod[*taskParams, *ack](ctx, cs, "tasks/cancel", &taskParams{TaskID: tk.TaskID}); err != nil {
+		t.Fatal(err)
+	}
+	pollTask(t, cs, tk.TaskID, "cancelled")
+	list, err := mustClient(t, c, "di").ListWaits(ctx, 10)
+	if err != nil || len(list.Waits) != 1 || list.Waits[0].Status != "cancelled" {
+		t.Errorf("the wait after the task's cancel: %+v %v", list, err)
+	}
+}
+
+func mustClient(t *testing.T, c *chime, agentID string) *client.Client {
+	t.Helper()
+	cl, err := client.New(c.nats(t), agentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+// TestQuestionTask: a question is input_required with a form; answered by
+// tasks/update it completes with the answer's words. Another, answered on
+// the operator's HTTP route, completes the same way.
+func TestQuestionTask(t *testing.T) {
+	c := startChime(t)
+	cs, rec := connect(t, c, "ed", issueToken(t, c.nats(t), "ed"), true)
+	call(t, cs, "question_ask", map[string]any{"questions": []any{map[string]any{"title": "Deploy?", "options": []string{"yes", "no"}}}})
+	tk := pollTask(t, cs, rec.lastTask(t).TaskID, "input_required")
+	form := string(tk.InputRequests["answers"])
+	if !strings.Contains(form, `"method":"elicitation/create"`) || !strings.Contains(form, `"enum":["yes","no"]`) {
+		t.Fatalf("the form: %s", form)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	update := func(id string, answer any) error {
+		_, err := sdk.CallCustomMethod[*updateParams, *ack](ctx, cs, "tasks/update", &updateParams{TaskID: id,
+			InputResponses: map[string]any{"answers": map[string]any{"action": "accept", "content": map[string]any{"answer_1": answer}}}})
+		return err
+	}
+	if err := update(tk.TaskID, "maybe"); err == nil {
+		t.Error("an answer not among the options was taken")
+	}
+	if err := update(tk.TaskID, "yes"); err != nil {
+		t.Fatal(err)
+	}
+	done := pollTask(t, cs, tk.TaskID, "completed")
+	if !strings.Contains(text(done.Result), "Answer: yes") {
+		t.Errorf("answered: %s", text(done.Result))
+	}
+
+	call(t, cs, "question_ask", map[string]any{"questions": []any{map[string]any{"title": "Why?"}}})
+	asked := rec.lastTask(t)
+	var q struct {
+		QuestionID string `json:"question_id"`
+	}
+	// The operator answers on HTTP, as the console does.
+	list := call(t, cs, "question_list", nil)
+	var open struct {
+		Questions []struct {
+			ID string `json:"id"`
+		} `json:"questions"`
+	}
+	if err := json.Unmarshal([]byte(text(list)), &open); err != nil || len(open.Questions) != 1 {
+		t.Fatalf("open questions: %s", text(list))
+	}
+	q.QuestionID = open.Questions[0].ID
+	req, _ := http.NewRequest(http.MethodPost, "http://"+c.r.HTTPAddr()+"/api/control/agents/ed/questions/"+q.QuestionID+"/answer",
+		strings.NewReader(`{"answer":"because"}`))
+	req.Header.Set("Authorization", "Bearer "+operator)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("the operator's answer: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	done = pollTask(t, cs, asked.TaskID, "completed")
+	if !strings.Contains(text(done.Result), "Answer: because") {
+		t.Errorf("answered on HTTP: %s", text(done.Result))
+	}
+	// A late answer from the client is ignored: the question has its answer.
+	if err := update(asked.TaskID, "too late"); err != nil {
+		t.Errorf("a late answer: %v", err)
+	}
+}
+
+// TestWithoutTasks: a client that does not declare the extension never
+// gets a task: a short wait blocks and answers with its end.
+func TestWithoutTasks(t *testing.T) {
+	c := startChime(t)
+	cs, _ := connect(t, c, "fa", issueToken(t, c.nats(t), "fa"), false)
+	res := call(t, cs, "wait", map[string]any{"seconds": 1})
+	if res.IsError || !strings.HasPrefix(text(res), "Wait complete. Reached ") {
+		t.Fatalf("a blocking wait: %s", text(res))
+	}
+}
+
+// TestMCPAuthorization: the agent's token opens only its own server; an
+// operator's opens any; no token is 401.
+func TestMCPAuthorization(t *testing.T) {
+	c := startChime(t)
+	token := issueToken(t, c.nats(t), "gu")
+	post := func(agentID, tok string) int {
+		req, _ := http.NewRequest(http.MethodPost, c.url(agentID), strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, tc := range []struct {
+		agent, token string
+		want         int
+	}{
+		{"gu", token, http.StatusOK}, {"gu", operator, http.StatusOK}, {"other", operator, http.StatusOK},
+		{"other", token, http.StatusForbidden}, {"gu", "", http.StatusUnauthorized}, {"gu", "wrong", http.StatusUnauthorized},
+		{"bad..id", operator, http.StatusBadRequest},
+	} {
+		if got := post(tc.agent, tc.token); got != tc.want {
+			t.Errorf("agent %s, token given %v: %d, want %d", tc.agent, tc.token != "", got, tc.want)
+		}
+	}
+}
