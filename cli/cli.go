@@ -54,6 +54,10 @@ Usage:
   chime inbox [--follow] [--ack] [--after SEQ] [--max N] [--agent ID]
                                    the agent's deliveries after its cursor, a JSON line each; --follow
                                    keeps printing them (a monitor's lines), --ack moves the cursor
+  chime mcp [--agent ID] [--url URL] [--token T]
+                                   the agent's MCP server on stdin/stdout (for clients that launch
+                                   servers), carried to chime's HTTP endpoint (CHIME_URL, default
+                                   http://127.0.0.1:8080) with the agent's token (CHIME_TOKEN)
   chime agent start|stop [--agent ID]
   chime task run [--agent ID] [--id TASK] [--title T] -- CMD ARGS...
                                    run CMD as a task: prints {"task_id"} at once, streams its output to
@@ -106,6 +110,8 @@ func (a *App) Run(ctx context.Context, args []string) error {
 		return a.task(ctx, args[1:])
 	case "inbox":
 		return a.inbox(ctx, args[1:])
+	case "mcp":
+		return a.mcpStdio(ctx, args[1:])
 	case "nats-config":
 		return a.natsConfig(args[1:])
 	case "version", "--version":

@@ -1,11 +1,14 @@
 package mcp_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/chime-nats/chime/client"
+	"github.com/chime-nats/chime/mcp"
 )
 
 // TestToolsAndTimer: discover and list the tools (schemas from the
@@ -251,4 +255,86 @@ func TestMCPAuthorization(t *testing.T) {
 			t.Errorf("agent %s, token given %v: %d, want %d", tc.agent, tc.token != "", got, tc.want)
 		}
 	}
+}
+
+// TestStdio: chime mcp's proxy carries a go-sdk client over standard
+// streams: discover, a wait as a task, tasks/get to completed.
+func TestStdio(t *testing.T) {
+	c := startChime(t)
+	token := issueToken(t, c.nats(t), "ha")
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- (&mcp.Stdio{Endpoint: c.url("ha"), Token: token}).Run(ctx, inR, outW)
+		outW.Close()
+	}()
+	t.Cleanup(func() {
+		inW.Close()
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("stdio: %v", err)
+		}
+	})
+	var seen lines
+	caps := &sdk.ClientCapabilities{}
+	caps.AddExtension(mcp.TasksExtension, nil)
+	cl := sdk.NewClient(&sdk.Implementation{Name: "stdio-test", Version: "1"}, &sdk.ClientOptions{Capabilities: caps})
+	if err := sdk.AddSendingCustomMethod[*taskParams, *task](cl, "tasks/get"); err != nil {
+		t.Fatal(err)
+	}
+	cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+	defer ccancel()
+	cs, err := cl.Connect(cctx, &sdk.IOTransport{Reader: io.NopCloser(io.TeeReader(outR, &seen)), Writer: inW}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	res := call(t, cs, "wait", map[string]any{"seconds": 1})
+	if res.IsError {
+		t.Fatalf("wait: %s", text(res))
+	}
+	id := seen.taskID(t)
+	got := pollTask(t, cs, id, "completed")
+	if !strings.HasPrefix(text(got.Result), "Wait complete.") {
+		t.Errorf("over stdio: %+v", got)
+	}
+	// A bad token is a JSON-RPC error naming chime's refusal.
+	bad := &mcp.Stdio{Endpoint: c.url("ha"), Token: "wrong"}
+	var out strings.Builder
+	if err := bad.Run(ctx, strings.NewReader(`{"jsonrpc":"2.0","id":7,"method":"tools/list","params":{}}`+"\n"), &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), `"id":7`) || !strings.Contains(out.String(), "401") {
+		t.Errorf("a refused token over stdio: %s", out.String())
+	}
+}
+
+// lines keeps what a stream carried, for the test to read tasks from.
+type lines struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lines) taskID(t *testing.T) string {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range strings.Split(l.buf.String(), "\n") {
+		var msg struct {
+			Result task `json:"result"`
+		}
+		if json.Unmarshal([]byte(line), &msg) == nil && msg.Result.ResultType == "task" {
+			return msg.Result.TaskID
+		}
+	}
+	t.Fatal("no task carried")
+	return ""
 }
