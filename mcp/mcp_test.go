@@ -77,7 +77,9 @@ func (c *chime) restart() {
 	c.start()
 }
 
-func (c *chime) url(agentID string) string { return "http://" + c.r.HTTPAddr() + "/api/agents/" + agentID + "/mcp" }
+func (c *chime) url(agentID string) string {
+	return "http://" + c.r.HTTPAddr() + "/api/agents/" + agentID + "/mcp"
+}
 
 func (c *chime) nats(t *testing.T) *nats.Conn {
 	t.Helper()
