@@ -3,6 +3,7 @@ package action
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 )
@@ -102,4 +103,22 @@ type Outcome struct {
 type Question struct {
 	Title   string
 	Options []string // empty: free text
+}
+
+// ToolsMarkdown is the contract's table of MCP tools: each tool, the
+// action it calls, whether it may answer with a task, and its prompt.
+func (t *Table) ToolsMarkdown() string {
+	var b strings.Builder
+	b.WriteString("| tool | action (`agent.<id>.` + ) | answers with a task | prompt |\n|---|---|---|---|\n")
+	for _, a := range t.list {
+		if a.Tool == nil || a.Access != Agent || !a.OnNATS() {
+			continue
+		}
+		task := "-"
+		if a.Tool.Later != nil {
+			task = "yes"
+		}
+		fmt.Fprintf(&b, "| `%s` | `%s` | %s | `prompts/%s` |\n", a.ToolName(), a.Name, task, a.Tool.Prompt)
+	}
+	return b.String()
 }

@@ -24,22 +24,34 @@ func TestContractActionTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const begin, end = "<!-- actions:begin", "<!-- actions:end -->"
+	if !strings.Contains(string(doc), "description `"+api.ServiceDescription+"`") {
+		t.Errorf("%s does not give the micro service's description %q", contractPath, api.ServiceDescription)
+	}
+	table := api.NewOperations(api.Config{}).Table()
+	checkGenerated(t, "actions", table.Markdown())
+	checkGenerated(t, "tools", table.ToolsMarkdown())
+}
+
+// checkGenerated holds the contract's <!-- name:begin ... --> block to
+// want, or rewrites it with -update.
+func checkGenerated(t *testing.T, name, want string) {
+	t.Helper()
+	doc, err := os.ReadFile(contractPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	begin, end := "<!-- "+name+":begin", "<!-- "+name+":end -->"
 	text := string(doc)
 	i, j := strings.Index(text, begin), strings.Index(text, end)
 	if i < 0 || j < i {
 		t.Fatalf("%s has no %q ... %q block", contractPath, begin, end)
 	}
-	if !strings.Contains(text, "description `"+api.ServiceDescription+"`") {
-		t.Errorf("%s does not give the micro service's description %q", contractPath, api.ServiceDescription)
-	}
 	i += strings.Index(text[i:], "\n") + 1
-	want := api.NewOperations(api.Config{}).Table().Markdown()
 	if text[i:j] == want {
 		return
 	}
 	if !*update {
-		t.Fatalf("%s's action table differs from the declared actions; run go test ./api -run TestContractActionTable -update\nwant:\n%s", contractPath, want)
+		t.Fatalf("%s's %s table differs from the declared actions; run go test ./api -run TestContractActionTable -update\nwant:\n%s", contractPath, name, want)
 	}
 	if err := os.WriteFile(contractPath, []byte(text[:i]+want+text[j:]), 0o644); err != nil {
 		t.Fatal(err)

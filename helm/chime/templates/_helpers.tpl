@@ -127,6 +127,7 @@ exponent (values read 1000000 as a float).
   "timersMaxBytes" "CHIME_TIMERS_MAX_BYTES" "waitsMaxBytes" "CHIME_WAITS_MAX_BYTES"
   "tasksMaxBytes" "CHIME_TASKS_MAX_BYTES" "taskOutputsMaxBytes" "CHIME_TASK_OUTPUTS_MAX_BYTES"
   "notificationsMaxBytes" "CHIME_NOTIFICATIONS_MAX_BYTES" "questionsMaxBytes" "CHIME_QUESTIONS_MAX_BYTES"
+  "mcpTasksMaxBytes" "CHIME_MCP_TASKS_MAX_BYTES"
   "waitForMaxBytes" "CHIME_WAITFOR_MAX_BYTES" "idempotencyMaxBytes" "CHIME_IDEMPOTENCY_MAX_BYTES"
   "tokensMaxBytes" "CHIME_TOKENS_MAX_BYTES" "triggersMaxBytes" "CHIME_TRIGGERS_MAX_BYTES"
   "agentsMaxBytes" "CHIME_AGENTS_MAX_BYTES"
