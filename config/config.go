@@ -85,6 +85,7 @@ type Config struct {
 	TaskStartRate      float64  `envconfig:"TASK_START_RATE" default:"50" desc:"tasks one agent may start per second, on each replica, in bursts of twice as many; 0: no limit"`
 	MaxTaskOutputBytes ByteSize `envconfig:"MAX_TASK_OUTPUT_BYTES_PER_AGENT" default:"1GiB" desc:"task output one agent may keep stored (appended parts and outputs over 16 KiB, until their tasks expire); 0: no limit"`
 	MaxWaitFors        int      `envconfig:"MAX_WAITFORS_PER_AGENT" default:"1000" desc:"live WaitFor registrations (one a scope) one agent may have; 0: no limit"`
+	MaxMCPTasks        int      `envconfig:"MAX_MCP_TASKS_PER_AGENT" default:"1000" desc:"MCP tasks one agent may hold (going, or ended and not read yet); 0: no limit"`
 	NotifyRate         float64  `envconfig:"NOTIFY_RATE" default:"50" desc:"notifies one agent may send per second, on each replica, in bursts of twice as many; 0: no limit"`
 	MaxStreams         int      `envconfig:"MAX_STREAMS_PER_PRINCIPAL" default:"32" desc:"event streams (SSE) one principal (an agent, an operator token, loopback without a token) may hold open on each replica; 0: no limit"`
 	InboxMaxBytes      ByteSize `envconfig:"INBOX_MAX_BYTES" default:"1GiB" desc:"size of the inbox stream; the oldest deliveries go beyond it; 0: no limit"`
@@ -280,6 +281,9 @@ func (c *Config) validateLimits() error {
 	}
 	if c.MaxWaitsPerAgent < 0 {
 		return fmt.Errorf("config: CHIME_MAX_WAITS_PER_AGENT must be 0 (no limit) or positive, not %d", c.MaxWaitsPerAgent)
+	}
+	if c.MaxMCPTasks < 0 {
+		return fmt.Errorf("config: CHIME_MAX_MCP_TASKS_PER_AGENT must be 0 (no limit) or positive, not %d", c.MaxMCPTasks)
 	}
 	if c.MaxOpenQuestions < 0 {
 		return fmt.Errorf("config: CHIME_MAX_OPEN_QUESTIONS_PER_AGENT must be 0 (no limit) or positive, not %d", c.MaxOpenQuestions)

@@ -54,9 +54,10 @@ const (
 	HistoryWaits  = "history.wait"
 	// QuestionsBucket holds agents' questions to operators, key <agent>.<question>.
 	QuestionsBucket = "chime_questions"
-	// MCPTasksBucket holds the handles of MCP tasks (the Tasks extension's),
-	// key <agent>.<mcp task>: which chime record each follows. Each handle
-	// expires with the record retention after its last refresh.
+	// MCPTasksBucket holds the handles of MCP tasks (the Tasks extension's):
+	// which chime record each follows, key live.<agent>.<mcp task> (expiring
+	// with the record retention after its last refresh), then, once its end
+	// is read, read.<agent>.<mcp task> (an hour).
 	MCPTasksBucket = "chime_mcp_tasks"
 	// TasksBucket holds task records, key <agent>.<task>; owner=<task>
 	// (which agent holds the ID); <agent>.<task>.<seq> (appended output).
@@ -399,7 +400,7 @@ type Resources struct {
 func buckets(t Topology) []jetstream.KeyValueConfig {
 	return append(recordBuckets(t), []jetstream.KeyValueConfig{
 		{Bucket: QuestionsBucket, Description: "chime questions to operators, key <agent>.<question>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(), MaxBytes: t.maxBytes(QuestionsBucket)},
-		{Bucket: MCPTasksBucket, Description: "chime MCP task handles, key <agent>.<mcp task>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(), MaxBytes: t.maxBytes(MCPTasksBucket)},
+		{Bucket: MCPTasksBucket, Description: "chime MCP task handles: live.<agent>.<mcp task>, read.<agent>.<mcp task>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(), MaxBytes: t.maxBytes(MCPTasksBucket)},
 		{Bucket: TasksBucket, Description: "chime task records, key <agent>.<task>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(), MaxBytes: t.maxBytes(TasksBucket)},
 		// No TTL and no marker TTL: a removal's marker is how a follower
 		// behind learns of it, so it stays until compacted on purpose.

@@ -44,6 +44,12 @@ type chime struct {
 
 func startChime(t *testing.T) *chime {
 	t.Helper()
+	return startChimeWith(t, nil)
+}
+
+// startChimeWith starts a replica whose configuration adjust changes.
+func startChimeWith(t *testing.T, adjust func(*config.Config)) *chime {
+	t.Helper()
 	h := sha256.Sum256([]byte(operator))
 	file := filepath.Join(t.TempDir(), "operators")
 	if err := os.WriteFile(file, []byte(hex.EncodeToString(h[:])+"\n"), 0o600); err != nil {
@@ -54,6 +60,9 @@ func startChime(t *testing.T) *chime {
 		ReplicaID: "mcp", Shards: 8, LeaseTTL: 2 * time.Second, InboxMaxAge: time.Hour, EventMaxAge: time.Hour,
 		LogLevel: "info", LogFormat: "text", OperatorTokensFile: file, RecordRetention: time.Hour,
 	}}
+	if adjust != nil {
+		adjust(c.cfg)
+	}
 	c.start()
 	t.Cleanup(func() { c.r.Stop(context.Background()) })
 	return c

@@ -27,6 +27,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/action"
+	"github.com/chime-nats/chime/quotas"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -49,6 +50,11 @@ type Config struct {
 	// record retention: a task lives as long as the record it follows);
 	// zero keeps handles forever.
 	Retention time.Duration
+	// Markers is how long a removal's marker stays in the bucket (the
+	// engine's marker TTL).
+	Markers time.Duration
+	// Quotas bounds the tasks an agent holds (nil: no bound).
+	Quotas *quotas.Quotas
 	// Block bounds a later call of a client without the Tasks extension:
 	// within it the call answers with the outcome, past it with a receipt.
 	// Zero: DefaultBlock.
@@ -84,8 +90,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Block <= 0 {
 		cfg.Block = DefaultBlock
 	}
+	if cfg.Markers <= 0 {
+		cfg.Markers = time.Minute
+	}
 	s := &Server{cfg: cfg, log: cfg.Log.With("component", "mcp"), tools: map[string]*action.Action{},
-		handles: &handles{kv: cfg.Handles, js: cfg.JS, ttl: cfg.Retention, now: cfg.Now}}
+		handles: &handles{kv: cfg.Handles, js: cfg.JS, ttl: cfg.Retention, markers: cfg.Markers, now: cfg.Now}}
 	caps := &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{}}
 	caps.AddExtension(TasksExtension, nil)
 	srv := sdk.NewServer(&sdk.Implementation{Name: "chime", Title: "chime", Version: cfg.Version}, &sdk.ServerOptions{

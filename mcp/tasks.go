@@ -35,16 +35,25 @@ type handle struct {
 	// CancelledAt is set by tasks/cancel (and by a declined question):
 	// the task is cancelled unless its record ended before.
 	CancelledAt *time.Time `json:"cancelled_at,omitempty"`
+	// EndReadAt is when a tasks/get first answered the task ended: it
+	// is kept readTTL more under its read key, then goes.
+	EndReadAt *time.Time `json:"end_read_at,omitempty"`
+	key         string // live or read
 	rev         uint64
 	written     time.Time
 }
 
+// readTTL is how long an ended task stays once a tasks/get has answered
+// it: long enough for a client to read it again after a lost reply.
+const readTTL = time.Hour
+
 // handles stores task handles.
 type handles struct {
-	kv  jetstream.KeyValue
-	js  jetstream.JetStream
-	ttl time.Duration
-	now func() time.Time
+	kv      jetstream.KeyValue
+	js      jetstream.JetStream
+	ttl     time.Duration
+	markers time.Duration // how long a removal's marker stays
+	now     func() time.Time
 }
 
 // newTaskID is 130 random bits: task IDs are bearer names of a task
@@ -55,12 +64,22 @@ func newTaskID() string {
 	return "mcpt_" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
 }
 
-func handleKey(agentID, taskID string) string { return agentID + "." + taskID }
+// A handle lives under live.<agent>.<task> while its task goes or has
+// ended unread (the agent's bound counts these), and under
+// read.<agent>.<task> once a tasks/get has answered its end.
+const (
+	livePrefix = "live."
+	readPrefix = "read."
+)
+
+func liveKey(agentID, taskID string) string { return livePrefix + agentID + "." + taskID }
+func readKey(agentID, taskID string) string { return readPrefix + agentID + "." + taskID }
 
 // create stores a new handle; the task may be returned once this returns
 // (a tasks/get on any replica then finds it: see get).
 func (h *handles) create(ctx context.Context, agentID, act, ref string) (*handle, error) {
 	t := &handle{TaskID: newTaskID(), AgentID: agentID, Action: act, Ref: ref, CreatedAt: h.now().UTC()}
+	t.key = liveKey(agentID, t.TaskID)
 	b, err := json.Marshal(t)
 	if err != nil {
 		return nil, err
@@ -69,7 +88,7 @@ func (h *handles) create(ctx context.Context, agentID, act, ref string) (*handle
 	if h.ttl > 0 {
 		opts = append(opts, jetstream.KeyTTL(h.ttl))
 	}
-	if t.rev, err = h.kv.Create(ctx, handleKey(agentID, t.TaskID), b, opts...); err != nil {
+	if t.rev, err = h.kv.Create(ctx, t.key, b, opts...); err != nil {
 		return nil, fmt.Errorf("mcp: store task: %w", err)
 	}
 	t.written = t.CreatedAt
@@ -79,14 +98,22 @@ func (h *handles) create(ctx context.Context, agentID, act, ref string) (*handle
 // errNoTask is a task the agent does not have (never, or expired).
 var errNoTask = errors.New("mcp: no such task")
 
-// get reads the agent's handle of taskID. A key not found is read again
-// from the stream's leader: the KV read may be served by a replica a
-// moment behind the create that stored it.
+// get reads the agent's handle of taskID, live or read.
 func (h *handles) get(ctx context.Context, agentID, taskID string) (*handle, error) {
 	if subjects.ValidateID("taskId", taskID) != nil {
 		return nil, errNoTask
 	}
-	key := handleKey(agentID, taskID)
+	t, err := h.getKey(ctx, liveKey(agentID, taskID))
+	if errors.Is(err, errNoTask) {
+		t, err = h.getKey(ctx, readKey(agentID, taskID))
+	}
+	return t, err
+}
+
+// getKey reads one handle. A key not found is read again from the
+// stream's leader: the KV read may be served by a replica a moment behind
+// the create that stored it.
+func (h *handles) getKey(ctx context.Context, key string) (*handle, error) {
 	var data []byte
 	var rev uint64
 	var at time.Time
@@ -105,9 +132,9 @@ func (h *handles) get(ctx context.Context, agentID, taskID string) (*handle, err
 	}
 	var t handle
 	if err := json.Unmarshal(data, &t); err != nil {
-		return nil, fmt.Errorf("mcp: task %s: %w", taskID, err)
+		return nil, fmt.Errorf("mcp: task %s: %w", key, err)
 	}
-	t.rev, t.written = rev, at
+	t.key, t.rev, t.written = key, rev, at
 	return &t, nil
 }
 
@@ -127,18 +154,25 @@ func (h *handles) leaderRead(ctx context.Context, key string) (*jetstream.RawStr
 	return m, nil
 }
 
-// write stores t's change by CAS, with the handles' TTL: a write also
-// renews the task's life.
+// ttlOf is the life a write gives t: the retention while live, readTTL
+// once read.
+func (h *handles) ttlOf(t *handle) time.Duration {
+	if strings.HasPrefix(t.key, readPrefix) {
+		return readTTL
+	}
+	return h.ttl
+}
+
+// write stores t's change by CAS: a write also renews the task's life.
 func (h *handles) write(ctx context.Context, t *handle) error {
 	b, err := json.Marshal(t)
 	if err != nil {
 		return err
 	}
-	key := handleKey(t.AgentID, t.TaskID)
-	if h.ttl > 0 {
-		t.rev, err = kvrec.UpdateTTL(ctx, h.js, h.kv.Bucket(), key, b, t.rev, h.ttl)
+	if ttl := h.ttlOf(t); ttl > 0 {
+		t.rev, err = kvrec.UpdateTTL(ctx, h.js, h.kv.Bucket(), t.key, b, t.rev, ttl)
 	} else {
-		t.rev, err = h.kv.Update(ctx, key, b, t.rev)
+		t.rev, err = h.kv.Update(ctx, t.key, b, t.rev)
 	}
 	if err != nil {
 		return fmt.Errorf("mcp: write task: %w", err)
@@ -150,7 +184,7 @@ func (h *handles) write(ctx context.Context, t *handle) error {
 // renew rewrites a live task's handle once half its life has passed, so
 // that a task lives as long as it is followed.
 func (h *handles) renew(ctx context.Context, t *handle) error {
-	if h.ttl <= 0 || h.now().Sub(t.written) < h.ttl/2 {
+	if h.ttl <= 0 || strings.HasPrefix(t.key, readPrefix) || h.now().Sub(t.written) < h.ttl/2 {
 		return nil
 	}
 	err := h.write(ctx, t)
@@ -158,6 +192,47 @@ func (h *handles) renew(ctx context.Context, t *handle) error {
 		return nil // another poll renewed it
 	}
 	return err
+}
+
+// read moves an ended task whose end a tasks/get answered to its read
+// key, where it stays readTTL (for a client that lost the reply) and no
+// longer counts against the agent. A crash between the two writes leaves
+// it under both, counted until its live key expires.
+func (h *handles) read(ctx context.Context, t *handle) error {
+	if strings.HasPrefix(t.key, readPrefix) {
+		return nil
+	}
+	r := *t
+	r.EndReadAt = new(h.now().UTC())
+	r.key = readKey(t.AgentID, t.TaskID)
+	b, err := json.Marshal(&r)
+	if err != nil {
+		return err
+	}
+	if _, err := h.kv.Create(ctx, r.key, b, jetstream.KeyTTL(readTTL)); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("mcp: move a read task: %w", err)
+	}
+	if err := h.kv.Purge(ctx, t.key, jetstream.LastRevision(t.rev), jetstream.PurgeTTL(h.markers)); err != nil &&
+		!errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("mcp: move a read task: %w", err)
+	}
+	*t = r
+	return nil
+}
+
+// held counts the agent's live tasks: the keys under its live prefix,
+// read from the stream's subjects (a removal's marker counts until it
+// expires, a minute).
+func (h *handles) held(ctx context.Context, agentID string) (int, error) {
+	st, err := h.js.Stream(ctx, "KV_"+h.kv.Bucket())
+	if err != nil {
+		return 0, fmt.Errorf("mcp: count tasks: %w", err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter("$KV."+h.kv.Bucket()+"."+livePrefix+agentID+".>"))
+	if err != nil {
+		return 0, fmt.Errorf("mcp: count tasks: %w", err)
+	}
+	return len(info.State.Subjects), nil
 }
 
 // task is the Task of the extension, with its status's fields inlined.
@@ -199,7 +274,10 @@ func (s *Server) view(ctx context.Context, t *handle, resultType string) (*task,
 	if updated.Before(t.CreatedAt) {
 		updated = t.CreatedAt
 	}
-	if s.handles.ttl > 0 {
+	switch {
+	case t.EndReadAt != nil:
+		v.TTLMs = new(t.EndReadAt.Add(readTTL).Sub(t.CreatedAt).Milliseconds())
+	case s.handles.ttl > 0:
 		v.TTLMs = new(s.handles.ttl.Milliseconds())
 	}
 	ended := out.State == action.Done || out.State == action.Cancelled
@@ -220,9 +298,14 @@ func (s *Server) view(ctx context.Context, t *handle, resultType string) (*task,
 	case v.Status == action.NeedsInput:
 		v.InputRequests = map[string]any{answersKey: elicitation(out)}
 	}
-	if !ended {
+	switch {
+	case !ended:
 		if err := s.handles.renew(ctx, t); err != nil {
 			s.log.Warn("renewing a task", "agent_id", t.AgentID, "task_id", t.TaskID, "err", err)
+		}
+	case resultType == "complete":
+		if err := s.handles.read(ctx, t); err != nil {
+			s.log.Warn("marking a task read", "agent_id", t.AgentID, "task_id", t.TaskID, "err", err)
 		}
 	}
 	return v, nil
@@ -280,6 +363,11 @@ func (s *Server) taskCalls(next sdk.MethodHandler) sdk.MethodHandler {
 			return next(ctx, method, req)
 		}
 		agentID := agentOf(ctx)
+		// The bound is checked before the action runs, so that a refused
+		// call has made nothing.
+		if err := s.admit(ctx, agentID); err != nil {
+			return errorResult(err), nil
+		}
 		reply, res := s.run(ctx, a, agentID, p.Arguments)
 		if reply == nil {
 			return res, nil
@@ -303,6 +391,19 @@ func (s *Server) taskCalls(next sdk.MethodHandler) sdk.MethodHandler {
 		v.InputRequests, v.Result = nil, nil
 		return v, nil
 	}
+}
+
+// admit refuses a task beyond the agent's bound; concurrent calls may
+// overshoot it by what is in flight.
+func (s *Server) admit(ctx context.Context, agentID string) error {
+	if s.cfg.Quotas == nil {
+		return nil
+	}
+	held, err := s.handles.held(ctx, agentID)
+	if err != nil {
+		return err
+	}
+	return s.cfg.Quotas.MCPTask(agentID, held)
 }
 
 // declaresTasks reports a request whose per-request client capabilities

@@ -14,8 +14,10 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/client"
+	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/mcp"
 )
 
@@ -337,4 +339,60 @@ func (l *lines) taskID(t *testing.T) string {
 	}
 	t.Fatal("no task carried")
 	return ""
+}
+
+// TestTaskBound: an agent holds at most CHIME_MAX_MCP_TASKS_PER_AGENT
+// tasks that go or ended unread; a refused call makes nothing; a task read
+// ended no longer counts.
+func TestTaskBound(t *testing.T) {
+	c := startChimeWith(t, func(cfg *config.Config) { cfg.MaxMCPTasks = 2 })
+	cs, rec := connect(t, c, "ik", issueToken(t, c.nats(t), "ik"), true)
+	var ids []string
+	for range 2 {
+		call(t, cs, "wait", map[string]any{"hours": 1})
+		ids = append(ids, rec.lastTask(t).TaskID)
+	}
+	res := call(t, cs, "wait", map[string]any{"hours": 1})
+	if !res.IsError || !strings.HasPrefix(text(res), "quota_exceeded: agent ik holds 2 MCP tasks") {
+		t.Fatalf("a third task: %v %s", res.IsError, text(res))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	list, err := mustClient(t, c, "ik").ListWaits(ctx, 10)
+	if err != nil || len(list.Waits) != 2 {
+		t.Fatalf("a refused task made a wait: %+v %v", list, err)
+	}
+	// Others are not held back by this agent's bound.
+	other, _ := connect(t, c, "jo", issueToken(t, c.nats(t), "jo"), true)
+	if res := call(t, other, "wait", map[string]any{"hours": 1}); res.IsError {
+		t.Fatalf("another agent: %s", text(res))
+	}
+	// A cancelled task, once read, frees its place (its removal marker
+	// counts for the marker TTL, a minute: the test sets no shorter one,
+	// so it checks the move instead).
+	if _, err := sdk.CallCustomMethod[*taskParams, *ack](ctx, cs, "tasks/cancel", &taskParams{TaskID: ids[0]}); err != nil {
+		t.Fatal(err)
+	}
+	pollTask(t, cs, ids[0], "cancelled")
+	js, err := jetstream.New(c.nats(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, "chime_mcp_tasks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(ctx, "live.ik."+ids[0]); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("a read task is still live: %v", err)
+	}
+	if _, err := kv.Get(ctx, "read.ik."+ids[0]); err != nil {
+		t.Errorf("a read task is not kept as read: %v", err)
+	}
+	if _, err := kv.Get(ctx, "live.ik."+ids[1]); err != nil {
+		t.Errorf("a going task is not live: %v", err)
+	}
+	again, err := getTask(t, cs, ids[0])
+	if err != nil || again.Status != "cancelled" {
+		t.Errorf("a read task read again: %+v %v", again, err)
+	}
 }

@@ -45,10 +45,11 @@ const (
 	WaitFors     = "waitfors"
 	Notifies     = "notifies"
 	Streams      = "streams"
+	MCPTasks     = "mcp_tasks"
 )
 
 // kinds are every refusal kind, each a series from the start.
-var kinds = []string{Timers, Waits, Interval, Rate, Questions, RunningTasks, TaskStarts, TaskOutput, WaitFors, Notifies, Streams}
+var kinds = []string{Timers, Waits, Interval, Rate, Questions, RunningTasks, TaskStarts, TaskOutput, WaitFors, Notifies, Streams, MCPTasks}
 
 // Config sets the limits; a zero limit is off.
 type Config struct {
@@ -89,6 +90,9 @@ type Config struct {
 	// MaxStreams bounds the event streams (SSE) one principal holds open
 	// on this replica (CHIME_MAX_STREAMS_PER_PRINCIPAL).
 	MaxStreams int
+	// MaxMCPTasks bounds the MCP tasks an agent holds
+	// (CHIME_MAX_MCP_TASKS_PER_AGENT).
+	MaxMCPTasks int
 
 	Now        func() time.Time
 	Registerer prometheus.Registerer
@@ -162,6 +166,19 @@ func (q *Quotas) Question(agentID string, open int) error {
 	q.refusals.WithLabelValues(Questions).Inc()
 	return &subjects.Error{Code: subjects.CodeQuotaExceeded, Message: fmt.Sprintf(
 		"agent %s has %d open questions; at most %d are allowed (CHIME_MAX_OPEN_QUESTIONS_PER_AGENT)", agentID, open, most)}
+}
+
+// MCPTask admits one more MCP task for an agent that holds held of them
+// (going, or ended and not read yet): the handles share one bucket, and an
+// agent in a loop must not fill it for the others.
+func (q *Quotas) MCPTask(agentID string, held int) error {
+	most := q.cfg.MaxMCPTasks
+	if most <= 0 || held < most {
+		return nil
+	}
+	q.refusals.WithLabelValues(MCPTasks).Inc()
+	return &subjects.Error{Code: subjects.CodeQuotaExceeded, Message: fmt.Sprintf(
+		"agent %s holds %d MCP tasks; at most %d are allowed (CHIME_MAX_MCP_TASKS_PER_AGENT): read the ended ones with tasks/get", agentID, held, most)}
 }
 
 // RefusedInterval counts a create the decoder refused for its interval.

@@ -307,6 +307,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		Rate: cfg.CreateRate, Burst: cfg.CreateBurst,
 		MaxRunningTasks: cfg.MaxRunningTasks, MaxTaskOutputBytes: int64(cfg.MaxTaskOutputBytes), Tasks: taskIndex, TaskStartRate: cfg.TaskStartRate,
 		MaxWaitFors: cfg.MaxWaitFors, WaitFors: waitForIndex, NotifyRate: cfg.NotifyRate, MaxStreams: cfg.MaxStreams,
+		MaxMCPTasks: cfg.MaxMCPTasks,
 		Registerer: reg,
 	})
 	// WaitFor's task check is wired where tasks are (waitfor.TaskLookup).
@@ -386,7 +387,8 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	if ln != nil {
 		var agentsMCP *mcp.Server
 		agentsMCP, err = mcp.New(mcp.Config{
-			Table: ops.Table(), Do: ops.Do, Handles: res.MCPTasks, JS: js, Retention: cfg.RecordRetention, Version: version, Log: log,
+			Table: ops.Table(), Do: ops.Do, Handles: res.MCPTasks, JS: js, Retention: cfg.RecordRetention, Markers: topo.Markers(), Quotas: limits,
+			Version: version, Log: log,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("replica: %w", err)
