@@ -38,9 +38,9 @@ type handle struct {
 	// EndReadAt is when a tasks/get first answered the task ended: it
 	// is kept readTTL more under its read key, then goes.
 	EndReadAt *time.Time `json:"end_read_at,omitempty"`
-	key         string // live or read
-	rev         uint64
-	written     time.Time
+	key       string     // live or read
+	rev       uint64
+	written   time.Time
 }
 
 // readTTL is how long an ended task stays once a tasks/get has answered

@@ -308,7 +308,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		MaxRunningTasks: cfg.MaxRunningTasks, MaxTaskOutputBytes: int64(cfg.MaxTaskOutputBytes), Tasks: taskIndex, TaskStartRate: cfg.TaskStartRate,
 		MaxWaitFors: cfg.MaxWaitFors, WaitFors: waitForIndex, NotifyRate: cfg.NotifyRate, MaxStreams: cfg.MaxStreams,
 		MaxMCPTasks: cfg.MaxMCPTasks,
-		Registerer: reg,
+		Registerer:  reg,
 	})
 	// WaitFor's task check is wired where tasks are (waitfor.TaskLookup).
 	waitForStore := waitfor.NewStore(res.WaitFor, time.Now, retention)
