@@ -396,3 +396,41 @@ func TestTaskBound(t *testing.T) {
 		t.Errorf("a read task read again: %+v %v", again, err)
 	}
 }
+
+// TestBlockingBound: a blocking call holds one of the agent's event
+// streams; past CHIME_MAX_STREAMS_PER_PRINCIPAL the receipt comes at once.
+func TestBlockingBound(t *testing.T) {
+	c := startChimeWith(t, func(cfg *config.Config) { cfg.MaxStreams = 1 })
+	token := issueToken(t, c.nats(t), "lu")
+	cs, _ := connect(t, c, "lu", token, false)
+	// The agent's one stream, held by its notification feed.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.r.HTTPAddr()+"/api/agents/lu/notifications/events", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("the feed: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	if _, err := resp.Body.Read(make([]byte, 64)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	res := call(t, cs, "wait", map[string]any{"seconds": 30})
+	if !strings.Contains(text(res), "is still going") || time.Since(start) > 10*time.Second {
+		t.Fatalf("past the bound: %s after %v", text(res), time.Since(start))
+	}
+	cancel()
+	resp.Body.Close()
+	// With the feed closed, a call blocks again.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if res := call(t, cs, "wait", map[string]any{"seconds": 1}); strings.HasPrefix(text(res), "Wait complete.") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a call does not block once the stream is free")
+		}
+	}
+}

@@ -102,8 +102,17 @@ func errorResult(err error) *sdk.CallToolResult {
 
 // block follows a later call's outcome until it ends or the block bound
 // passes: then the outcome, else a receipt naming the record and where its
-// outcome will arrive.
+// outcome will arrive. A blocking call holds one of the agent's event
+// streams on this replica (CHIME_MAX_STREAMS_PER_PRINCIPAL): past them, the
+// receipt comes at once.
 func (s *Server) block(ctx context.Context, a *action.Action, agentID, ref string, reply any) *sdk.CallToolResult {
+	if s.cfg.Quotas != nil {
+		release, err := s.cfg.Quotas.OpenStream("agent:" + agentID)
+		if err != nil {
+			return receipt(ref, reply, action.Outcome{})
+		}
+		defer release()
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Block)
 	defer cancel()
 	wait := 100 * time.Millisecond
