@@ -159,26 +159,26 @@ func (q *Quotas) Wait(ctx context.Context, agentID string) error {
 // agent in a loop from burying them (and the bucket) in questions. Asks
 // are not paced by CHIME_CREATE_RATE, which is for timers and waits.
 func (q *Quotas) Question(agentID string, open int) error {
-	most := q.cfg.MaxQuestions
-	if most <= 0 || open < most {
-		return nil
-	}
-	q.refusals.WithLabelValues(Questions).Inc()
-	return &subjects.Error{Code: subjects.CodeQuotaExceeded, Message: fmt.Sprintf(
-		"agent %s has %d open questions; at most %d are allowed (CHIME_MAX_OPEN_QUESTIONS_PER_AGENT)", agentID, open, most)}
+	return q.counted(Questions, open, q.cfg.MaxQuestions, "agent %s has %d open questions; at most %d are allowed (CHIME_MAX_OPEN_QUESTIONS_PER_AGENT)", agentID)
 }
 
 // MCPTask admits one more MCP task for an agent that holds held of them
 // (going, or ended and not read yet): the handles share one bucket, and an
 // agent in a loop must not fill it for the others.
 func (q *Quotas) MCPTask(agentID string, held int) error {
-	most := q.cfg.MaxMCPTasks
-	if most <= 0 || held < most {
+	return q.counted(MCPTasks, held, q.cfg.MaxMCPTasks,
+		"agent %s holds %d MCP tasks; at most %d are allowed (CHIME_MAX_MCP_TASKS_PER_AGENT): read the ended ones with tasks/get", agentID)
+}
+
+// counted admits one more of kind for an agent that has n of them, under
+// most (0: no bound); the refusal's message is format with the agent, n
+// and most.
+func (q *Quotas) counted(kind string, n, most int, format, agentID string) error {
+	if most <= 0 || n < most {
 		return nil
 	}
-	q.refusals.WithLabelValues(MCPTasks).Inc()
-	return &subjects.Error{Code: subjects.CodeQuotaExceeded, Message: fmt.Sprintf(
-		"agent %s holds %d MCP tasks; at most %d are allowed (CHIME_MAX_MCP_TASKS_PER_AGENT): read the ended ones with tasks/get", agentID, held, most)}
+	q.refusals.WithLabelValues(kind).Inc()
+	return &subjects.Error{Code: subjects.CodeQuotaExceeded, Message: fmt.Sprintf(format, agentID, n, most)}
 }
 
 // RefusedInterval counts a create the decoder refused for its interval.
