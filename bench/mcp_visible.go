@@ -142,9 +142,9 @@ func visible(ctx context.Context, f *mcpFleet, o MCPOptions, res *MCPResult) err
 	}
 
 	ways := []way{
-		{fmt.Sprintf("mcp poll %s", o.Poll), fmt.Sprintf("Tasks extension: tools/call, then tasks/get every %s", o.Poll),
+		{fmt.Sprintf("mcp poll %s", o.Poll), fmt.Sprintf("Tasks extension: tools/call, then tasks/get every %s (the first at a random point of the first interval)", o.Poll),
 			func(ctx context.Context, c int) (seen, error) { return poll(ctx, fast[c], o.Poll) }},
-		{"mcp poll suggested", "Tasks extension: tools/call, then tasks/get at the task's pollIntervalMs",
+		{"mcp poll suggested", "Tasks extension: tools/call, then tasks/get at the task's pollIntervalMs (the first at a random point of the first interval)",
 			func(ctx context.Context, c int) (seen, error) { return poll(ctx, suggested[c], 0) }},
 		{"mcp blocking call", "no extension: tools/call wait blocks until the end",
 			func(ctx context.Context, c int) (seen, error) {
