@@ -97,6 +97,9 @@ type Outcome struct {
 	Questions []Question
 	// Updated is when the record last changed.
 	Updated time.Time
+	// Due, when known, is when a Working record is expected to end (a
+	// wait's target): followers look then rather than on a fixed beat.
+	Due time.Time
 }
 
 // Question is one question of a record that needs input.

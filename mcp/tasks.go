@@ -269,7 +269,7 @@ func (s *Server) view(ctx context.Context, t *handle, resultType string) (*task,
 		return nil, err
 	}
 	v := &task{ResultType: resultType, TaskID: t.TaskID, Status: out.State, StatusMessage: out.Message,
-		CreatedAt: subjects.FormatISO(t.CreatedAt), PollIntervalMs: pollInterval(s.cfg.Now().Sub(t.CreatedAt))}
+		CreatedAt: subjects.FormatISO(t.CreatedAt), PollIntervalMs: pollInterval(t.CreatedAt, out.Due, s.cfg.Now())}
 	updated := out.Updated
 	if updated.Before(t.CreatedAt) {
 		updated = t.CreatedAt
@@ -312,17 +312,21 @@ func (s *Server) view(ctx context.Context, t *handle, resultType string) (*task,
 }
 
 // pollInterval is small while a task is young (most waits and answers
-// come soon) and backs off as it ages.
-func pollInterval(age time.Duration) int64 {
-	switch {
+// come soon) and backs off as it ages; a task whose record knows when it
+// is due is asked to look just after that, if sooner.
+func pollInterval(created, due, now time.Time) int64 {
+	var every time.Duration
+	switch age := now.Sub(created); {
 	case age < 10*time.Second:
-		return 500
+		every = 500 * time.Millisecond
 	case age < time.Minute:
-		return 2000
+		every = 2 * time.Second
 	case age < 10*time.Minute:
-		return 5000
+		every = 5 * time.Second
+	default:
+		every = 15 * time.Second
 	}
-	return 15000
+	return max(nextLook(every, due, now), 100*time.Millisecond).Milliseconds()
 }
 
 // elicitation is a question's form: one string field per question, a

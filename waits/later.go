@@ -43,7 +43,7 @@ func (l later) Outcome(ctx context.Context, agentID, waitID string) (action.Outc
 	case w.PausedAt != nil && w.Mode == WaitDuration:
 		out.State, out.Message = action.Working, "paused by the operator; the wait's clock stands still until resumed"
 	default:
-		out.State = action.Working
+		out.State, out.Due = action.Working, w.TargetTime
 		out.Message = fmt.Sprintf("waiting until %s, %s", subjects.FormatISO(w.Target()), RemainingText(w.Remaining(l.o.now()).Seconds()))
 	}
 	return out, nil
