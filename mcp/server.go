@@ -21,8 +21,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -117,7 +119,10 @@ func New(cfg Config) (*Server, error) {
 		srv.AddTool(tool, s.callTool(a))
 		limit = max(limit, a.Limit())
 	}
-	srv.AddReceivingMiddleware(s.taskCalls)
+	// recoverPanics runs first: a handler's panic must not take the
+	// replica down (the SDK runs each request on a goroutine of its own,
+	// out of reach of net/http's recovery).
+	srv.AddReceivingMiddleware(s.recoverPanics, s.taskCalls)
 	if err := s.addTaskMethods(srv); err != nil {
 		return nil, err
 	}
@@ -128,6 +133,21 @@ func New(cfg Config) (*Server, error) {
 		MaxRequestBodyBytes: limit + 16<<10,
 	})
 	return s, nil
+}
+
+// recoverPanics turns a handler's panic into a JSON-RPC internal error,
+// logged with its stack, as net/http does for chime's other routes.
+func (s *Server) recoverPanics(next sdk.MethodHandler) sdk.MethodHandler {
+	return func(ctx context.Context, method string, req sdk.Request) (res sdk.Result, err error) {
+		defer func() {
+			if v := recover(); v != nil {
+				s.log.Error("panic serving an MCP request", "agent_id", agentOf(ctx), "method", method, "panic", v,
+					"stack", string(debug.Stack()))
+				res, err = nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "internal error"}
+			}
+		}()
+		return next(ctx, method, req)
+	}
 }
 
 // instructions tell a model what the server is for, once.

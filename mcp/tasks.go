@@ -359,7 +359,7 @@ func (s *Server) taskCalls(next sdk.MethodHandler) sdk.MethodHandler {
 			return next(ctx, method, req)
 		}
 		p, ok := req.GetParams().(*sdk.CallToolParamsRaw)
-		if !ok || !declaresTasks(p.Meta) {
+		if !ok || p == nil || !declaresTasks(p.Meta) {
 			return next(ctx, method, req)
 		}
 		a := s.tools[p.Name]
@@ -435,9 +435,15 @@ type ack struct {
 	ResultType string `json:"resultType"`
 }
 
-// addTaskMethods serves tasks/get, tasks/update and tasks/cancel.
+// addTaskMethods serves tasks/get, tasks/update and tasks/cancel. The SDK
+// hands a custom method's handler nil params when the request has none
+// (or null): each method reads them as empty, so that the missing taskId
+// is the unknown task's -32602.
 func (s *Server) addTaskMethods(srv *sdk.Server) error {
 	get := func(ctx context.Context, _ *sdk.ServerSession, p *taskParams) (*task, error) {
+		if p == nil {
+			p = &taskParams{}
+		}
 		t, err := s.handles.get(ctx, agentOf(ctx), p.TaskID)
 		if err != nil {
 			return nil, rpcError(err)
@@ -449,12 +455,18 @@ func (s *Server) addTaskMethods(srv *sdk.Server) error {
 		return v, nil
 	}
 	update := func(ctx context.Context, _ *sdk.ServerSession, p *updateParams) (*ack, error) {
+		if p == nil {
+			p = &updateParams{}
+		}
 		if err := s.update(ctx, agentOf(ctx), p); err != nil {
 			return nil, rpcError(err)
 		}
 		return &ack{ResultType: "complete"}, nil
 	}
 	cancel := func(ctx context.Context, _ *sdk.ServerSession, p *taskParams) (*ack, error) {
+		if p == nil {
+			p = &taskParams{}
+		}
 		if err := s.cancel(ctx, agentOf(ctx), p.TaskID); err != nil {
 			return nil, rpcError(err)
 		}
