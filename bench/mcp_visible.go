@@ -81,7 +81,7 @@ func visible(ctx context.Context, f *mcpFleet, o MCPOptions, res *MCPResult) err
 			if !sleepUntil(ctx, at) {
 				return seen{}, ctx.Err()
 			}
-			at = at.Add(interval)
+			sent := at
 			got, err := a.get(ctx, t.TaskID)
 			if err != nil {
 				return seen{}, err
@@ -102,9 +102,14 @@ func visible(ctx context.Context, f *mcpFleet, o MCPOptions, res *MCPResult) err
 			if got.Status != "working" {
 				return seen{}, fmt.Errorf("task %s is %s: %s", t.TaskID, got.Status, got.StatusMessage)
 			}
+			// The next poll is an interval after this one, the interval
+			// being the one this reply suggests (a client honours the latest).
 			if fixed == 0 && got.PollIntervalMs > 0 {
 				interval = time.Duration(got.PollIntervalMs) * time.Millisecond
 				intervals.Store(got.PollIntervalMs, true)
+				at = time.Now().Add(interval)
+			} else {
+				at = sent.Add(interval)
 			}
 			if at.Before(time.Now()) {
 				at = time.Now() // a slow reply: poll again at once, not in a burst
