@@ -116,25 +116,48 @@ var retry = backoff.Policy{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 // again after a kill prints at most that one line again.
 func (a *App) readInbox(ctx context.Context, agentID string, r inboxRead) error {
 	// A request its token does not allow is refused by the server with a
-	// permissions violation and never answered: a follower would take the
-	// silence for chime's absence and wait for ever.
-	var violation atomic.Pointer[error]
-	opts := []nats.Option{nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-		if errors.Is(err, nats.ErrPermissionViolation) {
-			violation.Store(&err)
-		}
-	})}
+	// permissions violation and never answered, and a follower's
+	// connection whose token names no one keeps failing to reconnect: it
+	// would take either for chime's absence and wait for ever. Either ends
+	// the read, and ctx. Once a read has worked, though, an authorization
+	// error is chime's auth callout being away with its chime (restarting
+	// with the embedded server): waited out, as the outage it is.
+	var refusal atomic.Pointer[error]
+	var worked atomic.Bool
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	refuse := func(err error) {
+		refusal.CompareAndSwap(nil, &err)
+		stop()
+	}
 	refused := func() error {
-		if p := violation.Load(); p != nil {
-			return fmt.Errorf("refused: %w", *p)
+		if p := refusal.Load(); p != nil {
+			return *p
 		}
 		return nil
 	}
+	authError := func(err error) {
+		if !worked.Load() && (errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) ||
+			errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrAccountAuthExpired)) {
+			refuse(fmt.Errorf("refused: %w", err))
+		}
+	}
+	opts := []nats.Option{
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				refuse(fmt.Errorf("refused: %w", err))
+			}
+			authError(err)
+		}),
+		// A connect retried (RetryOnFailedConnect) or a reconnect reports
+		// its failures here, not to the error handler.
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { authError(err) }),
+	}
 	if r.follow {
 		// A follower outlives restarts of its NATS server (the embedded
-		// one restarts with its chime) however long they take, and may
-		// start before it.
-		opts = append(opts, nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
+		// one restarts with its chime) however long they take, may start
+		// before it, and does not give up on authorization errors (above).
+		opts = append(opts, nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true), nats.IgnoreAuthErrorAbort())
 	}
 	c, closeConn, err := a.agentClient(agentID, opts...)
 	if err != nil {
@@ -145,11 +168,11 @@ func (a *App) readInbox(ctx context.Context, agentID string, r inboxRead) error 
 	down := 0 // failed reads in a row; said once, and again once chime answers
 	for {
 		got, err := fetchInbox(ctx, c, from, r.max, r.follow)
-		if ctx.Err() != nil {
-			return nil // interrupted while following
-		}
 		if err := refused(); err != nil {
 			return err
+		}
+		if ctx.Err() != nil {
+			return nil // interrupted while following
 		}
 		if err != nil {
 			if !r.follow || !passing(err) {
@@ -159,11 +182,12 @@ func (a *App) readInbox(ctx context.Context, agentID string, r inboxRead) error 
 				fmt.Fprintf(a.Stderr, "chime inbox: %v; still following\n", err)
 			}
 			if !retry.Sleep(ctx, down) {
-				return nil
+				return refused() // nil: interrupted
 			}
 			down++
 			continue
 		}
+		worked.Store(true)
 		if down > 0 {
 			fmt.Fprintln(a.Stderr, "chime inbox: following again")
 			down = 0
@@ -249,7 +273,7 @@ func (a *App) ackPrinted(ctx context.Context, c *client.Client, seq uint64, foll
 			fmt.Fprintf(a.Stderr, "chime inbox: ack %d: %v; retrying\n", seq, err)
 		}
 		if !retry.Sleep(ctx, n) {
-			return nil
+			return refused() // nil: interrupted
 		}
 	}
 }
