@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -63,13 +64,13 @@ func (w *watchLines) distinct() int {
 	return len(w.seen)
 }
 
-// startWatcher runs `chime inbox watch` for agent against natsURL; its
-// lines go to into, as watcher n. It is SIGKILLed at the test's end if
-// still running.
-func startWatcher(t *testing.T, n int, natsURL, agent string, into *watchLines) *watcher {
+// startWatcher runs `chime inbox watch` for agent against natsURL, with
+// env added to its environment; its lines go to into, as watcher n. It is
+// SIGKILLed at the test's end if still running.
+func startWatcher(t *testing.T, n int, natsURL, agent string, into *watchLines, env ...string) *watcher {
 	t.Helper()
 	cmd := exec.Command(binary, "inbox", "watch", "--agent", agent)
-	cmd.Env = append(os.Environ(), "CHIME_NATS_URL="+natsURL)
+	cmd.Env = append(append(os.Environ(), "CHIME_NATS_URL="+natsURL), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -208,5 +209,42 @@ func TestInboxWatchRidesOutARestart(t *testing.T) {
 	defer lines.mu.Unlock()
 	if len(lines.lines) != 2 || lines.lines[0].text != `"before"` || lines.lines[1].text != `"after"` {
 		t.Fatalf("lines %+v", lines.lines)
+	}
+}
+
+// TestInboxWatchWithTokens: with NATS authorization on, a watcher given
+// the agent's token in CHIME_NATS_TOKEN prints its deliveries and rides
+// out chime's SIGKILL and restart (its auth callout is away meanwhile:
+// authorization errors, waited out once the token has worked); one for
+// another agent is refused at once (exit 1, naming the violation), and
+// so is a token that names no one, rather than waiting for ever.
+func TestInboxWatchWithTokens(t *testing.T) {
+	addr, op, env := authedEnv(t)
+	p := startServe(t, "watch-auth", env...)
+	out, errOut, code := chimeCLI(t, addr, "agent", "token", "--agent", "carol", "--token", op)
+	var tok struct{ Token string }
+	if code != 0 || json.Unmarshal([]byte(out), &tok) != nil || tok.Token == "" {
+		t.Fatalf("agent token: exit %d: %s", code, errOut)
+	}
+	lines := &watchLines{seen: map[string]int{}}
+	startWatcher(t, 1, "nats://"+addr, "carol", lines, "CHIME_NATS_TOKEN="+tok.Token)
+	cliTimer(t, addr, "timer", "create", "--after-ms", "100", "--summary", "for carol", "--agent", "carol", "--token", tok.Token)
+	eventually(t, 20*time.Second, "carol's fire", func() bool { return lines.distinct() == 1 })
+	p.kill()
+	time.Sleep(3 * time.Second) // the watcher's reconnects meet no server, then chime without its callout
+	startServeAt(t, "watch-auth-2", p.httpAddr, env...)
+	cliTimer(t, addr, "timer", "create", "--after-ms", "100", "--summary", "after the restart", "--agent", "carol", "--token", tok.Token)
+	eventually(t, 30*time.Second, "carol's fire after the restart", func() bool { return lines.distinct() == 2 })
+
+	for _, tc := range []struct{ name, token, want string }{
+		{"another agent's watch", tok.Token, "refused: nats: permissions violation"},
+		{"a token of no one", "chime_at_nope", "refused: nats: authorization violation"},
+	} {
+		start := time.Now()
+		_, errOut, code := chimeCLI(t, addr, "inbox", "watch", "--agent", "dave", "--token", tc.token)
+		if code != 1 || !strings.Contains(strings.ToLower(errOut), tc.want) {
+			t.Errorf("%s: exit %d: %s", tc.name, code, errOut)
+		}
+		t.Logf("%s: refused after %v", tc.name, time.Since(start).Round(time.Millisecond))
 	}
 }
