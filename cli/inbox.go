@@ -193,6 +193,9 @@ func (a *App) readInbox(ctx context.Context, agentID string, r inboxRead) error 
 			down = 0
 		}
 		for _, d := range got.Deliveries {
+			if ctx.Err() != nil {
+				return refused() // interrupted: the rest of the batch comes at the next start
+			}
 			if err := a.printDelivery(r.line, d); err != nil {
 				return err
 			}
