@@ -3,6 +3,7 @@ module github.com/chime-nats/chime
 go 1.26.0
 
 require (
+	github.com/coder/websocket v1.8.15
 	github.com/go-json-experiment/json v1.27.2
 	github.com/kelseyhightower/envconfig v1.4.0
 	github.com/microcosm-cc/bluemonday v1.0.27

@@ -2,19 +2,18 @@ package api
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"slices"
 	"strings"
 
 	"github.com/chime-nats/chime/action"
 	"github.com/chime-nats/chime/agents"
-	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/subjects"
 )
 
 // consoleViews are the operator's views that are no agent's action (HTTP
-// only): the agent list, an agent's recent deliveries and their live feed.
+// only): the agent list, an agent's recent deliveries and their live feed
+// (Server-Sent Events, or WebSocket frames).
 func consoleViews(mux *http.ServeMux, ops *Operations) {
 	view := func(pattern string, read func(r *http.Request) (any, error)) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
@@ -35,6 +34,7 @@ func consoleViews(mux *http.ServeMux, ops *Operations) {
 		return ops.Inbox(r.Context(), r.PathValue("id"), limit)
 	})
 	mux.HandleFunc("GET /api/agents/{id}/inbox/events", ops.inboxEvents)
+	mux.HandleFunc("GET /api/agents/{id}/inbox/ws", ops.inboxWebSocket)
 }
 
 // limitParam is ?limit as ParseLimit reads it.
@@ -122,62 +122,33 @@ func (o *Operations) Inbox(ctx context.Context, agentID string, limit int) (any,
 }
 
 // inboxEvents serves GET /api/agents/{id}/inbox/events: the agent's
-// deliveries as Server-Sent Events (id: the stream sequence, event:
-// delivery, data: {seq, stored_at, envelope}), from after Last-Event-ID or
-// ?since=N, else after the agent's cursor (what it has not acked), read
-// as inbox.fetch reads and as fast as the client takes them, until the
-// client leaves or the gateway stops. A client that reconnects with
-// Last-Event-ID misses nothing the stream still holds.
+// deliveries (inboxFeed) as Server-Sent Events (id: the stream sequence,
+// event: delivery, data: {seq, stored_at, envelope}), as fast as the
+// client takes them, until the client leaves or the gateway stops. A
+// client that reconnects with Last-Event-ID misses nothing the stream
+// still holds.
 func (o *Operations) inboxEvents(w http.ResponseWriter, r *http.Request) {
-	agentID := r.PathValue("id")
-	after, resume, err := resumeAfter(r)
+	fd, err := o.openInboxFeed(r, "inbox.events")
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	ctx, release, err := o.openStream(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	defer release()
-	// The follower lives as long as the stream, not the view's request
-	// timeout, which bounds only the cursor's read and the subscription.
-	res, err := o.view(ctx, "inbox.events", agentID, func(vctx context.Context) (any, error) {
-		if !resume {
-			st, _, err := o.agents.Get(vctx, agentID)
-			if err != nil {
-				return nil, err
-			}
-			after = st.InboxAcked
-		}
-		return o.deliveries.Follow(vctx, agentID, after)
-	})
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	f := res.(*deliveries.Follower)
-	defer f.Close()
+	defer fd.Close()
 	s := startEventStream(w)
 	if s == nil {
 		return
 	}
 	for {
-		// Waiting at most a keepalive: a read cut short by it, or by an
-		// engine that does not answer meanwhile, is a keepalive and a retry.
-		nctx, cancel := context.WithTimeout(ctx, keepalive)
-		list, err := f.Next(nctx, deliveries.DefaultInboxFetch)
-		cancel()
+		list, err := fd.next(fd.ctx)
 		switch {
-		case ctx.Err() != nil: // the client left or the gateway stops
+		case fd.ctx.Err() != nil: // the client left or the gateway stops
 			return
-		case err != nil && errors.Is(err, context.DeadlineExceeded):
-			s.comment("keepalive")
 		case err != nil:
 			// The client resumes with Last-Event-ID.
-			o.log.Debug("inbox feed ended", "agent_id", agentID, "after", f.After(), "err", err)
+			o.log.Debug("inbox feed ended", "agent_id", fd.agentID, "after", fd.After(), "err", err)
 			return
+		case len(list) == 0:
+			s.comment("keepalive")
 		}
 		for _, d := range list {
 			s.add(d.Seq, "delivery", encode(d))

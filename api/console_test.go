@@ -2,12 +2,7 @@ package api_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"io"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,7 +10,6 @@ import (
 
 	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/client"
-	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
@@ -164,20 +158,7 @@ func TestInboxEventsEndWithTheGateway(t *testing.T) {
 // operators' only; an agent reads its own recent deliveries, live feed,
 // waits and tasks, and no one else's.
 func TestConsoleRoutesGuarded(t *testing.T) {
-	const token = "operator-console-token"
-	h := sha256.Sum256([]byte(token))
-	file := filepath.Join(t.TempDir(), "operators")
-	if err := os.WriteFile(file, []byte(hex.EncodeToString(h[:])+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	r, nc := startChimeWith(t, io.Discard, func(c *config.Config) { c.OperatorTokensFile = file })
-	base := "http://" + r.HTTPAddr()
-	c, _ := client.New(nc, "guarded")
-	issued, err := c.IssueToken(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	op, agent := "Bearer "+token, "Bearer "+issued.Token
+	base, _, op, agent := startGuarded(t, "guarded")
 	for _, tc := range []struct {
 		path, auth string
 		status     int

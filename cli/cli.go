@@ -1,6 +1,6 @@
 // Package cli owns chime's command line: serve, the commands written out
-// by hand (timer, wait, agent, callback, question, notify, task run, inbox,
-// nats-config, version) and one command for every other action of the
+// by hand (timer, wait, agent, callback, question, notify, task run, inbox
+// and inbox watch, nats-config, version) and one command for every other action of the
 // action table (actions.go), its lists shown as tables (table.go). The
 // benchmarks are a command of their own, cmd/chime-bench. Commands other than serve speak NATS to CHIME_NATS_URL
 // (default the local embedded server's address), as any agent would.
@@ -53,7 +53,10 @@ Usage:
   chime wait --seconds N | --minutes N | --until T [--tz ZONE] [--agent ID]
   chime inbox [--follow] [--ack] [--after SEQ] [--max N] [--agent ID]
                                    the agent's deliveries after its cursor, a JSON line each; --follow
-                                   keeps printing them (a monitor's lines), --ack moves the cursor
+                                   keeps printing them, --ack moves the cursor
+  chime inbox watch [--json] [--agent ID]   for a monitor (Claude Code's Monitor): a line per
+                                   delivery as it is stored, acked once printed; resumes after
+                                   the last line acked, rides out chime and NATS restarts
   chime mcp [--agent ID] [--url URL] [--token T]
                                    the agent's MCP server on stdin/stdout (for clients that launch
                                    servers), carried to chime's HTTP endpoint (CHIME_URL, default

@@ -35,16 +35,24 @@ import (
 // the replica.
 func authedChime(t *testing.T) (string, string, *proc) {
 	t.Helper()
-	op := "op-" + strings.Repeat("x", 8) + t.Name()
+	natsAddr, op, env := authedEnv(t)
+	return "nats://" + natsAddr, op, startServe(t, "auth", env...)
+}
+
+// authedEnv is the environment of a chime with NATS authorization on its
+// embedded server, at natsAddr, and the operator token op; a chime
+// restarted with it has the same store.
+func authedEnv(t *testing.T) (natsAddr, op string, env []string) {
+	t.Helper()
+	op = "op-" + strings.Repeat("x", 8) + t.Name()
 	sum := sha256.Sum256([]byte(op))
 	file := filepath.Join(t.TempDir(), "operators")
 	if err := os.WriteFile(file, []byte(hex.EncodeToString(sum[:])+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	natsAddr := freeAddr(t)
-	p := startServe(t, "auth", "CHIME_NATS_AUTH=true", "CHIME_NATS_LISTEN="+natsAddr,
-		"CHIME_DATA_DIR="+t.TempDir(), "CHIME_OPERATOR_TOKENS_FILE="+file)
-	return "nats://" + natsAddr, op, p
+	natsAddr = freeAddr(t)
+	return natsAddr, op, []string{"CHIME_NATS_AUTH=true", "CHIME_NATS_LISTEN=" + natsAddr,
+		"CHIME_DATA_DIR=" + t.TempDir(), "CHIME_OPERATOR_TOKENS_FILE=" + file}
 }
 
 // violations collects the permission violations the server reports to a
