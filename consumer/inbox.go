@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -167,4 +168,23 @@ func (i *Inbox) Delivered(ctx context.Context, agentID string, since time.Time) 
 		}
 	}
 	return seen, nil
+}
+
+// StoredEnvelope reads the envelope the inbox stream holds at seq: for a
+// publish acknowledged as a duplicate, the ack's sequence is the stored
+// original's.
+func (i *Inbox) StoredEnvelope(ctx context.Context, seq uint64) (*subjects.Envelope, error) {
+	st, err := i.js.Stream(ctx, i.stream)
+	if err != nil {
+		return nil, fmt.Errorf("inbox read %d: %w", seq, err)
+	}
+	m, err := st.GetMsg(ctx, seq)
+	if err != nil {
+		return nil, fmt.Errorf("inbox read %d: %w", seq, err)
+	}
+	var env subjects.Envelope
+	if err := json.Unmarshal(m.Data, &env); err != nil {
+		return nil, fmt.Errorf("inbox read %d: %w", seq, err)
+	}
+	return &env, nil
 }

@@ -95,7 +95,8 @@ func (s *Scheduler) fireLoop(ctx context.Context, publish publishFunc) {
 
 // prepare marks each popped entry as fired and returns the timer and wait
 // fires. A repeating timer is re-armed at its next occurrence, chosen now
-// and carried in the fire so its record says the same. Called with s.mu
+// (or, for a retry, when the occurrence was first prepared) and carried in
+// the fire, so its envelope and its record say the same. Called with s.mu
 // held.
 func (s *Scheduler) prepare(batch []*entry, now time.Time) ([]timers.TimerFired, []waits.WaitFired) {
 	timerFires := make([]timers.TimerFired, 0, len(batch))
@@ -114,9 +115,14 @@ func (s *Scheduler) prepare(batch []*entry, now time.Time) ([]timers.TimerFired,
 			AgentID: en.agentID(), TimerID: en.itemID(), Occurrence: en.occ,
 			DueAt: due, FiredAt: now.UTC(), Text: (&timers.Timer{ID: en.itemID(), Summary: en.summary}).FireText(),
 		}
+		retry := en.retry
+		en.retry = nil
 		en.fired = en.occ
 		if en.interval > 0 {
 			next := timers.NextOccurrence(due, en.interval, now).UTC()
+			if retry != nil && retry.NextDue != nil && retry.Occurrence == en.occ && retry.DueAt.UnixNano() == en.due {
+				next = *retry.NextDue // a retry keeps the cadence its first attempt stated
+			}
 			f.NextDue = &next
 			en.occ++
 			en.due, en.at, en.attempts = next.UnixNano(), next.UnixNano(), 0
@@ -170,7 +176,7 @@ func (s *Scheduler) dropDelivered(ctx context.Context, fires []timers.TimerFired
 		case !suspect[i]:
 			kept = append(kept, f)
 		case failed[f.AgentID] != nil:
-			s.rearm(pendingFire{key: subjects.TimerKey(f.AgentID, f.TimerID), occ: f.Occurrence, due: f.DueAt.UnixNano()},
+			s.rearm(pendingFire{key: subjects.TimerKey(f.AgentID, f.TimerID), occ: f.Occurrence, due: f.DueAt.UnixNano(), timer: f},
 				fmt.Errorf("look for an earlier delivery: %w", failed[f.AgentID]))
 		case found[f.AgentID][f.EnvelopeID()]:
 			s.m.recovered.Inc()
@@ -251,8 +257,55 @@ func (s *Scheduler) ackLoop(ctx context.Context) {
 		}
 		s.m.fires.Inc()
 		s.cfg.Inbox.Stored(subjects.KindTimerFired, ack)
+		if ack.Duplicate && p.timer.NextDue != nil {
+			s.adoptStored(ctx, p, ack.Sequence)
+			continue
+		}
 		s.queueRecord(p.timer)
 	}
+}
+
+// adoptStoredLimit bounds the stored envelopes looked up at once.
+const adoptStoredLimit = 16
+
+// adoptStored settles a repeating timer's fire that the stream took as a
+// duplicate: the envelope stored under its ID may be another attempt's,
+// by this replica before a lost ack or by an owner that has since lost
+// the shard, with another next due time. The stored one is what the agent
+// has, so the cadence goes on from it: the record takes its next_due_at,
+// and the next occurrence, if still armed at the time this fire chose, is
+// re-armed at it (at once when it has passed: a catch-up fire covering
+// the ticks since). It runs beside the ack loop, a bounded few at a time;
+// a stored envelope without next_due_at (an earlier version's), or one
+// that cannot be read, leaves this fire's own.
+func (s *Scheduler) adoptStored(ctx context.Context, p pendingFire, seq uint64) {
+	select {
+	case s.adopting <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	s.wg.Go(func() {
+		defer func() { <-s.adopting }()
+		f := p.timer
+		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		stored, err := s.storedFire(gctx, seq)
+		cancel()
+		switch {
+		case err != nil:
+			s.log.Debug("stored timer envelope unread; keeping this fire's cadence", "timer_id", f.TimerID, "occurrence", f.Occurrence, "err", err)
+		case stored.TimerID == f.TimerID && stored.Occurrence == f.Occurrence && stored.NextDueAt != nil && !stored.NextDueAt.Equal(*f.NextDue):
+			s.m.adopted.Inc()
+			mine := *f.NextDue
+			next := stored.NextDueAt.UTC()
+			f.NextDue = &next
+			s.mu.Lock()
+			if en, ok := s.index.table(false)[p.key]; ok && en.occ == p.occ+1 && en.fired < en.occ && en.due == mine.UnixNano() {
+				s.armAt(en, next.UnixNano())
+			}
+			s.mu.Unlock()
+		}
+		s.queueRecord(f)
+	})
 }
 
 // awaitAck waits for a publish ack. The JetStream context times an
@@ -297,6 +350,11 @@ func (s *Scheduler) rearm(p pendingFire, cause error) {
 		}
 		en.fired = p.occ - 1
 		en.occ = p.occ
+		en.retry = nil
+		if p.timer.NextDue != nil && p.timer.Occurrence == p.occ {
+			f := p.timer
+			en.retry = &f
+		}
 	}
 	en.due = p.due
 	en.attempts++
@@ -389,3 +447,19 @@ func (s *Scheduler) record(ctx context.Context, f *timers.TimerFired) {
 // outOfOrderLimit bounds how long an occurrence waits for an earlier one's
 // record update.
 const outOfOrderLimit = 30 * time.Second
+
+// storedFire reads the timer_fired data stored at seq in the inbox.
+func (s *Scheduler) storedFire(ctx context.Context, seq uint64) (*timers.TimerFiredData, error) {
+	env, err := s.cfg.Inbox.StoredEnvelope(ctx, seq)
+	if err != nil {
+		return nil, err
+	}
+	var d timers.TimerFiredData
+	if env.Kind != subjects.KindTimerFired {
+		return nil, fmt.Errorf("inbox %d holds a %s", seq, env.Kind)
+	}
+	if err := json.Unmarshal(env.Data, &d); err != nil {
+		return nil, fmt.Errorf("inbox %d: %w", seq, err)
+	}
+	return &d, nil
+}

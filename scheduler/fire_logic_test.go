@@ -119,20 +119,29 @@ func TestRepeatingKeepsCadenceThroughRetries(t *testing.T) {
 		t.Fatalf("occurrence 1: %+v", fires)
 	}
 	// Occurrence 1's publish fails after 2 is already armed: 1 comes back
-	// with its own due time; 2 follows on the cadence, not on the retry.
-	s.rearm(pendingFire{key: "a.r", occ: 1, due: first.UnixNano()}, errors.New("no ack"))
-	c.add(time.Second)
+	// with its own due time and the next due time its first attempt
+	// stated (that attempt may be stored: a lost ack), however late the
+	// retry; 2 follows at once, the catch-up fire of what fell due.
+	s.rearm(pendingFire{key: "a.r", occ: 1, due: first.UnixNano(), timer: fires[0]}, errors.New("no ack"))
+	c.add(1500 * time.Millisecond)
 	fires, _ = pop(s, c)
 	if len(fires) != 1 || fires[0].Occurrence != 1 || !fires[0].DueAt.Equal(first) {
 		t.Fatalf("retry: %+v", fires)
 	}
-	if !fires[0].NextDue.Equal(first.Add(2 * time.Second)) {
-		t.Fatalf("next due after a late retry: %v", fires[0].NextDue)
+	if !fires[0].NextDue.Equal(first.Add(time.Second)) {
+		t.Fatalf("next due after a late retry: %v, want the first attempt's %v", fires[0].NextDue, first.Add(time.Second))
 	}
-	c.t = first.Add(2 * time.Second)
 	fires, _ = pop(s, c)
-	if len(fires) != 1 || fires[0].Occurrence != 2 || !fires[0].DueAt.Equal(first.Add(2*time.Second)) {
+	if len(fires) != 1 || fires[0].Occurrence != 2 || !fires[0].DueAt.Equal(first.Add(time.Second)) || !fires[0].NextDue.Equal(first.Add(2*time.Second)) {
 		t.Fatalf("occurrence 2: %+v", fires)
+	}
+	// A retry without its first attempt (an older caller) numbers from
+	// the clock, as before.
+	s.rearm(pendingFire{key: "a.r", occ: 2, due: first.Add(time.Second).UnixNano()}, errors.New("no ack"))
+	c.add(time.Second)
+	fires, _ = pop(s, c)
+	if len(fires) != 1 || fires[0].Occurrence != 2 || !fires[0].NextDue.Equal(first.Add(3*time.Second)) {
+		t.Fatalf("retry of 2: %+v", fires)
 	}
 }
 

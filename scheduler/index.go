@@ -5,6 +5,8 @@ import (
 	"hash/maphash"
 	"sync"
 	"time"
+
+	"github.com/chime-nats/chime/timers"
 )
 
 // entry is the index's view of one active timer or waiting wait: just what
@@ -23,6 +25,11 @@ type entry struct {
 	// published, and for a wait the target it published: a record update
 	// that lags behind must not re-arm what was already sent.
 	fired int64
+	// retry is, for a timer occurrence whose publish failed, that fire as
+	// first prepared: its retry keeps the next due time chosen then, or a
+	// retry whose first publish was stored after all (a lost ack) would
+	// number the cadence from a later clock than the stored envelope says.
+	retry *timers.TimerFired
 	// paused is a paused wait's frozen time left; such a wait is not armed.
 	paused time.Duration
 	shard  int

@@ -91,7 +91,10 @@ type Scheduler struct {
 	watches []*kvwatch.Watch
 	ready   chan struct{}
 	pending chan pendingFire
-	records *recordQueue
+	// adopting bounds the duplicate fires whose stored envelope is read
+	// at once (adoptStored).
+	adopting chan struct{}
+	records  *recordQueue
 	// burstStart is when record updates began standing back for the
 	// fires in flight (unix ns; 0: not now).
 	burstStart atomic.Int64
@@ -132,6 +135,7 @@ func New(c Config) *Scheduler {
 		ctx:         context.Background(),
 		ready:       make(chan struct{}),
 		pending:     make(chan pendingFire, 16384),
+		adopting:    make(chan struct{}, adoptStoredLimit),
 		records:     newRecordQueue(),
 	}
 	if c.Timers != nil {
