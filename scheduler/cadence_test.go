@@ -26,17 +26,29 @@ import (
 // (timers.CadenceCoverage). Each injects one slow part through a seam.
 
 // lostAcks stores every publish but, for the message IDs marked, reports
-// the ack lost after a delay: a publish whose ack came too late under load.
+// the ack after a delay, or (lose) reports it lost after the delay: a
+// publish whose ack came late, or too late, under load.
 type lostAcks struct {
 	jetstream.JetStream
 	mu    sync.Mutex
-	delay map[string]time.Duration
+	delay map[string]slowAck
+}
+
+type slowAck struct {
+	after time.Duration
+	lose  bool
 }
 
 func (j *lostAcks) lose(msgID string, after time.Duration) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.delay[msgID] = after
+	j.delay[msgID] = slowAck{after: after, lose: true}
+}
+
+func (j *lostAcks) slow(msgID string, after time.Duration) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.delay[msgID] = slowAck{after: after}
 }
 
 func (j *lostAcks) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
@@ -53,14 +65,19 @@ func (j *lostAcks) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (j
 	}
 	late := &lostAck{msg: fut.Msg(), ok: make(chan *jetstream.PubAck, 1), err: make(chan error, 1)}
 	go func() {
+		var ack *jetstream.PubAck
 		select {
-		case <-fut.Ok():
+		case ack = <-fut.Ok():
 		case e := <-fut.Err():
 			late.err <- e
 			return
 		}
-		time.Sleep(d)
-		late.err <- errors.New("test: publish ack timed out (the message was stored)")
+		time.Sleep(d.after)
+		if d.lose {
+			late.err <- errors.New("test: publish ack timed out (the message was stored)")
+			return
+		}
+		late.ok <- ack
 	}()
 	return late, nil
 }
@@ -156,7 +173,7 @@ func cadenceServer(t *testing.T, shards int) *engine.Resources {
 func TestCadenceSurvivesALostPublishAck(t *testing.T) {
 	const shards, interval = 4, 300 * time.Millisecond
 	res := cadenceServer(t, shards)
-	js := &lostAcks{JetStream: res.JS, delay: map[string]time.Duration{}}
+	js := &lostAcks{JetStream: res.JS, delay: map[string]slowAck{}}
 	store := timers.NewStore(res.Timers, nil, kvrec.Retention{})
 	startReplicaWith(t, res, "a", shards, store, js)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -201,6 +218,38 @@ func TestCadenceSurvivesATakeoverBehindSlowRecords(t *testing.T) {
 	testwait.Eventually(t, 20*time.Second, func() bool {
 		got, err := store.Get(ctx, tm.AgentID, tm.ID)
 		return err == nil && got.FireCount >= int64(stored)+5
+	}, "b fires on past what a stored")
+	checkCovered(t, storedFires(t, res.JS, tm.AgentID, tm.ID), interval)
+}
+
+// TestCadenceSurvivesATakeoverBehindASlowDuplicateAck: as above, and b's
+// refire of the last occurrence a stored is acknowledged (a duplicate)
+// only after two intervals: b must not fire the next occurrence on its own
+// clock's cadence meanwhile, but go on from what a stored.
+func TestCadenceSurvivesATakeoverBehindASlowDuplicateAck(t *testing.T) {
+	const shards, interval = 4, 300 * time.Millisecond
+	res := cadenceServer(t, shards)
+	store := timers.NewStore(res.Timers, nil, kvrec.Retention{})
+	a := startReplicaWith(t, res, "a", shards, stuckRecords{}, res.JS)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	tm, err := store.Create(ctx, "slowdup", timers.TimerSpec{Duration: interval, Interval: interval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 10*time.Second, func() bool {
+		return len(storedFires(t, res.JS, tm.AgentID, tm.ID)) >= 4
+	}, "a stores four occurrences")
+	a.kill()
+	stored := storedFires(t, res.JS, tm.AgentID, tm.ID)
+	last := stored[len(stored)-1].Occurrence
+	js := &lostAcks{JetStream: res.JS, delay: map[string]slowAck{}}
+	js.slow((&timers.TimerFired{TimerID: tm.ID, Occurrence: last}).EnvelopeID(), 2*interval)
+	b := startReplicaWith(t, res, "b", shards, store, js)
+	testwait.Eventually(t, 15*time.Second, func() bool { return b.leases.Count() == shards }, "b takes every shard")
+	testwait.Eventually(t, 20*time.Second, func() bool {
+		got, err := store.Get(ctx, tm.AgentID, tm.ID)
+		return err == nil && got.FireCount >= last+5
 	}, "b fires on past what a stored")
 	checkCovered(t, storedFires(t, res.JS, tm.AgentID, tm.ID), interval)
 }

@@ -126,7 +126,7 @@ func (s *Scheduler) prepare(batch []*entry, now time.Time) ([]timers.TimerFired,
 			f.NextDue = &next
 			en.occ++
 			en.due, en.at, en.attempts = next.UnixNano(), next.UnixNano(), 0
-			s.index.arm(en)
+			en.awaiting = true // armed once this fire settles (settled)
 		}
 		timerFires = append(timerFires, f)
 	}
@@ -180,6 +180,7 @@ func (s *Scheduler) dropDelivered(ctx context.Context, fires []timers.TimerFired
 				fmt.Errorf("look for an earlier delivery: %w", failed[f.AgentID]))
 		case found[f.AgentID][f.EnvelopeID()]:
 			s.m.recovered.Inc()
+			s.settled(subjects.TimerKey(f.AgentID, f.TimerID), f.Occurrence, 0, 0)
 			s.queueRecord(f)
 		default:
 			kept = append(kept, f)
@@ -261,8 +262,27 @@ func (s *Scheduler) ackLoop(ctx context.Context) {
 			s.adoptStored(ctx, p, ack.Sequence)
 			continue
 		}
+		s.settled(p.key, p.occ, 0, 0)
 		s.queueRecord(p.timer)
 	}
+}
+
+// settled arms the next occurrence of a repeating timer whose occurrence
+// occ is stored, if it still awaits that: at the due time it was given
+// (mine), or at next when the stored envelope states another (0: keep).
+func (s *Scheduler) settled(key string, occ int64, mine, next int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	en, ok := s.index.table(false)[key]
+	if !ok || !en.awaiting || en.occ != occ+1 || en.fired != occ {
+		return // not repeating, re-armed from its record meanwhile, or gone
+	}
+	en.awaiting = false
+	if next != 0 && en.due == mine {
+		en.due, en.at = next, next
+	}
+	s.index.arm(en)
+	s.Wake()
 }
 
 // adoptStoredLimit bounds the stored envelopes looked up at once.
@@ -273,11 +293,11 @@ const adoptStoredLimit = 16
 // by this replica before a lost ack or by an owner that has since lost
 // the shard, with another next due time. The stored one is what the agent
 // has, so the cadence goes on from it: the record takes its next_due_at,
-// and the next occurrence, if still armed at the time this fire chose, is
-// re-armed at it (at once when it has passed: a catch-up fire covering
-// the ticks since). It runs beside the ack loop, a bounded few at a time;
-// a stored envelope without next_due_at (an earlier version's), or one
-// that cannot be read, leaves this fire's own.
+// and the next occurrence, which awaits this settling unarmed, is armed at
+// it (at once when it has passed: the catch-up fire of the ticks since).
+// It runs beside the ack loop, a bounded few at a time, and reads until it
+// knows or adoptLimit passes: a stored envelope without next_due_at (an
+// earlier version's), or one that stays unreadable, leaves this fire's own.
 func (s *Scheduler) adoptStored(ctx context.Context, p pendingFire, seq uint64) {
 	select {
 	case s.adopting <- struct{}{}:
@@ -287,25 +307,63 @@ func (s *Scheduler) adoptStored(ctx context.Context, p pendingFire, seq uint64) 
 	s.wg.Go(func() {
 		defer func() { <-s.adopting }()
 		f := p.timer
-		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		stored, err := s.storedFire(gctx, seq)
-		cancel()
-		switch {
-		case err != nil:
-			s.log.Debug("stored timer envelope unread; keeping this fire's cadence", "timer_id", f.TimerID, "occurrence", f.Occurrence, "err", err)
-		case stored.TimerID == f.TimerID && stored.Occurrence == f.Occurrence && stored.NextDueAt != nil && !stored.NextDueAt.Equal(*f.NextDue):
+		mine := f.NextDue.UnixNano()
+		var next int64
+		if stored, err := s.readStored(ctx, &f, seq); err != nil {
+			s.log.Warn("stored timer envelope unread; its cadence goes on from this fire", "timer_id", f.TimerID, "occurrence", f.Occurrence, "err", err)
+		} else if stored != nil && stored.NextDueAt != nil && !stored.NextDueAt.Equal(*f.NextDue) {
 			s.m.adopted.Inc()
-			mine := *f.NextDue
-			next := stored.NextDueAt.UTC()
-			f.NextDue = &next
-			s.mu.Lock()
-			if en, ok := s.index.table(false)[p.key]; ok && en.occ == p.occ+1 && en.fired < en.occ && en.due == mine.UnixNano() {
-				s.armAt(en, next.UnixNano())
-			}
-			s.mu.Unlock()
+			n := stored.NextDueAt.UTC()
+			f.NextDue, next = &n, n.UnixNano()
 		}
+		s.settled(p.key, p.occ, mine, next)
 		s.queueRecord(f)
 	})
+}
+
+// adoptLimit bounds how long adoptStored tries to read a stored envelope.
+const adoptLimit = 30 * time.Second
+
+// readStored returns the timer_fired data stored under f's ID, seq its
+// sequence as a duplicate's ack named it; nil when f's own publish turned
+// out to be the one stored. A duplicate of a publish still being
+// replicated is acknowledged with sequence 0: f is then published again
+// (the same message, absorbed) until the ack names the original.
+func (s *Scheduler) readStored(ctx context.Context, f *timers.TimerFired, seq uint64) (*timers.TimerFiredData, error) {
+	start := time.Now()
+	for attempt := 0; ; attempt++ {
+		var err error
+		if seq == 0 {
+			var fut jetstream.PubAckFuture
+			if fut, err = s.cfg.Inbox.DeliverAsync(timers.TimerFiredMsg(f)); err == nil {
+				var ack *jetstream.PubAck
+				if ack, err = awaitAck(ctx, fut); err == nil {
+					if !ack.Duplicate {
+						return nil, nil // stored now: f is the envelope
+					}
+					seq = ack.Sequence
+				}
+			}
+		}
+		if seq != 0 {
+			gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			var d *timers.TimerFiredData
+			d, err = s.storedFire(gctx, seq)
+			cancel()
+			switch {
+			case err == nil && d.TimerID == f.TimerID && d.Occurrence == f.Occurrence:
+				return d, nil
+			case err == nil:
+				return nil, fmt.Errorf("inbox %d holds occurrence %d of %s", seq, d.Occurrence, d.TimerID)
+			}
+		}
+		if ctx.Err() != nil || time.Since(start) > adoptLimit {
+			return nil, err
+		}
+		if !retries.Sleep(ctx, attempt) {
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // awaitAck waits for a publish ack. The JetStream context times an
@@ -350,6 +408,7 @@ func (s *Scheduler) rearm(p pendingFire, cause error) {
 		}
 		en.fired = p.occ - 1
 		en.occ = p.occ
+		en.awaiting = false
 		en.retry = nil
 		if p.timer.NextDue != nil && p.timer.Occurrence == p.occ {
 			f := p.timer

@@ -30,6 +30,11 @@ type entry struct {
 	// retry whose first publish was stored after all (a lost ack) would
 	// number the cadence from a later clock than the stored envelope says.
 	retry *timers.TimerFired
+	// awaiting says a repeating timer's next occurrence (occ, due) waits,
+	// unarmed, for the previous one's publish to settle: only then is it
+	// known which next due time the stored envelope states (another
+	// attempt's may be stored under the same ID, see adoptStored).
+	awaiting bool
 	// paused is a paused wait's frozen time left; such a wait is not armed.
 	paused time.Duration
 	shard  int

@@ -347,6 +347,7 @@ func (s *Scheduler) armAt(en *entry, due int64) {
 	h := s.index.shards[en.shard]
 	first := len(h) == 0 || due < h[0].at
 	en.due, en.at, en.attempts = due, due, 0
+	en.awaiting = false
 	s.index.arm(en)
 	if first {
 		s.Wake()
@@ -418,6 +419,7 @@ func (s *Scheduler) applyTimer(bucket string, gen uint64, e kvwatch.Entry) {
 	en.interval = t.Interval()
 	due, fires := timers.Due(&t)
 	if !fires {
+		en.awaiting = false
 		s.index.disarm(en) // kept and counted, but not fired
 		return
 	}
