@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,6 +33,9 @@ type Inbox struct {
 	now    func() time.Time
 	stored *prometheus.CounterVec
 	byKind map[string]prometheus.Counter // stored's counters, resolved once: Stored runs per fire
+
+	streamMu sync.Mutex
+	streamH  jetstream.Stream // for StoredEnvelope, looked up once
 }
 
 // NewInbox returns the inbox path over js: stream is the inbox stream and
@@ -174,12 +178,25 @@ func (i *Inbox) Delivered(ctx context.Context, agentID string, since time.Time) 
 // publish acknowledged as a duplicate, the ack's sequence is the stored
 // original's.
 func (i *Inbox) StoredEnvelope(ctx context.Context, seq uint64) (*subjects.Envelope, error) {
-	st, err := i.js.Stream(ctx, i.stream)
-	if err != nil {
-		return nil, fmt.Errorf("inbox read %d: %w", seq, err)
+	i.streamMu.Lock()
+	st := i.streamH
+	i.streamMu.Unlock()
+	if st == nil {
+		var err error
+		if st, err = i.js.Stream(ctx, i.stream); err != nil {
+			return nil, fmt.Errorf("inbox read %d: %w", seq, err)
+		}
+		i.streamMu.Lock()
+		i.streamH = st
+		i.streamMu.Unlock()
 	}
 	m, err := st.GetMsg(ctx, seq)
 	if err != nil {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			i.streamMu.Lock()
+			i.streamH = nil // re-created: look it up again
+			i.streamMu.Unlock()
+		}
 		return nil, fmt.Errorf("inbox read %d: %w", seq, err)
 	}
 	var env subjects.Envelope
