@@ -118,8 +118,8 @@ func (i *Inbox) DeliverOnce(ctx context.Context, env *subjects.Envelope, since t
 		if err != nil {
 			return nil, err
 		}
-		if seen[env.ID] {
-			return &jetstream.PubAck{Stream: i.stream, Duplicate: true}, nil
+		if seq, ok := seen[env.ID]; ok {
+			return &jetstream.PubAck{Stream: i.stream, Sequence: seq, Duplicate: true}, nil
 		}
 	}
 	return i.Deliver(ctx, env)
@@ -133,8 +133,9 @@ func (i *Inbox) Suspect(since time.Time) bool {
 }
 
 // Delivered returns the IDs of the envelopes stored in the agent's inbox
-// at or after since (less a minute for clocks), reading headers only.
-func (i *Inbox) Delivered(ctx context.Context, agentID string, since time.Time) (map[string]bool, error) {
+// at or after since (less a minute for clocks), each with its stream
+// sequence, reading headers only.
+func (i *Inbox) Delivered(ctx context.Context, agentID string, since time.Time) (map[string]uint64, error) {
 	start := since.Add(-time.Minute)
 	cons, err := i.js.CreateConsumer(ctx, i.stream, jetstream.ConsumerConfig{
 		FilterSubject: subjects.Inbox(agentID), DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start,
@@ -148,7 +149,7 @@ func (i *Inbox) Delivered(ctx context.Context, agentID string, since time.Time) 
 		defer cancel()
 		_ = i.js.DeleteConsumer(dctx, i.stream, cons.CachedInfo().Name)
 	}()
-	seen := map[string]bool{}
+	seen := map[string]uint64{}
 	// A fetch of more than is pending would wait out its expiry: ask for
 	// what is left, as each message's metadata tells.
 	for left := cons.CachedInfo().NumPending; left > 0; {
@@ -159,10 +160,12 @@ func (i *Inbox) Delivered(ctx context.Context, agentID string, since time.Time) 
 		got := 0
 		for m := range batch.Messages() {
 			got++
-			seen[m.Headers().Get(jetstream.MsgIDHeader)] = true
-			if md, err := m.Metadata(); err == nil {
-				left = md.NumPending
+			md, err := m.Metadata()
+			if err != nil {
+				return nil, fmt.Errorf("inbox search %s: %w", agentID, err)
 			}
+			seen[m.Headers().Get(jetstream.MsgIDHeader)] = md.Sequence.Stream
+			left = md.NumPending
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			return nil, fmt.Errorf("inbox search %s: %w", agentID, err)

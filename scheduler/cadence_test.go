@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/natstest"
@@ -158,12 +159,22 @@ func checkCovered(t *testing.T, fires []timers.StoredFire, interval time.Duratio
 }
 
 func cadenceServer(t *testing.T, shards int) *engine.Resources {
+	return cadenceServerWindow(t, shards, 2*time.Minute)
+}
+
+// cadenceServerWindow provisions with the inbox's dedup window.
+func cadenceServerWindow(t *testing.T, shards int, window time.Duration) *engine.Resources {
 	ns := natstest.Server(t)
 	_, res := natstest.ProvisionedAs(t, ns, engine.Topology{
-		Replicas: 1, LeaseTTL: 2 * time.Second, InboxMaxAge: time.Hour, EventMaxAge: time.Hour, DedupWindow: 2 * time.Minute,
+		Replicas: 1, LeaseTTL: 2 * time.Second, InboxMaxAge: time.Hour, EventMaxAge: time.Hour, DedupWindow: window,
 		Layout: partitions.Layout{Shards: shards},
 	})
 	return res
+}
+
+// inboxOf is the delivery path over js with a minute's dedup window.
+func inboxOf(js jetstream.JetStream) *consumer.Inbox {
+	return consumer.NewInbox(js, engine.InboxStream, time.Minute, nil)
 }
 
 // TestCadenceSurvivesALostPublishAck: occurrence 2's envelope is stored
@@ -175,7 +186,7 @@ func TestCadenceSurvivesALostPublishAck(t *testing.T) {
 	res := cadenceServer(t, shards)
 	js := &lostAcks{JetStream: res.JS, delay: map[string]slowAck{}}
 	store := timers.NewStore(res.Timers, nil, kvrec.Retention{})
-	startReplicaWith(t, res, "a", shards, store, js)
+	startReplicaWith(t, res, "a", shards, store, inboxOf(js))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	tm, err := store.Create(ctx, "slowack", timers.TimerSpec{Duration: interval, Interval: interval})
@@ -198,7 +209,7 @@ func TestCadenceSurvivesATakeoverBehindSlowRecords(t *testing.T) {
 	const shards, interval = 4, 300 * time.Millisecond
 	res := cadenceServer(t, shards)
 	store := timers.NewStore(res.Timers, nil, kvrec.Retention{})
-	a := startReplicaWith(t, res, "a", shards, stuckRecords{}, res.JS)
+	a := startReplicaWith(t, res, "a", shards, stuckRecords{}, inboxOf(res.JS))
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	tm, err := store.Create(ctx, "takeover", timers.TimerSpec{Duration: interval, Interval: interval})
@@ -213,7 +224,7 @@ func TestCadenceSurvivesATakeoverBehindSlowRecords(t *testing.T) {
 	if got, err := store.Get(ctx, tm.AgentID, tm.ID); err != nil || got.FireCount != 0 {
 		t.Fatalf("record %+v, %v: want none applied", got, err)
 	}
-	b := startReplicaWith(t, res, "b", shards, store, res.JS)
+	b := startReplicaWith(t, res, "b", shards, store, inboxOf(res.JS))
 	testwait.Eventually(t, 15*time.Second, func() bool { return b.leases.Count() == shards }, "b takes every shard")
 	testwait.Eventually(t, 20*time.Second, func() bool {
 		got, err := store.Get(ctx, tm.AgentID, tm.ID)
@@ -230,7 +241,7 @@ func TestCadenceSurvivesATakeoverBehindASlowDuplicateAck(t *testing.T) {
 	const shards, interval = 4, 300 * time.Millisecond
 	res := cadenceServer(t, shards)
 	store := timers.NewStore(res.Timers, nil, kvrec.Retention{})
-	a := startReplicaWith(t, res, "a", shards, stuckRecords{}, res.JS)
+	a := startReplicaWith(t, res, "a", shards, stuckRecords{}, inboxOf(res.JS))
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	tm, err := store.Create(ctx, "slowdup", timers.TimerSpec{Duration: interval, Interval: interval})
@@ -245,11 +256,48 @@ func TestCadenceSurvivesATakeoverBehindASlowDuplicateAck(t *testing.T) {
 	last := stored[len(stored)-1].Occurrence
 	js := &lostAcks{JetStream: res.JS, delay: map[string]slowAck{}}
 	js.slow((&timers.TimerFired{TimerID: tm.ID, Occurrence: last}).EnvelopeID(), 2*interval)
-	b := startReplicaWith(t, res, "b", shards, store, js)
+	b := startReplicaWith(t, res, "b", shards, store, inboxOf(js))
 	testwait.Eventually(t, 15*time.Second, func() bool { return b.leases.Count() == shards }, "b takes every shard")
 	testwait.Eventually(t, 20*time.Second, func() bool {
 		got, err := store.Get(ctx, tm.AgentID, tm.ID)
 		return err == nil && got.FireCount >= last+5
 	}, "b fires on past what a stored")
 	checkCovered(t, storedFires(t, res.JS, tm.AgentID, tm.ID), interval)
+}
+
+// TestCadenceSurvivesATakeoverBeyondTheDedupWindow: as the takeover above,
+// but b starts after the inbox's dedup window (1 s here) has forgotten what
+// a stored: b finds each stored occurrence by searching the inbox, and
+// must go on from its next_due_at rather than number the cadence anew
+// (which stored a second envelope for an occurrence number a had used).
+func TestCadenceSurvivesATakeoverBeyondTheDedupWindow(t *testing.T) {
+	const shards, interval, window = 4, 300 * time.Millisecond, time.Second
+	res := cadenceServerWindow(t, shards, window)
+	store := timers.NewStore(res.Timers, nil, kvrec.Retention{})
+	a := startReplicaWith(t, res, "a", shards, stuckRecords{}, consumer.NewInbox(res.JS, engine.InboxStream, window, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	tm, err := store.Create(ctx, "forgot", timers.TimerSpec{Duration: interval, Interval: interval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 10*time.Second, func() bool {
+		return len(storedFires(t, res.JS, tm.AgentID, tm.ID)) >= 4
+	}, "a stores four occurrences")
+	a.kill()
+	last := storedFires(t, res.JS, tm.AgentID, tm.ID)
+	b := startReplicaWith(t, res, "b", shards, store, consumer.NewInbox(res.JS, engine.InboxStream, window, nil))
+	testwait.Eventually(t, 15*time.Second, func() bool { return b.leases.Count() == shards }, "b takes every shard")
+	testwait.Eventually(t, 20*time.Second, func() bool {
+		got, err := store.Get(ctx, tm.AgentID, tm.ID)
+		return err == nil && got.FireCount >= last[len(last)-1].Occurrence+5
+	}, "b fires on past what a stored")
+	fires := storedFires(t, res.JS, tm.AgentID, tm.ID)
+	seen := map[int64]int{}
+	for _, f := range fires {
+		if seen[f.Occurrence]++; seen[f.Occurrence] == 2 {
+			t.Errorf("occurrence %d stored twice", f.Occurrence)
+		}
+	}
+	checkCovered(t, fires, interval)
 }

@@ -163,7 +163,7 @@ func (s *Scheduler) dropDelivered(ctx context.Context, fires []timers.TimerFired
 	if len(since) == 0 {
 		return fires
 	}
-	found := make(map[string]map[string]bool, len(since))
+	found := make(map[string]map[string]uint64, len(since))
 	failed := map[string]error{}
 	for agent, t := range since {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -178,9 +178,16 @@ func (s *Scheduler) dropDelivered(ctx context.Context, fires []timers.TimerFired
 		case failed[f.AgentID] != nil:
 			s.rearm(pendingFire{key: subjects.TimerKey(f.AgentID, f.TimerID), occ: f.Occurrence, due: f.DueAt.UnixNano(), timer: f},
 				fmt.Errorf("look for an earlier delivery: %w", failed[f.AgentID]))
-		case found[f.AgentID][f.EnvelopeID()]:
+		case found[f.AgentID][f.EnvelopeID()] != 0:
 			s.m.recovered.Inc()
-			s.settled(subjects.TimerKey(f.AgentID, f.TimerID), f.Occurrence, 0, 0)
+			key := subjects.TimerKey(f.AgentID, f.TimerID)
+			if f.NextDue != nil {
+				// Stored before the downtime: its cadence goes on from
+				// the stored envelope's next_due_at, as a duplicate's.
+				s.adoptStored(ctx, pendingFire{key: key, occ: f.Occurrence, due: f.DueAt.UnixNano(), timer: f}, found[f.AgentID][f.EnvelopeID()])
+				continue
+			}
+			s.settled(key, f.Occurrence, 0, 0)
 			s.queueRecord(f)
 		default:
 			kept = append(kept, f)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/chime-nats/chime/agents"
@@ -38,12 +37,12 @@ type replicaUnderTest struct {
 
 func startReplica(t *testing.T, res *engine.Resources, id string, shards int, store *timers.Store) *replicaUnderTest {
 	t.Helper()
-	return startReplicaWith(t, res, id, shards, store, res.JS)
+	return startReplicaWith(t, res, id, shards, store, consumer.NewInbox(res.JS, engine.InboxStream, time.Minute, nil))
 }
 
 // startReplicaWith is startReplica with the record writes going to rec and
-// the inbox publishes to inboxJS (seams for slow ones).
-func startReplicaWith(t *testing.T, res *engine.Resources, id string, shards int, rec Recorder, inboxJS jetstream.JetStream) *replicaUnderTest {
+// the deliveries to inbox (seams for slow ones).
+func startReplicaWith(t *testing.T, res *engine.Resources, id string, shards int, rec Recorder, inbox *consumer.Inbox) *replicaUnderTest {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &replicaUnderTest{reg: prometheus.NewRegistry()}
@@ -53,7 +52,7 @@ func startReplicaWith(t *testing.T, res *engine.Resources, id string, shards int
 	})
 	r.sched = New(Config{
 		JS: res.JS, Timers: res.Timers, Waits: res.Waits, Counts: res.Counts, Records: rec,
-		Inbox:  consumer.NewInbox(inboxJS, engine.InboxStream, time.Minute, nil),
+		Inbox:  inbox,
 		Leases: r.leases, Shards: shards, Registerer: r.reg,
 	})
 	if err := r.leases.Start(ctx); err != nil {
