@@ -292,8 +292,10 @@ func (s *Scheduler) settled(key string, occ int64, mine, next int64) {
 	s.Wake()
 }
 
-// adoptStoredLimit bounds the stored envelopes looked up at once.
-const adoptStoredLimit = 16
+// adoptStoredLimit bounds the stored envelopes looked up at once. The ack
+// loop waits when that many are out (a takeover's refires during a stream
+// election may all be duplicates whose reads wait for its leader).
+const adoptStoredLimit = 256
 
 // adoptStored settles a repeating timer's fire that the stream took as a
 // duplicate: the envelope stored under its ID may be another attempt's,
