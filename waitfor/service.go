@@ -163,7 +163,7 @@ func (s *Service) register(ctx context.Context, agentID string, spec *WaitForSpe
 		// triggered wait condition does) but never live: no wait is
 		// registered, and no wait_woken follows the result. Whatever the
 		// delivery: there is no wait to report on.
-		w.Status, w.WokenBy, w.EndedAt = WaitForWoken, queuedBy, &now
+		w.Status, w.WokenBy, w.EndedAt, w.Reentered = WaitForWoken, queuedBy, &now, true
 	}
 	if err := s.cfg.Store.create(ctx, w); err != nil {
 		return nil, err
@@ -179,6 +179,11 @@ func (s *Service) register(ctx context.Context, agentID string, spec *WaitForSpe
 	case w.Status == WaitForPrepared:
 		reply.Continuation, reply.Disposition, reply.ExpectedOutput = ContinueTurn, DispositionAwaitingFinalReport, "final_text_only"
 	case queued:
+		// Ended already: out of the scope index, so that no envelope is
+		// matched against it (the result itself may be stored just now).
+		if err := s.cfg.Store.unindex(ctx, w, 0); err != nil {
+			return nil, err
+		}
 		reply.Continuation, reply.Disposition, reply.TaskID, reply.ResultMessageID = YieldAndReenter,
 			DispositionTaskResultQueued, queuedBy.Source.ID, queuedBy.EnvelopeID
 		reply.WaitRegistered = false
@@ -416,7 +421,7 @@ func (s *Service) apply(ctx context.Context, w Versioned, env *subjects.Envelope
 	// A redelivery after a crash between the CAS and the delivery finds
 	// it woken by this very envelope and delivers again: the envelope ID
 	// keeps it single.
-	if got.Status == WaitForWoken && got.WokenBy != nil && got.WokenBy.EnvelopeID == env.ID {
+	if got.Status == WaitForWoken && got.WokenBy != nil && got.WokenBy.EnvelopeID == env.ID && !got.Reentered {
 		if err := s.deliverWoken(ctx, got); err != nil {
 			return nil, err
 		}
