@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -292,10 +293,14 @@ func (s *Scheduler) settled(key string, occ int64, mine, next int64) {
 	s.Wake()
 }
 
-// adoptStoredLimit bounds the stored envelopes looked up at once. The ack
-// loop waits when that many are out (a takeover's refires during a stream
-// election may all be duplicates whose reads wait for its leader).
-const adoptStoredLimit = 256
+// adoptWorkers bound the stored envelopes read at once.
+const adoptWorkers = 32
+
+// adoption is a duplicate fire whose stored envelope is still to be read.
+type adoption struct {
+	p   pendingFire
+	seq uint64
+}
 
 // adoptStored settles a repeating timer's fire that the stream took as a
 // duplicate: the envelope stored under its ID may be another attempt's,
@@ -304,30 +309,89 @@ const adoptStoredLimit = 256
 // has, so the cadence goes on from it: the record takes its next_due_at,
 // and the next occurrence, which awaits this settling unarmed, is armed at
 // it (at once when it has passed: the catch-up fire of the ticks since).
-// It runs beside the ack loop, a bounded few at a time, and reads until it
-// knows or adoptLimit passes: a stored envelope without next_due_at (an
-// earlier version's), or one that stays unreadable, leaves this fire's own.
-func (s *Scheduler) adoptStored(ctx context.Context, p pendingFire, seq uint64) {
-	select {
-	case s.adopting <- struct{}{}:
-	case <-ctx.Done():
-		return
-	}
-	s.wg.Go(func() {
-		defer func() { <-s.adopting }()
-		f := p.timer
+// It queues the read for the adopt workers and never waits: a stream
+// election may hold every read, and the ack loop must settle the other
+// fires meanwhile. A stored envelope without next_due_at (an earlier
+// version's), or one still unreadable after adoptLimit, leaves this
+// fire's own.
+func (s *Scheduler) adoptStored(_ context.Context, p pendingFire, seq uint64) {
+	s.adoptions.push(adoption{p: p, seq: seq})
+}
+
+// adoptLoop is an adopt worker.
+func (s *Scheduler) adoptLoop(ctx context.Context) {
+	for {
+		a, ok := s.adoptions.pop(ctx)
+		if !ok {
+			return
+		}
+		f := a.p.timer
 		mine := f.NextDue.UnixNano()
 		var next int64
-		if stored, err := s.readStored(ctx, &f, seq); err != nil {
+		if stored, err := s.readStored(ctx, &f, a.seq); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
 			s.log.Warn("stored timer envelope unread; its cadence goes on from this fire", "timer_id", f.TimerID, "occurrence", f.Occurrence, "err", err)
 		} else if stored != nil && stored.NextDueAt != nil && !stored.NextDueAt.Equal(*f.NextDue) {
 			s.m.adopted.Inc()
 			n := stored.NextDueAt.UTC()
 			f.NextDue, next = &n, n.UnixNano()
 		}
-		s.settled(p.key, p.occ, mine, next)
+		s.settled(a.p.key, a.p.occ, mine, next)
 		s.queueRecord(f)
-	})
+	}
+}
+
+// adoptQueue holds the adoptions still to read, unbounded: each is a
+// repeating timer's one occurrence in flight.
+type adoptQueue struct {
+	mu    sync.Mutex
+	items []adoption
+	ready chan struct{} // one token while non-empty
+}
+
+func newAdoptQueue() *adoptQueue { return &adoptQueue{ready: make(chan struct{}, 1)} }
+
+func (q *adoptQueue) push(a adoption) {
+	q.mu.Lock()
+	q.items = append(q.items, a)
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+// pop returns the oldest adoption, waiting for one; ok is false once ctx
+// is done.
+func (q *adoptQueue) pop(ctx context.Context) (a adoption, ok bool) {
+	for {
+		q.mu.Lock()
+		if len(q.items) > 0 {
+			a = q.items[0]
+			q.items[0] = adoption{}
+			q.items = q.items[1:]
+			more := len(q.items) > 0
+			if !more {
+				q.items = nil // let the room go
+			}
+			q.mu.Unlock()
+			if more {
+				select {
+				case q.ready <- struct{}{}:
+				default:
+				}
+			}
+			return a, true
+		}
+		q.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return a, false
+		case <-q.ready:
+		}
+	}
 }
 
 // adoptLimit bounds how long adoptStored tries to read a stored envelope.

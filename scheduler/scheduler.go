@@ -91,10 +91,10 @@ type Scheduler struct {
 	watches []*kvwatch.Watch
 	ready   chan struct{}
 	pending chan pendingFire
-	// adopting bounds the duplicate fires whose stored envelope is read
-	// at once (adoptStored).
-	adopting chan struct{}
-	records  *recordQueue
+	// adoptions are the duplicate fires whose stored envelope is to be
+	// read (adoptStored).
+	adoptions *adoptQueue
+	records   *recordQueue
 	// burstStart is when record updates began standing back for the
 	// fires in flight (unix ns; 0: not now).
 	burstStart atomic.Int64
@@ -135,7 +135,7 @@ func New(c Config) *Scheduler {
 		ctx:         context.Background(),
 		ready:       make(chan struct{}),
 		pending:     make(chan pendingFire, 16384),
-		adopting:    make(chan struct{}, adoptStoredLimit),
+		adoptions:   newAdoptQueue(),
 		records:     newRecordQueue(),
 	}
 	if c.Timers != nil {
@@ -202,6 +202,10 @@ func (s *Scheduler) start(ctx context.Context) error {
 	for range s.cfg.RecordWorkers {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); s.recordLoop(ctx) }()
+	}
+	for range adoptWorkers {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.adoptLoop(ctx) }()
 	}
 	if s.counts != nil {
 		s.wg.Add(1)
