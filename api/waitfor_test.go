@@ -194,12 +194,33 @@ func TestWaitForWakes(t *testing.T) {
 		if d.Resource != task.ID || d.WokenBy.EnvelopeID != tasks.TaskEnvelopeID(task.ID) {
 			t.Fatalf("woken %+v", d)
 		}
-		// Its result is in the inbox now: a new WaitFor re-enters at once.
-		again := registerWaitFor(t, c, "task_result", task.ID, "silent")
-		if again.Continuation != waitfor.YieldAndReenter {
-			t.Fatalf("finished task: %+v", again)
+		// Its result is in the inbox now, not consumed: a new WaitFor
+		// registers no wait; the queued result is what re-enters, with no
+		// wait_woken after it (Holon's task_result_queued), whatever the
+		// delivery.
+		for _, delivery := range []string{"silent", "final"} {
+			again := registerWaitFor(t, c, "task_result", task.ID, delivery)
+			if again.Continuation != waitfor.YieldAndReenter || again.Disposition != waitfor.DispositionTaskResultQueued ||
+				again.WaitRegistered || again.TaskID != task.ID || again.ResultMessageID != tasks.TaskEnvelopeID(task.ID) {
+				t.Fatalf("finished task, %s: %+v", delivery, again)
+			}
 		}
-		woken(t, inbox, again.WaitID, subjects.KindTaskResult, 0)
+		quietInbox(t, inbox, time.Second)
+		// Once the agent has acked it, the result will not come again:
+		// Holon's task_result_already_consumed, nothing registered.
+		consumeUpTo(t, c, tasks.TaskEnvelopeID(task.ID))
+		before := waitForIDs(t, nc, "wf")
+		for _, delivery := range []string{"silent", "final"} {
+			done := registerWaitFor(t, c, "task_result", task.ID, delivery)
+			if done.Continuation != waitfor.ContinueTurn || done.Disposition != waitfor.DispositionTaskResultAlreadyConsumed ||
+				done.WaitRegistered || done.WaitID != "" || done.TaskID != task.ID || done.ResultMessageID != tasks.TaskEnvelopeID(task.ID) {
+				t.Fatalf("consumed result, %s: %+v", delivery, done)
+			}
+		}
+		if after := waitForIDs(t, nc, "wf"); !slices.Equal(before, after) {
+			t.Fatalf("WaitFors %v after the consumed answers, %v before", after, before)
+		}
+		quietInbox(t, inbox, time.Second)
 		other, _ := client.New(nc, "wf-other")
 		_, err = other.WaitFor(ctx, waitfor.WaitForRequest{Wake: "task_result", Resource: task.ID, Reason: "r", Delivery: "silent"})
 		wantCode(t, err, "task_agent_mismatch", "wait_for task belongs to another agent: "+task.ID)
@@ -208,6 +229,39 @@ func TestWaitForWakes(t *testing.T) {
 		wantCode(t, err, tasks.CodeTaskNotFound, "wait_for task does not exist: wf-never-started")
 		_, err = c.WaitFor(ctx, waitfor.WaitForRequest{Wake: "task_result", Resource: "wf-never-started", Reason: "r", Delivery: "final"})
 		wantCode(t, err, tasks.CodeTaskNotFound, "wait_for task does not exist: wf-never-started")
+	})
+	t.Run("task_result consumed through a legacy inbox consumer", func(t *testing.T) {
+		lc, _ := client.New(nc, "wf-legacy")
+		task, err := lc.StartTask(ctx, "wf-legacy-build", "make")
+		if err != nil {
+			t.Fatal(err)
+		}
+		finishTask(t, lc, task.ID)
+		js, _ := jetstream.New(nc)
+		cons, err := js.CreateOrUpdateConsumer(ctx, engine.InboxStream, jetstream.ConsumerConfig{
+			Durable: "inbox-wf-legacy", FilterSubject: subjects.Inbox("wf-legacy"), AckPolicy: jetstream.AckExplicitPolicy,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := registerWaitFor(t, lc, "task_result", task.ID, "silent")
+		if r.Disposition != waitfor.DispositionTaskResultQueued {
+			t.Fatalf("unread: %+v", r)
+		}
+		batch, err := cons.Fetch(10, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range batch.Messages() {
+			if err := m.DoubleAck(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The agent's cursor never moved; its consumer's ack floor did.
+		r = registerWaitFor(t, lc, "task_result", task.ID, "silent")
+		if r.Disposition != waitfor.DispositionTaskResultAlreadyConsumed || r.WaitRegistered {
+			t.Fatalf("acked on the legacy consumer: %+v", r)
+		}
 	})
 	t.Run("external replaces", func(t *testing.T) {
 		first := registerWaitFor(t, c, "external", "github:holon-run/holon#2258", "silent")
@@ -380,6 +434,65 @@ func startTasks(t *testing.T, c *client.Client, prefix string, n int) []string {
 
 // quietInbox reads the inbox for d and returns the task IDs of the
 // task_result envelopes in it, failing on any wait_woken.
+// consumeUpTo acks the agent's inbox through the delivery envelopeID, as
+// an agent does once it has read it (inbox.fetch, inbox.ack).
+func consumeUpTo(t *testing.T, c *client.Client, envelopeID string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	for {
+		r, err := c.FetchInbox(ctx, 256, time.Second)
+		if err != nil {
+			t.Fatalf("fetch: %v", err)
+		}
+		for _, d := range r.Deliveries {
+			var env subjects.Envelope
+			if err := json.Unmarshal(d.Envelope, &env); err != nil {
+				t.Fatal(err)
+			}
+			if env.ID == envelopeID {
+				if _, err := c.AckInbox(ctx, d.Seq); err != nil {
+					t.Fatalf("ack: %v", err)
+				}
+				return
+			}
+		}
+		if len(r.Deliveries) > 0 {
+			if _, err := c.AckInbox(ctx, r.Deliveries[len(r.Deliveries)-1].Seq); err != nil {
+				t.Fatalf("ack: %v", err)
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%s not in the inbox", envelopeID)
+		}
+	}
+}
+
+// waitForIDs lists the keys of the agent's WaitFor records.
+func waitForIDs(t *testing.T, nc *nats.Conn, agentID string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, engine.WaitForBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := kv.ListKeysFiltered(ctx, "rec."+agentID+".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for k := range keys.Keys() {
+		ids = append(ids, k)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
 func quietInbox(t *testing.T, inbox chan subjects.Envelope, d time.Duration) []string {
 	t.Helper()
 	var results []string
@@ -467,15 +580,49 @@ func TestWaitForTasks(t *testing.T) {
 		finishTask(t, c, ids[1])
 		quietInbox(t, inbox, 500*time.Millisecond)
 		r, err := c.WaitTasks(ctx, waitfor.WaitTasksRequest{TaskIDs: ids, Mode: "any", Reason: "either"})
-		if err != nil || r.Continuation != waitfor.YieldAndReenter || r.Disposition != waitfor.DispositionTaskResultQueued ||
+		if err != nil || r.Continuation != waitfor.YieldAndReenter || r.Disposition != waitfor.DispositionTaskResultQueued || r.WaitRegistered ||
 			r.TaskID != ids[1] || r.ResultMessageID != tasks.TaskEnvelopeID(ids[1]) || !slices.Equal(r.SeenTaskIDs, ids[1:]) {
 			t.Fatalf("reply %+v, %v", r, err)
 		}
-		d := woken(t, inbox, r.WaitID, subjects.KindTaskResult, time.Second)
-		if d.WokenBy.EnvelopeID != tasks.TaskEnvelopeID(ids[1]) {
+		// The queued result re-enters; no wait_woken follows it.
+		finishTask(t, c, ids[0])
+		quietInbox(t, inbox, time.Second)
+	})
+	t.Run("consumed", func(t *testing.T) {
+		ids := startTasks(t, c, "eaten", 3)
+		finishTask(t, c, ids[0])
+		finishTask(t, c, ids[1])
+		quietInbox(t, inbox, 500*time.Millisecond)
+		consumeUpTo(t, c, tasks.TaskEnvelopeID(ids[0]))
+		// any: the one result consumed satisfies it, but a queued one is
+		// there too: that one re-enters.
+		r, err := c.WaitTasks(ctx, waitfor.WaitTasksRequest{TaskIDs: ids, Mode: "any", Reason: "either"})
+		if err != nil || r.Disposition != waitfor.DispositionTaskResultQueued || r.WaitRegistered || r.TaskID != ids[1] {
+			t.Fatalf("any, one consumed and one queued: %+v, %v", r, err)
+		}
+		consumeUpTo(t, c, tasks.TaskEnvelopeID(ids[1]))
+		// any, every finished result consumed: nothing will come again.
+		r, err = c.WaitTasks(ctx, waitfor.WaitTasksRequest{TaskIDs: ids, Mode: "any", Reason: "either"})
+		if err != nil || r.Continuation != waitfor.ContinueTurn || r.Disposition != waitfor.DispositionTaskResultAlreadyConsumed ||
+			r.WaitRegistered || r.WaitID != "" || !slices.Equal(r.SeenTaskIDs, ids[:2]) {
+			t.Fatalf("any, consumed: %+v, %v", r, err)
+		}
+		// all, one still running: registered as ever, the consumed ones
+		// counted; the last result wakes it.
+		r, err = c.WaitTasks(ctx, waitfor.WaitTasksRequest{TaskIDs: ids, Mode: "all", Reason: "all three"})
+		if err != nil || r.Continuation != waitfor.YieldAndWait || !r.WaitRegistered || !slices.Equal(r.SeenTaskIDs, ids[:2]) {
+			t.Fatalf("all, two consumed: %+v, %v", r, err)
+		}
+		finishTask(t, c, ids[2])
+		if d := woken(t, inbox, r.WaitID, subjects.KindTaskResult, time.Second); d.WokenBy.Source.ID != ids[2] {
 			t.Fatalf("woken %+v", d)
 		}
-		finishTask(t, c, ids[0])
+		consumeUpTo(t, c, tasks.TaskEnvelopeID(ids[2]))
+		// all, every result consumed.
+		r, err = c.WaitTasks(ctx, waitfor.WaitTasksRequest{TaskIDs: ids, Mode: "all", Reason: "all three", Delivery: "final"})
+		if err != nil || r.Disposition != waitfor.DispositionTaskResultAlreadyConsumed || r.WaitRegistered || r.WaitID != "" {
+			t.Fatalf("all, consumed: %+v, %v", r, err)
+		}
 		quietInbox(t, inbox, time.Second)
 	})
 	t.Run("final", func(t *testing.T) {
@@ -495,18 +642,13 @@ func TestWaitForTasks(t *testing.T) {
 		if d.WokenBy.Source.ID != ids[1] {
 			t.Fatalf("woken %+v", d)
 		}
-		// Satisfied at registration: the report's commit wakes it.
+		// Satisfied at registration by queued results: no report to
+		// wait for, nothing registered, the queued result re-enters.
 		r, err = c.WaitTasks(ctx, waitfor.WaitTasksRequest{TaskIDs: ids, Mode: "all", Reason: "both again", Delivery: "final"})
-		if err != nil || r.Disposition != waitfor.DispositionAwaitingFinalReport {
+		if err != nil || r.Disposition != waitfor.DispositionTaskResultQueued || r.Continuation != waitfor.YieldAndReenter || r.WaitRegistered {
 			t.Fatalf("reply %+v, %v", r, err)
 		}
-		if _, err := c.Report(ctx, r.WaitID, "both are done"); err != nil {
-			t.Fatal(err)
-		}
-		d = woken(t, inbox, r.WaitID, subjects.KindTaskResult, time.Second)
-		if d.WokenBy.EnvelopeID != tasks.TaskEnvelopeID(ids[1]) {
-			t.Fatalf("woken %+v", d)
-		}
+		quietInbox(t, inbox, time.Second)
 	})
 	t.Run("bad input", func(t *testing.T) {
 		ids := startTasks(t, c, "bad", 1)

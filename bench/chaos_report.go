@@ -100,6 +100,13 @@ type ChaosTimers struct {
 	// Late: delivered (stored in the inbox stream) more than 2 s after due.
 	Late       int     `json:"late"`
 	LatenessMs Latency `json:"lateness_ms"`
+	// CadenceTicks: the repeating timers' cadence points from each one's
+	// first stored occurrence to its last; TicksNotCovered of them fell
+	// between two consecutive stored occurrences and were not covered by
+	// a catch-up fire (timers.CadenceCoverage): skipped silently. 0 is
+	// the contract.
+	CadenceTicks    int `json:"cadence_ticks"`
+	TicksNotCovered int `json:"cadence_ticks_not_covered"`
 }
 
 // ChaosWaits counts managed waits and their terminal deliveries.
@@ -213,6 +220,7 @@ type finding struct {
 
 type fire struct {
 	stored, due time.Time
+	nextDue     *time.Time // next_due_at, a repeating timer's
 }
 
 type waitEnd struct {
@@ -246,7 +254,7 @@ func (r *chaosRun) analyze(obs *observed) *ChaosResult {
 			if fires[d.TimerID] == nil {
 				fires[d.TimerID] = map[int64][]fire{}
 			}
-			fires[d.TimerID][d.Occurrence] = append(fires[d.TimerID][d.Occurrence], fire{stored: m.stored, due: d.DueAt})
+			fires[d.TimerID][d.Occurrence] = append(fires[d.TimerID][d.Occurrence], fire{stored: m.stored, due: d.DueAt, nextDue: d.NextDueAt})
 		case subjects.KindWaitComplete, subjects.KindWaitCancelled:
 			var d waits.WaitEndData
 			if json.Unmarshal(m.env.Data, &d) != nil {
@@ -348,6 +356,19 @@ func (r *chaosRun) analyze(obs *observed) *ChaosResult {
 		}
 		t.Repeating++
 		t.ExpectedRepeating += int(rec.FireCount)
+		var stored []timers.StoredFire
+		for n, fs := range occ {
+			for _, f := range fs {
+				stored = append(stored, timers.StoredFire{Occurrence: n, DueAt: f.due, NextDueAt: f.nextDue, StoredAt: f.stored})
+			}
+		}
+		cov := timers.CadenceCoverage(stored, rec.Interval())
+		t.CadenceTicks += cov.Ticks
+		t.TicksNotCovered += cov.Uncovered
+		if cov.Uncovered > 0 {
+			findings = append(findings, finding{order: findBad, due: cov.FirstUncovered,
+				text: fmt.Sprintf("skipped: %s: %d cadence ticks not covered by a catch-up fire, the first due %s", what, cov.Uncovered, r.at(cov.FirstUncovered))})
+		}
 		var prevDue time.Time
 		for n := int64(1); n <= rec.FireCount; n++ {
 			w := fmt.Sprintf("%s occurrence %d", what, n)
@@ -577,6 +598,7 @@ func (r *ChaosResult) WriteText(w io.Writer) {
 		t.Delivered, t.Lost, t.Duplicated, t.Unapplied, t.Unknown, t.MissingRecords)
 	fmt.Fprintf(w, "cancelled but delivered: %d due before the cancel's ack (raced); %d due after it (fired after cancel, up to %.0f ms after the ack; %d more than 2 s after)\n",
 		t.RacedCancel, t.FiredAfterCancel, t.FiredAfterCancelMaxMs, t.CancelBoundBroken)
+	fmt.Fprintf(w, "cadence ticks not covered by a catch-up fire: %d of %d\n", t.TicksNotCovered, t.CadenceTicks)
 	fmt.Fprintf(w, "late (>2s after due): %d  lateness ms: p50 %.1f  p90 %.1f  p99 %.1f  max %.1f\n",
 		t.Late, t.LatenessMs.P50, t.LatenessMs.P90, t.LatenessMs.P99, t.LatenessMs.Max)
 	wt := r.Waits

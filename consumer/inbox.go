@@ -2,8 +2,10 @@ package consumer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,6 +33,9 @@ type Inbox struct {
 	now    func() time.Time
 	stored *prometheus.CounterVec
 	byKind map[string]prometheus.Counter // stored's counters, resolved once: Stored runs per fire
+
+	streamMu sync.Mutex
+	streamH  jetstream.Stream // for StoredEnvelope, looked up once
 }
 
 // NewInbox returns the inbox path over js: stream is the inbox stream and
@@ -113,8 +118,8 @@ func (i *Inbox) DeliverOnce(ctx context.Context, env *subjects.Envelope, since t
 		if err != nil {
 			return nil, err
 		}
-		if seen[env.ID] {
-			return &jetstream.PubAck{Stream: i.stream, Duplicate: true}, nil
+		if seq, ok := seen[env.ID]; ok {
+			return &jetstream.PubAck{Stream: i.stream, Sequence: seq, Duplicate: true}, nil
 		}
 	}
 	return i.Deliver(ctx, env)
@@ -128,8 +133,9 @@ func (i *Inbox) Suspect(since time.Time) bool {
 }
 
 // Delivered returns the IDs of the envelopes stored in the agent's inbox
-// at or after since (less a minute for clocks), reading headers only.
-func (i *Inbox) Delivered(ctx context.Context, agentID string, since time.Time) (map[string]bool, error) {
+// at or after since (less a minute for clocks), each with its stream
+// sequence, reading headers only.
+func (i *Inbox) Delivered(ctx context.Context, agentID string, since time.Time) (map[string]uint64, error) {
 	start := since.Add(-time.Minute)
 	cons, err := i.js.CreateConsumer(ctx, i.stream, jetstream.ConsumerConfig{
 		FilterSubject: subjects.Inbox(agentID), DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start,
@@ -143,7 +149,7 @@ func (i *Inbox) Delivered(ctx context.Context, agentID string, since time.Time) 
 		defer cancel()
 		_ = i.js.DeleteConsumer(dctx, i.stream, cons.CachedInfo().Name)
 	}()
-	seen := map[string]bool{}
+	seen := map[string]uint64{}
 	// A fetch of more than is pending would wait out its expiry: ask for
 	// what is left, as each message's metadata tells.
 	for left := cons.CachedInfo().NumPending; left > 0; {
@@ -154,10 +160,12 @@ func (i *Inbox) Delivered(ctx context.Context, agentID string, since time.Time) 
 		got := 0
 		for m := range batch.Messages() {
 			got++
-			seen[m.Headers().Get(jetstream.MsgIDHeader)] = true
-			if md, err := m.Metadata(); err == nil {
-				left = md.NumPending
+			md, err := m.Metadata()
+			if err != nil {
+				return nil, fmt.Errorf("inbox search %s: %w", agentID, err)
 			}
+			seen[m.Headers().Get(jetstream.MsgIDHeader)] = md.Sequence.Stream
+			left = md.NumPending
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			return nil, fmt.Errorf("inbox search %s: %w", agentID, err)
@@ -167,4 +175,36 @@ func (i *Inbox) Delivered(ctx context.Context, agentID string, since time.Time) 
 		}
 	}
 	return seen, nil
+}
+
+// StoredEnvelope reads the envelope the inbox stream holds at seq: for a
+// publish acknowledged as a duplicate, the ack's sequence is the stored
+// original's.
+func (i *Inbox) StoredEnvelope(ctx context.Context, seq uint64) (*subjects.Envelope, error) {
+	i.streamMu.Lock()
+	st := i.streamH
+	i.streamMu.Unlock()
+	if st == nil {
+		var err error
+		if st, err = i.js.Stream(ctx, i.stream); err != nil {
+			return nil, fmt.Errorf("inbox read %d: %w", seq, err)
+		}
+		i.streamMu.Lock()
+		i.streamH = st
+		i.streamMu.Unlock()
+	}
+	m, err := st.GetMsg(ctx, seq)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			i.streamMu.Lock()
+			i.streamH = nil // re-created: look it up again
+			i.streamMu.Unlock()
+		}
+		return nil, fmt.Errorf("inbox read %d: %w", seq, err)
+	}
+	var env subjects.Envelope
+	if err := json.Unmarshal(m.Data, &env); err != nil {
+		return nil, fmt.Errorf("inbox read %d: %w", seq, err)
+	}
+	return &env, nil
 }

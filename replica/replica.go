@@ -317,7 +317,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	})
 	settler := tasks.NewSettler(tasks.SettlerConfig{JS: js, Stream: engine.EventsStream, Store: taskStore, Log: log, Registerer: reg})
 	waitForSvc := waitfor.NewService(waitfor.Config{
-		Store: waitForStore, Timers: store, Tasks: waitfor.Tasks{Store: taskStore}, Inbox: inbox, JS: js,
+		Store: waitForStore, Timers: store, Tasks: waitfor.Tasks{Store: taskStore, Agents: agentStore, JS: js, InboxStream: engine.InboxStream}, Inbox: inbox, JS: js,
 		InboxStream: engine.InboxStream, EventsStream: engine.EventsStream, Log: log,
 	})
 	waitForConsumer := waitfor.NewConsumer(waitfor.ConsumerConfig{

@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
 	"github.com/chime-nats/chime/waits"
 )
@@ -61,7 +62,13 @@ func runLoop(t *testing.T, validUntil time.Time, d time.Duration, before, during
 	var r recorder
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
-	go func() { defer close(done); s.fireLoop(ctx, r.publish) }()
+	publish := func(ctx context.Context, tf []timers.TimerFired, wf []waits.WaitFired) {
+		r.publish(ctx, tf, wf)
+		for _, f := range tf { // each stored at once
+			s.settled(subjects.TimerKey(f.AgentID, f.TimerID), f.Occurrence, 0, 0)
+		}
+	}
+	go func() { defer close(done); s.fireLoop(ctx, publish) }()
 	time.Sleep(d / 2)
 	during(s)
 	time.Sleep(d - d/2)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -95,7 +96,8 @@ func (s *Scheduler) fireLoop(ctx context.Context, publish publishFunc) {
 
 // prepare marks each popped entry as fired and returns the timer and wait
 // fires. A repeating timer is re-armed at its next occurrence, chosen now
-// and carried in the fire so its record says the same. Called with s.mu
+// (or, for a retry, when the occurrence was first prepared) and carried in
+// the fire, so its envelope and its record say the same. Called with s.mu
 // held.
 func (s *Scheduler) prepare(batch []*entry, now time.Time) ([]timers.TimerFired, []waits.WaitFired) {
 	timerFires := make([]timers.TimerFired, 0, len(batch))
@@ -114,13 +116,18 @@ func (s *Scheduler) prepare(batch []*entry, now time.Time) ([]timers.TimerFired,
 			AgentID: en.agentID(), TimerID: en.itemID(), Occurrence: en.occ,
 			DueAt: due, FiredAt: now.UTC(), Text: (&timers.Timer{ID: en.itemID(), Summary: en.summary}).FireText(),
 		}
+		retry := en.retry
+		en.retry = nil
 		en.fired = en.occ
 		if en.interval > 0 {
 			next := timers.NextOccurrence(due, en.interval, now).UTC()
+			if retry != nil && retry.NextDue != nil && retry.Occurrence == en.occ && retry.DueAt.UnixNano() == en.due {
+				next = *retry.NextDue // a retry keeps the cadence its first attempt stated
+			}
 			f.NextDue = &next
 			en.occ++
 			en.due, en.at, en.attempts = next.UnixNano(), next.UnixNano(), 0
-			s.index.arm(en)
+			en.awaiting = true // armed once this fire settles (settled)
 		}
 		timerFires = append(timerFires, f)
 	}
@@ -157,7 +164,7 @@ func (s *Scheduler) dropDelivered(ctx context.Context, fires []timers.TimerFired
 	if len(since) == 0 {
 		return fires
 	}
-	found := make(map[string]map[string]bool, len(since))
+	found := make(map[string]map[string]uint64, len(since))
 	failed := map[string]error{}
 	for agent, t := range since {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -170,10 +177,18 @@ func (s *Scheduler) dropDelivered(ctx context.Context, fires []timers.TimerFired
 		case !suspect[i]:
 			kept = append(kept, f)
 		case failed[f.AgentID] != nil:
-			s.rearm(pendingFire{key: subjects.TimerKey(f.AgentID, f.TimerID), occ: f.Occurrence, due: f.DueAt.UnixNano()},
+			s.rearm(pendingFire{key: subjects.TimerKey(f.AgentID, f.TimerID), occ: f.Occurrence, due: f.DueAt.UnixNano(), timer: f},
 				fmt.Errorf("look for an earlier delivery: %w", failed[f.AgentID]))
-		case found[f.AgentID][f.EnvelopeID()]:
+		case found[f.AgentID][f.EnvelopeID()] != 0:
 			s.m.recovered.Inc()
+			key := subjects.TimerKey(f.AgentID, f.TimerID)
+			if f.NextDue != nil {
+				// Stored before the downtime: its cadence goes on from
+				// the stored envelope's next_due_at, as a duplicate's.
+				s.adoptStored(ctx, pendingFire{key: key, occ: f.Occurrence, due: f.DueAt.UnixNano(), timer: f}, found[f.AgentID][f.EnvelopeID()])
+				continue
+			}
+			s.settled(key, f.Occurrence, 0, 0)
 			s.queueRecord(f)
 		default:
 			kept = append(kept, f)
@@ -251,7 +266,176 @@ func (s *Scheduler) ackLoop(ctx context.Context) {
 		}
 		s.m.fires.Inc()
 		s.cfg.Inbox.Stored(subjects.KindTimerFired, ack)
+		if ack.Duplicate && p.timer.NextDue != nil {
+			s.adoptStored(ctx, p, ack.Sequence)
+			continue
+		}
+		s.settled(p.key, p.occ, 0, 0)
 		s.queueRecord(p.timer)
+	}
+}
+
+// settled arms the next occurrence of a repeating timer whose occurrence
+// occ is stored, if it still awaits that: at the due time it was given
+// (mine), or at next when the stored envelope states another (0: keep).
+func (s *Scheduler) settled(key string, occ int64, mine, next int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	en, ok := s.index.table(false)[key]
+	if !ok || !en.awaiting || en.occ != occ+1 || en.fired != occ {
+		return // not repeating, re-armed from its record meanwhile, or gone
+	}
+	en.awaiting = false
+	if next != 0 && en.due == mine {
+		en.due, en.at = next, next
+	}
+	s.index.arm(en)
+	s.Wake()
+}
+
+// adoptWorkers bound the stored envelopes read at once.
+const adoptWorkers = 32
+
+// adoption is a duplicate fire whose stored envelope is still to be read.
+type adoption struct {
+	p   pendingFire
+	seq uint64
+}
+
+// adoptStored settles a repeating timer's fire that the stream took as a
+// duplicate: the envelope stored under its ID may be another attempt's,
+// by this replica before a lost ack or by an owner that has since lost
+// the shard, with another next due time. The stored one is what the agent
+// has, so the cadence goes on from it: the record takes its next_due_at,
+// and the next occurrence, which awaits this settling unarmed, is armed at
+// it (at once when it has passed: the catch-up fire of the ticks since).
+// It queues the read for the adopt workers and never waits: a stream
+// election may hold every read, and the ack loop must settle the other
+// fires meanwhile. A stored envelope without next_due_at (an earlier
+// version's), or one still unreadable after adoptLimit, leaves this
+// fire's own.
+func (s *Scheduler) adoptStored(_ context.Context, p pendingFire, seq uint64) {
+	s.adoptions.push(adoption{p: p, seq: seq})
+}
+
+// adoptLoop is an adopt worker.
+func (s *Scheduler) adoptLoop(ctx context.Context) {
+	for {
+		a, ok := s.adoptions.pop(ctx)
+		if !ok {
+			return
+		}
+		f := a.p.timer
+		mine := f.NextDue.UnixNano()
+		var next int64
+		if stored, err := s.readStored(ctx, &f, a.seq); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Warn("stored timer envelope unread; its cadence goes on from this fire", "timer_id", f.TimerID, "occurrence", f.Occurrence, "err", err)
+		} else if stored != nil && stored.NextDueAt != nil && !stored.NextDueAt.Equal(*f.NextDue) {
+			s.m.adopted.Inc()
+			n := stored.NextDueAt.UTC()
+			f.NextDue, next = &n, n.UnixNano()
+		}
+		s.settled(a.p.key, a.p.occ, mine, next)
+		s.queueRecord(f)
+	}
+}
+
+// adoptQueue holds the adoptions still to read, unbounded: each is a
+// repeating timer's one occurrence in flight.
+type adoptQueue struct {
+	mu    sync.Mutex
+	items []adoption
+	ready chan struct{} // one token while non-empty
+}
+
+func newAdoptQueue() *adoptQueue { return &adoptQueue{ready: make(chan struct{}, 1)} }
+
+func (q *adoptQueue) push(a adoption) {
+	q.mu.Lock()
+	q.items = append(q.items, a)
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+// pop returns the oldest adoption, waiting for one; ok is false once ctx
+// is done.
+func (q *adoptQueue) pop(ctx context.Context) (a adoption, ok bool) {
+	for {
+		q.mu.Lock()
+		if len(q.items) > 0 {
+			a = q.items[0]
+			q.items[0] = adoption{}
+			q.items = q.items[1:]
+			more := len(q.items) > 0
+			if !more {
+				q.items = nil // let the room go
+			}
+			q.mu.Unlock()
+			if more {
+				select {
+				case q.ready <- struct{}{}:
+				default:
+				}
+			}
+			return a, true
+		}
+		q.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return a, false
+		case <-q.ready:
+		}
+	}
+}
+
+// adoptLimit bounds how long adoptStored tries to read a stored envelope.
+const adoptLimit = 30 * time.Second
+
+// readStored returns the timer_fired data stored under f's ID, seq its
+// sequence as a duplicate's ack named it; nil when f's own publish turned
+// out to be the one stored. A duplicate of a publish still being
+// replicated is acknowledged with sequence 0: f is then published again
+// (the same message, absorbed) until the ack names the original.
+func (s *Scheduler) readStored(ctx context.Context, f *timers.TimerFired, seq uint64) (*timers.TimerFiredData, error) {
+	start := time.Now()
+	for attempt := 0; ; attempt++ {
+		var err error
+		if seq == 0 {
+			var fut jetstream.PubAckFuture
+			if fut, err = s.cfg.Inbox.DeliverAsync(timers.TimerFiredMsg(f)); err == nil {
+				var ack *jetstream.PubAck
+				if ack, err = awaitAck(ctx, fut); err == nil {
+					if !ack.Duplicate {
+						return nil, nil // stored now: f is the envelope
+					}
+					seq = ack.Sequence
+				}
+			}
+		}
+		if seq != 0 {
+			gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			var d *timers.TimerFiredData
+			d, err = s.storedFire(gctx, seq)
+			cancel()
+			switch {
+			case err == nil && d.TimerID == f.TimerID && d.Occurrence == f.Occurrence:
+				return d, nil
+			case err == nil:
+				return nil, fmt.Errorf("inbox %d holds occurrence %d of %s", seq, d.Occurrence, d.TimerID)
+			}
+		}
+		if ctx.Err() != nil || time.Since(start) > adoptLimit {
+			return nil, err
+		}
+		if !retries.Sleep(ctx, attempt) {
+			return nil, ctx.Err()
+		}
 	}
 }
 
@@ -297,6 +481,12 @@ func (s *Scheduler) rearm(p pendingFire, cause error) {
 		}
 		en.fired = p.occ - 1
 		en.occ = p.occ
+		en.awaiting = false
+		en.retry = nil
+		if p.timer.NextDue != nil && p.timer.Occurrence == p.occ {
+			f := p.timer
+			en.retry = &f
+		}
 	}
 	en.due = p.due
 	en.attempts++
@@ -389,3 +579,19 @@ func (s *Scheduler) record(ctx context.Context, f *timers.TimerFired) {
 // outOfOrderLimit bounds how long an occurrence waits for an earlier one's
 // record update.
 const outOfOrderLimit = 30 * time.Second
+
+// storedFire reads the timer_fired data stored at seq in the inbox.
+func (s *Scheduler) storedFire(ctx context.Context, seq uint64) (*timers.TimerFiredData, error) {
+	env, err := s.cfg.Inbox.StoredEnvelope(ctx, seq)
+	if err != nil {
+		return nil, err
+	}
+	var d timers.TimerFiredData
+	if env.Kind != subjects.KindTimerFired {
+		return nil, fmt.Errorf("inbox %d holds a %s", seq, env.Kind)
+	}
+	if err := json.Unmarshal(env.Data, &d); err != nil {
+		return nil, fmt.Errorf("inbox %d: %w", seq, err)
+	}
+	return &d, nil
+}

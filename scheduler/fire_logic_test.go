@@ -57,8 +57,18 @@ func putWait(t *testing.T, s *Scheduler, w waits.Wait) {
 	s.applyWait("", 0, kvwatch.Entry{Key: w.Key(), Value: b})
 }
 
-// pop fires what is due at the clock's time, as one pass of the loop does.
+// pop fires what is due at the clock's time, as one pass of the loop does,
+// and settles each timer fire as stored (its ack came).
 func pop(s *Scheduler, c *clock) ([]timers.TimerFired, []waits.WaitFired) {
+	tf, wf := popUnsettled(s, c)
+	for _, f := range tf {
+		s.settled(subjects.TimerKey(f.AgentID, f.TimerID), f.Occurrence, 0, 0)
+	}
+	return tf, wf
+}
+
+// popUnsettled is pop without the acks.
+func popUnsettled(s *Scheduler, c *clock) ([]timers.TimerFired, []waits.WaitFired) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	batch := s.index.popDue(allOwned(s.cfg.Shards), c.now().UnixNano(), 1024, nil)
@@ -119,20 +129,29 @@ func TestRepeatingKeepsCadenceThroughRetries(t *testing.T) {
 		t.Fatalf("occurrence 1: %+v", fires)
 	}
 	// Occurrence 1's publish fails after 2 is already armed: 1 comes back
-	// with its own due time; 2 follows on the cadence, not on the retry.
-	s.rearm(pendingFire{key: "a.r", occ: 1, due: first.UnixNano()}, errors.New("no ack"))
-	c.add(time.Second)
+	// with its own due time and the next due time its first attempt
+	// stated (that attempt may be stored: a lost ack), however late the
+	// retry; 2 follows at once, the catch-up fire of what fell due.
+	s.rearm(pendingFire{key: "a.r", occ: 1, due: first.UnixNano(), timer: fires[0]}, errors.New("no ack"))
+	c.add(1500 * time.Millisecond)
 	fires, _ = pop(s, c)
 	if len(fires) != 1 || fires[0].Occurrence != 1 || !fires[0].DueAt.Equal(first) {
 		t.Fatalf("retry: %+v", fires)
 	}
-	if !fires[0].NextDue.Equal(first.Add(2 * time.Second)) {
-		t.Fatalf("next due after a late retry: %v", fires[0].NextDue)
+	if !fires[0].NextDue.Equal(first.Add(time.Second)) {
+		t.Fatalf("next due after a late retry: %v, want the first attempt's %v", fires[0].NextDue, first.Add(time.Second))
 	}
-	c.t = first.Add(2 * time.Second)
 	fires, _ = pop(s, c)
-	if len(fires) != 1 || fires[0].Occurrence != 2 || !fires[0].DueAt.Equal(first.Add(2*time.Second)) {
+	if len(fires) != 1 || fires[0].Occurrence != 2 || !fires[0].DueAt.Equal(first.Add(time.Second)) || !fires[0].NextDue.Equal(first.Add(2*time.Second)) {
 		t.Fatalf("occurrence 2: %+v", fires)
+	}
+	// A retry without its first attempt (an older caller) numbers from
+	// the clock, as before.
+	s.rearm(pendingFire{key: "a.r", occ: 2, due: first.Add(time.Second).UnixNano()}, errors.New("no ack"))
+	c.add(time.Second)
+	fires, _ = pop(s, c)
+	if len(fires) != 1 || fires[0].Occurrence != 2 || !fires[0].NextDue.Equal(first.Add(3*time.Second)) {
+		t.Fatalf("retry of 2: %+v", fires)
 	}
 }
 
@@ -230,5 +249,38 @@ func TestHealthFollowsPublishes(t *testing.T) {
 	h.success()
 	if ok, _ := h.ok(); !ok {
 		t.Fatal("a success must end the streak")
+	}
+}
+
+// TestNextOccurrenceAwaitsTheStoredOne: a repeating timer's next occurrence
+// is not fired before the previous one's publish settles, and when the
+// stored envelope (a duplicate's original) states another next due time,
+// the cadence goes on from that one: at once, as the catch-up fire.
+func TestNextOccurrenceAwaitsTheStoredOne(t *testing.T) {
+	c := newClock()
+	s := newTestScheduler(c)
+	first := c.now()
+	iv := int64(1000)
+	putTimer(t, s, timers.Timer{ID: "r", AgentID: "a", Status: timers.TimerActive, NextFireAt: &first, IntervalMs: &iv, Repeat: true})
+	c.add(2500 * time.Millisecond) // a takeover, late
+	fires, _ := popUnsettled(s, c)
+	if len(fires) != 1 || fires[0].Occurrence != 1 || !fires[0].NextDue.Equal(first.Add(3*time.Second)) {
+		t.Fatalf("occurrence 1: %+v", fires)
+	}
+	c.add(time.Second)
+	if f, _ := popUnsettled(s, c); len(f) != 0 {
+		t.Fatalf("occurrence 2 fired before 1 settled: %+v", f)
+	}
+	// 1 was a duplicate: the stored one, fired on time, states first+1s.
+	s.settled("a.r", 1, fires[0].NextDue.UnixNano(), first.Add(time.Second).UnixNano())
+	fires, _ = pop(s, c)
+	if len(fires) != 1 || fires[0].Occurrence != 2 || !fires[0].DueAt.Equal(first.Add(time.Second)) ||
+		!fires[0].NextDue.Equal(first.Add(4*time.Second)) {
+		t.Fatalf("occurrence 2: %+v", fires)
+	}
+	// A settle that comes after the record moved the entry changes nothing.
+	s.settled("a.r", 1, 0, first.UnixNano())
+	if en := s.entry("a.r"); en.occ != 3 || en.due != first.Add(4*time.Second).UnixNano() {
+		t.Fatalf("late settle moved the entry: occ %d due %v", en.occ, at(en.due))
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"hash/maphash"
 	"sync"
 	"time"
+
+	"github.com/chime-nats/chime/timers"
 )
 
 // entry is the index's view of one active timer or waiting wait: just what
@@ -23,6 +25,16 @@ type entry struct {
 	// published, and for a wait the target it published: a record update
 	// that lags behind must not re-arm what was already sent.
 	fired int64
+	// retry is, for a timer occurrence whose publish failed, that fire as
+	// first prepared: its retry keeps the next due time chosen then, or a
+	// retry whose first publish was stored after all (a lost ack) would
+	// number the cadence from a later clock than the stored envelope says.
+	retry *timers.TimerFired
+	// awaiting says a repeating timer's next occurrence (occ, due) waits,
+	// unarmed, for the previous one's publish to settle: only then is it
+	// known which next due time the stored envelope states (another
+	// attempt's may be stored under the same ID, see adoptStored).
+	awaiting bool
 	// paused is a paused wait's frozen time left; such a wait is not armed.
 	paused time.Duration
 	shard  int

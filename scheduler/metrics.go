@@ -15,6 +15,7 @@ type metrics struct {
 	applied           prometheus.Counter
 	recordFailures    prometheus.Counter
 	recovered         prometheus.Counter
+	adopted           prometheus.Counter
 	progress          prometheus.Counter
 	lateness          prometheus.Histogram
 	refused           *prometheus.CounterVec
@@ -49,6 +50,9 @@ func newMetrics(s *Scheduler) metrics {
 		}),
 		recovered: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "chime_timer_fires_found_delivered_total", Help: "Overdue occurrences older than the dedup window found already in the inbox, and not published again.",
+		}),
+		adopted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "chime_timer_cadence_adopted_total", Help: "Repeating timer fires found stored already with another next due time, whose cadence was taken from the stored one.",
 		}),
 		progress: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "chime_wait_progress_total", Help: "Wait progress messages published by this replica.",
@@ -96,5 +100,5 @@ func (m *metrics) register(r prometheus.Registerer) {
 	if m.countsPending != nil {
 		r.MustRegister(m.countsPending)
 	}
-	r.MustRegister(m.active, m.waitGauge, m.shardsHeld, m.shardLoad, m.fires, m.failures, m.applied, m.recordFailures, m.recovered, m.progress, m.lateness, m.refused, m.changes)
+	r.MustRegister(m.active, m.waitGauge, m.shardsHeld, m.shardLoad, m.fires, m.failures, m.applied, m.recordFailures, m.recovered, m.adopted, m.progress, m.lateness, m.refused, m.changes)
 }

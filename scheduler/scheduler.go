@@ -91,7 +91,10 @@ type Scheduler struct {
 	watches []*kvwatch.Watch
 	ready   chan struct{}
 	pending chan pendingFire
-	records *recordQueue
+	// adoptions are the duplicate fires whose stored envelope is to be
+	// read (adoptStored).
+	adoptions *adoptQueue
+	records   *recordQueue
 	// burstStart is when record updates began standing back for the
 	// fires in flight (unix ns; 0: not now).
 	burstStart atomic.Int64
@@ -132,6 +135,7 @@ func New(c Config) *Scheduler {
 		ctx:         context.Background(),
 		ready:       make(chan struct{}),
 		pending:     make(chan pendingFire, 16384),
+		adoptions:   newAdoptQueue(),
 		records:     newRecordQueue(),
 	}
 	if c.Timers != nil {
@@ -198,6 +202,10 @@ func (s *Scheduler) start(ctx context.Context) error {
 	for range s.cfg.RecordWorkers {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); s.recordLoop(ctx) }()
+	}
+	for range adoptWorkers {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.adoptLoop(ctx) }()
 	}
 	if s.counts != nil {
 		s.wg.Add(1)
@@ -343,6 +351,7 @@ func (s *Scheduler) armAt(en *entry, due int64) {
 	h := s.index.shards[en.shard]
 	first := len(h) == 0 || due < h[0].at
 	en.due, en.at, en.attempts = due, due, 0
+	en.awaiting = false
 	s.index.arm(en)
 	if first {
 		s.Wake()
@@ -414,6 +423,7 @@ func (s *Scheduler) applyTimer(bucket string, gen uint64, e kvwatch.Entry) {
 	en.interval = t.Interval()
 	due, fires := timers.Due(&t)
 	if !fires {
+		en.awaiting = false
 		s.index.disarm(en) // kept and counted, but not fired
 		return
 	}

@@ -37,6 +37,13 @@ type replicaUnderTest struct {
 
 func startReplica(t *testing.T, res *engine.Resources, id string, shards int, store *timers.Store) *replicaUnderTest {
 	t.Helper()
+	return startReplicaWith(t, res, id, shards, store, consumer.NewInbox(res.JS, engine.InboxStream, time.Minute, nil))
+}
+
+// startReplicaWith is startReplica with the record writes going to rec and
+// the deliveries to inbox (seams for slow ones).
+func startReplicaWith(t *testing.T, res *engine.Resources, id string, shards int, rec Recorder, inbox *consumer.Inbox) *replicaUnderTest {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &replicaUnderTest{reg: prometheus.NewRegistry()}
 	r.leases = NewLeases(LeasesConfig{
@@ -44,8 +51,8 @@ func startReplica(t *testing.T, res *engine.Resources, id string, shards int, st
 		OnChange: func() { r.sched.Reshard() }, Healthy: func() (bool, string) { return r.sched.Healthy() },
 	})
 	r.sched = New(Config{
-		JS: res.JS, Timers: res.Timers, Waits: res.Waits, Counts: res.Counts, Records: store,
-		Inbox:  consumer.NewInbox(res.JS, engine.InboxStream, time.Minute, nil),
+		JS: res.JS, Timers: res.Timers, Waits: res.Waits, Counts: res.Counts, Records: rec,
+		Inbox:  inbox,
 		Leases: r.leases, Shards: shards, Registerer: r.reg,
 	})
 	if err := r.leases.Start(ctx); err != nil {

@@ -14,6 +14,7 @@ import (
 func TestTimerFiredMsgMatchesEnvelope(t *testing.T) {
 	for _, text := range []string{"", "check the CI run", `quote " and \ back`, "<a&b>", "tab\tnl\ncr\r\x00\x1f\x7f", "é ✓ 日本", "\u2028\u2029", "bad \xff\xfe utf8", "timer tmr_1 fired"} {
 		checkTimerFired(t, text, 7)
+		checkTimerFired(t, text, 8) // a repeating timer's, with next_due_at
 	}
 }
 
@@ -29,6 +30,10 @@ func checkTimerFired(t *testing.T, text string, occ int64) {
 	t.Helper()
 	due := time.Date(2026, 12, 3, 10, 0, 0, 123456789, time.UTC)
 	ev := &timers.TimerFired{AgentID: "agent_1", TimerID: "tmr_X", Occurrence: occ, DueAt: due, FiredAt: due.Add(1500 * time.Microsecond), Text: text}
+	if occ%2 == 0 {
+		next := due.Add(3 * time.Second)
+		ev.NextDue = &next
+	}
 	env := timers.TimerFiredEnvelope(ev)
 	want, err := env.Msg()
 	if err != nil {

@@ -123,6 +123,12 @@ type Task struct {
 	// finished task without it is delivered by the next result retry,
 	// cancel or get.
 	DeliveredAt *time.Time `json:"delivered_at,omitempty"`
+	// ResultSeq is the task_result envelope's sequence in the inbox
+	// stream, written with DeliveredAt (0 when unknown: delivered by an
+	// earlier version, or found stored beyond the dedup window). WaitFor
+	// compares it with the agent's inbox cursor: at or below it, the agent
+	// has consumed the result.
+	ResultSeq uint64 `json:"result_seq,omitempty"`
 }
 
 // Finished reports whether the task has its result.

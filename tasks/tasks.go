@@ -399,7 +399,8 @@ func (s *Store) settle(ctx context.Context, t *Task, rev uint64) (*Task, error) 
 		return nil, fmt.Errorf("tasks: finish owner of %s: %w", t.ID, err)
 	}
 	env := TaskResultEnvelope(t, t.ResultHash == cancelHash)
-	if _, err := s.inbox.DeliverOnce(ctx, &env, *t.EndedAt); err != nil {
+	ack, err := s.inbox.DeliverOnce(ctx, &env, *t.EndedAt)
+	if err != nil {
 		// Stored but not delivered: its work item (or the caller's
 		// retry) delivers.
 		return nil, fmt.Errorf("tasks: deliver the result of %s: %w", t.ID, err)
@@ -410,6 +411,7 @@ func (s *Store) settle(ctx context.Context, t *Task, rev uint64) (*Task, error) 
 			return false, nil
 		}
 		t.DeliveredAt = &at
+		t.ResultSeq = ack.Sequence // a duplicate's ack names the stored original
 		return true, nil
 	}, t, rev)
 	if err != nil {

@@ -254,11 +254,17 @@ type TimerFiredData struct {
 	Occurrence int64     `json:"occurrence"`
 	DueAt      time.Time `json:"due_at"`
 	FiredAt    time.Time `json:"fired_at"`
+	// NextDueAt is, for a repeating timer, the due time of its next
+	// occurrence as chosen when this one fired: the cadence ticks after
+	// due_at and before next_due_at fell due while this occurrence could
+	// not fire, and it is their one catch-up fire (absent from one-shots,
+	// and from envelopes of earlier versions).
+	NextDueAt *time.Time `json:"next_due_at,omitempty"`
 }
 
 // TimerFiredEnvelope builds the inbox delivery of a fire event.
 func TimerFiredEnvelope(f *TimerFired) subjects.Envelope {
-	data, _ := json.Marshal(TimerFiredData{TimerID: f.TimerID, Occurrence: f.Occurrence, DueAt: f.DueAt, FiredAt: f.FiredAt})
+	data, _ := json.Marshal(TimerFiredData{TimerID: f.TimerID, Occurrence: f.Occurrence, DueAt: f.DueAt, FiredAt: f.FiredAt, NextDueAt: f.NextDue})
 	return subjects.Envelope{
 		ID:      f.EnvelopeID(),
 		AgentID: f.AgentID,
@@ -298,6 +304,10 @@ func TimerFiredMsg(f *TimerFired) *nats.Msg {
 	b = subjects.AppendJSONTime(b, f.DueAt)
 	b = append(b, `,"fired_at":`...)
 	b = subjects.AppendJSONTime(b, f.FiredAt)
+	if f.NextDue != nil {
+		b = append(b, `,"next_due_at":`...)
+		b = subjects.AppendJSONTime(b, *f.NextDue)
+	}
 	b = append(b, "}}"...)
 	m := &nats.Msg{Subject: subjects.Inbox(f.AgentID), Data: b, Header: nats.Header{
 		subjects.HeaderKind: {subjects.KindTimerFired}, subjects.HeaderMsgID: {id},

@@ -111,43 +111,59 @@ func (s *Service) register(ctx context.Context, agentID string, spec *WaitForSpe
 		return nil, err
 	}
 	w.SinceSeq = since
-	var task *TaskState
-	// queuedBy is the result already in the inbox that satisfies the wait.
-	var queuedBy *WakeCause
+	// queuedBy is the result already in the inbox, not yet consumed, that
+	// satisfies the wait; consumedBy the one the agent has consumed
+	// already when no queued one does.
+	var queuedBy, consumedBy *WakeCause
 	switch {
 	case w.Wake == WakeTimer:
 		if w.AfterFire, err = s.checkTimer(ctx, agentID, w.Resource); err != nil {
 			return nil, err
 		}
 	case w.Wake == WakeTaskResult && len(w.Resources) > 0:
-		if queuedBy, err = s.checkTasks(ctx, w); err != nil {
+		if queuedBy, consumedBy, err = s.checkTasks(ctx, w); err != nil {
 			return nil, err
 		}
 	case w.Wake == WakeTaskResult:
-		if task, err = s.checkTask(ctx, agentID, w.Resource); err != nil {
+		task, err := s.checkTask(ctx, agentID, w.Resource)
+		if err != nil {
 			return nil, err
 		}
 		if task != nil && task.Terminal {
-			queuedBy = &WakeCause{Kind: subjects.KindTaskResult, EnvelopeID: task.ResultEnvelopeID,
+			cause := &WakeCause{Kind: subjects.KindTaskResult, EnvelopeID: task.ResultEnvelopeID,
 				Source: subjects.Source{Type: "task", ID: w.Resource}}
+			if task.ResultConsumed {
+				consumedBy = cause
+			} else {
+				queuedBy = cause
+			}
 		}
 	}
-	if task != nil && task.Terminal && task.ResultConsumed {
-		// Holon: nothing left to wait for; the agent goes on.
-		return &WaitForReply{Continuation: ContinueTurn, Disposition: DispositionTaskResultAlreadyConsumed,
-			TaskID: w.Resource, ResultMessageID: task.ResultEnvelopeID}, nil
+	if consumedBy != nil && queuedBy == nil {
+		// Holon: the result was taken already and will not come again;
+		// nothing is registered and the agent goes on.
+		r := &WaitForReply{Continuation: ContinueTurn, Disposition: DispositionTaskResultAlreadyConsumed,
+			TaskID: consumedBy.Source.ID, ResultMessageID: consumedBy.EnvelopeID}
+		if len(w.Resources) > 0 {
+			r.TaskIDs, r.Mode, r.SeenTaskIDs = w.Resources, w.Mode, w.Seen
+		}
+		return r, nil
 	}
-	if w.Delivery == DeliveryFinal {
+	queued := queuedBy != nil
+	if w.Delivery == DeliveryFinal && !queued {
 		w.Status = WaitForPrepared
 		if w.InterventionSeq, err = s.lastSeq(ctx, s.cfg.EventsStream, subjects.InterventionApply(agentID)); err != nil {
 			return nil, err
 		}
 	}
-	queued := queuedBy != nil
-	if queued && w.Delivery == DeliverySilent {
+	if queued {
 		// Holon's task_result_queued: the exact result is in the inbox
-		// already; the registration is triggered by it at once.
-		w.Status, w.WokenBy, w.EndedAt = WaitForWoken, queuedBy, &now
+		// already and is what re-enters the agent. The WaitFor is kept as
+		// triggered by it (it replaces its scope's older one, as Holon's
+		// triggered wait condition does) but never live: no wait is
+		// registered, and no wait_woken follows the result. Whatever the
+		// delivery: there is no wait to report on.
+		w.Status, w.WokenBy, w.EndedAt, w.Reentered = WaitForWoken, queuedBy, &now, true
 	}
 	if err := s.cfg.Store.create(ctx, w); err != nil {
 		return nil, err
@@ -163,11 +179,14 @@ func (s *Service) register(ctx context.Context, agentID string, spec *WaitForSpe
 	case w.Status == WaitForPrepared:
 		reply.Continuation, reply.Disposition, reply.ExpectedOutput = ContinueTurn, DispositionAwaitingFinalReport, "final_text_only"
 	case queued:
-		if err := s.deliverWoken(ctx, w); err != nil {
+		// Ended already: out of the scope index, so that no envelope is
+		// matched against it (the result itself may be stored just now).
+		if err := s.cfg.Store.unindex(ctx, w, 0); err != nil {
 			return nil, err
 		}
 		reply.Continuation, reply.Disposition, reply.TaskID, reply.ResultMessageID = YieldAndReenter,
 			DispositionTaskResultQueued, queuedBy.Source.ID, queuedBy.EnvelopeID
+		reply.WaitRegistered = false
 	default:
 		if w, err = s.activated(ctx, w, indexed); err != nil {
 			return nil, err
@@ -402,7 +421,7 @@ func (s *Service) apply(ctx context.Context, w Versioned, env *subjects.Envelope
 	// A redelivery after a crash between the CAS and the delivery finds
 	// it woken by this very envelope and delivers again: the envelope ID
 	// keeps it single.
-	if got.Status == WaitForWoken && got.WokenBy != nil && got.WokenBy.EnvelopeID == env.ID {
+	if got.Status == WaitForWoken && got.WokenBy != nil && got.WokenBy.EnvelopeID == env.ID && !got.Reentered {
 		if err := s.deliverWoken(ctx, got); err != nil {
 			return nil, err
 		}
@@ -476,24 +495,32 @@ func (s *Service) checkTimer(ctx context.Context, agentID, timerID string) (int6
 }
 
 // checkTasks checks each task of a set as checkTask does and marks those
-// already terminal seen: their results are in the inbox. It returns the
-// result that satisfies the set at once, if one does.
-func (s *Service) checkTasks(ctx context.Context, w *WaitFor) (*WakeCause, error) {
-	var cause *WakeCause
+// already terminal seen: their results are in the inbox, or were taken
+// from it. When the seen ones satisfy the set, it returns the result that
+// re-enters the agent: the first of them still queued (queued), or, when
+// the agent has consumed every one, the last of them (consumed).
+func (s *Service) checkTasks(ctx context.Context, w *WaitFor) (queued, consumed *WakeCause, err error) {
 	for _, id := range w.Resources {
 		t, err := s.checkTask(ctx, w.AgentID, id)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if t == nil || !t.Terminal {
 			continue
 		}
 		w.Seen = append(w.Seen, id)
-		if cause == nil && satisfied(w) {
-			cause = &WakeCause{Kind: subjects.KindTaskResult, EnvelopeID: t.ResultEnvelopeID, Source: subjects.Source{Type: "task", ID: id}}
+		cause := &WakeCause{Kind: subjects.KindTaskResult, EnvelopeID: t.ResultEnvelopeID, Source: subjects.Source{Type: "task", ID: id}}
+		switch {
+		case !t.ResultConsumed && queued == nil:
+			queued = cause
+		case t.ResultConsumed:
+			consumed = cause
 		}
 	}
-	return cause, nil
+	if !satisfied(w) {
+		return nil, nil, nil
+	}
+	return queued, consumed, nil
 }
 
 // checkTask checks a task resource through Tasks, when wired, with

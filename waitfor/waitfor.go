@@ -294,7 +294,11 @@ type WaitFor struct {
 	EndReason      string        `json:"end_reason,omitempty"`
 	ReplacedBy     string        `json:"replaced_by,omitempty"`
 	WokenBy        *WakeCause    `json:"woken_by,omitempty"`
-	Report         string        `json:"report,omitempty"`
+	// Reentered says WokenBy was queued already when it was made
+	// (task_result_queued): that result re-enters the agent itself, and
+	// no wait_woken is ever delivered for it.
+	Reentered bool   `json:"reentered,omitempty"`
+	Report    string `json:"report,omitempty"`
 	// SinceSeq is the inbox stream's last sequence when it was made: only
 	// envelopes stored after it wake it.
 	SinceSeq uint64 `json:"since_seq"`
