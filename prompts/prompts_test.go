@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chime-nats/chime/deliveries"
+	"github.com/chime-nats/chime/monitors"
 	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/prompts"
 	"github.com/chime-nats/chime/questions"
@@ -122,7 +123,16 @@ var toolPrompts = []struct {
 		{"output", `{"task_id":"t1","offset":10,"limit":100}`, func(b []byte) error { _, err := tasks.DecodeTaskOutput(b); return err }},
 		{"append", `{"task_id":"t1","seq":0,"data":"aGk="}`, func(b []byte) error { _, err := tasks.DecodeAppendOutput(b); return err }},
 	}},
+	{"monitors.md", jsonFields(monitors.StartRequest{}, monitors.StopRequest{}, monitors.Ref{}, monitors.ListRequest{}), []action{
+		{"start", `{"description":"CI log","command":"make test","match":"FAIL","exclude":"skip","timeout_ms":60000,"max_events":10,"idle_timeout_ms":5000}`, decodeMonitorStart},
+		{"start", `{"description":"CI log","command":"make test","persistent":true}`, decodeMonitorStart},
+		{"stop", `{"monitor_id":"m1","exit_code":2}`, func(b []byte) error { _, err := monitors.DecodeStop(b); return err }},
+		{"get", `{"monitor_id":"m1"}`, func(b []byte) error { _, err := monitors.DecodeRef(b); return err }},
+		{"list", `{"limit":5}`, func(b []byte) error { _, err := monitors.DecodeList(b); return err }},
+	}},
 }
+
+func decodeMonitorStart(b []byte) error { _, err := monitors.DecodeStart(b); return err }
 
 // decodeAsk and decodeListQuestions are the question decoders in the
 // shape of an action's.
