@@ -68,6 +68,14 @@ func TestMonitorsOverNATS(t *testing.T) {
 	if err := c.Request(ctx, monitors.ActionStart, []byte(`{"description":"p","command":"tail -f x","persistent":true,"monitor_id":"tail"}`), &again); err != nil || again.ID != "tail" {
 		t.Fatalf("retried start: %+v %v", again, err)
 	}
+	// Lines over NATS: one monitor_event a batch, the match applied.
+	var r monitors.EmitReply
+	if err := c.Request(ctx, monitors.ActionEmit, []byte(`{"monitor_id":"`+m.ID+`","seq":0,"lines":["ok 1","FAIL 2"]}`), &r); err != nil || r.Delivered != 1 || r.Filtered != 1 {
+		t.Fatalf("emit: %+v %v", r, err)
+	}
+	if evs := fetchKind(t, c, subjects.KindMonitorEvent); len(evs) != 1 || evs[0].Text != "Monitor "+m.ID+" (CI log):\nFAIL 2" {
+		t.Fatalf("monitor_event: %+v", evs)
+	}
 	var stopped monitors.Monitor
 	for range 2 { // the second stop answers the record as it is
 		if err := c.Request(ctx, monitors.ActionStop, []byte(`{"monitor_id":"tail"}`), &stopped); err != nil ||
@@ -116,6 +124,11 @@ func TestMonitorsOverNATS(t *testing.T) {
 		{c, monitors.ActionStart, `{"description":"d","command":"x","idle_timeout_ms":"5"}`, subjects.CodeInvalidRequest, "idle_timeout_ms"},
 		{c, monitors.ActionStart, `{"description":"d","command":"x","monitor_id":"a.b"}`, subjects.CodeInvalidID, "monitor_id"},
 		{c, monitors.ActionStart, `{"description":"d","command":"x","every":1}`, subjects.CodeInvalidRequest, `unknown field "every"`},
+		{c, monitors.ActionEmit, `{"monitor_id":"tail","seq":0,"lines":["x"]}`, monitors.CodeMonitorStopped, "monitor tail stopped (stopped)"},
+		{c, monitors.ActionEmit, `{"monitor_id":"tail","lines":["x"]}`, subjects.CodeInvalidRequest, "seq is required"},
+		{c, monitors.ActionEmit, `{"monitor_id":"tail","seq":0,"lines":[]}`, subjects.CodeInvalidRequest, "lines must not be empty"},
+		{c, monitors.ActionEmit, `{"monitor_id":"tail","seq":0,"lines":["` + strings.Repeat(`x","`, 100) + `x"]}`, subjects.CodeInvalidRequest, "lines must be at most 100 a batch, not 101"},
+		{c, monitors.ActionEmit, `{"monitor_id":"tail","seq":0,"lines":["` + strings.Repeat("x", 300<<10) + `"]}`, subjects.CodePayloadTooLarge, ""},
 		{c, monitors.ActionStop, `{}`, subjects.CodeInvalidID, "monitor_id must not be empty"},
 		{c, monitors.ActionGet, `{"monitor_id":"nope"}`, monitors.CodeMonitorNotFound, "monitor nope not found"},
 		{other, monitors.ActionGet, `{"monitor_id":"tail"}`, monitors.CodeMonitorNotFound, "monitor tail not found"},

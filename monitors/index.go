@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -23,11 +24,26 @@ type Index struct {
 	mu      sync.Mutex
 	running map[string]string // record key -> agent, of running monitors
 	agents  map[string]int    // agent -> its running monitors
+	// watched are the monitors a sweep may have to act on: running ones
+	// (with their deadlines) and stopped ones not yet delivered.
+	watched map[string]watched
+}
+
+// watched is what the sweep needs of a monitor.
+type watched struct {
+	Due
+	running  bool
+	deadline time.Time // the earlier of its timeout and idle deadline; zero: none
+}
+
+// Due names a monitor a sweep looks at.
+type Due struct {
+	AgentID, MonitorID string
 }
 
 // NewIndex returns the count of the monitors bucket; Start loads it.
 func NewIndex(js jetstream.JetStream, bucket string, log *slog.Logger) *Index {
-	ix := &Index{running: map[string]string{}, agents: map[string]int{}}
+	ix := &Index{running: map[string]string{}, agents: map[string]int{}, watched: map[string]watched{}}
 	ix.watch = kvwatch.New(kvwatch.Config{JS: js, Bucket: bucket, Keys: "*.*", Apply: ix.apply, Reset: ix.reset, Log: log})
 	return ix
 }
@@ -60,7 +76,22 @@ func (ix *Index) Running(agentID string) int {
 func (ix *Index) reset() {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	ix.running, ix.agents = map[string]string{}, map[string]int{}
+	ix.running, ix.agents, ix.watched = map[string]string{}, map[string]int{}, map[string]watched{}
+}
+
+// Due lists the monitors a sweep at now has to look at: running ones past
+// their timeout or idle deadline (as last seen), and stopped ones whose
+// monitor_stopped is not delivered yet.
+func (ix *Index) Due(now time.Time) []Due {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	var out []Due
+	for _, w := range ix.watched {
+		if !w.running || (!w.deadline.IsZero() && !now.Before(w.deadline)) {
+			out = append(out, w.Due)
+		}
+	}
+	return out
 }
 
 func (ix *Index) apply(e kvwatch.Entry) {
@@ -68,12 +99,23 @@ func (ix *Index) apply(e kvwatch.Entry) {
 	if !ok {
 		return
 	}
-	var m struct {
-		Status Status `json:"status"`
-	}
-	now := !e.Deleted && json.Unmarshal(e.Value, &m) == nil && m.Status == Running
+	var m Monitor
+	read := !e.Deleted && json.Unmarshal(e.Value, &m) == nil
+	now := read && m.Status == Running
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	switch {
+	case now:
+		w := watched{Due: Due{AgentID: agentID, MonitorID: m.ID}, running: true, deadline: m.IdleDeadline()}
+		if m.ExpiresAt != nil && (w.deadline.IsZero() || m.ExpiresAt.Before(w.deadline)) {
+			w.deadline = *m.ExpiresAt
+		}
+		ix.watched[e.Key] = w
+	case read && m.Finished() && m.DeliveredAt == nil:
+		ix.watched[e.Key] = watched{Due: Due{AgentID: agentID, MonitorID: m.ID}}
+	default:
+		delete(ix.watched, e.Key)
+	}
 	_, was := ix.running[e.Key]
 	switch {
 	case now && !was:

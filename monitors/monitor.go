@@ -132,6 +132,9 @@ type Monitor struct {
 	Batches    int64 `json:"batches"`
 	Filtered   int64 `json:"filtered,omitempty"`
 	Suppressed int64 `json:"suppressed,omitempty"`
+	// PendingSuppressed counts the lines dropped since the last batch
+	// delivered: the next one says so in one line.
+	PendingSuppressed int64 `json:"pending_suppressed,omitempty"`
 	// NextSeq is the seq of the next batch a source sends.
 	NextSeq     int64      `json:"next_seq"`
 	LastEventAt *time.Time `json:"last_event_at,omitempty"`

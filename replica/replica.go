@@ -346,7 +346,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	})
 	resolver := access.Resolver{Operators: operators, Tokens: tokens, Callbacks: triggerStore}
 	parts := []lifecycle.Service{
-		triggerIndex, waitForIndex, taskIndex, monitorIndex,
+		triggerIndex, waitForIndex, taskIndex, monitorIndex, monitors.NewSweeper(monitorStore, monitorIndex, log),
 		lifecycle.Parallel(callbackConsumer, waitConsumer, settler, waitForConsumer),
 		notes, r.storage, healer, archiver,
 		firing{leases: leases, sched: r.sched},
