@@ -7,10 +7,12 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/deliveries"
+	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/monitors"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -113,7 +115,8 @@ func TestMonitorsOverNATS(t *testing.T) {
 		{c, monitors.ActionStart, `{"description":"` + strings.Repeat("d", 201) + `","command":"x"}`, subjects.CodeInvalidRequest, "at most 200 characters"},
 		{c, monitors.ActionStart, `{"description":"d"}`, subjects.CodeInvalidRequest, "a source is required"},
 		{c, monitors.ActionStart, `{"description":"d","command":"x","subject":"a.b"}`, subjects.CodeInvalidRequest, "one source only, not command and subject"},
-		{c, monitors.ActionStart, `{"description":"d","subject":"a.b"}`, monitors.CodeSourceNotServed, "monitors of a subject are not served yet"},
+		{c, monitors.ActionStart, `{"description":"d","subject":"a.b"}`, monitors.CodeSubjectNotAllowed, "CHIME_MONITOR_SUBJECTS is empty"},
+		{c, monitors.ActionStart, `{"description":"d","kv":"k"}`, monitors.CodeSourceNotServed, "monitors of a kv are not served yet"},
 		{c, monitors.ActionStart, `{"description":"d","ws":"wss://x"}`, monitors.CodeSourceNotServed, "ws"},
 		{c, monitors.ActionStart, `{"description":"d","command":"x","match":"("}`, subjects.CodeInvalidRequest, "match is not a valid regular expression"},
 		{c, monitors.ActionStart, `{"description":"d","command":"x","exclude":"[z-a]"}`, subjects.CodeInvalidRequest, "exclude is not a valid regular expression"},
@@ -145,4 +148,47 @@ func TestMonitorsOverNATS(t *testing.T) {
 	if err := other.Request(ctx, monitors.ActionList, nil, &list); err != nil || len(list.Monitors) != 0 {
 		t.Fatalf("another agent's list: %+v %v", list, err)
 	}
+}
+
+// TestSubjectMonitorOverNATS: with CHIME_MONITOR_SUBJECTS open, an agent's
+// subject monitor, run on the replica holding its shard, delivers what is
+// published there; another agent's inbox and chime's subjects are refused.
+func TestSubjectMonitorOverNATS(t *testing.T) {
+	_, nc := startChimeWith(t, io.Discard, func(c *config.Config) { c.MonitorSubjects = "ci.>,team.{agent}.>" })
+	ctx := context.Background()
+	c, err := client.New(nc, "agent-s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ subject, text string }{
+		{"agent.agent-t.inbox", "overlaps agent.>"},
+		{"team.agent-t.>", "not within"},
+		{"$JS.API.>", "first token"},
+		{"_INBOX.>", "first token"},
+	} {
+		err := c.Request(ctx, monitors.ActionStart, []byte(`{"description":"d","subject":"`+tc.subject+`"}`), &struct{}{})
+		var wire *subjects.Error
+		if !errors.As(err, &wire) || wire.Code != monitors.CodeSubjectNotAllowed || !strings.Contains(wire.Message, tc.text) {
+			t.Errorf("%s: %v", tc.subject, err)
+		}
+	}
+	var m monitors.Monitor
+	if err := c.Request(ctx, monitors.ActionStart, []byte(`{"description":"team","subject":"team.agent-s.>","exclude":"noise"}`), &m); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 10*time.Second, func() bool {
+		if err := nc.Publish("team.agent-s.deploy", []byte("noise")); err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Publish("team.agent-s.deploy", []byte("deployed v2")); err != nil {
+			t.Fatal(err)
+		}
+		_ = nc.Flush()
+		for _, env := range fetchKind(t, c, subjects.KindMonitorEvent) {
+			if strings.Contains(env.Text, "team.agent-s.deploy deployed v2") && !strings.Contains(env.Text, "noise") {
+				return true
+			}
+		}
+		return false
+	}, "a published message as a monitor_event")
 }

@@ -2,17 +2,24 @@ package e2e_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/internal/natstest"
 	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/monitors"
+	"github.com/chime-nats/chime/partitions"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -124,5 +131,87 @@ func TestCLIMonitorRun(t *testing.T) {
 	}
 	if stops := monitorEnvelopes(t, nc, subjects.KindMonitorStopped); len(stops) != 3 || stops[2].ID != "monitor_m2_stopped" {
 		t.Fatalf("monitor_stopped: %+v", stops)
+	}
+}
+
+// TestSubjectMonitorMovesWithItsShard: two replicas; a subject monitor
+// is watched by the replica holding its shard; SIGKILLed, that replica's
+// shard moves to the other, which resumes the watch from the record's
+// next seq: what is published then still reaches the inbox, and no batch
+// is stored twice.
+func TestSubjectMonitorMovesWithItsShard(t *testing.T) {
+	ns := natstest.Server(t)
+	procs := map[string]*proc{}
+	for _, id := range []string{"r0", "r1"} {
+		procs[id] = startServe(t, id, "CHIME_NATS_URL="+ns.ClientURL(), "CHIME_MONITOR_SUBJECTS=ci.>")
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	leases, err := js.KeyValue(ctx, engine.LeasesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "shards shared", func() bool {
+		held := map[string]bool{}
+		for _, id := range shardOwners(ctx, leases) {
+			held[id] = true
+		}
+		return held["r0"] && held["r1"] && !held[""]
+	})
+	msg, err := nc.Request(subjects.Agent("mon", monitors.ActionStart), []byte(`{"description":"ci","subject":"ci.>","persistent":true}`), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m monitors.Monitor
+	if err := json.Unmarshal(msg.Data, &m); err != nil || m.ID == "" {
+		t.Fatalf("start: %s %v", msg.Data, err)
+	}
+	owners := shardOwners(ctx, leases)
+	holder := owners[partitions.ShardOf(monitors.Key("mon", m.ID), len(owners))]
+	n := 0
+	publishUntilSeen := func(what string) {
+		t.Helper()
+		var sent []string
+		eventually(t, 30*time.Second, what, func() bool {
+			n++
+			line := fmt.Sprintf("build %d", n)
+			if err := nc.Publish("ci.status", []byte(line)); err != nil {
+				t.Fatal(err)
+			}
+			_ = nc.Flush()
+			sent = append(sent, "ci.status "+line)
+			for _, env := range monitorEnvelopes(t, nc, subjects.KindMonitorEvent) {
+				var d monitors.EventData
+				if err := json.Unmarshal(env.Data, &d); err != nil {
+					t.Fatal(err)
+				}
+				for _, l := range d.Lines {
+					if slices.Contains(sent, l) {
+						return true
+					}
+				}
+			}
+			return false
+		})
+	}
+	publishUntilSeen("an event watched by " + holder)
+	procs[holder].kill()
+	publishUntilSeen("an event after " + holder + " was killed")
+	ids := map[string]bool{}
+	for _, env := range monitorEnvelopes(t, nc, subjects.KindMonitorEvent) {
+		if ids[env.ID] {
+			t.Fatalf("envelope %s stored twice", env.ID)
+		}
+		ids[env.ID] = true
+	}
+	owners = shardOwners(ctx, leases)
+	if now := owners[partitions.ShardOf(monitors.Key("mon", m.ID), len(owners))]; now == holder || now == "" {
+		t.Fatalf("the shard is held by %q after %s's death", now, holder)
 	}
 }

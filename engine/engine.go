@@ -377,6 +377,17 @@ type Resources struct {
 	Sessions jetstream.KeyValue
 }
 
+// InternalSubjects are the subjects of chime's streams: what chime
+// publishes and consumes itself (inboxes included), which no principal
+// may watch (see the monitors' subject source).
+func InternalSubjects() []string {
+	var out []string
+	for _, c := range streams(Topology{}) {
+		out = append(out, c.Subjects...)
+	}
+	return out
+}
+
 // buckets are the KV buckets chime keeps, as configured for t. The record
 // buckets take per-message TTLs (LimitMarkerTTL: finished records expire,
 // see kvrec.Retention); Provision turns that on in buckets made before,

@@ -78,11 +78,16 @@ func MonitorStoppedError(m *Monitor) *subjects.Error {
 // record counts it, the inbox's dedup drops the repeat; after, its seq is
 // behind the record's.
 func (s *Store) Emit(ctx context.Context, agentID string, req *EmitRequest) (*EmitReply, error) {
-	cur, rev, err := s.getRev(ctx, agentID, req.MonitorID)
+	return s.emit(ctx, agentID, req.MonitorID, *req.Seq, req.Lines, 0)
+}
+
+// emit is Emit for batch seq of lines, dropped lines before it counted
+// as suppressed.
+func (s *Store) emit(ctx context.Context, agentID, id string, seq int64, lines []string, dropped int64) (*EmitReply, error) {
+	cur, rev, err := s.getRev(ctx, agentID, id)
 	if err != nil {
 		return nil, err
 	}
-	seq := *req.Seq
 	switch {
 	case seq < cur.NextSeq:
 		return &EmitReply{MonitorID: cur.ID, NextSeq: cur.NextSeq, Status: cur.Status, StopReason: cur.StopReason, Duplicate: true}, nil
@@ -99,7 +104,7 @@ func (s *Store) Emit(ctx context.Context, agentID string, req *EmitRequest) (*Em
 		next.Bucket = &b
 	}
 	before := next
-	batch, stop := Apply(&next, seq, req.Lines, now, s.pace)
+	batch, stop := Apply(&next, seq, lines, dropped, now, s.pace)
 	if !batch.Empty() {
 		env := EventEnvelope(&next, &batch, now)
 		if _, err := s.inbox.DeliverOnce(ctx, &env, now); err != nil {

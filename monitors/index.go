@@ -34,6 +34,14 @@ type watched struct {
 	Due
 	running  bool
 	deadline time.Time // the earlier of its timeout and idle deadline; zero: none
+	source   Source
+}
+
+// Watched is a running monitor of an in-chime source: Key is its record's.
+type Watched struct {
+	Due
+	Key    string
+	Source Source
 }
 
 // Due names a monitor a sweep looks at.
@@ -79,6 +87,19 @@ func (ix *Index) reset() {
 	ix.running, ix.agents, ix.watched = map[string]string{}, map[string]int{}, map[string]watched{}
 }
 
+// RunningOf lists the running monitors whose source is of type typ.
+func (ix *Index) RunningOf(typ string) []Watched {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	var out []Watched
+	for k, w := range ix.watched {
+		if w.running && w.source.Type == typ {
+			out = append(out, Watched{Due: w.Due, Key: k, Source: w.source})
+		}
+	}
+	return out
+}
+
 // Due lists the monitors a sweep at now has to look at: running ones past
 // their timeout or idle deadline (as last seen), and stopped ones whose
 // monitor_stopped is not delivered yet.
@@ -106,7 +127,7 @@ func (ix *Index) apply(e kvwatch.Entry) {
 	defer ix.mu.Unlock()
 	switch {
 	case now:
-		w := watched{Due: Due{AgentID: agentID, MonitorID: m.ID}, running: true, deadline: m.IdleDeadline()}
+		w := watched{Due: Due{AgentID: agentID, MonitorID: m.ID}, running: true, deadline: m.IdleDeadline(), source: m.Source}
 		if m.ExpiresAt != nil && (w.deadline.IsZero() || m.ExpiresAt.Before(w.deadline)) {
 			w.deadline = *m.ExpiresAt
 		}

@@ -294,8 +294,12 @@ func (r *StartRequest) source() (Source, error) {
 			return Source{}, subjects.Invalid("command must be one line")
 		}
 		return s, nil
+	case SourceSubject:
+		// Whether the agent may watch it is the store's SubjectPolicy's
+		// to say, with the agent's ID.
+		return s, nil
 	}
-	return Source{}, &subjects.Error{Code: CodeSourceNotServed, Message: fmt.Sprintf("monitors of a %s are not served yet: the command source (chime monitor run) is", s.Type), Status: 501}
+	return Source{}, &subjects.Error{Code: CodeSourceNotServed, Message: fmt.Sprintf("monitors of a %s are not served yet: commands (chime monitor run) and NATS subjects are", s.Type), Status: 501}
 }
 
 // pattern compiles a match or exclude expression (Go's RE2 syntax).

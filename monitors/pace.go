@@ -79,7 +79,10 @@ func (b *Batch) Empty() bool { return len(b.Lines) == 0 }
 // deliver and, when the batch ends the monitor, why (flood, max_events).
 // It changes m's counts, bucket and flood clock, and nothing else: the
 // caller stores them. Pure, so any replica computes the same.
-func Apply(m *Monitor, seq int64, lines []string, now time.Time, pace Pace) (Batch, string) {
+//
+// dropped counts lines the source itself dropped before this batch (an
+// in-chime source whose buffer was full): they count as suppressed.
+func Apply(m *Monitor, seq int64, lines []string, dropped int64, now time.Time, pace Pace) (Batch, string) {
 	f := newFilter(m)
 	var kept []string
 	for _, l := range lines {
@@ -91,6 +94,8 @@ func Apply(m *Monitor, seq int64, lines []string, now time.Time, pace Pace) (Bat
 		}
 	}
 	b := Batch{Seq: seq}
+	m.Suppressed += dropped
+	m.PendingSuppressed += dropped
 	if len(kept) == 0 {
 		m.NextSeq = seq + 1
 		return b, ""
@@ -101,9 +106,9 @@ func Apply(m *Monitor, seq int64, lines []string, now time.Time, pace Pace) (Bat
 	if m.MaxEvents > 0 {
 		allowed = min(allowed, int(max(m.MaxEvents-m.Events, 0)))
 	}
-	dropped := int64(len(kept) - allowed)
-	m.Suppressed += dropped
-	m.PendingSuppressed += dropped
+	dropped += int64(len(kept) - allowed)
+	m.Suppressed += int64(len(kept) - allowed)
+	m.PendingSuppressed += int64(len(kept) - allowed)
 	b.Lines = kept[:allowed]
 	if len(b.Lines) > 0 {
 		b.Suppressed, m.PendingSuppressed = m.PendingSuppressed, 0

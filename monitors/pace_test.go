@@ -34,7 +34,7 @@ func TestApplyFiltersAndCaps(t *testing.T) {
 	pace := monitors.Pace{Rate: 10, Burst: 100}
 	m := running("ERROR|WARN", "ignore", 0)
 	long := "ERROR " + strings.Repeat("é", monitors.MaxLineBytes)
-	b, stop := monitors.Apply(m, 0, []string{"ERROR one", "INFO two", "WARN ignore me", long, "WARN three\r\n"}, t0, pace)
+	b, stop := monitors.Apply(m, 0, []string{"ERROR one", "INFO two", "WARN ignore me", long, "WARN three\r\n"}, 0, t0, pace)
 	if stop != "" || len(b.Lines) != 3 || b.Lines[0] != "ERROR one" || b.Lines[2] != "WARN three" {
 		t.Fatalf("batch %q stop %q", b.Lines, stop)
 	}
@@ -45,7 +45,7 @@ func TestApplyFiltersAndCaps(t *testing.T) {
 	if m.Events != 3 || m.Filtered != 2 || m.Batches != 1 || m.NextSeq != 1 || m.LastEventAt == nil {
 		t.Fatalf("counts: %+v", m)
 	}
-	b, _ = monitors.Apply(m, 1, []string{"INFO only"}, t0.Add(time.Second), pace)
+	b, _ = monitors.Apply(m, 1, []string{"INFO only"}, 0, t0.Add(time.Second), pace)
 	if !b.Empty() || m.NextSeq != 2 || m.Batches != 1 || !m.LastEventAt.Equal(t0) {
 		t.Fatalf("filtered batch: %+v %+v", b, m)
 	}
@@ -58,17 +58,17 @@ func TestApplyFiltersAndCaps(t *testing.T) {
 func TestApplySuppressesAndStopsAFlood(t *testing.T) {
 	pace := monitors.Pace{Rate: 10, Burst: 20}
 	m := running("", "", 0)
-	b, _ := monitors.Apply(m, 0, lines(50, "line %d"), t0, pace)
+	b, _ := monitors.Apply(m, 0, lines(50, "line %d"), 0, t0, pace)
 	if len(b.Lines) != 20 || b.Suppressed != 30 || m.Suppressed != 30 || m.PendingSuppressed != 0 || m.FloodSince == nil {
 		t.Fatalf("first: %d lines, %+v", len(b.Lines), m)
 	}
 	// No token left: nothing delivered, the count waits for the next batch.
-	b, _ = monitors.Apply(m, 1, lines(5, "more %d"), t0, pace)
+	b, _ = monitors.Apply(m, 1, lines(5, "more %d"), 0, t0, pace)
 	if !b.Empty() || m.PendingSuppressed != 5 || m.Suppressed != 35 {
 		t.Fatalf("empty bucket: %+v %+v", b, m)
 	}
 	// A second later: 10 tokens; the batch carries the 5 dropped.
-	b, _ = monitors.Apply(m, 2, lines(10, "next %d"), t0.Add(time.Second), pace)
+	b, _ = monitors.Apply(m, 2, lines(10, "next %d"), 0, t0.Add(time.Second), pace)
 	env := monitors.EventEnvelope(m, &b, t0)
 	if len(b.Lines) != 10 || b.Suppressed != 5 || m.PendingSuppressed != 0 || !strings.HasSuffix(env.Text, "\n5 events suppressed") ||
 		env.ID != "monitor_m1_2" || env.Trust != "external" || !strings.HasPrefix(env.Text, "Monitor m1 (log):\nnext 0") {
@@ -81,7 +81,7 @@ func TestApplySuppressesAndStopsAFlood(t *testing.T) {
 	// Flooding from t0+10s on: stopped once 30 s have passed.
 	seq := int64(3)
 	for at := t0.Add(10 * time.Second); ; at = at.Add(200 * time.Millisecond) {
-		_, stop := monitors.Apply(m, seq, lines(40, "flood %d"), at, pace)
+		_, stop := monitors.Apply(m, seq, lines(40, "flood %d"), 0, at, pace)
 		seq++
 		if stop != "" {
 			if stop != monitors.ReasonFlood || at.Sub(t0.Add(10*time.Second)) != monitors.FloodFor {
@@ -99,10 +99,10 @@ func TestApplySuppressesAndStopsAFlood(t *testing.T) {
 // and stops the monitor.
 func TestApplyMaxEvents(t *testing.T) {
 	m := running("", "", 5)
-	if b, stop := monitors.Apply(m, 0, lines(3, "%d"), t0, monitors.DefaultPace); len(b.Lines) != 3 || stop != "" {
+	if b, stop := monitors.Apply(m, 0, lines(3, "%d"), 0, t0, monitors.DefaultPace); len(b.Lines) != 3 || stop != "" {
 		t.Fatalf("%+v %q", b, stop)
 	}
-	b, stop := monitors.Apply(m, 1, lines(3, "%d"), t0, monitors.DefaultPace)
+	b, stop := monitors.Apply(m, 1, lines(3, "%d"), 0, t0, monitors.DefaultPace)
 	if len(b.Lines) != 2 || stop != monitors.ReasonMaxEvents || m.Events != 5 {
 		t.Fatalf("%+v %q %+v", b, stop, m)
 	}

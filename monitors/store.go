@@ -39,6 +39,8 @@ type Config struct {
 	Count Counter
 	// Pace is how a monitor's events are paced (zero: DefaultPace).
 	Pace Pace
+	// Subjects says which NATS subjects agents may watch (zero: none).
+	Subjects SubjectPolicy
 }
 
 // Store reads and writes monitors.
@@ -52,6 +54,7 @@ type Store struct {
 	admit     Admission
 	count     Counter
 	pace      Pace
+	subjects  SubjectPolicy
 }
 
 // NewStore returns a Store.
@@ -66,12 +69,17 @@ func NewStore(c Config) *Store {
 		c.Pace = DefaultPace
 	}
 	return &Store{kv: c.KV, js: c.JS, inbox: c.Inbox, now: c.Now, retention: c.Retention, log: c.Log.With("component", "monitors"),
-		admit: c.Admit, count: c.Count, pace: c.Pace}
+		admit: c.Admit, count: c.Count, pace: c.Pace, subjects: c.Subjects}
 }
 
 // Start registers a running monitor. A start naming a monitor_id the
 // agent has already answers its record as it is (a retry).
 func (s *Store) Start(ctx context.Context, agentID string, spec *Spec) (*Monitor, error) {
+	if spec.Source.Type == SourceSubject {
+		if err := s.subjects.Check(agentID, spec.Source.Value); err != nil {
+			return nil, err
+		}
+	}
 	id := spec.MonitorID
 	if id == "" {
 		id = NewID()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/consumer"
@@ -20,6 +21,7 @@ import (
 )
 
 type env struct {
+	nc    *nats.Conn
 	store *monitors.Store
 	index *monitors.Index
 	res   *engine.Resources
@@ -30,8 +32,18 @@ type env struct {
 // running monitors an agent, with a clock the test moves.
 func newEnv(t *testing.T, max int) *env {
 	t.Helper()
-	_, res := natstest.Provisioned(t, natstest.Server(t))
-	e := &env{res: res, now: time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)}
+	return newEnvWith(t, max, monitors.SubjectPolicy{}, nil)
+}
+
+// newEnvWith is newEnv with the subjects agents may watch and, when now is
+// set, that clock instead of the test's.
+func newEnvWith(t *testing.T, max int, watchable monitors.SubjectPolicy, now func() time.Time) *env {
+	t.Helper()
+	nc, res := natstest.Provisioned(t, natstest.Server(t))
+	e := &env{nc: nc, res: res, now: time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)}
+	if now == nil {
+		now = func() time.Time { return e.now }
+	}
 	e.index = monitors.NewIndex(res.JS, engine.MonitorsBucket, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -41,8 +53,8 @@ func newEnv(t *testing.T, max int) *env {
 	t.Cleanup(func() { _ = e.index.Stop(context.Background()) })
 	e.store = monitors.NewStore(monitors.Config{
 		KV: res.Monitors, JS: res.JS, Inbox: consumer.NewInbox(res.JS, engine.InboxStream, 2*time.Minute, nil),
-		Now: func() time.Time { return e.now }, Retention: kvrec.Retention{JS: res.JS, After: time.Hour, Markers: time.Minute},
-		Admit: quotas.New(quotas.Config{MaxMonitors: max}), Count: e.index,
+		Now: now, Retention: kvrec.Retention{JS: res.JS, After: time.Hour, Markers: time.Minute},
+		Admit: quotas.New(quotas.Config{MaxMonitors: max}), Count: e.index, Subjects: watchable,
 	})
 	return e
 }

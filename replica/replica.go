@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -318,8 +319,13 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	taskStore := tasks.NewStore(tasks.Config{
 		KV: res.Tasks, Outputs: res.TaskOutputs, Inbox: inbox, JS: js, Now: time.Now, Retention: retention, Log: log, Admit: limits,
 	})
+	watchable, err := monitors.NewSubjectPolicy(strings.Split(cfg.MonitorSubjects, ","), engine.InternalSubjects())
+	if err != nil {
+		return nil, fmt.Errorf("config: CHIME_MONITOR_SUBJECTS: %w", err)
+	}
 	monitorStore := monitors.NewStore(monitors.Config{
 		KV: res.Monitors, JS: js, Inbox: inbox, Now: time.Now, Retention: retention, Log: log, Admit: limits, Count: monitorIndex,
+		Subjects: watchable,
 	})
 	settler := tasks.NewSettler(tasks.SettlerConfig{JS: js, Stream: engine.EventsStream, Store: taskStore, Log: log, Registerer: reg})
 	waitForSvc := waitfor.NewService(waitfor.Config{
@@ -347,6 +353,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	resolver := access.Resolver{Operators: operators, Tokens: tokens, Callbacks: triggerStore}
 	parts := []lifecycle.Service{
 		triggerIndex, waitForIndex, taskIndex, monitorIndex, monitors.NewSweeper(monitorStore, monitorIndex, log),
+		monitors.NewWatcher(monitors.WatcherConfig{NC: r.nc, Store: monitorStore, Index: monitorIndex, Leases: leases, Shards: cfg.Shards, Log: log}),
 		lifecycle.Parallel(callbackConsumer, waitConsumer, settler, waitForConsumer),
 		notes, r.storage, healer, archiver,
 		firing{leases: leases, sched: r.sched},
