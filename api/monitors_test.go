@@ -192,3 +192,29 @@ func TestSubjectMonitorOverNATS(t *testing.T) {
 		return false
 	}, "a published message as a monitor_event")
 }
+
+// TestMonitorTimeoutOnAReplica: the replica's sweep stops a monitor past
+// its timeout and one idle past its idle timeout, each with its
+// monitor_stopped, once.
+func TestMonitorTimeoutOnAReplica(t *testing.T) {
+	_, nc := startChime(t)
+	ctx := context.Background()
+	c, err := client.New(nc, "agent-o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var timed, idle monitors.Monitor
+	if err := c.Request(ctx, monitors.ActionStart, []byte(`{"description":"short","command":"x","timeout_ms":300}`), &timed); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Request(ctx, monitors.ActionStart, []byte(`{"description":"quiet","command":"x","persistent":true,"idle_timeout_ms":300}`), &idle); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 10*time.Second, func() bool { return len(fetchKind(t, c, subjects.KindMonitorStopped)) == 2 }, "both stopped")
+	for id, reason := range map[string]string{timed.ID: monitors.ReasonTimeout, idle.ID: monitors.ReasonIdleTimeout} {
+		var m monitors.Monitor
+		if err := c.Request(ctx, monitors.ActionGet, []byte(`{"monitor_id":"`+id+`"}`), &m); err != nil || m.StopReason != reason || m.DeliveredAt == nil {
+			t.Fatalf("%s: %+v %v", id, m, err)
+		}
+	}
+}
