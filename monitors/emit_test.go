@@ -2,7 +2,9 @@ package monitors_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -87,5 +89,48 @@ func TestSweepStopsOnTimeoutAndIdle(t *testing.T) {
 	}
 	if stops := e.inbox(t, "a1", subjects.KindMonitorStopped); len(stops) != 3 {
 		t.Fatalf("stops: %+v", stops)
+	}
+}
+
+// TestFloodOfAThousandLinesASecond: a source sending 1,000 lines a second
+// for 10 s (a batch of 100 lines every 100 ms: Gather sends a full batch
+// at once) makes at most one envelope a batch, and after the burst no more
+// than the bucket refills (10 lines a second): the lines let through are
+// a burst of 100 and then 10 a second, the rest counted and said in
+// "N events suppressed" lines; 10 s of flood is not yet a flood stop.
+func TestFloodOfAThousandLinesASecond(t *testing.T) {
+	e := newEnv(t, 0)
+	m := start(t, e, "a1", `{"description":"firehose","command":"yes","persistent":true}`)
+	var lines []string
+	for i := range 100 {
+		lines = append(lines, fmt.Sprintf("line %d", i))
+	}
+	start := e.now
+	for seq := int64(0); seq < 100; seq++ {
+		e.now = start.Add(time.Duration(seq) * 100 * time.Millisecond)
+		r, err := emit(e, "a1", m.ID, seq, lines...)
+		if err != nil || r.Status != monitors.Running {
+			t.Fatalf("batch %d: %+v %v", seq, r, err)
+		}
+	}
+	got, err := e.store.Get(context.Background(), "a1", m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := e.inbox(t, "a1", subjects.KindMonitorEvent)
+	// 100 at once, then 10 a second over the 9.9 s the batches span.
+	if len(events) > 100 || got.Events < 100+95 || got.Events > 100+99 || got.Events+got.Suppressed != 10000 || got.Batches != int64(len(events)) {
+		t.Fatalf("%d envelopes; record %+v", len(events), got)
+	}
+	said := int64(0)
+	for _, env := range events {
+		var d monitors.EventData
+		if err := json.Unmarshal(env.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		said += d.Suppressed
+	}
+	if said+got.PendingSuppressed != got.Suppressed {
+		t.Fatalf("suppressed said %d + pending %d, counted %d", said, got.PendingSuppressed, got.Suppressed)
 	}
 }
