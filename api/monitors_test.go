@@ -176,6 +176,11 @@ func TestSubjectMonitorOverNATS(t *testing.T) {
 	if err := c.Request(ctx, monitors.ActionStart, []byte(`{"description":"team","subject":"team.agent-s.>","exclude":"noise"}`), &m); err != nil {
 		t.Fatal(err)
 	}
+	err = c.Request(ctx, monitors.ActionEmit, []byte(`{"monitor_id":"`+m.ID+`","seq":0,"lines":["forged"]}`), &struct{}{})
+	var wire *subjects.Error
+	if !errors.As(err, &wire) || wire.Code != subjects.CodeInvalidRequest || !strings.Contains(wire.Message, "monitor.emit is for command monitors") {
+		t.Fatalf("an emit into a subject monitor: %v", err)
+	}
 	testwait.Eventually(t, 10*time.Second, func() bool {
 		if err := nc.Publish("team.agent-s.deploy", []byte("noise")); err != nil {
 			t.Fatal(err)

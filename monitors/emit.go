@@ -78,15 +78,20 @@ func MonitorStoppedError(m *Monitor) *subjects.Error {
 // record counts it, the inbox's dedup drops the repeat; after, its seq is
 // behind the record's.
 func (s *Store) Emit(ctx context.Context, agentID string, req *EmitRequest) (*EmitReply, error) {
-	return s.emit(ctx, agentID, req.MonitorID, *req.Seq, req.Lines, 0)
+	return s.emit(ctx, agentID, req.MonitorID, *req.Seq, req.Lines, 0, SourceCommand)
 }
 
-// emit is Emit for batch seq of lines, dropped lines before it counted
-// as suppressed.
-func (s *Store) emit(ctx context.Context, agentID, id string, seq int64, lines []string, dropped int64) (*EmitReply, error) {
+// emit is Emit for batch seq of lines of a monitor whose source is of
+// type from, dropped lines before it counted as suppressed.
+func (s *Store) emit(ctx context.Context, agentID, id string, seq int64, lines []string, dropped int64, from string) (*EmitReply, error) {
 	cur, rev, err := s.getRev(ctx, agentID, id)
 	if err != nil {
 		return nil, err
+	}
+	if cur.Source.Type != from {
+		// A subject's lines are chime's to send: an agent's would race
+		// the watch for its seqs.
+		return nil, subjects.Invalid(fmt.Sprintf("monitor %s watches a %s: chime sends its lines, monitor.emit is for command monitors", cur.ID, cur.Source.Type))
 	}
 	switch {
 	case seq < cur.NextSeq:

@@ -194,7 +194,7 @@ func (w *Watcher) run(ctx context.Context, m Watched) error {
 	log.Debug("watching a subject", "subject", m.Source.Value, "seq", seq)
 	err = Gather(ctx, lines, func(ctx context.Context, batch []string) error {
 		for n := 0; ; n++ {
-			r, err := w.cfg.Store.emit(ctx, m.AgentID, m.MonitorID, seq, batch, dropped.Swap(0))
+			r, err := w.cfg.Store.emit(ctx, m.AgentID, m.MonitorID, seq, batch, dropped.Swap(0), SourceSubject)
 			var wire *subjects.Error
 			switch {
 			case err == nil && r.Duplicate:
