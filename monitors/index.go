@@ -74,6 +74,10 @@ func (ix *Index) Start(ctx context.Context) error {
 // Stop ends the watch. Idempotent and safe without Start.
 func (ix *Index) Stop(ctx context.Context) error { return ix.watch.Stop(ctx) }
 
+// WaitSeen returns once the count holds the bucket's revision rev, ctx
+// ends or the watch stops.
+func (ix *Index) WaitSeen(ctx context.Context, rev uint64) error { return ix.watch.WaitSeen(ctx, rev) }
+
 // Running is how many of the agent's monitors run.
 func (ix *Index) Running(agentID string) int {
 	ix.mu.Lock()

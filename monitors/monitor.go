@@ -6,9 +6,12 @@
 // Records live in the monitors bucket, key <agent>.<monitor_id>; every
 // change is a CAS. The command source is an executor outside chime
 // (`chime monitor run -- CMD`) that sends the command's lines with
-// monitor.emit; chime filters them (match, exclude), caps them, paces
-// them with the record's token bucket, and delivers each batch under a
-// stable envelope ID, so a retried batch is stored once.
+// monitor.emit; the NATS subject source is watched inside chime, on the
+// replica holding the monitor's shard (Watcher). Either way chime filters
+// the lines (match, exclude), caps them, paces them with the record's
+// token bucket, and delivers each batch under a stable envelope ID, so a
+// retried batch is stored once. Every replica sweeps for timeouts
+// (Sweeper).
 package monitors
 
 import (
@@ -429,4 +432,4 @@ type Pace struct {
 }
 
 // DefaultPace lets a burst of 100 lines through, then 10 a second.
-var DefaultPace = Pace{Rate: 10, Burst: 100}
+func DefaultPace() Pace { return Pace{Rate: 10, Burst: 100} }

@@ -99,10 +99,10 @@ func TestApplySuppressesAndStopsAFlood(t *testing.T) {
 // and stops the monitor.
 func TestApplyMaxEvents(t *testing.T) {
 	m := running("", "", 5)
-	if b, stop := monitors.Apply(m, 0, lines(3, "%d"), 0, t0, monitors.DefaultPace); len(b.Lines) != 3 || stop != "" {
+	if b, stop := monitors.Apply(m, 0, lines(3, "%d"), 0, t0, monitors.DefaultPace()); len(b.Lines) != 3 || stop != "" {
 		t.Fatalf("%+v %q", b, stop)
 	}
-	b, stop := monitors.Apply(m, 1, lines(3, "%d"), 0, t0, monitors.DefaultPace)
+	b, stop := monitors.Apply(m, 1, lines(3, "%d"), 0, t0, monitors.DefaultPace())
 	if len(b.Lines) != 2 || stop != monitors.ReasonMaxEvents || m.Events != 5 {
 		t.Fatalf("%+v %q %+v", b, stop, m)
 	}

@@ -24,6 +24,25 @@ type Admission interface {
 // Counter counts an agent's live monitors (the Index).
 type Counter interface {
 	Running(agentID string) int
+	// WaitSeen returns once the count includes the bucket's revision rev.
+	WaitSeen(ctx context.Context, rev uint64) error
+}
+
+// seenWithin bounds how long a start or stop waits for the count to hold
+// its own write, so that the agent's next start on this replica is
+// counted against it; past it the reply goes anyway.
+const seenWithin = 2 * time.Second
+
+// counted waits, within seenWithin, until the count holds revision rev.
+func (s *Store) counted(ctx context.Context, rev uint64) {
+	if s.count == nil || rev == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, seenWithin)
+	defer cancel()
+	if err := s.count.WaitSeen(ctx, rev); err != nil {
+		s.log.Debug("monitor count behind its own write", "revision", rev, "err", err)
+	}
 }
 
 // Config says what a Store works on.
@@ -66,7 +85,7 @@ func NewStore(c Config) *Store {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
 	if c.Pace == (Pace{}) {
-		c.Pace = DefaultPace
+		c.Pace = DefaultPace()
 	}
 	return &Store{kv: c.KV, js: c.JS, inbox: c.Inbox, now: c.Now, retention: c.Retention, log: c.Log.With("component", "monitors"),
 		admit: c.Admit, count: c.Count, pace: c.Pace, subjects: c.Subjects}
@@ -108,10 +127,11 @@ func (s *Store) Start(ctx context.Context, agentID string, spec *Spec) (*Monitor
 		at := now.Add(spec.Timeout)
 		m.ExpiresAt = &at
 	}
-	stored, _, err := kvrec.Create(ctx, s.kv, Key(agentID, id), m, func(*Monitor) bool { return true })
+	stored, rev, err := kvrec.Create(ctx, s.kv, Key(agentID, id), m, func(*Monitor) bool { return true })
 	if err != nil {
 		return nil, fmt.Errorf("monitors: start %s: %w", id, err)
 	}
+	s.counted(ctx, rev)
 	return stored, nil
 }
 
@@ -196,6 +216,7 @@ func (s *Store) end(ctx context.Context, agentID, id, reason string, exitCode *i
 	if err != nil {
 		return nil, err
 	}
+	s.counted(ctx, rev)
 	return s.settle(ctx, m, rev)
 }
 

@@ -20,14 +20,14 @@ const MaxSubjectLen = 256
 // ID: "team.{agent}.>" lets each agent watch its own space.
 const AgentPlaceholder = "{agent}"
 
-// Denied are the subjects no monitor may overlap, whatever the operator
+// Denied returns the subjects no monitor may overlap, whatever the operator
 // allows: every agent's subjects (inboxes, requests), callbacks, replies
 // (which carry answers meant for one requester, tokens among them), and
 // chime's own; the subjects of chime's streams are added by
 // NewSubjectPolicy. A subject whose first token is a wildcard, or starts
 // with $ (NATS's system, JetStream, KV and services) or _ (replies), is
 // refused before these are looked at.
-var Denied = []string{"agent.>", "callback.>", "chime.>", "_INBOX.>", "_R_.>"}
+func Denied() []string { return []string{"agent.>", "callback.>", "chime.>", "_INBOX.>", "_R_.>"} }
 
 // SubjectPolicy says which subjects an agent may watch: the subset of the
 // operator's allowed patterns (CHIME_MONITOR_SUBJECTS) that overlaps
@@ -42,7 +42,7 @@ type SubjectPolicy struct {
 // A pattern that would open a denied subject is an error, so that a
 // mistake in the configuration fails at start rather than opening inboxes.
 func NewSubjectPolicy(allow, internal []string) (SubjectPolicy, error) {
-	p := SubjectPolicy{denied: append(slices.Clone(Denied), internal...)}
+	p := SubjectPolicy{denied: append(Denied(), internal...)}
 	for _, a := range allow {
 		a = strings.TrimSpace(a)
 		if a == "" {
