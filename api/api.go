@@ -24,6 +24,7 @@ import (
 	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/deliveries"
+	"github.com/chime-nats/chime/monitors"
 	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/questions"
 	"github.com/chime-nats/chime/quotas"
@@ -61,6 +62,8 @@ type Config struct {
 	WaitFor *waitfor.Service
 	// Tasks, when set, serves agent.<id>.task.*.
 	Tasks *tasks.Store
+	// Monitors, when set, serves agent.<id>.monitor.*.
+	Monitors *monitors.Store
 	// Agents and Deliveries, when set, serve the operators' views: the
 	// agent list, an agent's recent deliveries and their live feed.
 	Agents     *agents.Store
@@ -90,6 +93,7 @@ type Operations struct {
 	panics     *prometheus.CounterVec
 	waitFor    *waitfor.Service
 	tasks      *tasks.Store
+	monitors   *monitors.Store
 	agents     *agents.Store
 	deliveries *deliveries.Reader
 	inbox      *deliveries.Inbox
@@ -116,7 +120,7 @@ func NewOperations(c Config) *Operations {
 	reg := c.Registerer
 	o := &Operations{
 		store: c.Timers, waits: c.Waits, waitOps: c.WaitRequests, triggers: c.Triggers, callbacks: c.Callbacks, tokens: c.Tokens, quotas: c.Quotas, tz: c.TimeZone, now: c.Now,
-		waitFor: c.WaitFor, tasks: c.Tasks, notifications: c.Notifications,
+		waitFor: c.WaitFor, tasks: c.Tasks, monitors: c.Monitors, notifications: c.Notifications,
 		agents: c.Agents, deliveries: c.Deliveries, inbox: c.Inbox,
 		log: c.Log.With("component", "api"), streams: openStreams{byPrincipal: map[string]map[uint64]context.CancelFunc{}},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{

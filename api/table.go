@@ -16,6 +16,7 @@ func (o *Operations) features() [][]action.Action {
 		o.waitFor.Actions(o.quotas),
 		o.questions.Actions(o.quotas),
 		o.tasks.Actions(),
+		o.monitors.Actions(),
 		o.notifications.Actions(o.quotas),
 		o.inbox.Actions(),
 	}

@@ -66,6 +66,12 @@ Usage:
                                    run CMD as a task: prints {"task_id"} at once, streams its output to
                                    the task, reports completed|failed (exit_code)|interrupted, prints the
                                    record; stays in the foreground until CMD ends (background it with &)
+  chime monitor run [--agent ID] [--id MON] [--description D] [--match RE] [--exclude RE]
+                    [--timeout-ms N | --persistent] [--max-events N] [--idle-timeout-ms N] -- CMD ARGS...
+                                   run CMD as a monitor's source: prints {"monitor_id"} at once, sends
+                                   each stdout line as an event (batched within 200 ms), stops the
+                                   monitor with CMD's exit code when it ends and CMD when the monitor
+                                   is stopped; prints the record (background it with &)
   chime agent token [--revoke] [--agent ID]   issue (print once) or revoke the agent's tokens
   chime nats-config --dir DIR      write chime's NATS keys to DIR, print the servers' authorization
   chime callback reset [--mode wake_hint|enqueue_message] [--agent ID]
@@ -111,6 +117,8 @@ func (a *App) Run(ctx context.Context, args []string) error {
 		return a.notify(ctx, args[1:])
 	case "task":
 		return a.task(ctx, args[1:])
+	case "monitor":
+		return a.monitor(ctx, args[1:])
 	case "inbox":
 		return a.inbox(ctx, args[1:])
 	case "mcp":

@@ -86,6 +86,8 @@ type Config struct {
 	MaxTaskOutputBytes ByteSize `envconfig:"MAX_TASK_OUTPUT_BYTES_PER_AGENT" default:"1GiB" desc:"task output one agent may keep stored (appended parts and outputs over 16 KiB, until their tasks expire); 0: no limit"`
 	MaxWaitFors        int      `envconfig:"MAX_WAITFORS_PER_AGENT" default:"1000" desc:"live WaitFor registrations (one a scope) one agent may have; 0: no limit"`
 	MaxMCPTasks        int      `envconfig:"MAX_MCP_TASKS_PER_AGENT" default:"1000" desc:"MCP tasks one agent may hold (going, or ended and not read yet); 0: no limit"`
+	MaxMonitors        int      `envconfig:"MAX_MONITORS_PER_AGENT" default:"20" desc:"running monitors one agent may have; 0: no limit"`
+	MonitorSubjects    string   `envconfig:"MONITOR_SUBJECTS" default:"" desc:"NATS subject patterns, comma-separated, agents' monitors may watch ({agent} stands for the agent's ID); empty: none"`
 	NotifyRate         float64  `envconfig:"NOTIFY_RATE" default:"50" desc:"notifies one agent may send per second, on each replica, in bursts of twice as many; 0: no limit"`
 	MaxStreams         int      `envconfig:"MAX_STREAMS_PER_PRINCIPAL" default:"32" desc:"event streams (SSE) one principal (an agent, an operator token, loopback without a token) may hold open on each replica; 0: no limit"`
 	InboxMaxBytes      ByteSize `envconfig:"INBOX_MAX_BYTES" default:"1GiB" desc:"size of the inbox stream; the oldest deliveries go beyond it; 0: no limit"`
@@ -105,6 +107,7 @@ type Config struct {
 	NotificationsMaxBytes ByteSize `envconfig:"NOTIFICATIONS_MAX_BYTES" default:"128MiB" desc:"size of the notifications bucket (chime_notifications); 0: no limit"`
 	QuestionsMaxBytes     ByteSize `envconfig:"QUESTIONS_MAX_BYTES" default:"32MiB" desc:"size of the questions bucket (chime_questions); 0: no limit"`
 	MCPTasksMaxBytes      ByteSize `envconfig:"MCP_TASKS_MAX_BYTES" default:"32MiB" desc:"size of the MCP task handles bucket (chime_mcp_tasks); 0: no limit"`
+	MonitorsMaxBytes      ByteSize `envconfig:"MONITORS_MAX_BYTES" default:"32MiB" desc:"size of the monitors bucket (chime_monitors); 0: no limit"`
 	WaitForMaxBytes       ByteSize `envconfig:"WAITFOR_MAX_BYTES" default:"64MiB" desc:"size of the WaitFor registrations bucket (chime_waitfor); 0: no limit"`
 	IdempotencyMaxBytes   ByteSize `envconfig:"IDEMPOTENCY_MAX_BYTES" default:"128MiB" desc:"size of the callback Idempotency-Key bucket (chime_idempotency, keys kept a day); 0: no limit"`
 	TokensMaxBytes        ByteSize `envconfig:"TOKENS_MAX_BYTES" default:"16MiB" desc:"size of the agent tokens bucket (chime_tokens); 0: no limit"`
@@ -282,6 +285,9 @@ func (c *Config) validateLimits() error {
 	if c.MaxWaitsPerAgent < 0 {
 		return fmt.Errorf("config: CHIME_MAX_WAITS_PER_AGENT must be 0 (no limit) or positive, not %d", c.MaxWaitsPerAgent)
 	}
+	if c.MaxMonitors < 0 {
+		return fmt.Errorf("config: CHIME_MAX_MONITORS_PER_AGENT must be 0 (no limit) or positive, not %d", c.MaxMonitors)
+	}
 	if c.MaxMCPTasks < 0 {
 		return fmt.Errorf("config: CHIME_MAX_MCP_TASKS_PER_AGENT must be 0 (no limit) or positive, not %d", c.MaxMCPTasks)
 	}
@@ -306,7 +312,7 @@ func (c *Config) validateLimits() error {
 		{"CHIME_HISTORY_MAX_BYTES", c.HistoryMaxBytes},
 		{"CHIME_TIMERS_MAX_BYTES", c.TimersMaxBytes}, {"CHIME_WAITS_MAX_BYTES", c.WaitsMaxBytes},
 		{"CHIME_TASKS_MAX_BYTES", c.TasksMaxBytes}, {"CHIME_TASK_OUTPUTS_MAX_BYTES", c.TaskOutputsMaxBytes},
-		{"CHIME_NOTIFICATIONS_MAX_BYTES", c.NotificationsMaxBytes}, {"CHIME_QUESTIONS_MAX_BYTES", c.QuestionsMaxBytes}, {"CHIME_MCP_TASKS_MAX_BYTES", c.MCPTasksMaxBytes},
+		{"CHIME_NOTIFICATIONS_MAX_BYTES", c.NotificationsMaxBytes}, {"CHIME_QUESTIONS_MAX_BYTES", c.QuestionsMaxBytes}, {"CHIME_MCP_TASKS_MAX_BYTES", c.MCPTasksMaxBytes}, {"CHIME_MONITORS_MAX_BYTES", c.MonitorsMaxBytes},
 		{"CHIME_WAITFOR_MAX_BYTES", c.WaitForMaxBytes}, {"CHIME_IDEMPOTENCY_MAX_BYTES", c.IdempotencyMaxBytes},
 		{"CHIME_TOKENS_MAX_BYTES", c.TokensMaxBytes}, {"CHIME_TRIGGERS_MAX_BYTES", c.TriggersMaxBytes},
 		{"CHIME_AGENTS_MAX_BYTES", c.AgentsMaxBytes},

@@ -59,6 +59,8 @@ const (
 	// with the record retention after its last refresh), then, once its end
 	// is read, read.<agent>.<mcp task> (an hour).
 	MCPTasksBucket = "chime_mcp_tasks"
+	// MonitorsBucket holds monitor records, key <agent>.<monitor>.
+	MonitorsBucket = "chime_monitors"
 	// TasksBucket holds task records, key <agent>.<task>; owner=<task>
 	// (which agent holds the ID); <agent>.<task>.<seq> (appended output).
 	TasksBucket = "chime_tasks"
@@ -272,6 +274,8 @@ func LimitVar(name string) string {
 		return "CHIME_QUESTIONS_MAX_BYTES"
 	case MCPTasksBucket:
 		return "CHIME_MCP_TASKS_MAX_BYTES"
+	case MonitorsBucket:
+		return "CHIME_MONITORS_MAX_BYTES"
 	case WaitForBucket:
 		return "CHIME_WAITFOR_MAX_BYTES"
 	case IdempotencyBucket:
@@ -362,13 +366,26 @@ type Resources struct {
 	WaitFor     jetstream.KeyValue
 	Questions   jetstream.KeyValue
 	// MCPTasks holds MCP task handles.
-	MCPTasks    jetstream.KeyValue
+	MCPTasks jetstream.KeyValue
+	// Monitors holds monitor records.
+	Monitors    jetstream.KeyValue
 	Tasks       jetstream.KeyValue
 	TaskOutputs jetstream.ObjectStore
 	// Notifications holds notifications and their update sequence.
 	Notifications jetstream.KeyValue
 	// Sessions holds where agents and callback senders are connected.
 	Sessions jetstream.KeyValue
+}
+
+// InternalSubjects are the subjects of chime's streams: what chime
+// publishes and consumes itself (inboxes included), which no principal
+// may watch (see the monitors' subject source).
+func InternalSubjects() []string {
+	var out []string
+	for _, c := range streams(Topology{}) {
+		out = append(out, c.Subjects...)
+	}
+	return out
 }
 
 // buckets are the KV buckets chime keeps, as configured for t. The record
@@ -388,8 +405,9 @@ type Resources struct {
 //   - timers, waits: creates; and fires whose record grows (a finished one
 //     takes a TTL header), which the scheduler retries until there is room:
 //     the alert on chime_storage_bucket_bytes comes well before.
-//   - tasks, questions, notifications, WaitFor: the agent's new ones, and
-//     growing updates (a task's output, an answer).
+//   - tasks, questions, notifications, WaitFor, monitors: the agent's new
+//     ones, and growing updates (a task's output, an answer, a monitor's
+//     counts).
 //   - triggers, tokens, agents: new triggers, tokens, lifecycle changes; an
 //     operator's revoke is a removal and goes through.
 //   - idempotency: callbacks with a new Idempotency-Key (the sender retries);
@@ -401,6 +419,7 @@ func buckets(t Topology) []jetstream.KeyValueConfig {
 	return append(recordBuckets(t), []jetstream.KeyValueConfig{
 		{Bucket: QuestionsBucket, Description: "chime questions to operators, key <agent>.<question>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(), MaxBytes: t.maxBytes(QuestionsBucket)},
 		{Bucket: MCPTasksBucket, Description: "chime MCP task handles: live.<agent>.<mcp task>, read.<agent>.<mcp task>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(), MaxBytes: t.maxBytes(MCPTasksBucket)},
+		{Bucket: MonitorsBucket, Description: "chime monitor records, key <agent>.<monitor>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(), MaxBytes: t.maxBytes(MonitorsBucket)},
 		{Bucket: TasksBucket, Description: "chime task records, key <agent>.<task>", History: 1, Replicas: t.Replicas, LimitMarkerTTL: t.Markers(), MaxBytes: t.maxBytes(TasksBucket)},
 		// No TTL and no marker TTL: a removal's marker is how a follower
 		// behind learns of it, so it stays until compacted on purpose.
@@ -612,7 +631,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, t Topology) (*Resour
 		Tasks: kvs[TasksBucket], TaskOutputs: obs[TaskOutputsBucket], Counts: kvs[CountsBucket],
 		JS: js, Timers: timers, Waits: waits, Agents: kvs[AgentsBucket],
 		Leases: kvs[LeasesBucket], Triggers: kvs[TriggersBucket], Idempotency: kvs[IdempotencyBucket],
-		Tokens: kvs[TokensBucket], WaitFor: kvs[WaitForBucket], Questions: kvs[QuestionsBucket], MCPTasks: kvs[MCPTasksBucket],
+		Tokens: kvs[TokensBucket], WaitFor: kvs[WaitForBucket], Questions: kvs[QuestionsBucket], MCPTasks: kvs[MCPTasksBucket], Monitors: kvs[MonitorsBucket],
 		Notifications: kvs[NotificationsBucket], Sessions: kvs[SessionsBucket],
 	}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chime-nats/chime/deliveries"
+	"github.com/chime-nats/chime/monitors"
 	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/prompts"
 	"github.com/chime-nats/chime/questions"
@@ -57,6 +58,13 @@ type action struct {
 	name   string
 	valid  string
 	decode func([]byte) error
+}
+
+// instead names, per prompt, for a field that is one of a group of which
+// one is required (a monitor's source), the other member and the value a
+// body without it takes: optional there means optional given the other.
+var instead = map[string]map[string][2]string{
+	"monitors.md": {"command": {"subject", `"ci.>"`}, "subject": {"command", `"make"`}},
 }
 
 func strict[T any](check func(*T) error) func([]byte) error {
@@ -122,7 +130,16 @@ var toolPrompts = []struct {
 		{"output", `{"task_id":"t1","offset":10,"limit":100}`, func(b []byte) error { _, err := tasks.DecodeTaskOutput(b); return err }},
 		{"append", `{"task_id":"t1","seq":0,"data":"aGk="}`, func(b []byte) error { _, err := tasks.DecodeAppendOutput(b); return err }},
 	}},
+	{"monitors.md", jsonFields(monitors.StartRequest{}, monitors.StopRequest{}, monitors.Ref{}, monitors.ListRequest{}), []action{
+		{"start", `{"description":"CI log","command":"make test","match":"FAIL","exclude":"skip","timeout_ms":60000,"max_events":10,"idle_timeout_ms":5000}`, decodeMonitorStart},
+		{"start", `{"description":"CI log","subject":"ci.>","persistent":true}`, decodeMonitorStart},
+		{"stop", `{"monitor_id":"m1","exit_code":2}`, func(b []byte) error { _, err := monitors.DecodeStop(b); return err }},
+		{"get", `{"monitor_id":"m1"}`, func(b []byte) error { _, err := monitors.DecodeRef(b); return err }},
+		{"list", `{"limit":5}`, func(b []byte) error { _, err := monitors.DecodeList(b); return err }},
+	}},
 }
+
+func decodeMonitorStart(b []byte) error { _, err := monitors.DecodeStart(b); return err }
 
 // decodeAsk and decodeListQuestions are the question decoders in the
 // shape of an action's.
@@ -168,7 +185,15 @@ func TestPromptsMatchCode(t *testing.T) {
 					if !doc.Applies(a.name) {
 						t.Errorf("%s: field %s is used but documented only for %v", a.name, name, doc.For)
 					}
-					err := a.decode(marshal(t, body, name, nil))
+					without := marshal(t, body, name, nil)
+					if alt, ok := instead[p.file][name]; ok {
+						b := map[string]json.RawMessage{}
+						if err := json.Unmarshal(without, &b); err != nil {
+							t.Fatal(err)
+						}
+						without = marshal(t, b, alt[0], json.RawMessage(alt[1]))
+					}
+					err := a.decode(without)
 					if doc.Required && err == nil {
 						t.Errorf("%s: %s is documented as required, but a body without it is accepted", a.name, name)
 					}

@@ -46,10 +46,11 @@ const (
 	Notifies     = "notifies"
 	Streams      = "streams"
 	MCPTasks     = "mcp_tasks"
+	Monitors     = "monitors"
 )
 
 // kinds are every refusal kind, each a series from the start.
-var kinds = []string{Timers, Waits, Interval, Rate, Questions, RunningTasks, TaskStarts, TaskOutput, WaitFors, Notifies, Streams, MCPTasks}
+var kinds = []string{Timers, Waits, Interval, Rate, Questions, RunningTasks, TaskStarts, TaskOutput, WaitFors, Notifies, Streams, MCPTasks, Monitors}
 
 // Config sets the limits; a zero limit is off.
 type Config struct {
@@ -93,6 +94,9 @@ type Config struct {
 	// MaxMCPTasks bounds the MCP tasks an agent holds
 	// (CHIME_MAX_MCP_TASKS_PER_AGENT).
 	MaxMCPTasks int
+	// MaxMonitors bounds an agent's running monitors
+	// (CHIME_MAX_MONITORS_PER_AGENT).
+	MaxMonitors int
 
 	Now        func() time.Time
 	Registerer prometheus.Registerer
@@ -168,6 +172,14 @@ func (q *Quotas) Question(agentID string, open int) error {
 func (q *Quotas) MCPTask(agentID string, held int) error {
 	return q.counted(MCPTasks, held, q.cfg.MaxMCPTasks,
 		"agent %s holds %d MCP tasks; at most %d are allowed (CHIME_MAX_MCP_TASKS_PER_AGENT): read the ended ones with tasks/get", agentID)
+}
+
+// Monitor admits one more running monitor for an agent that has running
+// of them: each holds a record and a source, and a monitor that floods
+// costs the inbox, so an agent in a loop must not start them unbounded.
+func (q *Quotas) Monitor(agentID string, running int) error {
+	return q.counted(Monitors, running, q.cfg.MaxMonitors,
+		"agent %s has %d running monitors; at most %d are allowed (CHIME_MAX_MONITORS_PER_AGENT): stop one with monitor.stop", agentID)
 }
 
 // counted admits one more of kind for an agent that has n of them, under

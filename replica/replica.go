@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +35,7 @@ import (
 	"github.com/chime-nats/chime/internal/lifecycle"
 	"github.com/chime-nats/chime/internal/secret"
 	"github.com/chime-nats/chime/mcp"
+	"github.com/chime-nats/chime/monitors"
 	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/partitions"
 	"github.com/chime-nats/chime/questions"
@@ -220,7 +222,8 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 			engine.TimersBucket: int64(cfg.TimersMaxBytes), engine.WaitsBucket: int64(cfg.WaitsMaxBytes),
 			engine.TasksBucket: int64(cfg.TasksMaxBytes), engine.TaskOutputsBucket: int64(cfg.TaskOutputsMaxBytes),
 			engine.NotificationsBucket: int64(cfg.NotificationsMaxBytes), engine.QuestionsBucket: int64(cfg.QuestionsMaxBytes), engine.MCPTasksBucket: int64(cfg.MCPTasksMaxBytes),
-			engine.WaitForBucket: int64(cfg.WaitForMaxBytes), engine.IdempotencyBucket: int64(cfg.IdempotencyMaxBytes),
+			engine.MonitorsBucket: int64(cfg.MonitorsMaxBytes),
+			engine.WaitForBucket:  int64(cfg.WaitForMaxBytes), engine.IdempotencyBucket: int64(cfg.IdempotencyMaxBytes),
 			engine.TokensBucket: int64(cfg.TokensMaxBytes), engine.TriggersBucket: int64(cfg.TriggersMaxBytes),
 			engine.AgentsBucket: int64(cfg.AgentsMaxBytes),
 		},
@@ -298,6 +301,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	})
 	waitForIndex := waitfor.NewIndex(js, engine.WaitForBucket, log)
 	taskIndex := tasks.NewIndex(js, engine.TasksBucket, log)
+	monitorIndex := monitors.NewIndex(js, engine.MonitorsBucket, log)
 	var counter quotas.Counter = r.sched
 	if layout.Sharded() {
 		counter = scheduler.NewCounts(js, res.Counts, time.Now)
@@ -307,13 +311,21 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		Rate: cfg.CreateRate, Burst: cfg.CreateBurst,
 		MaxRunningTasks: cfg.MaxRunningTasks, MaxTaskOutputBytes: int64(cfg.MaxTaskOutputBytes), Tasks: taskIndex, TaskStartRate: cfg.TaskStartRate,
 		MaxWaitFors: cfg.MaxWaitFors, WaitFors: waitForIndex, NotifyRate: cfg.NotifyRate, MaxStreams: cfg.MaxStreams,
-		MaxMCPTasks: cfg.MaxMCPTasks,
-		Registerer:  reg,
+		MaxMCPTasks: cfg.MaxMCPTasks, MaxMonitors: cfg.MaxMonitors,
+		Registerer: reg,
 	})
 	// WaitFor's task check is wired where tasks are (waitfor.TaskLookup).
 	waitForStore := waitfor.NewStore(res.WaitFor, time.Now, retention)
 	taskStore := tasks.NewStore(tasks.Config{
 		KV: res.Tasks, Outputs: res.TaskOutputs, Inbox: inbox, JS: js, Now: time.Now, Retention: retention, Log: log, Admit: limits,
+	})
+	watchable, err := monitors.NewSubjectPolicy(strings.Split(cfg.MonitorSubjects, ","), engine.InternalSubjects())
+	if err != nil {
+		return nil, fmt.Errorf("config: CHIME_MONITOR_SUBJECTS: %w", err)
+	}
+	monitorStore := monitors.NewStore(monitors.Config{
+		KV: res.Monitors, JS: js, Inbox: inbox, Now: time.Now, Retention: retention, Log: log, Admit: limits, Count: monitorIndex,
+		Subjects: watchable,
 	})
 	settler := tasks.NewSettler(tasks.SettlerConfig{JS: js, Stream: engine.EventsStream, Store: taskStore, Log: log, Registerer: reg})
 	waitForSvc := waitfor.NewService(waitfor.Config{
@@ -335,12 +347,13 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		Timers: store, Waits: waitStore, WaitRequests: waits.NewRequests(waitStore, inbox, js, time.Now, log),
 		Triggers: triggerStore, Callbacks: callbacks.NewService(triggerStore, inbox, js, engine.InboxStream, time.Now, log), Log: log, TimeZone: cfg.TimeZone,
 		Quotas: limits, Registerer: reg, WaitFor: waitForSvc,
-		Tasks: taskStore, Notifications: notes,
+		Tasks: taskStore, Monitors: monitorStore, Notifications: notes,
 		Agents: agentStore, Deliveries: reader, Inbox: deliveries.NewInbox(reader, agentStore),
 	})
 	resolver := access.Resolver{Operators: operators, Tokens: tokens, Callbacks: triggerStore}
 	parts := []lifecycle.Service{
-		triggerIndex, waitForIndex, taskIndex,
+		triggerIndex, waitForIndex, taskIndex, monitorIndex, monitors.NewSweeper(monitorStore, monitorIndex, log),
+		monitors.NewWatcher(monitors.WatcherConfig{NC: r.nc, Store: monitorStore, Index: monitorIndex, Leases: leases, Shards: cfg.Shards, Log: log}),
 		lifecycle.Parallel(callbackConsumer, waitConsumer, settler, waitForConsumer),
 		notes, r.storage, healer, archiver,
 		firing{leases: leases, sched: r.sched},

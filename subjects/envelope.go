@@ -24,6 +24,10 @@ const (
 	KindSystemWake    = "system_wake"
 	KindAnswer        = "answer"
 	KindTaskResult    = "task_result"
+	// KindMonitorEvent carries a batch of a monitor's events, and
+	// KindMonitorStopped says a monitor ended and why.
+	KindMonitorEvent   = "monitor_event"
+	KindMonitorStopped = "monitor_stopped"
 )
 
 // Trust levels of a delivery.

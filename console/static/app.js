@@ -519,6 +519,32 @@
     $('k-empty').hidden = $('k-list').children.length > 0;
   });
 
+  // --- monitors ---------------------------------------------------------------
+  // Their events are in the inbox list below; here, where each stands.
+  const loadMonitors = paged(() => agentPath(state.agent) + '/monitors?limit=50', 'm-more', (res, append) => {
+    const items = (res.monitors || []).map((m) => el('li', { 'data-id': m.monitor_id },
+      el('span', { class: 'kind', text: m.status }), el('code', { text: m.monitor_id }), ' ',
+      el('span', { class: 'desc', text: m.description }),
+      el('div', { class: 'meta', text: `${m.source.type}: ${m.source.value}` }),
+      el('div', { class: 'meta counts', text: `${m.events} events, ${m.batches} batches` +
+        (m.suppressed ? `, ${m.suppressed} suppressed` : '') + (m.filtered ? `, ${m.filtered} filtered` : '') +
+        (m.stop_reason ? ` · stopped: ${m.stop_reason}` + (m.exit_code !== undefined ? ` (exit ${m.exit_code})` : '') : '') }),
+      m.status === 'running' ? el('div', {}, el('button', { type: 'button', text: 'Stop', onclick: () => stopMonitor(m.monitor_id) })) : null));
+    if (append) {
+      for (const i of items) $('m-list').querySelector(`[data-id="${CSS.escape(i.dataset.id)}"]`)?.remove();
+      $('m-list').append(...items);
+    } else $('m-list').replaceChildren(...items);
+    $('m-empty').hidden = $('m-list').children.length > 0;
+  });
+
+  async function stopMonitor(id) {
+    try {
+      await api('POST', controlPath(state.agent) + '/monitors/' + enc(id) + '/stop', {}, state.ctl?.signal);
+      showResult('m-result', null, 'stopped ' + id);
+      refreshSoon();
+    } catch (e) { showResult('m-result', e); }
+  }
+
   async function showOutput(taskID) {
     const pre = $('k-output');
     pre.hidden = false;
@@ -570,7 +596,7 @@
   // --- the agent's panels ---------------------------------------------------
   async function refreshAgent() {
     const signal = state.ctl.signal;
-    await Promise.all([loadQuestions, loadTimers, loadWaits, loadTasks].map(async (load) => {
+    await Promise.all([loadQuestions, loadTimers, loadWaits, loadTasks, loadMonitors].map(async (load) => {
       try { await load(signal); } catch (e) { if (!signal.aborted) console.warn(e); }
     }));
   }
@@ -604,7 +630,7 @@
     const url = new URL(location.href);
     if (agent) url.searchParams.set('agent', agent); else url.searchParams.delete('agent');
     history.replaceState(null, '', url);
-    for (const id of ['notif-list', 'q-list', 't-list', 'w-list', 'k-list', 'd-list']) $(id).replaceChildren();
+    for (const id of ['notif-list', 'q-list', 't-list', 'w-list', 'k-list', 'm-list', 'd-list']) $(id).replaceChildren();
     $('k-output').hidden = true;
     loadNotifications(signal).catch((e) => { if (!signal.aborted) flash(e); });
     if (agent) {
@@ -630,7 +656,7 @@
     for (const b of document.querySelectorAll('#i-form button[type="button"]')) b.addEventListener('click', () => intervene(b.dataset.action));
     $('token-dialog').addEventListener('cancel', (ev) => ev.preventDefault()); // nothing works without it
     setInterval(tickWaits, 200);
-    // Questions, timers, waits and tasks have no stream of their own:
+    // Questions, timers, waits, tasks and monitors have no stream of their own:
     // deliveries refresh them at once, and this catches the rest.
     setInterval(() => { if (state.agent && !document.hidden) refreshAgent(); }, 2000);
     setInterval(() => { if (!document.hidden) loadAgents(); }, 15000);

@@ -127,13 +127,13 @@ exponent (values read 1000000 as a float).
   "timersMaxBytes" "CHIME_TIMERS_MAX_BYTES" "waitsMaxBytes" "CHIME_WAITS_MAX_BYTES"
   "tasksMaxBytes" "CHIME_TASKS_MAX_BYTES" "taskOutputsMaxBytes" "CHIME_TASK_OUTPUTS_MAX_BYTES"
   "notificationsMaxBytes" "CHIME_NOTIFICATIONS_MAX_BYTES" "questionsMaxBytes" "CHIME_QUESTIONS_MAX_BYTES"
-  "mcpTasksMaxBytes" "CHIME_MCP_TASKS_MAX_BYTES"
+  "mcpTasksMaxBytes" "CHIME_MCP_TASKS_MAX_BYTES" "monitorsMaxBytes" "CHIME_MONITORS_MAX_BYTES"
   "waitForMaxBytes" "CHIME_WAITFOR_MAX_BYTES" "idempotencyMaxBytes" "CHIME_IDEMPOTENCY_MAX_BYTES"
   "tokensMaxBytes" "CHIME_TOKENS_MAX_BYTES" "triggersMaxBytes" "CHIME_TRIGGERS_MAX_BYTES"
   "agentsMaxBytes" "CHIME_AGENTS_MAX_BYTES"
   "maxRunningTasksPerAgent" "CHIME_MAX_RUNNING_TASKS_PER_AGENT" "taskStartRate" "CHIME_TASK_START_RATE"
   "maxTaskOutputBytesPerAgent" "CHIME_MAX_TASK_OUTPUT_BYTES_PER_AGENT" "maxWaitForsPerAgent" "CHIME_MAX_WAITFORS_PER_AGENT"
-  "maxMcpTasksPerAgent" "CHIME_MAX_MCP_TASKS_PER_AGENT"
+  "maxMcpTasksPerAgent" "CHIME_MAX_MCP_TASKS_PER_AGENT" "maxMonitorsPerAgent" "CHIME_MAX_MONITORS_PER_AGENT" "monitorSubjects" "CHIME_MONITOR_SUBJECTS"
   "notifyRate" "CHIME_NOTIFY_RATE" "maxStreamsPerPrincipal" "CHIME_MAX_STREAMS_PER_PRINCIPAL" }}
 {{- range $key, $v := .Values.config }}
 {{- if not (hasKey $names $key) }}
