@@ -14,7 +14,7 @@ import (
 func (s *Store) Actions(q *quotas.Quotas) []action.Action {
 	ref := action.Path(map[string]string{"timer_id": "timer_id"})
 	return append([]action.Action{
-		{Name: subjects.ActionTimerCreate, Tool: &action.Tool{Prompt: "timers.md"}, Body: "{duration_ms, interval_ms?, summary?, authority_class?, request_id?} or {cron, tz?, dst_repeated?, dst_skipped?, catchup?, catchup_window_ms?, jitter?, jitter_max_ms?, start_at?, end_at?, max_fires?, summary?, ...}", Reply: "timer record", Access: action.Agent, Summary: "create a one-shot, repeating or calendar (cron, time zone) timer that fires into the agent's inbox",
+		{Name: subjects.ActionTimerCreate, Tool: &action.Tool{Prompt: "timers.md"}, Body: "{duration_ms, interval_ms?, summary?, authority_class?, request_id?} or {cron, tz?, dst_repeated?, dst_skipped?, catchup?, catchup_window_ms?, jitter?, jitter_max_ms?, start_at?, end_at?, max_fires?, summary?, request_id?}", Reply: "timer record", Access: action.Agent, Summary: "create a one-shot, repeating or calendar (cron, time zone) timer that fires into the agent's inbox",
 			HTTP:   action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/timers", http.StatusCreated, nil),
 			Handle: func(ctx context.Context, r action.Request) (any, error) { return s.create(ctx, q, r) }},
 		{Name: subjects.ActionTimerList, Tool: &action.Tool{Prompt: "timers.md"}, Body: "{limit?, cursor?}", Reply: "{timers, next_cursor}", Access: action.Agent, Summary: "list the agent's timers, a page at a time",
@@ -30,7 +30,7 @@ func (s *Store) Actions(q *quotas.Quotas) []action.Action {
 			Handle: func(ctx context.Context, r action.Request) (any, error) {
 				return s.byRef(ctx, r, s.Cancel)
 			}},
-	}, append(s.pauseActions(ref), s.nextAction(ref))...)
+	}, append(s.pauseActions(), s.nextAction())...)
 }
 
 // create serves timer.create.

@@ -77,10 +77,10 @@ type NextTimerReply struct {
 }
 
 // nextAction is timer.next.
-func (s *Store) nextAction(ref func(*http.Request, []byte) []byte) action.Action {
+func (s *Store) nextAction() action.Action {
 	return action.Action{Name: ActionTimerNext, Tool: &action.Tool{Prompt: "timers.md"}, Body: "{timer_id, count?}", Reply: "{timer_id, status, fires:[{scheduled_at, fire_at}]}",
 		IDField: "timer_id", Access: action.Agent, Summary: "preview a timer's next fires (scheduled time and fire time)",
-		HTTP: action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/timers/{timer_id}/next", http.StatusOK, ref),
+		HTTP: action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/timers/{timer_id}/next", http.StatusOK, action.Path(map[string]string{"timer_id": "timer_id"}, "count")),
 		Handle: func(ctx context.Context, r action.Request) (any, error) {
 			var req NextTimerRequest
 			if err := subjects.DecodeStrict(r.Body, &req); err != nil {

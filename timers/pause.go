@@ -28,17 +28,17 @@ const (
 )
 
 // pauseActions are timer.pause and timer.resume.
-func (s *Store) pauseActions(ref func(*http.Request, []byte) []byte) []action.Action {
+func (s *Store) pauseActions() []action.Action {
 	return []action.Action{
 		{Name: ActionTimerPause, Tool: &action.Tool{Prompt: "timers.md"}, Body: "{timer_id, note?}", Reply: "timer record", IDField: "timer_id", Access: action.Agent,
 			Summary: "pause a timer: it keeps its place but does not fire until resumed",
-			HTTP:    action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/timers/{timer_id}/pause", http.StatusOK, ref),
+			HTTP:    action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/timers/{timer_id}/pause", http.StatusOK, action.PathField("timer_id")),
 			Handle: func(ctx context.Context, r action.Request) (any, error) {
 				return s.noted(ctx, r, s.PauseNoted)
 			}},
 		{Name: ActionTimerResume, Tool: &action.Tool{Prompt: "timers.md"}, Body: "{timer_id, note?}", Reply: "timer record", IDField: "timer_id", Access: action.Agent,
 			Summary: "resume a paused timer at its cadence's next point",
-			HTTP:    action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/timers/{timer_id}/resume", http.StatusOK, ref),
+			HTTP:    action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/timers/{timer_id}/resume", http.StatusOK, action.PathField("timer_id")),
 			Handle: func(ctx context.Context, r action.Request) (any, error) {
 				return s.noted(ctx, r, s.ResumeNoted)
 			}},
