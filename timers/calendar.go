@@ -438,7 +438,13 @@ func (c *Calendar) Step(n int64, scheduled, now time.Time) Plan {
 	case !p.Late:
 		p.Fire = true
 	case c.catchUp == CatchUpSkip:
-		from = later(scheduled, now.Add(-c.grace(scheduled)-c.jitterMax))
+		// The first not missed: its fire time (up to the jitter later)
+		// within the grace.
+		j := c.jitterMax
+		if c.jitter == 0 {
+			j = 0
+		}
+		from = later(scheduled, now.Add(-c.grace(scheduled)-j))
 	case c.window > 0 && now.Sub(scheduled) > c.window:
 		from = later(scheduled, now.Add(-c.window-time.Nanosecond))
 	case c.catchUp == CatchUpOne:
