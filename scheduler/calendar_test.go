@@ -24,7 +24,7 @@ import (
 // calReplica is a scheduler that believes it owns every shard, whatever
 // the lease bucket says: two of them on one store fire every occurrence
 // twice over, the worst overlap a takeover can make.
-func calReplica(t *testing.T, res *engine.Resources, store *timers.Store, clock func() time.Time) (stop func()) {
+func calReplica(t testing.TB, res *engine.Resources, store *timers.Store, clock func() time.Time) (stop func()) {
 	t.Helper()
 	const shards = 4
 	l := NewLeases(LeasesConfig{Shards: shards, TTL: 2 * time.Second, Renew: 500 * time.Millisecond})
