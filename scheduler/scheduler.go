@@ -414,6 +414,12 @@ func (s *Scheduler) applyTimer(bucket string, gen uint64, e kvwatch.Entry) {
 	en.summary = t.Summary
 	en.interval = t.Interval()
 	en.cal = timers.CalendarFor(&t, en.cal)
+	if en.cal == nil && t.IsCalendar() {
+		// A schedule that no longer compiles (a zone gone from the tz
+		// database): kept and counted, never fired as something else.
+		s.index.disarm(en)
+		return
+	}
 	due, fires := timers.Due(&t)
 	if !fires {
 		s.index.disarm(en) // kept and counted, but not fired

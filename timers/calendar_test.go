@@ -219,3 +219,29 @@ func TestCalendarOnEverySurface(t *testing.T) {
 		}
 	}
 }
+
+// TestPreviewIntervalTimers: timer.next for the interval forms: a
+// repeating timer's cadence, a one-shot's one fire, a paused repeating
+// timer's cadence after now, nothing for a finished one.
+func TestPreviewIntervalTimers(t *testing.T) {
+	now := time.Date(2026, 6, 1, 9, 0, 0, 0, time.UTC)
+	next := now.Add(time.Minute)
+	iv := int64(30_000)
+	rep := &timers.Timer{ID: "r", Status: timers.TimerActive, Repeat: true, IntervalMs: &iv, NextFireAt: &next}
+	if p := timers.Preview(rep, now, 3); len(p.Fires) != 3 || !p.Fires[2].ScheduledAt.Equal(next.Add(time.Minute)) {
+		t.Fatalf("repeating: %+v", p)
+	}
+	once := &timers.Timer{ID: "o", Status: timers.TimerActive, NextFireAt: &next}
+	if p := timers.Preview(once, now, 3); len(p.Fires) != 1 || !p.Fires[0].FireAt.Equal(next) {
+		t.Fatalf("one-shot: %+v", p)
+	}
+	paused := *rep
+	paused.Status = timers.TimerPaused
+	if p := timers.Preview(&paused, next.Add(45*time.Second), 1); len(p.Fires) != 1 || !p.Fires[0].ScheduledAt.Equal(next.Add(time.Minute)) {
+		t.Fatalf("paused past two ticks: %+v", p)
+	}
+	done := &timers.Timer{ID: "d", Status: timers.TimerCompleted}
+	if p := timers.Preview(done, now, 3); len(p.Fires) != 0 || p.Status != "completed" {
+		t.Fatalf("completed: %+v", p)
+	}
+}
