@@ -104,7 +104,7 @@ func storedFires(t *testing.T, js jetstream.JetStream, agent string) []calendarF
 // in order; none is fired twice and the record goes on from after the
 // restart.
 func TestCalendarCatchUpAfterDowntime(t *testing.T) {
-	for _, mode := range []string{timers.CatchUpSkip, timers.CatchUpOne, timers.CatchUpAll} {
+	for _, mode := range []string{timers.CatchUpSkip, timers.CatchUpOne, timers.CatchUpAll, "paused"} {
 		t.Run(mode, func(t *testing.T) {
 			ns := natstest.Server(t)
 			_, res := natstest.Provisioned(t, ns)
@@ -118,7 +118,9 @@ func TestCalendarCatchUpAfterDowntime(t *testing.T) {
 			clock := func() time.Time { return time.Now().Add(time.Duration(off.Load())) }
 			store := timers.NewStore(res.Timers, clock, kvrec.Retention{JS: res.JS})
 			body := fmt.Sprintf(`{"cron":"* * * * *","tz":"Europe/Berlin","catchup":%q}`, mode)
-			if mode == timers.CatchUpAll {
+			if mode == timers.CatchUpAll || mode == "paused" {
+				// Paused through the downtime, even catch-up all catches
+				// nothing up.
 				body = `{"cron":"* * * * *","tz":"Europe/Berlin","catchup":"all","catchup_window_ms":600000}`
 			}
 			spec, err := timers.DecodeCreateTimer([]byte(body), timers.TimerLimits{})
@@ -137,11 +139,21 @@ func TestCalendarCatchUpAfterDowntime(t *testing.T) {
 				got, err := store.Get(ctx, agent, tm.ID)
 				return err == nil && got.FireCount == 1
 			}, "the first fire recorded")
+			if mode == "paused" {
+				if _, err := store.PauseNoted(ctx, agent, tm.ID, "down for maintenance"); err != nil {
+					t.Fatal(err)
+				}
+			}
 			stop()
 
 			off.Add(int64(time.Hour))
 			restart := clock()
 			calReplica(t, res, store, clock)
+			if mode == "paused" {
+				if r, err := store.ResumeNoted(ctx, agent, tm.ID, "back"); err != nil || !r.NextFireAt.After(restart) {
+					t.Fatalf("resume: %+v %v", r, err)
+				}
+			}
 			var rec *timers.Timer
 			testwait.Eventually(t, 20*time.Second, func() bool {
 				rec, err = store.Get(ctx, agent, tm.ID)
@@ -169,6 +181,10 @@ func TestCalendarCatchUpAfterDowntime(t *testing.T) {
 			case timers.CatchUpSkip:
 				if len(missedFired) != 0 {
 					t.Fatalf("skip fired missed times %v (record %+v)", missedFired, rec)
+				}
+			case "paused":
+				if len(missedFired) != 0 {
+					t.Fatalf("a timer paused through the downtime caught up %v", missedFired)
 				}
 			case timers.CatchUpOne:
 				if len(missedFired) != 1 || !missedFired[0].Equal(first.Add(time.Minute)) {
