@@ -48,8 +48,14 @@ Usage:
   chime serve                      run chime (see chime serve --help)
   chime timer create --after-ms N [--every-ms N] [--summary TEXT] [--request-id ID] [--agent ID]
   chime timer list [--limit N] [--cursor C | --all] [--json] [--agent ID]   a table; --json for scripts
+  chime timer create --cron EXPR [--tz ZONE] [--dst-repeated first|last|both] [--dst-skipped shift|skip]
+                    [--catchup skip|one|all] [--catchup-window-ms N] [--jitter SHARE] [--jitter-max-ms N]
+                    [--start-at T] [--end-at T] [--max-fires N] [--summary TEXT] [--agent ID]
+                                   a calendar timer: cron (5 or 6 fields, @daily...) in an IANA zone
   chime timer get ID [--agent ID]
   chime timer cancel ID [--agent ID]
+  chime timer pause|resume ID [note=TEXT] [--agent ID]
+  chime timer next ID [count=N] [--agent ID]   the next fires: scheduled time, fire time
   chime wait --seconds N | --minutes N | --until T [--tz ZONE] [--agent ID]
   chime inbox [--follow] [--ack] [--after SEQ] [--max N] [--agent ID]
                                    the agent's deliveries after its cursor, a JSON line each; --follow
@@ -287,6 +293,7 @@ func (a *App) timer(ctx context.Context, args []string) error {
 	cursor := fs.String("cursor", "", "the page after the one whose next_cursor this is (list)")
 	allPages := fs.Bool("all", false, "every page: each timer once, as last read (list)")
 	asJSON := fs.Bool("json", false, "print the JSON reply rather than a table (list)")
+	cal := calendarFlags(fs)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
@@ -298,6 +305,13 @@ func (a *App) timer(ctx context.Context, args []string) error {
 	return a.requestShown(ctx, *agent, columns, func(ctx context.Context, c *client.Client) (any, error) {
 		switch sub {
 		case "create":
+			if body, ok := cal.body(fs, *summary, *requestID); ok {
+				if *after != 0 || *every != 0 {
+					return nil, fmt.Errorf("%w: timer create takes --cron or --after-ms, not both", ErrUsage)
+				}
+				var t timers.Timer
+				return &t, c.Request(ctx, subjects.ActionTimerCreate, body, &t)
+			}
 			if *after <= 0 {
 				return nil, fmt.Errorf("%w: timer create needs --after-ms N (a positive number of milliseconds)", ErrUsage)
 			}

@@ -103,6 +103,12 @@ func (s *Scheduler) prepare(batch []*entry, now time.Time) ([]timers.TimerFired,
 	timerFires := make([]timers.TimerFired, 0, len(batch))
 	var waitFires []waits.WaitFired
 	for _, en := range batch {
+		if en.cal != nil {
+			if f, fire := s.prepareCalendar(en, now); fire {
+				timerFires = append(timerFires, f)
+			}
+			continue
+		}
 		due := time.Unix(0, en.due).UTC()
 		if en.attempts == 0 {
 			s.m.lateness.Observe(now.Sub(due).Seconds())

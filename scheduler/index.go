@@ -21,6 +21,9 @@ type entry struct {
 	attempts int    // failed publishes of this occurrence
 	occ      int64  // number of the next occurrence
 	interval time.Duration
+	// cal is a calendar timer's schedule (nil for the others): it says
+	// each next occurrence and its jitter (see prepareCalendar).
+	cal *timers.Calendar
 	// fired is, for a timer, the highest occurrence this replica has
 	// published, and for a wait the target it published: a record update
 	// that lags behind must not re-arm what was already sent.

@@ -349,8 +349,9 @@ func (s *Scheduler) entryFor(wait bool, key string, agentLen, shard int) *entry 
 // when it became the first. Called with s.mu held.
 func (s *Scheduler) armAt(en *entry, due int64) {
 	h := s.index.shards[en.shard]
-	first := len(h) == 0 || due < h[0].at
-	en.due, en.at, en.attempts = due, due, 0
+	at := calendarAt(en, due)
+	first := len(h) == 0 || at < h[0].at
+	en.due, en.at, en.attempts = due, at, 0
 	en.awaiting = false
 	s.index.arm(en)
 	if first {
@@ -421,6 +422,13 @@ func (s *Scheduler) applyTimer(bucket string, gen uint64, e kvwatch.Entry) {
 	en := s.entryFor(false, key, agentLen, shard)
 	en.summary = t.Summary
 	en.interval = t.Interval()
+	en.cal = timers.CalendarFor(&t, en.cal)
+	if en.cal == nil && t.IsCalendar() {
+		// A schedule that no longer compiles (a zone gone from the tz
+		// database): kept and counted, never fired as something else.
+		s.index.disarm(en)
+		return
+	}
 	due, fires := timers.Due(&t)
 	if !fires {
 		en.awaiting = false

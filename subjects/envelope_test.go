@@ -13,8 +13,10 @@ import (
 // summary text.
 func TestTimerFiredMsgMatchesEnvelope(t *testing.T) {
 	for _, text := range []string{"", "check the CI run", `quote " and \ back`, "<a&b>", "tab\tnl\ncr\r\x00\x1f\x7f", "é ✓ 日本", "\u2028\u2029", "bad \xff\xfe utf8", "timer tmr_1 fired"} {
-		checkTimerFired(t, text, 7)
-		checkTimerFired(t, text, 8) // a repeating timer's, with next_due_at
+		checkTimerFired(t, text, 7, false)
+		checkTimerFired(t, text, 8, false) // a repeating timer's, with next_due_at
+		checkTimerFired(t, text, 7, true)  // a calendar fire: scheduled_at, an ID by its time
+		checkTimerFired(t, text, 8, true)  // both
 	}
 }
 
@@ -22,14 +24,14 @@ func FuzzTimerFiredMsg(f *testing.F) {
 	f.Add("summary", int64(1))
 	f.Add("\x00<>&\u2028\xff", int64(1<<40))
 	f.Fuzz(func(t *testing.T, text string, occ int64) {
-		checkTimerFired(t, text, occ)
+		checkTimerFired(t, text, occ, occ%2 == 0)
 	})
 }
 
-func checkTimerFired(t *testing.T, text string, occ int64) {
+func checkTimerFired(t *testing.T, text string, occ int64, calendar bool) {
 	t.Helper()
 	due := time.Date(2026, 12, 3, 10, 0, 0, 123456789, time.UTC)
-	ev := &timers.TimerFired{AgentID: "agent_1", TimerID: "tmr_X", Occurrence: occ, DueAt: due, FiredAt: due.Add(1500 * time.Microsecond), Text: text}
+	ev := &timers.TimerFired{AgentID: "agent_1", TimerID: "tmr_X", Occurrence: occ, DueAt: due, FiredAt: due.Add(1500 * time.Microsecond), Text: text, Calendar: calendar}
 	if occ%2 == 0 {
 		next := due.Add(3 * time.Second)
 		ev.NextDue = &next

@@ -14,11 +14,11 @@ import (
 func (s *Store) Actions(q *quotas.Quotas) []action.Action {
 	ref := action.Path(map[string]string{"timer_id": "timer_id"})
 	return append([]action.Action{
-		{Name: subjects.ActionTimerCreate, Tool: &action.Tool{Prompt: "timers.md"}, Body: "{duration_ms, interval_ms?, summary?, authority_class?, request_id?}", Reply: "timer record", Access: action.Agent, Summary: "create a one-shot or repeating timer that fires into the agent's inbox",
+		{Name: subjects.ActionTimerCreate, Tool: &action.Tool{Prompt: "timers.md"}, Body: "{duration_ms, interval_ms?, summary?, authority_class?, request_id?} or {cron, tz?, dst_repeated?, dst_skipped?, catchup?, catchup_window_ms?, jitter?, jitter_max_ms?, start_at?, end_at?, max_fires?, summary?, request_id?}", Reply: "timer record", Access: action.Agent, Summary: "create a one-shot, repeating or calendar (cron, time zone) timer that fires into the agent's inbox",
 			HTTP:   action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/timers", http.StatusCreated, nil),
 			Handle: func(ctx context.Context, r action.Request) (any, error) { return s.create(ctx, q, r) }},
 		{Name: subjects.ActionTimerList, Tool: &action.Tool{Prompt: "timers.md"}, Body: "{limit?, cursor?}", Reply: "{timers, next_cursor}", Access: action.Agent, Summary: "list the agent's timers, a page at a time",
-			Columns: []string{"id", "status", "next_fire_at", "interval_ms", "fire_count", "summary"},
+			Columns: []string{"id", "status", "next_fire_at", "interval_ms", "cron", "tz", "fire_count", "summary"},
 			HTTP:    action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/timers", http.StatusOK, action.List), Handle: s.list},
 		{Name: subjects.ActionTimerGet, Tool: &action.Tool{Prompt: "timers.md"}, Body: "{timer_id}", Reply: "timer record", IDField: "timer_id", Access: action.Agent, Summary: "read one timer",
 			HTTP: action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/timers/{timer_id}", http.StatusOK, ref),
@@ -30,7 +30,7 @@ func (s *Store) Actions(q *quotas.Quotas) []action.Action {
 			Handle: func(ctx context.Context, r action.Request) (any, error) {
 				return s.byRef(ctx, r, s.Cancel)
 			}},
-	}, s.pauseActions(ref)...)
+	}, append(s.pauseActions(), s.nextAction())...)
 }
 
 // create serves timer.create.

@@ -28,19 +28,19 @@ const (
 )
 
 // pauseActions are timer.pause and timer.resume.
-func (s *Store) pauseActions(ref func(*http.Request, []byte) []byte) []action.Action {
+func (s *Store) pauseActions() []action.Action {
 	return []action.Action{
-		{Name: ActionTimerPause, Tool: &action.Tool{Prompt: "timers.md"}, Body: "{timer_id}", Reply: "timer record", IDField: "timer_id", Access: action.Agent,
+		{Name: ActionTimerPause, Tool: &action.Tool{Prompt: "timers.md"}, Body: "{timer_id, note?}", Reply: "timer record", IDField: "timer_id", Access: action.Agent,
 			Summary: "pause a timer: it keeps its place but does not fire until resumed",
-			HTTP:    action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/timers/{timer_id}/pause", http.StatusOK, ref),
+			HTTP:    action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/timers/{timer_id}/pause", http.StatusOK, action.PathField("timer_id")),
 			Handle: func(ctx context.Context, r action.Request) (any, error) {
-				return s.byRef(ctx, r, s.Pause)
+				return s.noted(ctx, r, s.PauseNoted)
 			}},
-		{Name: ActionTimerResume, Tool: &action.Tool{Prompt: "timers.md"}, Body: "{timer_id}", Reply: "timer record", IDField: "timer_id", Access: action.Agent,
+		{Name: ActionTimerResume, Tool: &action.Tool{Prompt: "timers.md"}, Body: "{timer_id, note?}", Reply: "timer record", IDField: "timer_id", Access: action.Agent,
 			Summary: "resume a paused timer at its cadence's next point",
-			HTTP:    action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/timers/{timer_id}/resume", http.StatusOK, ref),
+			HTTP:    action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/timers/{timer_id}/resume", http.StatusOK, action.PathField("timer_id")),
 			Handle: func(ctx context.Context, r action.Request) (any, error) {
-				return s.byRef(ctx, r, s.Resume)
+				return s.noted(ctx, r, s.ResumeNoted)
 			}},
 	}
 }
@@ -48,11 +48,27 @@ func (s *Store) pauseActions(ref func(*http.Request, []byte) []byte) []action.Ac
 // Pause pauses an active timer. Pausing a paused timer is a no-op that
 // returns the record; a finished one cannot be paused.
 func (s *Store) Pause(ctx context.Context, agentID, timerID string) (*Timer, error) {
+	return s.PauseNoted(ctx, agentID, timerID, "")
+}
+
+// PauseNoted is Pause with a note, kept in the record (a note on a timer
+// already paused replaces its note).
+func (s *Store) PauseNoted(ctx context.Context, agentID, timerID, note string) (*Timer, error) {
 	t, _, err := s.update(ctx, agentID, timerID, func(t *Timer) (bool, error) {
-		if err := unfinished(t, "pause"); err != nil || t.Status == TimerPaused {
+		if err := unfinished(t, "pause"); err != nil {
 			return false, err
 		}
+		if t.Status == TimerPaused {
+			if note == "" || note == t.Note {
+				return false, nil
+			}
+			t.Note = note
+			return true, nil
+		}
 		t.Status = TimerPaused
+		if note != "" {
+			t.Note = note
+		}
 		return true, nil
 	})
 	if err != nil {
@@ -64,11 +80,19 @@ func (s *Store) Pause(ctx context.Context, agentID, timerID string) (*Timer, err
 // Resume makes a paused timer fire again (see the rule above). Resuming an
 // active timer is a no-op that returns the record.
 func (s *Store) Resume(ctx context.Context, agentID, timerID string) (*Timer, error) {
+	return s.ResumeNoted(ctx, agentID, timerID, "")
+}
+
+// ResumeNoted is Resume with a note, kept in the record.
+func (s *Store) ResumeNoted(ctx context.Context, agentID, timerID, note string) (*Timer, error) {
 	t, _, err := s.update(ctx, agentID, timerID, func(t *Timer) (bool, error) {
 		if err := unfinished(t, "resume"); err != nil || t.Status != TimerPaused {
 			return false, err
 		}
 		resume(t, s.now())
+		if note != "" {
+			t.Note = note
+		}
 		return true, nil
 	})
 	if err != nil {
@@ -80,6 +104,10 @@ func (s *Store) Resume(ctx context.Context, agentID, timerID string) (*Timer, er
 // resume makes paused t active at now, due as the rule above says.
 func resume(t *Timer, now time.Time) {
 	t.Status = TimerActive
+	if t.IsCalendar() {
+		resumeCalendar(t, now)
+		return
+	}
 	if t.NextFireAt == nil {
 		// Not written by Pause; fire at once rather than never.
 		t.NextFireAt = &now

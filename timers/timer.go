@@ -59,8 +59,12 @@ type Timer struct {
 	LastFiredAt    *time.Time  `json:"last_fired_at"`
 	FireCount      int64       `json:"fire_count"`
 	AuthorityClass string      `json:"authority_class,omitempty"`
+	// Note is the note of the last pause or resume that gave one.
+	Note string `json:"note,omitempty"`
 	// RequestKey is set when the create had a request_id.
 	subjects.RequestKey
+	// CalendarSpec is set for a calendar timer (see calendar.go).
+	CalendarSpec
 }
 
 // Finished reports whether the timer will never fire again: completed or
@@ -94,6 +98,19 @@ type CreateTimerRequest struct {
 	// RequestID, when set, makes a retry of this create return the timer
 	// the first one made.
 	RequestID *string `json:"request_id"`
+	// The calendar form (see calendar.go): cron instead of duration_ms
+	// and interval_ms.
+	Cron            string          `json:"cron"`
+	TZ              string          `json:"tz"`
+	DSTRepeated     string          `json:"dst_repeated"`
+	DSTSkipped      string          `json:"dst_skipped"`
+	CatchUp         string          `json:"catchup"`
+	CatchUpWindowMs json.RawMessage `json:"catchup_window_ms"`
+	Jitter          *float64        `json:"jitter"`
+	JitterMaxMs     json.RawMessage `json:"jitter_max_ms"`
+	StartAt         *string         `json:"start_at"`
+	EndAt           *string         `json:"end_at"`
+	MaxFires        json.RawMessage `json:"max_fires"`
 }
 
 // TimerSpec is a validated create request.
@@ -104,6 +121,8 @@ type TimerSpec struct {
 	AuthorityClass string
 	// Request is set when the create had a request_id.
 	Request subjects.RequestKey
+	// Calendar is set, its defaults filled in, for a calendar timer.
+	Calendar CalendarSpec
 }
 
 // timerRequest is a create request in its normalized form, the one its
@@ -113,6 +132,7 @@ type timerRequest struct {
 	IntervalMs     int64  `json:"interval_ms"`
 	Summary        string `json:"summary"`
 	AuthorityClass string `json:"authority_class"`
+	CalendarSpec
 }
 
 // TimerLimits are the operator's bounds on a create request, passed in
@@ -140,11 +160,22 @@ func DecodeCreateTimer(data []byte, l TimerLimits) (TimerSpec, error) {
 
 // Validate checks the request against l and returns its spec.
 func (r *CreateTimerRequest) Validate(l TimerLimits) (TimerSpec, error) {
-	d, err := subjects.PositiveInt("duration_ms", r.DurationMs, MaxTimerMs)
-	if err != nil {
+	var spec TimerSpec
+	var err error
+	if r.Cron != "" {
+		if spec.Calendar, err = r.calendar(l); err != nil {
+			return TimerSpec{}, err
+		}
+	} else if err := r.noCalendar(); err != nil {
 		return TimerSpec{}, err
+	} else {
+		d, err := subjects.PositiveInt("duration_ms", r.DurationMs, MaxTimerMs)
+		if err != nil {
+			return TimerSpec{}, err
+		}
+		spec.Duration = time.Duration(d) * time.Millisecond
 	}
-	spec := TimerSpec{Duration: time.Duration(d) * time.Millisecond, Summary: r.Summary, AuthorityClass: r.AuthorityClass}
+	spec.Summary, spec.AuthorityClass = r.Summary, r.AuthorityClass
 	if !subjects.IsNull(r.IntervalMs) {
 		i, err := subjects.PositiveInt("interval_ms", r.IntervalMs, MaxTimerMs)
 		if err != nil {
@@ -169,6 +200,7 @@ func (r *CreateTimerRequest) Validate(l TimerLimits) (TimerSpec, error) {
 	}
 	spec.Request, err = subjects.NewRequestKey(r.RequestID, subjects.ActionTimerCreate, timerRequest{
 		DurationMs: spec.Duration.Milliseconds(), IntervalMs: spec.Interval.Milliseconds(), Summary: spec.Summary, AuthorityClass: spec.AuthorityClass,
+		CalendarSpec: spec.Calendar,
 	})
 	if err != nil {
 		return TimerSpec{}, err
@@ -235,6 +267,12 @@ type TimerFired struct {
 	// the record must say the same, or a replica taking over would
 	// number occurrences differently.
 	NextDue *time.Time `json:"next_due,omitempty"`
+	// Calendar marks a calendar timer's occurrence: its identity is its
+	// scheduled time (DueAt), and NextDue nil means it was the last.
+	Calendar bool `json:"calendar,omitempty"`
+	// Skipped marks a calendar occurrence that was missed and not fired
+	// (its catch-up policy): the record moves on without a fire.
+	Skipped bool `json:"skipped,omitempty"`
 }
 
 // MsgID is the stable JetStream message ID of this occurrence: two owners
@@ -245,8 +283,17 @@ func (f *TimerFired) MsgID() string {
 
 // EnvelopeID is the stable ID of the inbox delivery of this occurrence.
 func (f *TimerFired) EnvelopeID() string {
+	if f.Calendar {
+		// One per scheduled time, whoever numbers it: catch-up policies
+		// may skip occurrences without numbers, never times.
+		return "timer_" + f.TimerID + "_at_" + f.DueAt.UTC().Format(envelopeTime)
+	}
 	return "timer_" + f.TimerID + "_" + strconv.FormatInt(f.Occurrence, 10)
 }
+
+// envelopeTime writes a calendar occurrence's scheduled time in its
+// envelope ID (cron has whole seconds).
+const envelopeTime = "20060102T150405Z"
 
 // TimerFiredData is the data of a timer_fired delivery.
 type TimerFiredData struct {
@@ -260,11 +307,18 @@ type TimerFiredData struct {
 	// not fire, and it is their one catch-up fire (absent from one-shots,
 	// and from envelopes of earlier versions).
 	NextDueAt *time.Time `json:"next_due_at,omitempty"`
+	// ScheduledAt is a calendar timer's scheduled time (due_at too; the
+	// fire may be later by its jitter or a catch-up).
+	ScheduledAt *time.Time `json:"scheduled_at,omitempty"`
 }
 
 // TimerFiredEnvelope builds the inbox delivery of a fire event.
 func TimerFiredEnvelope(f *TimerFired) subjects.Envelope {
-	data, _ := json.Marshal(TimerFiredData{TimerID: f.TimerID, Occurrence: f.Occurrence, DueAt: f.DueAt, FiredAt: f.FiredAt, NextDueAt: f.NextDue})
+	d := TimerFiredData{TimerID: f.TimerID, Occurrence: f.Occurrence, DueAt: f.DueAt, FiredAt: f.FiredAt, NextDueAt: f.NextDue}
+	if f.Calendar {
+		d.ScheduledAt = &f.DueAt
+	}
+	data, _ := json.Marshal(d)
 	return subjects.Envelope{
 		ID:      f.EnvelopeID(),
 		AgentID: f.AgentID,
@@ -307,6 +361,10 @@ func TimerFiredMsg(f *TimerFired) *nats.Msg {
 	if f.NextDue != nil {
 		b = append(b, `,"next_due_at":`...)
 		b = subjects.AppendJSONTime(b, *f.NextDue)
+	}
+	if f.Calendar {
+		b = append(b, `,"scheduled_at":`...)
+		b = subjects.AppendJSONTime(b, f.DueAt)
 	}
 	b = append(b, "}}"...)
 	m := &nats.Msg{Subject: subjects.Inbox(f.AgentID), Data: b, Header: nats.Header{

@@ -98,6 +98,11 @@ func (s *Store) Create(ctx context.Context, agentID string, spec TimerSpec) (*Ti
 		t.IntervalMs = &ms
 		t.Repeat = true
 	}
+	if spec.Calendar.IsCalendar() {
+		if err := createCalendar(t, spec.Calendar, now); err != nil {
+			return nil, err
+		}
+	}
 	// The ID is fixed before the first attempt, so a retry (kvrec.Create
 	// retries through leader elections) that finds this very timer stored
 	// by an attempt whose answer was lost succeeds instead of storing a
@@ -233,6 +238,9 @@ func (s *Store) Cancel(ctx context.Context, agentID, timerID string) (*Timer, er
 // yet.
 func (s *Store) ApplyFire(ctx context.Context, ev *TimerFired) (bool, error) {
 	_, changed, err := s.update(ctx, ev.AgentID, ev.TimerID, func(t *Timer) (bool, error) {
+		if t.IsCalendar() {
+			return applyCalendarFire(t, ev)
+		}
 		return applyFire(t, ev.Occurrence, ev.DueAt, ev.FiredAt, ev.NextDue, s.now())
 	})
 	if errors.Is(err, subjects.ErrTimerNotFound) {

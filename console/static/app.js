@@ -430,7 +430,8 @@
   const loadTimers = paged(() => agentPath(state.agent) + '/timers?limit=50', 't-more', (res, append) => {
     const rows = (res.timers || []).map((t) => el('tr', { 'data-id': t.id },
       el('td', {}, el('code', { text: t.id }), t.summary ? el('div', { class: 'meta', text: t.summary }) : null),
-      el('td', { text: t.status + (t.repeat ? ' (repeats)' : '') }),
+      el('td', {}, el('span', { text: t.status + (t.repeat && !t.cron ? ' (repeats)' : '') }), t.note ? el('div', { class: 'meta', text: t.note }) : null),
+      el('td', { class: 'schedule' }, ...schedule(t)),
       el('td', { text: fmtTime(t.next_fire_at) }),
       el('td', { text: String(t.fire_count) }),
       el('td', {}, t.status === 'active' ? el('button', { type: 'button', text: 'Cancel', onclick: () => cancelTimer(t.id) }) : null)));
@@ -440,10 +441,24 @@
     } else $('t-list').replaceChildren(...rows);
   });
 
+  // schedule is how a timer repeats: its cron and zone (and its DST and
+  // catch-up policies), its interval, or once.
+  function schedule(t) {
+    if (t.cron) {
+      return [el('code', { text: t.cron }), el('span', { class: 'tz', text: ' ' + (t.tz || 'UTC') }),
+        el('div', { class: 'meta', text: `DST ${t.dst_repeated || 'first'}/${t.dst_skipped || 'shift'}, catch-up ${t.catchup || 'one'}` +
+          (t.max_fires ? `, ${t.max_fires} fires at most` : '') })];
+    }
+    if (t.interval_ms) return [el('span', { text: 'every ' + (t.interval_ms / 1000) + ' s' })];
+    return [el('span', { text: 'once' })];
+  }
+
   async function createTimer(ev) {
     ev.preventDefault();
-    const body = { duration_ms: Math.round(Number($('t-after').value) * 1000) };
-    if ($('t-every').value) body.interval_ms = Math.round(Number($('t-every').value) * 1000);
+    const cron = $('t-cron').value.trim();
+    const body = cron ? { cron } : { duration_ms: Math.round(Number($('t-after').value) * 1000) };
+    if (cron && $('t-tz').value.trim()) body.tz = $('t-tz').value.trim();
+    if (!cron && $('t-every').value) body.interval_ms = Math.round(Number($('t-every').value) * 1000);
     if ($('t-summary').value) body.summary = $('t-summary').value;
     try {
       const t = await api('POST', controlPath(state.agent) + '/timers', body, state.ctl?.signal);

@@ -245,6 +245,19 @@ func TestConsolePage(t *testing.T) {
 		t.Errorf("fired: %q", fired)
 	}
 
+	// A calendar timer made on the page lists with its cron, zone and
+	// next fire.
+	run(t, ctx, 30*time.Second, "create a calendar timer",
+		chromedp.SetValue(chromedp.ID(`#t-cron`), "30 2 * * *"),
+		chromedp.SetValue(chromedp.ID(`#t-tz`), "Australia/Lord_Howe"),
+		chromedp.SetValue(chromedp.ID(`#t-summary`), "nightly"),
+		chromedp.Click(chromedp.CSS(`#t-form button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#t-list td.schedule code`)))
+	sched := read(t, ctx, "the schedule", chromedp.Text(chromedp.CSS(`#t-list td.schedule`)))
+	if !strings.Contains(sched, "30 2 * * *") || !strings.Contains(sched, "Australia/Lord_Howe") || !strings.Contains(sched, "DST first/shift") {
+		t.Errorf("calendar timer's schedule cell: %q", sched)
+	}
+
 	// An intervention from the page cancels the running wait.
 	run(t, ctx, 30*time.Second, "intervene",
 		chromedp.SetValue(chromedp.ID("i-text"), "stop waiting, the build is red"),

@@ -115,7 +115,8 @@ const flows = [
     const operatorOnly = ['intervention', 'question_answer', 'token_issue', 'lifecycle_stop'].filter((n) => names.includes(n));
     check(operatorOnly.length === 0, 'operator actions offered as tools', operatorOnly);
     const schema = tools.find((t) => t.name === 'timer_create').inputSchema;
-    check(schema.type === 'object' && (schema.required ?? []).includes('duration_ms'), 'timer_create requires duration_ms', schema);
+    // duration_ms or cron (a calendar timer): one of the two, neither required alone.
+    check(schema.type === 'object' && schema.properties?.cron !== undefined && !(schema.required ?? []).includes('duration_ms'), 'timer_create takes duration_ms or cron', schema);
     check(schema.properties?.duration_ms !== undefined && schema.properties?.timer_id === undefined, 'timer_create properties', schema);
     return { names: names.sort(), timerCreateRequired: schema.required };
   }],
