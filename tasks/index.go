@@ -52,16 +52,10 @@ func NewIndex(js jetstream.JetStream, bucket string, log *slog.Logger) *Index {
 // Start watches the tasks bucket and returns once its current records
 // are counted; ctx bounds only that. The watch runs until Stop.
 func (ix *Index) Start(ctx context.Context) error {
-	if err := ix.watch.Start(context.WithoutCancel(ctx)); err != nil {
+	if err := ix.watch.StartLoaded(ctx); err != nil {
 		return fmt.Errorf("tasks: index: %w", err)
 	}
-	select {
-	case <-ix.watch.Loaded():
-		return nil
-	case <-ctx.Done():
-		_ = ix.Stop(ctx)
-		return fmt.Errorf("tasks: loading the index: %w", ctx.Err())
-	}
+	return nil
 }
 
 // Stop ends the watch. Idempotent and safe without Start.

@@ -141,6 +141,22 @@ func (w *Watch) Start(ctx context.Context) error {
 	return nil
 }
 
+// StartLoaded starts the watch (it then runs until Stop, whatever ctx
+// does) and returns once the bucket's current values are applied; ctx
+// bounds only that wait, and a watch not loaded by then is stopped.
+func (w *Watch) StartLoaded(ctx context.Context) error {
+	if err := w.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	select {
+	case <-w.loaded:
+		return nil
+	case <-ctx.Done():
+		_ = w.Stop(ctx)
+		return fmt.Errorf("kvwatch: loading %s: %w", w.cfg.Bucket, ctx.Err())
+	}
+}
+
 // Stop ends the watch and waits for its loop, which ends at once. It is
 // idempotent and safe without Start.
 func (w *Watch) Stop(context.Context) error {
