@@ -257,11 +257,11 @@ const answersKey = "answers"
 
 // view reads where t stands and shapes it as the extension's task.
 func (s *Server) view(ctx context.Context, t *handle, resultType string) (*task, error) {
-	a, ok := s.cfg.Table.Lookup(t.Action)
-	if !ok || a.Tool == nil || a.Tool.Later == nil {
-		return nil, errNoTask
+	later, err := s.laterOf(t)
+	if err != nil {
+		return nil, err
 	}
-	out, err := a.Tool.Later.Outcome(ctx, t.AgentID, t.Ref)
+	out, err := later.Outcome(ctx, t.AgentID, t.Ref)
 	if notFound(err) {
 		return nil, errNoTask // the record expired, and the task with it
 	}
@@ -309,6 +309,16 @@ func (s *Server) view(ctx context.Context, t *handle, resultType string) (*task,
 		}
 	}
 	return v, nil
+}
+
+// laterOf is the Later that follows t's record; a handle whose action no
+// longer follows one (a handle of another version) is no task.
+func (s *Server) laterOf(t *handle) (action.Later, error) {
+	a, ok := s.cfg.Table.Lookup(t.Action)
+	if !ok || a.Tool == nil || a.Tool.Later == nil {
+		return nil, errNoTask
+	}
+	return a.Tool.Later, nil
 }
 
 // pollInterval is small while a task is young (most waits and answers
@@ -498,8 +508,11 @@ func (s *Server) update(ctx context.Context, agentID string, p *updateParams) er
 	if !ok {
 		return nil
 	}
-	a, _ := s.cfg.Table.Lookup(t.Action)
-	answerer, ok := a.Tool.Later.(action.Answerer)
+	later, err := s.laterOf(t)
+	if err != nil {
+		return err
+	}
+	answerer, ok := later.(action.Answerer)
 	if !ok {
 		return nil
 	}
@@ -510,7 +523,7 @@ func (s *Server) update(ctx context.Context, agentID string, p *updateParams) er
 	if r.Action != "accept" {
 		return s.cancelHandle(ctx, t)
 	}
-	out, err := a.Tool.Later.Outcome(ctx, agentID, t.Ref)
+	out, err := later.Outcome(ctx, agentID, t.Ref)
 	if err != nil {
 		return err
 	}
@@ -540,11 +553,11 @@ func (s *Server) cancel(ctx context.Context, agentID, taskID string) error {
 	if err != nil {
 		return err
 	}
-	a, ok := s.cfg.Table.Lookup(t.Action)
-	if !ok || a.Tool == nil || a.Tool.Later == nil {
-		return errNoTask
+	later, err := s.laterOf(t)
+	if err != nil {
+		return err
 	}
-	if err := a.Tool.Later.Cancel(ctx, agentID, t.Ref); err != nil && !errors.Is(err, action.ErrNotCancellable) {
+	if err := later.Cancel(ctx, agentID, t.Ref); err != nil && !errors.Is(err, action.ErrNotCancellable) {
 		return err
 	}
 	return s.cancelHandle(ctx, t)
