@@ -3,6 +3,7 @@ package api_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
@@ -124,6 +128,9 @@ func testQuotas(t *testing.T, partitions int) {
 	}
 	settled(t, r, "chime_waits_active", 2)
 	settled(t, r, "chime_counts_pending", 0)
+	if partitions > 1 {
+		countsHold(t, nc, "full", 2)
+	}
 	msg = request(t, nc, "agent.full.wait.request", `{"hours":1,"id":"third"}`)
 	assertError(t, "3rd wait", msg.Data, "quota_exceeded", "agent full has 2 waiting waits; at most 2 are allowed (CHIME_MAX_WAITS_PER_AGENT)")
 	if msg.Header.Get("Nats-Service-Error-Code") != "429" {
@@ -253,4 +260,40 @@ func TestRetryAtQuotaReplays(t *testing.T) {
 	if _, err := c.CreateTimer(ctx, 3_600_000, 0, "", client.WithRequestID("r4")); !errors.Is(err, subjects.ErrRateLimited) {
 		t.Fatalf("new create over the rate: %v", err)
 	}
+}
+
+// countsHold waits until the sharded layout's stored counts (chime_counts,
+// which the quota reads) hold the agent's waits: the pending gauge can read
+// 0 before the owners have taken a new record in.
+func countsHold(t *testing.T, nc *nats.Conn, agentID string, waits int) {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	kv, err := js.KeyValue(ctx, "chime_counts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, 5*time.Second, func() (bool, string) {
+		keys, err := kv.ListKeysFiltered(ctx, agentID+".*")
+		if err != nil {
+			return false, err.Error()
+		}
+		sum := 0
+		for k := range keys.Keys() {
+			e, err := kv.Get(ctx, k)
+			if err != nil {
+				continue
+			}
+			var n struct {
+				Waits int `json:"waits"`
+			}
+			if json.Unmarshal(e.Value(), &n) == nil {
+				sum += n.Waits
+			}
+		}
+		return sum == waits, fmt.Sprint(sum)
+	}, "the stored counts of %s at %d waits", agentID, waits)
 }
