@@ -192,7 +192,7 @@ func (r *monitorRun) run(ctx context.Context, argv []string, sigs <-chan os.Sign
 	go func() {
 		defer close(read)
 		defer close(lines)
-		readLines(out, func(l string) { lines <- l })
+		readLines(out, func(l string) { lines <- monitors.CapLine(l) })
 	}()
 	done := make(chan error, 1)
 	go func() {

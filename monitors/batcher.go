@@ -5,14 +5,16 @@ import (
 	"time"
 )
 
-// Gather gathers the lines read from in into batches and hands each to
-// flush: a batch closes BatchWindow after its first line, or at once when
+// Gather gathers what is read from in into batches and hands each to
+// flush: a batch closes BatchWindow after its first item, or at once when
 // it holds MaxBatchLines. It returns when in is closed (after flushing
 // what it holds), when ctx ends, or with flush's first error. The timer
-// is time's, so a test drives it with testing/synctest.
-func Gather(ctx context.Context, in <-chan string, flush func(ctx context.Context, lines []string) error) error {
+// is time's, so a test drives it with testing/synctest. Callers cut their
+// lines (CapLine) before they are queued, so that a batch holds no more
+// than MaxBatchLines of MaxLineBytes.
+func Gather[T any](ctx context.Context, in <-chan T, flush func(ctx context.Context, batch []T) error) error {
 	var (
-		lines []string
+		batch []T
 		timer *time.Timer
 		due   <-chan time.Time
 	)
@@ -21,27 +23,27 @@ func Gather(ctx context.Context, in <-chan string, flush func(ctx context.Contex
 			timer.Stop()
 			timer, due = nil, nil
 		}
-		if len(lines) == 0 {
+		if len(batch) == 0 {
 			return nil
 		}
-		out := lines
-		lines = nil
+		out := batch
+		batch = nil
 		return flush(ctx, out)
 	}
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case l, ok := <-in:
+		case it, ok := <-in:
 			if !ok {
 				return send()
 			}
-			lines = append(lines, CapLine(l))
-			if len(lines) == 1 {
+			batch = append(batch, it)
+			if len(batch) == 1 {
 				timer = time.NewTimer(BatchWindow)
 				due = timer.C
 			}
-			if len(lines) >= MaxBatchLines {
+			if len(batch) >= MaxBatchLines {
 				if err := send(); err != nil {
 					return err
 				}

@@ -78,12 +78,13 @@ func MonitorStoppedError(m *Monitor) *subjects.Error {
 // record counts it, the inbox's dedup drops the repeat; after, its seq is
 // behind the record's.
 func (s *Store) Emit(ctx context.Context, agentID string, req *EmitRequest) (*EmitReply, error) {
-	return s.emit(ctx, agentID, req.MonitorID, *req.Seq, req.Lines, 0, SourceCommand)
+	return s.emit(ctx, agentID, req.MonitorID, *req.Seq, req.Lines, 0, SourceCommand, "")
 }
 
 // emit is Emit for batch seq of lines of a monitor whose source is of
-// type from, dropped lines before it counted as suppressed.
-func (s *Store) emit(ctx context.Context, agentID, id string, seq int64, lines []string, dropped int64, from string) (*EmitReply, error) {
+// type from, dropped lines before it counted as suppressed; cursor, when
+// set, is the source's position after the batch, stored with its count.
+func (s *Store) emit(ctx context.Context, agentID, id string, seq int64, lines []string, dropped int64, from, cursor string) (*EmitReply, error) {
 	cur, rev, err := s.getRev(ctx, agentID, id)
 	if err != nil {
 		return nil, err
@@ -122,6 +123,9 @@ func (s *Store) emit(ctx context.Context, agentID, id string, seq int64, lines [
 		}
 		m.Events, m.Batches, m.Filtered, m.Suppressed, m.PendingSuppressed = next.Events, next.Batches, next.Filtered, next.Suppressed, next.PendingSuppressed
 		m.NextSeq, m.LastEventAt, m.Bucket, m.FloodSince = next.NextSeq, next.LastEventAt, next.Bucket, next.FloodSince
+		if cursor != "" {
+			m.Cursor = cursor
+		}
 		if stop != "" && !m.Finished() {
 			at := now.UTC()
 			m.Status, m.StoppedAt, m.StopReason = Stopped, &at, stop

@@ -61,10 +61,13 @@ const (
 	MaxDescriptionLen = 200
 	MaxPatternLen     = 1024
 	MaxCommandLen     = 4096
-	DefaultTimeout    = 5 * time.Minute
-	MaxTimeout        = time.Hour
-	MaxIdleTimeout    = 24 * time.Hour
-	MaxMaxEvents      = 1_000_000
+	// MaxSourceLen bounds the other sources' values (a subject, a KV
+	// key, a URL); each source's checker may bound them further.
+	MaxSourceLen   = 2048
+	DefaultTimeout = 5 * time.Minute
+	MaxTimeout     = time.Hour
+	MaxIdleTimeout = 24 * time.Hour
+	MaxMaxEvents   = 1_000_000
 )
 
 // Status is where a monitor is.
@@ -139,7 +142,11 @@ type Monitor struct {
 	// delivered: the next one says so in one line.
 	PendingSuppressed int64 `json:"pending_suppressed,omitempty"`
 	// NextSeq is the seq of the next batch a source sends.
-	NextSeq     int64      `json:"next_seq"`
+	NextSeq int64 `json:"next_seq"`
+	// Cursor is where an in-chime source that keeps one (a KV watch's
+	// revision) stood after the last batch counted: a moved monitor
+	// resumes from it.
+	Cursor      string     `json:"cursor,omitempty"`
 	LastEventAt *time.Time `json:"last_event_at,omitempty"`
 	Bucket      *Bucket    `json:"bucket,omitempty"`
 	// FloodSince is when the batches began losing lines to the bucket
@@ -288,21 +295,17 @@ func (r *StartRequest) source() (Source, error) {
 		return Source{}, subjects.Invalid(fmt.Sprintf("one source only, not %s and %s", set[0].Type, set[1].Type))
 	}
 	s := set[0]
-	switch s.Type {
-	case SourceCommand:
-		if len(s.Value) > MaxCommandLen {
-			return Source{}, subjects.Invalid(fmt.Sprintf("command must be at most %d bytes", MaxCommandLen))
-		}
-		if strings.ContainsAny(s.Value, "\r\n") {
-			return Source{}, subjects.Invalid("command must be one line")
-		}
-		return s, nil
-	case SourceSubject:
-		// Whether the agent may watch it is the store's SubjectPolicy's
-		// to say, with the agent's ID.
-		return s, nil
+	switch {
+	case s.Type == SourceCommand && len(s.Value) > MaxCommandLen:
+		return Source{}, subjects.Invalid(fmt.Sprintf("command must be at most %d bytes", MaxCommandLen))
+	case len(s.Value) > MaxSourceLen:
+		return Source{}, subjects.Invalid(fmt.Sprintf("%s must be at most %d bytes", s.Type, MaxSourceLen))
+	case strings.ContainsAny(s.Value, "\r\n"):
+		return Source{}, subjects.Invalid(s.Type + " must be one line")
 	}
-	return Source{}, &subjects.Error{Code: CodeSourceNotServed, Message: fmt.Sprintf("monitors of a %s are not served yet: commands (chime monitor run) and NATS subjects are", s.Type), Status: 501}
+	// Whether this replica serves the type, and whether the agent may
+	// watch the value, is the store's to say (Store.served).
+	return s, nil
 }
 
 // pattern compiles a match or exclude expression (Go's RE2 syntax).

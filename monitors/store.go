@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -58,8 +59,10 @@ type Config struct {
 	Count Counter
 	// Pace is how a monitor's events are paced (zero: DefaultPace).
 	Pace Pace
-	// Subjects says which NATS subjects agents may watch (zero: none).
-	Subjects SubjectPolicy
+	// Sources are the source types served besides command, each with
+	// what an agent may watch of it (the subject type's SubjectPolicy):
+	// a type absent is refused monitor_source_not_served.
+	Sources map[string]Checker
 }
 
 // Store reads and writes monitors.
@@ -73,7 +76,7 @@ type Store struct {
 	admit     Admission
 	count     Counter
 	pace      Pace
-	subjects  SubjectPolicy
+	sources   map[string]Checker
 }
 
 // NewStore returns a Store.
@@ -88,16 +91,14 @@ func NewStore(c Config) *Store {
 		c.Pace = DefaultPace()
 	}
 	return &Store{kv: c.KV, js: c.JS, inbox: c.Inbox, now: c.Now, retention: c.Retention, log: c.Log.With("component", "monitors"),
-		admit: c.Admit, count: c.Count, pace: c.Pace, subjects: c.Subjects}
+		admit: c.Admit, count: c.Count, pace: c.Pace, sources: c.Sources}
 }
 
 // Start registers a running monitor. A start naming a monitor_id the
 // agent has already answers its record as it is (a retry).
 func (s *Store) Start(ctx context.Context, agentID string, spec *Spec) (*Monitor, error) {
-	if spec.Source.Type == SourceSubject {
-		if err := s.subjects.Check(agentID, spec.Source.Value); err != nil {
-			return nil, err
-		}
+	if err := s.served(agentID, spec.Source); err != nil {
+		return nil, err
 	}
 	id := spec.MonitorID
 	if id == "" {
@@ -133,6 +134,25 @@ func (s *Store) Start(ctx context.Context, agentID string, spec *Spec) (*Monitor
 	}
 	s.counted(ctx, rev)
 	return stored, nil
+}
+
+// served returns why agentID may not watch src here, or nil.
+func (s *Store) served(agentID string, src Source) error {
+	if src.Type == SourceCommand {
+		return nil
+	}
+	c, ok := s.sources[src.Type]
+	if !ok {
+		served := []string{SourceCommand + " (chime monitor run)"}
+		for _, t := range []string{SourceSubject, SourceKV, SourceWS, SourceHTTP} {
+			if _, ok := s.sources[t]; ok {
+				served = append(served, t)
+			}
+		}
+		return &subjects.Error{Code: CodeSourceNotServed, Status: 501,
+			Message: fmt.Sprintf("monitors of a %s are not served yet: %s are", src.Type, strings.Join(served, ", "))}
+	}
+	return c.Check(agentID, src.Value)
 }
 
 // Get returns one of the agent's monitors, completing the delivery of

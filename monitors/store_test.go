@@ -54,7 +54,7 @@ func newEnvWith(t *testing.T, max int, watchable monitors.SubjectPolicy, now fun
 	e.store = monitors.NewStore(monitors.Config{
 		KV: res.Monitors, JS: res.JS, Inbox: consumer.NewInbox(res.JS, engine.InboxStream, 2*time.Minute, nil),
 		Now: now, Retention: kvrec.Retention{JS: res.JS, After: time.Hour, Markers: time.Minute},
-		Admit: quotas.New(quotas.Config{MaxMonitors: max}), Count: e.index, Subjects: watchable,
+		Admit: quotas.New(quotas.Config{MaxMonitors: max}), Count: e.index, Sources: map[string]monitors.Checker{monitors.SourceSubject: watchable},
 	})
 	return e
 }

@@ -1,11 +1,13 @@
 package monitors
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/chime-nats/chime/subjects"
 )
@@ -99,4 +101,25 @@ func (p SubjectPolicy) Check(agentID, subject string) error {
 		}
 	}
 	return notAllowed(fmt.Sprintf("subject %s is not within the subjects open to monitors (CHIME_MONITOR_SUBJECTS: %s)", subject, strings.Join(p.allow, ", ")))
+}
+
+// SubjectFeed watches a NATS subject on a core subscription of NC: each
+// message is a line "<subject> <payload>". It keeps no cursor: what is
+// published while no replica watches (a takeover) is not seen, and what
+// arrives while the batches are behind by watchBuffer lines is dropped,
+// counted as suppressed.
+type SubjectFeed struct{ NC *nats.Conn }
+
+// Run watches m's subject until ctx ends.
+func (f SubjectFeed) Run(ctx context.Context, m *Monitor, sink *Sink) error {
+	sub, err := f.NC.Subscribe(m.Source.Value, func(msg *nats.Msg) {
+		// Cut here: a buffer of lines must not hold whole large payloads.
+		sink.Offer(Item{Line: msg.Subject + " " + string(msg.Data[:min(len(msg.Data), 2*MaxLineBytes)])})
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", m.Source.Value, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	<-ctx.Done()
+	return nil
 }

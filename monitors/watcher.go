@@ -3,12 +3,10 @@ package monitors
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/chime-nats/chime/internal/backoff"
 	"github.com/chime-nats/chime/partitions"
@@ -24,8 +22,6 @@ type Owner interface {
 
 // WatcherConfig configures a Watcher.
 type WatcherConfig struct {
-	// NC is the connection the subjects are watched on.
-	NC     *nats.Conn
 	Store  *Store
 	Index  *Index
 	Leases Owner
@@ -34,14 +30,17 @@ type WatcherConfig struct {
 	// Every is how often the watches are matched to the shards held and
 	// the running monitors (default 500 ms).
 	Every time.Duration
+	// Feeds are the sources watched in chime, by type (SourceSubject:
+	// a SubjectFeed).
+	Feeds map[string]Feed
 }
 
-// Watcher runs the NATS subject monitors of the shards this replica
-// holds: a core NATS subscription each, whose messages become lines
-// ("<subject> <payload>", cut and made valid UTF-8 as CapLine does), gathered
-// into batches (Gather) and applied with the store's emit, as an executor's
-// would be. The subscription is at most once: what is published while no
-// replica watches (a takeover) is not seen.
+// Watcher runs the monitors of in-chime sources (its Feeds) of the shards
+// this replica holds: each Feed's lines are gathered into batches
+// (Gather) and applied with the store's emit, as an executor's would be,
+// with the Feed's cursor stored by the same CAS, so that the next holder
+// of the shard resumes where the record says. A Feed that ends by itself
+// stops its monitor (source_ended) once its last lines are applied.
 type Watcher struct {
 	cfg     WatcherConfig
 	log     *slog.Logger
@@ -52,7 +51,7 @@ type Watcher struct {
 	once    sync.Once
 }
 
-// watch is one running subject monitor.
+// watch is one running monitor of an in-chime source.
 type watch struct {
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -108,7 +107,7 @@ func (w *Watcher) Stop(ctx context.Context) error {
 	}
 }
 
-// Watching is how many subject monitors this replica watches.
+// Watching is how many monitors this replica watches.
 func (w *Watcher) Watching() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -121,9 +120,11 @@ func (w *Watcher) reconcile(ctx context.Context) {
 	owned := make([]bool, max(w.cfg.Shards, 1))
 	w.cfg.Leases.Owned(time.Now(), owned)
 	want := map[string]Watched{}
-	for _, m := range w.cfg.Index.RunningOf(SourceSubject) {
-		if owned[partitions.ShardOf(m.Key, len(owned))] {
-			want[m.Key] = m
+	for typ := range w.cfg.Feeds {
+		for _, m := range w.cfg.Index.RunningOf(typ) {
+			if owned[partitions.ShardOf(m.Key, len(owned))] {
+				want[m.Key] = m
+			}
 		}
 	}
 	w.reconcileTo(ctx, want)
@@ -163,43 +164,53 @@ func (w *Watcher) start(parent context.Context, m Watched) *watch {
 	go func() {
 		defer close(wt.done)
 		defer cancel()
-		if err := w.run(ctx, m); err != nil && !errors.Is(err, errStopped) && ctx.Err() == nil {
-			w.log.Warn("monitor watch ended", "agent_id", m.AgentID, "monitor_id", m.MonitorID, "subject", m.Source.Value, "err", err)
+		err := w.run(ctx, m)
+		switch {
+		case errors.Is(err, errResync):
+			w.log.Debug("monitor watch resyncs from its record", "agent_id", m.AgentID, "monitor_id", m.MonitorID)
+		case err != nil && !errors.Is(err, errStopped) && ctx.Err() == nil:
+			w.log.Warn("monitor watch ended", "agent_id", m.AgentID, "monitor_id", m.MonitorID, "source", m.Source.Type, "value", m.Source.Value, "err", err)
 		}
 	}()
 	return wt
 }
 
 func (w *Watcher) run(ctx context.Context, m Watched) error {
-	lines := make(chan string, watchBuffer)
-	var dropped atomic.Int64
-	sub, err := w.cfg.NC.Subscribe(m.Source.Value, func(msg *nats.Msg) {
-		// Cut here: a buffer of lines must not hold whole large payloads.
-		line := CapLine(msg.Subject + " " + string(msg.Data[:min(len(msg.Data), 2*MaxLineBytes)]))
-		select {
-		case lines <- line:
-		default:
-			dropped.Add(1)
-		}
-	})
-	if err != nil {
-		return err
+	feed, ok := w.cfg.Feeds[m.Source.Type]
+	if !ok {
+		return nil
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	seq, err := w.nextSeq(ctx, m)
+	rec, err := w.record(ctx, m)
 	if err != nil {
 		return err
 	}
 	log := w.log.With("agent_id", m.AgentID, "monitor_id", m.MonitorID)
-	log.Debug("watching a subject", "subject", m.Source.Value, "seq", seq)
-	err = Gather(ctx, lines, func(ctx context.Context, batch []string) error {
+	log.Debug("watching a source", "source", m.Source.Type, "value", m.Source.Value, "seq", rec.NextSeq, "cursor", rec.Cursor)
+	sink := newSink(watchBuffer)
+	feedCtx, stopFeed := context.WithCancel(ctx)
+	defer stopFeed()
+	fed := make(chan error, 1)
+	go func() {
+		err := feed.Run(feedCtx, rec, sink)
+		sink.close()
+		fed <- err
+	}()
+	seq := rec.NextSeq
+	err = Gather(ctx, sink.items, func(ctx context.Context, batch []Item) error {
+		lines := make([]string, len(batch))
+		for i, it := range batch {
+			lines[i] = it.Line
+		}
+		cursor := batch[len(batch)-1].Cursor
 		for n := 0; ; n++ {
-			r, err := w.cfg.Store.emit(ctx, m.AgentID, m.MonitorID, seq, batch, dropped.Swap(0), SourceSubject)
+			r, err := w.cfg.Store.emit(ctx, m.AgentID, m.MonitorID, seq, lines, sink.dropped.Swap(0), m.Source.Type, cursor)
 			var wire *subjects.Error
 			switch {
+			case err == nil && r.Duplicate && cursor != "":
+				return errResync
 			case err == nil && r.Duplicate:
-				// Another replica held the shard a moment too: go on
-				// from where the record is.
+				// Another replica held the shard a moment too: a source
+				// without cursors goes on from where the record is.
 				seq = r.NextSeq
 				return nil
 			case err == nil:
@@ -211,9 +222,14 @@ func (w *Watcher) run(ctx context.Context, m Watched) error {
 			case errors.Is(err, ErrMonitorStopped), errors.Is(err, ErrMonitorNotFound):
 				return errStopped
 			case errors.As(err, &wire) && wire.Code == CodeOutOfOrder:
-				if seq, err = w.nextSeq(ctx, m); err != nil {
+				if cursor != "" {
+					return errResync
+				}
+				rec, err := w.record(ctx, m)
+				if err != nil {
 					return err
 				}
+				seq = rec.NextSeq
 				continue
 			}
 			log.Debug("batch not applied; retrying", "seq", seq, "err", err)
@@ -222,28 +238,63 @@ func (w *Watcher) run(ctx context.Context, m Watched) error {
 			}
 		}
 	})
-	return err
+	stopFeed()
+	ferr := <-fed
+	var ended *SourceEnded
+	switch {
+	case err != nil:
+		return err
+	case errors.As(ferr, &ended):
+		// Every line it sent is applied (Gather returned on the closed
+		// sink): now the monitor ends, once, whichever replica says so.
+		log.Info("monitor source ended", "source", m.Source.Type, "why", ended.Why)
+		return w.ended(ctx, m, ended)
+	case ferr != nil && ctx.Err() == nil:
+		return fmt.Errorf("monitors: %s source: %w", m.Source.Type, ferr)
+	}
+	return nil
+}
+
+// ended stops m for its source's end, retrying while the store is away.
+func (w *Watcher) ended(ctx context.Context, m Watched, e *SourceEnded) error {
+	for n := 0; ; n++ {
+		cur, rev, err := w.cfg.Store.getRev(ctx, m.AgentID, m.MonitorID)
+		if err == nil {
+			if cur.Finished() {
+				return errStopped
+			}
+			if _, err = w.cfg.Store.end(ctx, m.AgentID, m.MonitorID, ReasonSourceEnded, e.Code, cur, rev); err == nil {
+				return errStopped
+			}
+		}
+		if errors.Is(err, ErrMonitorNotFound) {
+			return errStopped
+		}
+		if !backoff.Sleep(ctx, min(time.Duration(n+1)*200*time.Millisecond, 2*time.Second)) {
+			return ctx.Err()
+		}
+	}
 }
 
 // errStopped ends a watch whose monitor has stopped.
 var errStopped = errors.New("monitor stopped")
 
-// nextSeq reads the seq the monitor's next batch takes, retrying while
-// the store is away.
-func (w *Watcher) nextSeq(ctx context.Context, m Watched) (int64, error) {
+// record reads the monitor's record, where its next batch starts,
+// retrying while the store is away.
+func (w *Watcher) record(ctx context.Context, m Watched) (*Monitor, error) {
 	for n := 0; ; n++ {
 		rec, _, err := w.cfg.Store.getRev(ctx, m.AgentID, m.MonitorID)
 		if err == nil {
 			if rec.Finished() {
-				return 0, errStopped
+				return nil, errStopped
 			}
-			return rec.NextSeq, nil
+			return rec, nil
 		}
 		if errors.Is(err, ErrMonitorNotFound) {
-			return 0, errStopped
+			return nil, errStopped
 		}
 		if !backoff.Sleep(ctx, min(time.Duration(n+1)*200*time.Millisecond, 2*time.Second)) {
-			return 0, ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
 }

@@ -43,7 +43,7 @@ func TestWatcherFollowsTheShard(t *testing.T) {
 	}
 	m := start(t, e, "a1", `{"description":"CI","subject":"ci.*.status","match":"FAIL"}`)
 	o := &owner{}
-	w := monitors.NewWatcher(monitors.WatcherConfig{NC: e.nc, Store: e.store, Index: e.index, Leases: o, Shards: 8, Every: 20 * time.Millisecond})
+	w := monitors.NewWatcher(monitors.WatcherConfig{Feeds: map[string]monitors.Feed{monitors.SourceSubject: monitors.SubjectFeed{NC: e.nc}}, Store: e.store, Index: e.index, Leases: o, Shards: 8, Every: 20 * time.Millisecond})
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -325,7 +325,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	}
 	monitorStore := monitors.NewStore(monitors.Config{
 		KV: res.Monitors, JS: js, Inbox: inbox, Now: time.Now, Retention: retention, Log: log, Admit: limits, Count: monitorIndex,
-		Subjects: watchable,
+		Sources: map[string]monitors.Checker{monitors.SourceSubject: watchable},
 	})
 	settler := tasks.NewSettler(tasks.SettlerConfig{JS: js, Stream: engine.EventsStream, Store: taskStore, Log: log, Registerer: reg})
 	waitForSvc := waitfor.NewService(waitfor.Config{
@@ -353,7 +353,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	resolver := access.Resolver{Operators: operators, Tokens: tokens, Callbacks: triggerStore}
 	parts := []lifecycle.Service{
 		triggerIndex, waitForIndex, taskIndex, monitorIndex, monitors.NewSweeper(monitorStore, monitorIndex, log),
-		monitors.NewWatcher(monitors.WatcherConfig{NC: r.nc, Store: monitorStore, Index: monitorIndex, Leases: leases, Shards: cfg.Shards, Log: log}),
+		monitors.NewWatcher(monitors.WatcherConfig{Feeds: map[string]monitors.Feed{monitors.SourceSubject: monitors.SubjectFeed{NC: r.nc}}, Store: monitorStore, Index: monitorIndex, Leases: leases, Shards: cfg.Shards, Log: log}),
 		lifecycle.Parallel(callbackConsumer, waitConsumer, settler, waitForConsumer),
 		notes, r.storage, healer, archiver,
 		firing{leases: leases, sched: r.sched},
