@@ -49,6 +49,7 @@ type ChaosOptions struct {
 	Agents      int           // agents the timers and waits belong to
 	Repeating   int           // repeating timers, created at the start and cancelled at the end
 	Interval    time.Duration // their interval
+	Calendar    int           // calendar timers firing every second (cron "* * * * * *", Europe/Berlin), created and cancelled with the repeating ones
 	WaitRate    float64       // managed waits requested per second, 2-4 s each
 	CancelEvery int           // every Nth one-shot is cancelled before it is due; 0: none
 	Every       time.Duration // a kill every this
@@ -74,8 +75,8 @@ func (o *ChaosOptions) Validate() error {
 		return errors.New("bench: --rate and --wait-rate must not be negative")
 	case o.Agents < 1:
 		return errors.New("bench: --agents must be positive")
-	case o.Repeating < 0:
-		return errors.New("bench: --repeating must not be negative")
+	case o.Repeating < 0 || o.Calendar < 0:
+		return errors.New("bench: --repeating and --calendar must not be negative")
 	case o.Repeating > 0 && o.Interval < time.Millisecond:
 		return errors.New("bench: --interval must be at least 1ms")
 	case o.CancelEvery < 0:
@@ -329,8 +330,8 @@ func (r *chaosRun) load(ctx context.Context) error {
 		return err
 	}
 	r.start = time.Now()
-	r.progress("load for %v: %g one-shot timers/s (due 1-5 s), %d repeating every %v, %g waits/s (2-4 s), %d agents; kills every %v (%s), down %v",
-		r.o.Duration, r.o.Rate, r.o.Repeating, r.o.Interval, r.o.WaitRate, r.o.Agents, r.o.Every, strings.Join(r.o.Kill, ","), r.o.Down)
+	r.progress("load for %v: %g one-shot timers/s (due 1-5 s), %d repeating every %v, %d calendar every second, %g waits/s (2-4 s), %d agents; kills every %v (%s), down %v",
+		r.o.Duration, r.o.Rate, r.o.Repeating, r.o.Interval, r.o.Calendar, r.o.WaitRate, r.o.Agents, r.o.Every, strings.Join(r.o.Kill, ","), r.o.Down)
 	loadCtx, stop := context.WithTimeout(ctx, r.o.Duration)
 	defer stop()
 	sem := make(chan struct{}, inflightMax)
@@ -344,7 +345,7 @@ func (r *chaosRun) load(ctx context.Context) error {
 		return err
 	}
 	r.mu.Lock()
-	created, waited := len(r.timers)-r.o.Repeating, len(r.waits)
+	created, waited := len(r.timers)-r.o.Repeating-r.o.Calendar, len(r.waits)
 	r.mu.Unlock()
 	r.progress("load done at %.1fs: %d one-shot timers and %d waits acknowledged, %d kills", r.since(time.Now()), created, waited, len(r.kills))
 	r.cancelRepeating(ctx)
@@ -459,7 +460,27 @@ func (r *chaosRun) createRepeating(ctx context.Context) error {
 		r.timers[t.ID] = &timerReq{id: t.ID, agent: r.agent(i), repeating: true, due: dueOf(t)}
 		r.mu.Unlock()
 	}
+	for i := range r.o.Calendar {
+		c := r.client(i)
+		var t *timers.Timer
+		err := r.call(ctx, func(ctx context.Context) (err error) {
+			t, err = c.CreateCalendarTimer(ctx, chaosCalendar(), fmt.Sprintf("chaos calendar %d", i), client.WithRequestID(fmt.Sprintf("chaos-calendar-%d", i)))
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("bench: create calendar timer: %w", err)
+		}
+		r.mu.Lock()
+		r.timers[t.ID] = &timerReq{id: t.ID, agent: r.agent(i), repeating: true, due: dueOf(t)}
+		r.mu.Unlock()
+	}
 	return nil
+}
+
+// chaosCalendar is the calendar timers' schedule: every second, in a zone
+// that is not UTC, missed ones caught up once (the default).
+func chaosCalendar() timers.CalendarSpec {
+	return timers.CalendarSpec{Cron: "* * * * * *", TZ: "Europe/Berlin"}
 }
 
 func (r *chaosRun) cancelRepeating(ctx context.Context) {

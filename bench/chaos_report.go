@@ -54,6 +54,7 @@ type ChaosConfig struct {
 	Agents      int       `json:"agents"`
 	Repeating   int       `json:"repeating"`
 	IntervalMs  int64     `json:"interval_ms"`
+	Calendar    int       `json:"calendar"`
 	WaitRate    float64   `json:"wait_rate"`
 	CancelEvery int       `json:"cancel_every"`
 	EveryS      float64   `json:"every_s"`
@@ -66,7 +67,8 @@ type ChaosConfig struct {
 type ChaosTimers struct {
 	Created   int `json:"created"` // timer records found
 	OneShot   int `json:"one_shot"`
-	Repeating int `json:"repeating"`
+	Repeating int `json:"repeating"` // interval and calendar timers
+	Calendar  int `json:"calendar"`
 	// Unacknowledged records were created by a request whose reply never
 	// came (the bench retried it); they are expected to fire like any.
 	Unacknowledged int `json:"unacknowledged"`
@@ -107,6 +109,13 @@ type ChaosTimers struct {
 	// the contract.
 	CadenceTicks    int `json:"cadence_ticks"`
 	TicksNotCovered int `json:"cadence_ticks_not_covered"`
+	// CalendarTicks and CalendarTicksNotCovered are the same for the
+	// calendar timers, against their schedule (timers.ScheduleCoverage);
+	// CalendarTimesTwice counts scheduled times stored under more than
+	// one occurrence (a calendar fire is one per scheduled time).
+	CalendarTicks           int `json:"calendar_ticks"`
+	CalendarTicksNotCovered int `json:"calendar_ticks_not_covered"`
+	CalendarTimesTwice      int `json:"calendar_times_twice"`
 }
 
 // ChaosWaits counts managed waits and their terminal deliveries.
@@ -196,7 +205,7 @@ func (r *ChaosResult) Err() error {
 func (r *chaosRun) config() ChaosConfig {
 	return ChaosConfig{
 		LoadStart: r.start, Servers: r.o.Servers, JSReplicas: r.jsReplicas(), Replicas: r.o.Replicas, DurationS: r.o.Duration.Seconds(),
-		Rate: r.o.Rate, Agents: r.o.Agents, Repeating: r.o.Repeating, IntervalMs: r.o.Interval.Milliseconds(),
+		Rate: r.o.Rate, Agents: r.o.Agents, Repeating: r.o.Repeating, IntervalMs: r.o.Interval.Milliseconds(), Calendar: r.o.Calendar,
 		WaitRate: r.o.WaitRate, CancelEvery: r.o.CancelEvery, EveryS: r.o.Every.Seconds(), DownS: r.o.Down.Seconds(),
 		Kill: r.o.Kill, GraceS: r.o.Grace.Seconds(),
 	}
@@ -227,6 +236,24 @@ type waitEnd struct {
 	kind   string
 	stored time.Time
 	target time.Time
+}
+
+// timesTwice counts the scheduled times of a calendar timer's fires that
+// were stored under more than one occurrence number.
+func timesTwice(occ map[int64][]fire) int {
+	seen := map[time.Time]int64{}
+	n := 0
+	for o, fs := range occ {
+		for _, f := range fs {
+			k := f.due.UTC()
+			if prev, ok := seen[k]; ok && prev != o {
+				n++
+				continue
+			}
+			seen[k] = o
+		}
+	}
+	return n
 }
 
 // analyze counts the inbox against the records.
@@ -362,9 +389,18 @@ func (r *chaosRun) analyze(obs *observed) *ChaosResult {
 				stored = append(stored, timers.StoredFire{Occurrence: n, DueAt: f.due, NextDueAt: f.nextDue, StoredAt: f.stored})
 			}
 		}
-		cov := timers.CadenceCoverage(stored, rec.Interval())
-		t.CadenceTicks += cov.Ticks
-		t.TicksNotCovered += cov.Uncovered
+		var cov timers.Coverage
+		if cal := timers.CalendarFor(rec, nil); cal != nil {
+			t.Calendar++
+			cov = timers.ScheduleCoverage(stored, cal.Next)
+			t.CalendarTicks += cov.Ticks
+			t.CalendarTicksNotCovered += cov.Uncovered
+			t.CalendarTimesTwice += timesTwice(occ)
+		} else {
+			cov = timers.CadenceCoverage(stored, rec.Interval())
+			t.CadenceTicks += cov.Ticks
+			t.TicksNotCovered += cov.Uncovered
+		}
 		if cov.Uncovered > 0 {
 			findings = append(findings, finding{order: findBad, due: cov.FirstUncovered,
 				text: fmt.Sprintf("skipped: %s: %d cadence ticks not covered by a catch-up fire, the first due %s", what, cov.Uncovered, r.at(cov.FirstUncovered))})
@@ -599,6 +635,10 @@ func (r *ChaosResult) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "cancelled but delivered: %d due before the cancel's ack (raced); %d due after it (fired after cancel, up to %.0f ms after the ack; %d more than 2 s after)\n",
 		t.RacedCancel, t.FiredAfterCancel, t.FiredAfterCancelMaxMs, t.CancelBoundBroken)
 	fmt.Fprintf(w, "cadence ticks not covered by a catch-up fire: %d of %d\n", t.TicksNotCovered, t.CadenceTicks)
+	if t.Calendar > 0 {
+		fmt.Fprintf(w, "calendar timers: %d; scheduled times not covered by a catch-up fire: %d of %d; stored under two occurrences: %d\n",
+			t.Calendar, t.CalendarTicksNotCovered, t.CalendarTicks, t.CalendarTimesTwice)
+	}
 	fmt.Fprintf(w, "late (>2s after due): %d  lateness ms: p50 %.1f  p90 %.1f  p99 %.1f  max %.1f\n",
 		t.Late, t.LatenessMs.P50, t.LatenessMs.P90, t.LatenessMs.P99, t.LatenessMs.Max)
 	wt := r.Waits

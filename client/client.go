@@ -78,6 +78,28 @@ func (c *Client) CreateTimer(ctx context.Context, durationMs, intervalMs int64, 
 	return &t, c.call(ctx, subjects.ActionTimerCreate, req, &t)
 }
 
+// CreateCalendarTimer creates a calendar timer: it fires at each instant
+// of spec's schedule (its cron in its zone, with its DST, catch-up and
+// jitter policies).
+func (c *Client) CreateCalendarTimer(ctx context.Context, spec timers.CalendarSpec, summary string, opts ...TimerOption) (*timers.Timer, error) {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("client: encode: %w", err)
+	}
+	req := map[string]any{}
+	if err := json.Unmarshal(b, &req); err != nil {
+		return nil, fmt.Errorf("client: encode: %w", err)
+	}
+	if summary != "" {
+		req["summary"] = summary
+	}
+	for _, opt := range opts {
+		opt(req)
+	}
+	var t timers.Timer
+	return &t, c.call(ctx, subjects.ActionTimerCreate, req, &t)
+}
+
 // ListTimers returns the first page of the agent's timers (TimersPage);
 // limit 0 uses the default.
 func (c *Client) ListTimers(ctx context.Context, limit int) ([]timers.Timer, error) {

@@ -18,14 +18,15 @@ import (
 // TestBenchChaos runs a short `chime-bench chaos`: its own standalone
 // nats-server and two replicas of the built chime beside it, under load, a replica
 // and then the server SIGKILLed and restarted. Its JSON must count nothing
-// lost or duplicated, no cadence tick not covered by a catch-up fire, and
-// it must exit 0. Lateness is the long run's to
+// lost or duplicated, no cadence tick (of its interval timers and of its
+// calendar timers) not covered by a catch-up fire, no calendar time
+// stored twice, and it must exit 0. Lateness is the long run's to
 // report, not an assertion here.
 func TestBenchChaos(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	args := []string{"chaos", "--servers", "1", "--replicas", "2", "--duration", "8s", "--every", "3s",
-		"--rate", "50", "--kill", "replica,server", "--json"}
+		"--rate", "50", "--calendar", "5", "--kill", "replica,server", "--json"}
 	cmd := exec.CommandContext(ctx, benchBinary, args...)
 	// The run starts its own NATS and replicas: none of the caller's settings.
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "CHIME_") })
@@ -50,6 +51,10 @@ func TestBenchChaos(t *testing.T) {
 	}
 	if res.Timers.TicksNotCovered != 0 {
 		t.Errorf("%d of %d cadence ticks not covered by a catch-up fire", res.Timers.TicksNotCovered, res.Timers.CadenceTicks)
+	}
+	if res.Timers.Calendar != 5 || res.Timers.CalendarTicksNotCovered != 0 || res.Timers.CalendarTimesTwice != 0 {
+		t.Errorf("calendar timers: %d; %d of %d scheduled times not covered by a catch-up fire, %d stored twice",
+			res.Timers.Calendar, res.Timers.CalendarTicksNotCovered, res.Timers.CalendarTicks, res.Timers.CalendarTimesTwice)
 	}
 	if runErr != nil {
 		t.Errorf("exit: %v, with ok=%t", runErr, res.OK)

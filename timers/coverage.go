@@ -39,8 +39,18 @@ type Coverage struct {
 // silently. Occurrences missing from the sequence (lost ones) are not
 // counted here; the pair around a gap is skipped.
 func CadenceCoverage(fires []StoredFire, interval time.Duration) Coverage {
+	if interval <= 0 {
+		return Coverage{}
+	}
+	return ScheduleCoverage(fires, func(t time.Time) (time.Time, bool) { return t.Add(interval), true })
+}
+
+// ScheduleCoverage is CadenceCoverage for any schedule: next gives the
+// tick after t (a calendar timer's Calendar.Next), false when there is
+// none.
+func ScheduleCoverage(fires []StoredFire, next func(time.Time) (time.Time, bool)) Coverage {
 	var c Coverage
-	if len(fires) == 0 || interval <= 0 {
+	if len(fires) == 0 {
 		return c
 	}
 	fs := slices.Clone(fires)
@@ -48,13 +58,16 @@ func CadenceCoverage(fires []StoredFire, interval time.Duration) Coverage {
 		return cmp.Or(cmp.Compare(a.Occurrence, b.Occurrence), a.StoredAt.Compare(b.StoredAt))
 	})
 	fs = slices.CompactFunc(fs, func(a, b StoredFire) bool { return a.Occurrence == b.Occurrence })
-	c.Ticks = int(fs[len(fs)-1].DueAt.Sub(fs[0].DueAt)/interval) + 1
+	c.Ticks = 1
+	for t, ok := next(fs[0].DueAt); ok && !t.After(fs[len(fs)-1].DueAt); t, ok = next(t) {
+		c.Ticks++
+	}
 	for i := 1; i < len(fs); i++ {
 		a, b := fs[i-1], fs[i]
 		if b.Occurrence != a.Occurrence+1 {
 			continue
 		}
-		for t := a.DueAt.Add(interval); t.Before(b.DueAt); t = t.Add(interval) {
+		for t, ok := next(a.DueAt); ok && t.Before(b.DueAt); t, ok = next(t) {
 			covered := !a.StoredAt.Before(t) && (a.NextDueAt == nil || t.Before(*a.NextDueAt))
 			if !covered {
 				if c.Uncovered == 0 {

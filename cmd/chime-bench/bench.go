@@ -189,6 +189,7 @@ func (a *app) benchChaos(ctx context.Context, args []string) error {
 		fs.IntVar(&o.Agents, "agents", 20, "agents the timers and waits belong to")
 		fs.IntVar(&o.Repeating, "repeating", 50, "repeating timers, created at the start and cancelled at the end")
 		fs.DurationVar(&o.Interval, "interval", time.Second, "interval of the repeating timers")
+		fs.IntVar(&o.Calendar, "calendar", 0, "calendar timers firing every second (cron \"* * * * * *\" in Europe/Berlin), created and cancelled with the repeating ones")
 		fs.Float64Var(&o.WaitRate, "wait-rate", 5, "managed waits requested per second, 2-4 s each")
 		fs.IntVar(&o.CancelEvery, "cancel-every", 10, "cancel every Nth one-shot timer before it is due (0: none)")
 		fs.DurationVar(&o.Every, "every", 10*time.Second, "a kill every this")
