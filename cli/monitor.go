@@ -30,9 +30,6 @@ const monitorUsage = "chime monitor run [--agent ID] [--id MON] [--description D
 // quiet; a batch's reply tells it at once otherwise.
 const monitorPoll = 2 * time.Second
 
-// killGrace is how long a command has to end after SIGTERM before SIGKILL.
-const killGrace = 5 * time.Second
-
 // maxReadLine bounds the bytes of one line read from the command; the
 // rest of a longer line is counted and dropped here (chime cuts lines at
 // monitors.MaxLineBytes anyway).
@@ -164,9 +161,7 @@ func (r *monitorRun) stoppedBy(reason string) {
 func (r *monitorRun) run(ctx context.Context, argv []string, sigs <-chan os.Signal) (*int, bool) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stderr = r.log
-	// Its own process group, so that a stop reaches what it started too
-	// (a shell's children), not only the shell.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	inGroup(cmd)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		code := 127
@@ -209,42 +204,13 @@ func (r *monitorRun) run(ctx context.Context, argv []string, sigs <-chan os.Sign
 		stopPolling()
 		<-polled
 	}()
-	group := func(sig syscall.Signal) { _ = syscall.Kill(-cmd.Process.Pid, sig) }
-	var kill <-chan time.Time
-	interrupted := false
-	for {
-		select {
-		case sig := <-sigs:
-			interrupted = true
-			if s, ok := sig.(syscall.Signal); ok {
-				group(s)
-			}
-		case reason := <-r.stopped:
-			fmt.Fprintf(r.log, "chime monitor run: monitor %s stopped (%s): stopping the command\n", r.id, reason)
-			group(syscall.SIGTERM)
-			kill = time.After(killGrace)
-		case <-kill:
-			group(syscall.SIGKILL)
-		case werr := <-done:
-			if err := <-sent; err != nil && !errors.Is(err, errMonitorStopped) {
-				fmt.Fprintf(r.log, "chime monitor run: lines not sent: %v\n", err)
-			}
-			return exitCode(cmd, werr), interrupted
-		}
+	interrupted, _, werr := supervision{sigs: sigs, stop: r.stopped, grace: killGrace, stopping: func(reason string) {
+		fmt.Fprintf(r.log, "chime monitor run: monitor %s stopped (%s): stopping the command\n", r.id, reason)
+	}}.wait(cmd, done)
+	if err := <-sent; err != nil && !errors.Is(err, errMonitorStopped) {
+		fmt.Fprintf(r.log, "chime monitor run: lines not sent: %v\n", err)
 	}
-}
-
-// exitCode is how the command ended, as a shell reports it.
-func exitCode(cmd *exec.Cmd, err error) *int {
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		code := 128 + int(ws.Signal())
-		return &code
-	}
-	code := 0
-	if err != nil {
-		code = cmd.ProcessState.ExitCode()
-	}
-	return &code
+	return exitCode(cmd, werr), interrupted
 }
 
 // readLines calls emit with each line of r, a line longer than

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -21,18 +22,23 @@ import (
 // task runs `chime task run`: the built-in executor.
 func (a *App) task(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] != "run" {
-		return fmt.Errorf("%w: chime task run [--agent ID] [--id TASK] [--title T] -- CMD [ARGS]", ErrUsage)
+		return fmt.Errorf("%w: chime task run [--agent ID] [--id TASK] [--title T] [--grace D] [--tee] -- CMD [ARGS]", ErrUsage)
 	}
 	fs := newFlagSet(a, "task run")
 	agent := fs.String("agent", envOr("CHIME_AGENT_ID", "demo"), "agent ID")
 	id := fs.String("id", "", "task ID (default: chime picks task_...)")
 	title := fs.String("title", "", "task title")
+	grace := fs.Duration("grace", killGrace, "after a cancel, how long the command has to end after SIGTERM before SIGKILL")
+	tee := fs.Bool("tee", false, "also copy the command's output to this process's stderr (stdout carries the task's JSON lines)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	argv := fs.Args()
-	if len(argv) == 0 {
+	switch {
+	case len(argv) == 0:
 		return fmt.Errorf("%w: task run needs a command after --", ErrUsage)
+	case *grace <= 0:
+		return fmt.Errorf("%w: --grace must be positive, not %v", ErrUsage, *grace)
 	}
 	c, closeConn, err := a.agentClient(*agent)
 	if err != nil {
@@ -51,32 +57,46 @@ func (a *App) task(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("task start: %w", err)
 	}
+	if t.Finished() {
+		// A start of a finished task's ID answers its record: running the
+		// command again would repeat its side effects for nothing.
+		return fmt.Errorf("task %s has already ended (%s): the command was not run", t.ID, t.Status)
+	}
 	if err := a.printLine(map[string]string{"task_id": t.ID}); err != nil {
 		return err
 	}
 	up := newUploader(ctx, c, t.ID)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = up, up
+	if *tee {
+		cmd.Stdout, cmd.Stderr = io.MultiWriter(up, a.Stderr), io.MultiWriter(up, a.Stderr)
+	}
+	inGroup(cmd)
 	res := tasks.TaskResultRequest{TaskID: t.ID, OutputAppended: true}
-	interrupted := false
+	var exit *int
 	if err := cmd.Start(); err != nil {
 		code := 127 // as a shell reports a command it cannot run
-		res.Status, res.ExitCode, res.Error = tasks.TaskFailed, &code, err.Error()
+		res.Status, res.ExitCode, res.Error, exit = tasks.TaskFailed, &code, err.Error(), &code
 	} else {
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
-		var werr error
-	wait:
-		for {
-			select {
-			case sig := <-sigs:
-				interrupted = true
-				_ = cmd.Process.Signal(sig)
-			case werr = <-done:
-				break wait
-			}
-		}
+		wctx, stopWatching := context.WithCancel(ctx)
+		cancelled := make(chan string, 1)
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			watchCancel(wctx, c, t.ID, cancelled)
+		}()
+		interrupted, stopped, werr := supervision{sigs: sigs, stop: cancelled, grace: *grace, stopping: func(string) {
+			fmt.Fprintf(a.Stderr, "chime task run: task %s was cancelled: stopping the command\n", t.ID)
+		}}.wait(cmd, done)
+		stopWatching()
+		<-watched
+		exit = exitCode(cmd, werr)
 		res.Status, res.ExitCode, res.Error = outcome(cmd, werr, interrupted)
+		if stopped != "" {
+			res.Status, res.ExitCode, res.Error = tasks.TaskCancelled, exit, joinText("stopped: the task was cancelled", res.Error)
+		}
 	}
 	if err := up.close(); err != nil {
 		// The output could not be stored: report the result without it
@@ -84,10 +104,47 @@ func (a *App) task(ctx context.Context, args []string) error {
 		res.OutputAppended, res.Error = false, joinText(res.Error, "output not stored: "+err.Error())
 	}
 	final, err := reportResult(ctx, c, res)
+	if errors.Is(err, tasks.ErrTaskHasResult) && res.Status != tasks.TaskCancelled {
+		// Cancelled as the command ended on its own: what it left is
+		// attached to the cancel.
+		res.Status = tasks.TaskCancelled
+		final, err = reportResult(ctx, c, res)
+	}
 	if err != nil {
 		return fmt.Errorf("task result: %w", err)
 	}
-	return a.printLine(final)
+	if err := a.printLine(final); err != nil {
+		return err
+	}
+	if *exit != 0 {
+		return &ExitError{Code: *exit}
+	}
+	return nil
+}
+
+// cancelPoll is how often a running task's record is read for a cancel:
+// the command is stopped within about this much of one.
+const cancelPoll = 500 * time.Millisecond
+
+// watchCancel reads the task's record every cancelPoll until ctx ends and
+// says "cancelled" on stop once chime has cancelled the task.
+func watchCancel(ctx context.Context, c *client.Client, taskID string, stop chan<- string) {
+	t := time.NewTicker(cancelPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		task, err := c.GetTask(rctx, taskID)
+		cancel()
+		if err == nil && task.Status == tasks.TaskCancelled {
+			stop <- "cancelled"
+			return
+		}
+	}
 }
 
 // printLine prints v as one line of JSON: a caller reads the task ID as

@@ -119,6 +119,10 @@ type Task struct {
 	// ResultHash identifies the result stored, so an identical retry is
 	// answered and a different one refused.
 	ResultHash string `json:"result_hash,omitempty"`
+	// AttachHash identifies the output and exit an executor attached to
+	// a task chime cancelled (its result with status cancelled), so that
+	// a retry of it is answered unchanged and another is refused.
+	AttachHash string `json:"attach_hash,omitempty"`
 	// DeliveredAt is set once the task_result envelope is stored; a
 	// finished task without it is delivered by the next result retry,
 	// cancel or get.
@@ -133,6 +137,15 @@ type Task struct {
 
 // Finished reports whether the task has its result.
 func (t *Task) Finished() bool { return t.Status != "" && t.Status != TaskRunning }
+
+// CancelledByChime reports whether a cancel, not an executor, ended the task.
+func (t *Task) CancelledByChime() bool { return t.ResultHash == cancelHash }
+
+// attachable reports whether an executor may still attach what its
+// command left to t, a task chime cancelled: output chunks, and one
+// result with status cancelled, which keeps the status and the delivery
+// and adds the output and exit code.
+func (t *Task) attachable() bool { return t.CancelledByChime() && t.AttachHash == "" }
 
 // TaskKey is the KV key of a task record.
 func TaskKey(agentID, taskID string) string { return agentID + "." + taskID }

@@ -281,16 +281,20 @@ func (s *Store) Result(ctx context.Context, agentID string, req *TaskResultReque
 		parts, size = cur.AppendedParts, cur.AppendedBytes
 	}
 	hash := resultHash(req, parts, size)
+	attach := false
 	if cur != nil && cur.Finished() {
-		if cur.ResultHash != hash {
+		switch {
+		case cur.ResultHash == hash || cur.AttachHash == hash:
+			if cur.DeliveredAt == nil {
+				if err := s.announce(ctx, agentID, req.TaskID); err != nil {
+					return nil, err
+				}
+			}
+			return s.settle(ctx, cur, rev)
+		case !cur.attachable() || req.Status != TaskCancelled:
 			return nil, TaskHasResult(req.TaskID)
 		}
-		if cur.DeliveredAt == nil {
-			if err := s.announce(ctx, agentID, req.TaskID); err != nil {
-				return nil, err
-			}
-		}
-		return s.settle(ctx, cur, rev)
+		attach = true
 	}
 	var output []byte
 	switch {
@@ -321,15 +325,22 @@ func (s *Store) Result(ctx context.Context, agentID string, req *TaskResultReque
 		}
 		preview = Preview(output)
 	}
-	if err := s.announce(ctx, agentID, req.TaskID); err != nil {
-		return nil, err
+	if !attach { // a cancelled task's delivery was announced by the cancel
+		if err := s.announce(ctx, agentID, req.TaskID); err != nil {
+			return nil, err
+		}
 	}
 	at := s.now().UTC()
 	t, rev, err := s.update(ctx, agentID, req.TaskID, true, func(t *Task) (bool, error) {
-		if t.Finished() {
-			if t.ResultHash == hash {
-				return false, nil
-			}
+		switch {
+		case t.Finished() && (t.ResultHash == hash || t.AttachHash == hash):
+			return false, nil
+		case t.Finished() && t.attachable() && req.Status == TaskCancelled:
+			// The status, its time and its delivery stay the cancel's.
+			t.ExitCode, t.Error = req.ExitCode, req.Error
+			t.Output, t.OutputSize, t.OutputRef, t.AttachHash = preview, outSize, ref, hash
+			return true, nil
+		case t.Finished():
 			return false, TaskHasResult(req.TaskID)
 		}
 		if t.ID == "" { // registered by this result
@@ -398,7 +409,7 @@ func (s *Store) settle(ctx context.Context, t *Task, rev uint64) (*Task, error) 
 	}, kvrec.ExpireFinished(s.retention, func(o *owner) bool { return o.Finished })); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, fmt.Errorf("tasks: finish owner of %s: %w", t.ID, err)
 	}
-	env := TaskResultEnvelope(t, t.ResultHash == cancelHash)
+	env := TaskResultEnvelope(t, t.CancelledByChime())
 	ack, err := s.inbox.DeliverOnce(ctx, &env, *t.EndedAt)
 	if err != nil {
 		// Stored but not delivered: its work item (or the caller's
@@ -433,7 +444,7 @@ func (s *Store) Append(ctx context.Context, agentID string, req *AppendOutputReq
 		return &AppendOutputReply{TaskID: t.ID, NextSeq: t.AppendedParts, Bytes: t.AppendedBytes}
 	}
 	switch {
-	case t.Finished():
+	case t.Finished() && !t.attachable():
 		return nil, TaskHasResult(req.TaskID)
 	case seq < t.AppendedParts:
 		e, err := s.kv.Get(ctx, chunkKey(agentID, req.TaskID, seq))
@@ -457,7 +468,7 @@ func (s *Store) Append(ctx context.Context, agentID string, req *AppendOutputReq
 	}
 	t, _, err = s.update(ctx, agentID, req.TaskID, false, func(t *Task) (bool, error) {
 		switch {
-		case t.Finished():
+		case t.Finished() && !t.attachable():
 			return false, TaskHasResult(req.TaskID)
 		case t.AppendedParts != seq:
 			return false, nil // counted by a concurrent retry

@@ -192,6 +192,60 @@ func TestCancelDeliversCancelled(t *testing.T) {
 	}
 }
 
+// TestCancelledTaskKeepsItsOutput: after a cancel, the executor that was
+// running the command stores what it printed until it stopped it (chunks,
+// then one result with status cancelled): the status, its time and the one
+// delivery stay the cancel's, the output and exit code are added, a retry
+// of that result is answered unchanged, and anything else is refused.
+func TestCancelledTaskKeepsItsOutput(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if _, err := e.store.Start(ctx, "a1", &tasks.StartTaskRequest{TaskID: "sleepy"}); err != nil {
+		t.Fatal(err)
+	}
+	appendAll(t, e.store, "a1", "sleepy", []byte("before the cancel\n"))
+	cancelled, err := e.store.Cancel(ctx, "a1", "sleepy")
+	if err != nil || cancelled.Status != tasks.TaskCancelled || !cancelled.CancelledByChime() {
+		t.Fatalf("cancel: %+v %v", cancelled, err)
+	}
+	seq := int64(1)
+	if _, err := e.store.Append(ctx, "a1", &tasks.AppendOutputRequest{TaskID: "sleepy", Seq: &seq, Data: []byte("while stopping\n")}); err != nil {
+		t.Fatalf("append after the cancel: %v", err)
+	}
+	if _, err := e.store.Result(ctx, "a1", &tasks.TaskResultRequest{TaskID: "sleepy", Status: tasks.TaskCompleted, OutputAppended: true}); code(err) != tasks.CodeTaskHasResult {
+		t.Fatalf("a completed result after the cancel: %v", err)
+	}
+	exit := 143
+	attach := &tasks.TaskResultRequest{TaskID: "sleepy", Status: tasks.TaskCancelled, ExitCode: &exit, Error: "stopped: cancelled", OutputAppended: true}
+	got, err := e.store.Result(ctx, "a1", attach)
+	if err != nil || got.Status != tasks.TaskCancelled || got.Output != "before the cancel\nwhile stopping\n" || got.ExitCode == nil || *got.ExitCode != 143 ||
+		!got.EndedAt.Equal(*cancelled.EndedAt) || !got.CancelledByChime() {
+		t.Fatalf("attach: %+v %v", got, err)
+	}
+	if again, err := e.store.Result(ctx, "a1", attach); err != nil || again.AttachHash != got.AttachHash || again.Output != got.Output {
+		t.Fatalf("attach retried: %+v %v", again, err)
+	}
+	other := *attach
+	other.Error = "another"
+	if _, err := e.store.Result(ctx, "a1", &other); code(err) != tasks.CodeTaskHasResult {
+		t.Fatalf("a second attach: %v", err)
+	}
+	seq = 2
+	if _, err := e.store.Append(ctx, "a1", &tasks.AppendOutputRequest{TaskID: "sleepy", Seq: &seq, Data: []byte("late")}); code(err) != tasks.CodeTaskHasResult {
+		t.Fatalf("append after the attach: %v", err)
+	}
+	if res := e.results(t, "a1"); len(res) != 1 || res[0].Trust != subjects.TrustSystem {
+		t.Fatalf("deliveries: %+v", res)
+	}
+	// A task its executor finished is not attachable.
+	if _, err := e.store.Result(ctx, "a1", &tasks.TaskResultRequest{TaskID: "done", Status: tasks.TaskCompleted}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Result(ctx, "a1", &tasks.TaskResultRequest{TaskID: "done", Status: tasks.TaskCancelled}); code(err) != tasks.CodeTaskHasResult {
+		t.Fatalf("cancelled over completed: %v", err)
+	}
+}
+
 // TestAppendedOutputRoundTrip: 1 MiB appended in chunks (one sent twice)
 // lands in the object store and reads back whole.
 func TestAppendedOutputRoundTrip(t *testing.T) {

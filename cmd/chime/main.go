@@ -16,6 +16,10 @@ var version = "0.0.0-dev"
 func main() {
 	app := &cli.App{Stdout: os.Stdout, Stderr: os.Stderr, Version: version}
 	if err := app.Run(context.Background(), os.Args[1:]); err != nil {
+		var exit *cli.ExitError
+		if errors.As(err, &exit) {
+			os.Exit(exit.Code) // the command's own status: it has spoken for itself
+		}
 		if (!errors.Is(err, cli.ErrUsage) || err.Error() != cli.ErrUsage.Error()) && !errors.Is(err, cli.ErrInterrupted) {
 			fmt.Fprintln(os.Stderr, "chime:", err)
 		}
