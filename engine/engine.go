@@ -180,18 +180,31 @@ func StartEmbedded(ctx context.Context, o EmbeddedOptions, log *slog.Logger) (*s
 		opts.AuthCallout = &server.AuthCallout{Issuer: o.Auth.Issuer, AuthUsers: authUsers}
 		opts.AuthTimeout = 2 // seconds: a callout answer is one KV read away
 	}
+	if err := preflight(o.Listen, port, o.DataDir); err != nil {
+		return nil, err
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("engine: embedded server: %w", err)
 	}
+	nlog := newNATSLog(log)
+	ns.SetLoggerV2(nlog, debug(log), false, false)
 	ns.Start()
-	deadline := 10 * time.Second
+	deadline := time.Now().Add(10 * time.Second)
 	if d, ok := ctx.Deadline(); ok {
-		deadline = time.Until(d)
+		deadline = d
 	}
-	if !ns.ReadyForConnections(deadline) {
-		ns.Shutdown()
-		return nil, errors.New("engine: embedded server not ready")
+	// Ready in steps, so that a start the server gave up on (its store
+	// unreadable, say) fails at once with the server's own words.
+	for !ns.ReadyForConnections(100 * time.Millisecond) {
+		last := nlog.lastError()
+		if last != "" || time.Now().After(deadline) || ctx.Err() != nil {
+			ns.Shutdown()
+			if last == "" {
+				last = "no error logged (CHIME_LOG_LEVEL=debug shows its log)"
+			}
+			return nil, fmt.Errorf("engine: embedded server not ready: %s", last)
+		}
 	}
 	log.Info("embedded nats-server started", "url", ns.ClientURL(), "store_dir", o.DataDir, "tls", o.TLS != nil, "verify_clients", opts.TLSVerify)
 	return ns, nil
@@ -810,7 +823,10 @@ func Connect(o ConnectOptions, log *slog.Logger) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("engine: connect: %w", err)
+		if o.Embedded != nil {
+			return nil, fmt.Errorf("engine: connect to the embedded server: %w", err)
+		}
+		return nil, connectError(url, err)
 	}
 	return nc, nil
 }

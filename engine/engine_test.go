@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
@@ -513,5 +515,52 @@ func TestPermissionViolationsLoggedOncePerInterval(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // the rest of the flood arrives
 	if n := strings.Count(logs(), `msg="nats permission violations"`); n != 1 {
 		t.Errorf("%d log lines for 200 violations, want 1:\n%s", n, logs())
+	}
+}
+
+// TestStartFailuresSayWhy: the failures a fresh machine meets each come
+// back at once as one error naming the cause and the setting to change:
+// the NATS port taken, a data dir that cannot be made, nothing listening
+// at CHIME_NATS_URL, and a NATS that refuses chime's credentials.
+func TestStartFailuresSayWhy(t *testing.T) {
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	hold, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = hold.Close() }()
+	_, err = engine.StartEmbedded(ctx, engine.EmbeddedOptions{Listen: hold.Addr().String(), DataDir: t.TempDir()}, log)
+	if err == nil || !strings.Contains(err.Error(), "is in use") || !strings.Contains(err.Error(), "CHIME_NATS_LISTEN") {
+		t.Fatalf("port in use: %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = engine.StartEmbedded(ctx, engine.EmbeddedOptions{Listen: "127.0.0.1:-1", DataDir: filepath.Join(file, "data")}, log)
+	if err == nil || !strings.Contains(err.Error(), "not a directory") || !strings.Contains(err.Error(), "CHIME_DATA_DIR") {
+		t.Fatalf("data dir under a file: %v", err)
+	}
+
+	refused := hold.Addr().String()
+	_ = hold.Close()
+	_, err = engine.Connect(engine.ConnectOptions{URL: "nats://u:secret@" + refused}, log)
+	if err == nil || !strings.Contains(err.Error(), "no NATS server answered at nats://"+refused+" (CHIME_NATS_URL): connect: connection refused") ||
+		strings.Contains(err.Error(), "secret") {
+		t.Fatalf("nothing listening: %v", err)
+	}
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, Authorization: "right", NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	defer ns.Shutdown()
+	if !ns.ReadyForConnections(5 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	_, err = engine.Connect(engine.ConnectOptions{URL: ns.ClientURL(), Token: "wrong"}, log)
+	if err == nil || !strings.Contains(err.Error(), "refused chime's credentials") || !strings.Contains(err.Error(), "CHIME_NATS_TOKEN") {
+		t.Fatalf("wrong token: %v", err)
 	}
 }

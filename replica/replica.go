@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -264,7 +265,10 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 			return nil, fmt.Errorf("replica: %w", err)
 		}
 		if ln, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-			return nil, fmt.Errorf("replica: http listen %s: %w", cfg.HTTPAddr, err)
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return nil, fmt.Errorf("replica: the HTTP address %s is in use: set CHIME_HTTP_ADDR to a free address (or empty for no HTTP)", cfg.HTTPAddr)
+			}
+			return nil, fmt.Errorf("replica: http listen %s (CHIME_HTTP_ADDR): %w", cfg.HTTPAddr, err)
 		}
 		if tlsConfig != nil {
 			ln = tls.NewListener(ln, tlsConfig)
@@ -425,7 +429,17 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		return nil, err
 	}
 	r.ready.Store(true)
-	log.Info("chime ready", "replica", cfg.ReplicaID, "version", version, "nats", r.nc.ConnectedUrlRedacted())
+	where := []any{"replica", cfg.ReplicaID, "version", version, "nats", r.nc.ConnectedUrlRedacted()}
+	if r.gw != nil {
+		// Where an operator points a browser and a client: the console is
+		// the HTTP listener's root.
+		base := "http://" + r.gw.Addr()
+		if cfg.HTTPTLSCert != "" {
+			base = "https://" + r.gw.Addr()
+		}
+		where = append(where, "http", base, "console", base+"/")
+	}
+	log.Info("chime ready", where...)
 	return r, nil
 }
 
