@@ -21,7 +21,7 @@
     seenSeq: new Set(),
     waits: null,
     refreshTimer: 0,
-    tail: null,           // the monitor tailed: {id, ctl, record, deliveries: seq -> delivery}
+    tail: null,           // the monitor tailed: {id, ctl, signal, record, deliveries: seq -> delivery}
   };
 
   // el builds an element; strings among children become text nodes.
@@ -588,9 +588,9 @@
 
   function openTail(id) {
     closeTail();
-    const ctl = new AbortController();
-    state.ctl.signal.addEventListener('abort', () => ctl.abort(), { once: true });
-    state.tail = { id, ctl, record: null, deliveries: new Map() };
+    const ctl = new AbortController(); // ends with the tail, or with the view
+    const signal = AbortSignal.any([state.ctl.signal, ctl.signal]);
+    state.tail = { id, ctl, signal, record: null, deliveries: new Map() };
     $('tail').hidden = false;
     $('tail-id').textContent = id;
     $('tail-desc').textContent = '';
@@ -602,8 +602,8 @@
     const url = new URL(location.href);
     url.searchParams.set('monitor', id);
     history.replaceState(null, '', url);
-    loadTailRecord(ctl.signal);
-    loadTailHistory(id, ctl.signal);
+    loadTailRecord();
+    loadTailHistory(id, signal);
     $('tail').scrollIntoView({ block: 'nearest' });
   }
 
@@ -624,13 +624,13 @@
     } catch (e) { if (!signal.aborted) showResult('tail-result', e); }
   }
 
-  async function loadTailRecord(signal) {
+  async function loadTailRecord() {
     const t = state.tail;
     if (!t) return;
     try {
-      t.record = await api('GET', `${agentPath(state.agent)}/monitors/${enc(t.id)}`, undefined, signal || t.ctl.signal);
+      t.record = await api('GET', `${agentPath(state.agent)}/monitors/${enc(t.id)}`, undefined, t.signal);
       if (state.tail === t) renderTailRecord();
-    } catch (e) { if (!t.ctl.signal.aborted) showResult('tail-result', e); }
+    } catch (e) { if (!t.signal.aborted) showResult('tail-result', e); }
   }
 
   // tailDelivery keeps d when it is the tailed monitor's; live, it draws.
@@ -745,7 +745,7 @@
   // --- the agent's panels ---------------------------------------------------
   async function refreshAgent() {
     const signal = state.ctl.signal;
-    await Promise.all([loadQuestions, loadTimers, loadWaits, loadTasks, loadMonitors, () => loadTailRecord()].map(async (load) => {
+    await Promise.all([loadQuestions, loadTimers, loadWaits, loadTasks, loadMonitors, loadTailRecord].map(async (load) => {
       try { await load(signal); } catch (e) { if (!signal.aborted) console.warn(e); }
     }));
   }
