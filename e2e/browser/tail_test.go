@@ -32,7 +32,8 @@ func emitLines(t *testing.T, agent *client.Client, id string, seq int, lines ...
 // shows), then appended live without a reload; a line of HTML
 // shows as text; the bucket's "N events suppressed" line stands apart;
 // the counts follow the record; Stop asks first, a cancel keeps the
-// monitor running, a confirm stops it and the tail shows it stopped.
+// monitor running, a confirm stops it and the tail shows it stopped; the
+// page's address opens on the tail again.
 func TestConsoleMonitorTail(t *testing.T) {
 	p, _, agent := consoleChime(t, "tail")
 	base := "http://" + p.httpAddr
@@ -161,4 +162,16 @@ func TestConsoleMonitorTail(t *testing.T) {
 		t.Error("the page was reloaded")
 	}
 	screenshot(t, ctx, artifacts(t), "console-monitor-tail.png")
+
+	// The page's address opens on the tail: all of it from the history.
+	before := read(t, ctx, "the lines", chromedp.Evaluate[[]string](`[...document.querySelectorAll('#tail-lines li')].map((li) => li.className + ' ' + li.textContent)`))
+	run(t, ctx, 30*time.Second, "reopen by address",
+		chromedp.Navigate(base+"/?agent=tail&monitor="+m.ID),
+		chromedp.WaitVisible(chromedp.CSS(`#tail-lines li.ended`)),
+		poll(`document.querySelector('#tail-state').textContent === 'stopped'`),
+		poll(`[...document.querySelectorAll('#tail-lines li.line')].at(-1)?.textContent === 'after the flood'`))
+	after := read(t, ctx, "the lines", chromedp.Evaluate[[]string](`[...document.querySelectorAll('#tail-lines li')].map((li) => li.className + ' ' + li.textContent)`))
+	if len(before) < 100 || fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("reopened, the tail's %d lines are not the %d it had", len(after), len(before))
+	}
 }
