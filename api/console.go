@@ -2,12 +2,14 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 
 	"github.com/chime-nats/chime/action"
 	"github.com/chime-nats/chime/agents"
+	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/subjects"
 )
 
@@ -31,6 +33,13 @@ func consoleViews(mux *http.ServeMux, ops *Operations) {
 		if err != nil {
 			return nil, err
 		}
+		src, err := sourceParam(r)
+		if err != nil {
+			return nil, err
+		}
+		if src != nil {
+			return ops.InboxFrom(r.Context(), r.PathValue("id"), *src, limit)
+		}
 		return ops.Inbox(r.Context(), r.PathValue("id"), limit)
 	})
 	mux.HandleFunc("GET /api/agents/{id}/inbox/events", ops.inboxEvents)
@@ -43,6 +52,37 @@ func limitParam(r *http.Request) []byte {
 		return encode(action.RawOrString(l))
 	}
 	return nil
+}
+
+// sourceParam is ?source=TYPE:ID, the source whose deliveries the recent
+// deliveries are limited to (a monitor's: monitor:<monitor_id>), or nil
+// when absent. TYPE is 1-32 of [a-z_], ID follows the ID rule.
+func sourceParam(r *http.Request) (*subjects.Source, error) {
+	vs, ok := r.URL.Query()["source"]
+	if !ok {
+		return nil, nil
+	}
+	bad := func(why string) error {
+		v := vs[0]
+		if len(v) > 100 {
+			v = v[:100] + "..."
+		}
+		return &subjects.Error{Code: subjects.CodeInvalidRequest, Message: fmt.Sprintf("source must be TYPE:ID (a monitor's: monitor:<monitor_id>), not %q: %s", v, why)}
+	}
+	if len(vs) > 1 {
+		return nil, bad("give it once")
+	}
+	typ, id, found := strings.Cut(vs[0], ":")
+	if !found {
+		return nil, bad("no ':'")
+	}
+	if typ == "" || len(typ) > 32 || strings.TrimLeft(typ, "abcdefghijklmnopqrstuvwxyz_") != "" {
+		return nil, bad("the type is 1-32 of a-z and '_'")
+	}
+	if err := subjects.ValidateID("the id", id); err != nil {
+		return nil, bad(err.(*subjects.Error).Message)
+	}
+	return &subjects.Source{Type: typ, ID: id}, nil
 }
 
 // view runs an operator's read that is no agent action, bounded and
@@ -118,6 +158,14 @@ func (o *Operations) Agents(ctx context.Context) (*agents.ListAgentsReply, error
 func (o *Operations) Inbox(ctx context.Context, agentID string, limit int) (any, error) {
 	return o.view(ctx, "inbox", agentID, func(ctx context.Context) (any, error) {
 		return o.deliveries.Recent(ctx, agentID, limit)
+	})
+}
+
+// InboxFrom returns the agent's last limit deliveries from src, newest
+// first, from among its last deliveries.SourceScan.
+func (o *Operations) InboxFrom(ctx context.Context, agentID string, src subjects.Source, limit int) (any, error) {
+	return o.view(ctx, "inbox", agentID, func(ctx context.Context) (any, error) {
+		return o.deliveries.RecentFrom(ctx, agentID, src, limit, deliveries.SourceScan)
 	})
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -220,6 +222,69 @@ func TestMonitorTimeoutOnAReplica(t *testing.T) {
 		var m monitors.Monitor
 		if err := c.Request(ctx, monitors.ActionGet, []byte(`{"monitor_id":"`+id+`"}`), &m); err != nil || m.StopReason != reason || m.DeliveredAt == nil {
 			t.Fatalf("%s: %+v %v", id, m, err)
+		}
+	}
+}
+
+// TestInboxBySource: ?source=monitor:<id> limits the recent deliveries to
+// that monitor's envelopes (its events and its ending), newest first,
+// among the agent's others and another monitor's.
+func TestInboxBySource(t *testing.T) {
+	r, nc := startChime(t)
+	base := "http://" + r.HTTPAddr()
+	ctx := context.Background()
+	c, _ := client.New(nc, "src")
+	var a, b monitors.Monitor
+	if err := c.Request(ctx, monitors.ActionStart, []byte(`{"description":"a","command":"a","monitor_id":"mon-a"}`), &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Request(ctx, monitors.ActionStart, []byte(`{"description":"b","command":"b","monitor_id":"mon-b"}`), &b); err != nil {
+		t.Fatal(err)
+	}
+	emit := func(id string, seq int, line string) {
+		t.Helper()
+		var er monitors.EmitReply
+		body := `{"monitor_id":"` + id + `","seq":` + strconv.Itoa(seq) + `,"lines":["` + line + `"]}`
+		if err := c.Request(ctx, monitors.ActionEmit, []byte(body), &er); err != nil || er.Delivered != 1 {
+			t.Fatalf("emit %s: %+v %v", body, er, err)
+		}
+	}
+	emit("mon-a", 0, "a0")
+	emit("mon-b", 0, "b0")
+	if _, err := c.CreateTimer(ctx, 10, 0, "tick"); err != nil {
+		t.Fatal(err)
+	}
+	emit("mon-a", 1, "a1")
+	emit("mon-b", 1, "b1")
+	if err := c.Request(ctx, monitors.ActionStop, []byte(`{"monitor_id":"mon-a"}`), &a); err != nil {
+		t.Fatal(err)
+	}
+	ids := func(q string) (int, []string) {
+		status, body := get(t, base+"/api/agents/src/inbox?"+q)
+		var page deliveries.Page
+		if status != 200 || json.Unmarshal(body, &page) != nil {
+			t.Fatalf("%s: %d %s", q, status, body)
+		}
+		out := []string{}
+		for _, d := range page.Deliveries {
+			var env subjects.Envelope
+			if err := json.Unmarshal(d.Envelope, &env); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, env.ID)
+		}
+		return len(page.Deliveries), out
+	}
+	testwait.Eventually(t, 5*time.Second, func() bool { n, _ := ids("limit=10"); return n == 6 }) // with the timer's fire
+	for q, want := range map[string]string{
+		"source=monitor:mon-a":         "[monitor_mon-a_stopped monitor_mon-a_1 monitor_mon-a_0]",
+		"source=monitor:mon-a&limit=2": "[monitor_mon-a_stopped monitor_mon-a_1]",
+		"source=monitor:mon-b":         "[monitor_mon-b_1 monitor_mon-b_0]",
+		"source=monitor:nope":          "[]",
+		"source=task:mon-a":            "[]",
+	} {
+		if _, got := ids(q); fmt.Sprint(got) != want {
+			t.Errorf("%s: %v, want %s", q, got, want)
 		}
 	}
 }

@@ -96,4 +96,17 @@ func TestServe(t *testing.T) {
 	if strings.Count(string(page), "<script") != 1 || !strings.Contains(string(page), `<script src="/console/app.js" defer></script>`) {
 		t.Errorf("scripts in the page: %s", page)
 	}
+	// The script writes what the API sends as text: HTML goes into the
+	// page in one place only, the notification detail the server sanitized
+	// (a monitor's lines, external text, are never HTML).
+	res, _ = http.Get(srv.URL + "/console/app.js")
+	script, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	html := 0
+	for _, sink := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "createContextualFragment", "DOMParser"} {
+		html += strings.Count(string(script), sink)
+	}
+	if html != 1 || !strings.Contains(string(script), "d.innerHTML = n.detail_html;") {
+		t.Errorf("%d places where app.js writes HTML, want the one for detail_html", html)
+	}
 }

@@ -289,3 +289,106 @@ func (r *Reader) Agents(ctx context.Context) (map[string]uint64, error) {
 	}
 	return out, nil
 }
+
+// SourceScan is how many of an agent's last deliveries RecentFrom looks
+// through for the console: a source's deliveries further back are not
+// found.
+const SourceScan = 10000
+
+// RecentFrom returns the agent's last n deliveries whose envelope's source
+// is src (a monitor's events and its ending, a task's result...), newest
+// first, from among its last scan deliveries. It reads backwards a
+// stretch of sequences at a time, each through its own ephemeral
+// consumer, and stops once it has n, has looked at scan of the agent's,
+// or has reached the start of the stream; a stretch that would hold more
+// of the agent's deliveries than are left to look at is narrowed first
+// (a consumer's pending count costs the server no read).
+func (r *Reader) RecentFrom(ctx context.Context, agentID string, src subjects.Source, n, scan int) (*Page, error) {
+	st, err := r.js.Stream(ctx, r.stream)
+	if err != nil {
+		return nil, fmt.Errorf("deliveries: stream %s: %w", r.stream, err)
+	}
+	info := st.CachedInfo()
+	first, last := info.State.FirstSeq, info.State.LastSeq
+	out := []Delivery{}
+	if n <= 0 || scan <= 0 || info.State.Msgs == 0 {
+		return &Page{Deliveries: out, LastSeq: last}, nil
+	}
+	end := last + 1              // what is left to look at is before end
+	var above uint64             // the agent's deliveries from end on, as last counted
+	window := uint64(fetchBatch) // sequences looked at next
+	for end > first && len(out) < n && scan > 0 {
+		start := first
+		if end-first > window {
+			start = end - window
+		}
+		cons, err := st.CreateConsumer(ctx, ephemeral(agentID, start))
+		if err != nil {
+			return nil, fmt.Errorf("deliveries: read %s: %w", agentID, err)
+		}
+		pending := cons.CachedInfo().NumPending
+		var here uint64 // the agent's deliveries in [start, end), give or take those stored since above was counted
+		if pending > above {
+			here = pending - above
+		}
+		if here > uint64(scan) && window > 1 {
+			r.drop(st, cons)
+			window = max(1, window/windowGrowth)
+			continue
+		}
+		matched, read, err := fetchFrom(ctx, cons, pending, end, src, n-len(out))
+		r.drop(st, cons)
+		if err != nil {
+			return nil, fmt.Errorf("deliveries: read %s: %w", agentID, err)
+		}
+		out = append(out, matched...)
+		scan -= read
+		above, end = pending, start
+		if read == 0 || uint64(read) < uint64(scan)/windowGrowth {
+			window *= windowGrowth
+		}
+	}
+	return &Page{Deliveries: out, LastSeq: last}, nil
+}
+
+// fetchFrom reads cons's messages before sequence end (at most pending)
+// and returns the last n of them from src, newest first, and how many it
+// read.
+func fetchFrom(ctx context.Context, cons jetstream.Consumer, pending, end uint64, src subjects.Source, n int) ([]Delivery, int, error) {
+	ring := make([]Delivery, 0, min(n, fetchBatch))
+	next, read, done := 0, 0, false
+	keep := func(d Delivery) {
+		if done || d.Seq >= end {
+			done = true
+			return
+		}
+		read++
+		var env struct {
+			Source subjects.Source `json:"source"`
+		}
+		if json.Unmarshal(d.Envelope, &env) != nil || env.Source != src {
+			return
+		}
+		if len(ring) < n {
+			ring = append(ring, d)
+			return
+		}
+		ring[next] = d
+		next = (next + 1) % n
+	}
+	for got := uint64(0); got < pending && !done; {
+		k, err := fetch(ctx, cons, int(min(pending-got, fetchBatch)), keep)
+		if err != nil {
+			return nil, read, err
+		}
+		if k == 0 {
+			break
+		}
+		got += uint64(k)
+	}
+	out := make([]Delivery, 0, len(ring))
+	for i := len(ring) - 1; i >= 0; i-- {
+		out = append(out, ring[(next+i)%len(ring)])
+	}
+	return out, read, nil
+}

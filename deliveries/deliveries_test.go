@@ -174,3 +174,61 @@ func TestFollow(t *testing.T) {
 		t.Fatalf("resumed: %v", texts(t, rest))
 	}
 }
+
+// TestRecentFrom: a source's last deliveries are found among the agent's
+// others and other agents', newest first, back to the stream's start or as
+// far as the scan goes, and reading leaves no consumer.
+func TestRecentFrom(t *testing.T) {
+	ns := natstest.Server(t)
+	nc, _ := natstest.Provisioned(t, ns)
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	r := deliveries.NewReader(js, engine.InboxStream)
+
+	from := func(agentID, srcID, text string) {
+		t.Helper()
+		b, _ := json.Marshal(subjects.Envelope{ID: text, AgentID: agentID, Kind: subjects.KindMonitorEvent, Text: text,
+			Source: subjects.Source{Type: "monitor", ID: srcID}})
+		if _, err := js.Publish(ctx, subjects.Inbox(agentID), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		from("a", "quiet", fmt.Sprintf("q%d", i))
+		for j := range 300 {
+			from("a", "loud", fmt.Sprintf("l%d-%d", i, j))
+			store(t, js, "other", fmt.Sprintf("o%d-%d", i, j))
+		}
+		from("other", "quiet", fmt.Sprintf("not a's %d", i))
+	}
+	last := store(t, js, "a", "last")
+	quiet := subjects.Source{Type: "monitor", ID: "quiet"}
+	for _, tc := range []struct {
+		agent   string
+		src     subjects.Source
+		n, scan int
+		want    string
+	}{
+		{"a", quiet, 2, 10000, "[q2 q1]"},
+		{"a", quiet, 50, 10000, "[q2 q1 q0]"},
+		{"a", quiet, 50, 700, "[q2 q1]"}, // q0 is 904 deliveries back
+		{"a", quiet, 50, 302, "[q2]"},    // q2 is 302
+		{"a", quiet, 50, 301, "[]"},
+		{"a", subjects.Source{Type: "monitor", ID: "loud"}, 2, 10000, "[l2-299 l2-298]"},
+		{"a", subjects.Source{Type: "task", ID: "quiet"}, 5, 10000, "[]"},
+		{"other", quiet, 5, 10000, "[not a's 2 not a's 1 not a's 0]"},
+		{"nobody", quiet, 5, 10000, "[]"},
+	} {
+		page, err := r.RecentFrom(ctx, tc.agent, tc.src, tc.n, tc.scan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(texts(t, page.Deliveries)); got != tc.want || page.LastSeq != last {
+			t.Errorf("%s %v last %d of %d: %s (last seq %d), want %s (%d)", tc.agent, tc.src, tc.n, tc.scan, got, page.LastSeq, tc.want, last)
+		}
+	}
+	st, _ := js.Stream(ctx, engine.InboxStream)
+	if info, _ := st.Info(ctx); info.State.Consumers != 0 {
+		t.Errorf("%d consumers left behind", info.State.Consumers)
+	}
+}

@@ -21,6 +21,7 @@
     seenSeq: new Set(),
     waits: null,
     refreshTimer: 0,
+    tail: null,           // the monitor tailed: {id, ctl, signal, record, deliveries: seq -> delivery}
   };
 
   // el builds an element; strings among children become text nodes.
@@ -535,16 +536,19 @@
   });
 
   // --- monitors ---------------------------------------------------------------
-  // Their events are in the inbox list below; here, where each stands.
+  // Their events are in the inbox list below; here, where each stands, and
+  // the live tail of the one selected.
   const loadMonitors = paged(() => agentPath(state.agent) + '/monitors?limit=50', 'm-more', (res, append) => {
-    const items = (res.monitors || []).map((m) => el('li', { 'data-id': m.monitor_id },
+    const items = (res.monitors || []).map((m) => el('li', { 'data-id': m.monitor_id, class: state.tail?.id === m.monitor_id ? 'selected' : null },
       el('span', { class: 'kind', text: m.status }), el('code', { text: m.monitor_id }), ' ',
       el('span', { class: 'desc', text: m.description }),
       el('div', { class: 'meta', text: `${m.source.type}: ${m.source.value}` }),
       el('div', { class: 'meta counts', text: `${m.events} events, ${m.batches} batches` +
         (m.suppressed ? `, ${m.suppressed} suppressed` : '') + (m.filtered ? `, ${m.filtered} filtered` : '') +
         (m.stop_reason ? ` · stopped: ${m.stop_reason}` + (m.exit_code !== undefined ? ` (exit ${m.exit_code})` : '') : '') }),
-      m.status === 'running' ? el('div', {}, el('button', { type: 'button', text: 'Stop', onclick: () => stopMonitor(m.monitor_id) })) : null));
+      el('div', { class: 'row-actions' },
+        el('button', { type: 'button', class: 'tail-open', text: 'Tail', 'aria-controls': 'tail', onclick: () => openTail(m.monitor_id) }),
+        m.status === 'running' ? el('button', { type: 'button', class: 'stop', text: 'Stop', onclick: () => stopMonitor(m.monitor_id, m.description) }) : null)));
     if (append) {
       for (const i of items) $('m-list').querySelector(`[data-id="${CSS.escape(i.dataset.id)}"]`)?.remove();
       $('m-list').append(...items);
@@ -552,12 +556,138 @@
     $('m-empty').hidden = $('m-list').children.length > 0;
   });
 
-  async function stopMonitor(id) {
+  // confirmStop asks, in the stop dialog, whether to stop monitor id.
+  function confirmStop(id, description) {
+    const d = $('stop-dialog');
+    $('stop-text').textContent = `Stop monitor ${id}${description ? ' (' + description + ')' : ''}? Its watch ends, and the agent is told it was stopped.`;
+    d.returnValue = '';
+    return new Promise((resolve) => {
+      d.addEventListener('close', () => resolve(d.returnValue === 'stop'), { once: true });
+      d.showModal();
+      $('stop-cancel').focus();
+    });
+  }
+
+  async function stopMonitor(id, description) {
+    const result = state.tail?.id === id ? 'tail-result' : 'm-result';
+    if (!(await confirmStop(id, description))) return;
     try {
       await api('POST', controlPath(state.agent) + '/monitors/' + enc(id) + '/stop', {}, state.ctl?.signal);
-      showResult('m-result', null, 'stopped ' + id);
+      showResult(result, null, 'stopped ' + id);
       refreshSoon();
-    } catch (e) { showResult('m-result', e); }
+    } catch (e) { showResult(result, e); }
+  }
+
+  // --- a monitor's live tail ---------------------------------------------------
+  // The last MAX_TAIL lines of one monitor, newest at the bottom: first its
+  // recent deliveries (the inbox read limited to the monitor's source),
+  // then its monitor_event deliveries as the inbox feed brings them. Each
+  // delivery is kept once, by stream sequence, so the two may overlap.
+  // Lines are the source's text (trust external): written as text only.
+  const MAX_TAIL = 200;
+
+  function openTail(id) {
+    closeTail();
+    const ctl = new AbortController(); // ends with the tail, or with the view
+    const signal = AbortSignal.any([state.ctl.signal, ctl.signal]);
+    state.tail = { id, ctl, signal, record: null, deliveries: new Map() };
+    $('tail').hidden = false;
+    $('tail-id').textContent = id;
+    $('tail-desc').textContent = '';
+    $('tail-lines').replaceChildren();
+    $('tail-empty').hidden = false;
+    showResult('tail-result', null, '');
+    renderTailRecord();
+    for (const li of $('m-list').children) li.classList.toggle('selected', li.dataset.id === id);
+    const url = new URL(location.href);
+    url.searchParams.set('monitor', id);
+    history.replaceState(null, '', url);
+    loadTailRecord();
+    loadTailHistory(id, signal);
+    $('tail').scrollIntoView({ block: 'nearest' });
+  }
+
+  function closeTail() {
+    state.tail?.ctl.abort();
+    state.tail = null;
+    $('tail').hidden = true;
+    for (const li of $('m-list').children) li.classList.remove('selected');
+    const url = new URL(location.href);
+    if (url.searchParams.has('monitor')) { url.searchParams.delete('monitor'); history.replaceState(null, '', url); }
+  }
+
+  async function loadTailHistory(id, signal) {
+    try {
+      const page = await api('GET', `${agentPath(state.agent)}/inbox?source=${enc('monitor:' + id)}&limit=${MAX_TAIL}`, undefined, signal);
+      for (const d of page.deliveries || []) tailDelivery(d, false);
+      renderTail(true);
+    } catch (e) { if (!signal.aborted) showResult('tail-result', e); }
+  }
+
+  async function loadTailRecord() {
+    const t = state.tail;
+    if (!t) return;
+    try {
+      t.record = await api('GET', `${agentPath(state.agent)}/monitors/${enc(t.id)}`, undefined, t.signal);
+      if (state.tail === t) renderTailRecord();
+    } catch (e) { if (!t.signal.aborted) showResult('tail-result', e); }
+  }
+
+  // tailDelivery keeps d when it is the tailed monitor's; live, it draws.
+  function tailDelivery(d, live) {
+    const t = state.tail, env = d.envelope || {};
+    if (!t || env.source?.type !== 'monitor' || env.source?.id !== t.id) return;
+    if (env.kind !== 'monitor_event' && env.kind !== 'monitor_stopped') return;
+    if (t.deliveries.has(d.seq)) return;
+    t.deliveries.set(d.seq, d);
+    if (t.deliveries.size > MAX_TAIL + 1) { // every event holds a line at least
+      const oldest = Math.min(...t.deliveries.keys());
+      t.deliveries.delete(oldest);
+    }
+    if (env.kind === 'monitor_stopped' && t.record) { // until the record says more
+      t.record.status = 'stopped';
+      t.record.stop_reason = t.record.stop_reason || env.data?.reason;
+      renderTailRecord();
+    }
+    if (live) renderTail(false);
+  }
+
+  // renderTail draws the last MAX_TAIL lines; it follows the bottom when
+  // the view was there (or on the first fill).
+  function renderTail(first) {
+    const t = state.tail;
+    if (!t) return;
+    const box = $('tail-lines');
+    const atBottom = first || box.scrollHeight - box.scrollTop - box.clientHeight < 24;
+    const rows = [];
+    for (const d of [...t.deliveries.values()].sort((a, b) => a.seq - b.seq)) {
+      const env = d.envelope, data = env.data || {};
+      const when = `batch ${data.seq ?? ''} · ${fmtTime(env.at)}`;
+      if (env.kind === 'monitor_stopped') {
+        rows.push(el('li', { class: 'ended', title: fmtTime(env.at), text: env.text || 'stopped' }));
+        continue;
+      }
+      for (const line of Array.isArray(data.lines) ? data.lines : []) {
+        rows.push(el('li', { class: 'line', title: when, text: String(line) }));
+      }
+      if (data.suppressed > 0) {
+        rows.push(el('li', { class: 'suppressed', title: when,
+          text: data.suppressed === 1 ? '1 event suppressed' : `${data.suppressed} events suppressed` }));
+      }
+      if (!t.record && data.description) $('tail-desc').textContent = data.description;
+    }
+    box.replaceChildren(...rows.slice(-MAX_TAIL));
+    $('tail-empty').hidden = rows.length > 0;
+    if (atBottom) box.scrollTop = box.scrollHeight;
+  }
+
+  function renderTailRecord() {
+    const m = state.tail?.record;
+    $('tail-state').textContent = m ? m.status : '…';
+    $('tail-reason').textContent = m?.stop_reason ? `stopped: ${m.stop_reason}` + (m.exit_code !== undefined ? ` (exit ${m.exit_code})` : '') : '';
+    if (m) $('tail-desc').textContent = m.description || '';
+    for (const k of ['events', 'batches', 'filtered', 'suppressed']) $('tail-' + k).textContent = String(m?.[k] || 0);
+    $('tail-stop').hidden = !m || m.status !== 'running';
   }
 
   async function showOutput(taskID) {
@@ -605,13 +735,17 @@
   async function loadInbox(signal) {
     const page = await api('GET', agentPath(state.agent) + '/inbox?limit=50', undefined, signal);
     addDeliveries(page.deliveries || [], false);
-    follow(agentPath(state.agent) + '/inbox/events', page.last_seq, (name, d) => { if (name === 'delivery') addDeliveries([d], true); }, signal);
+    follow(agentPath(state.agent) + '/inbox/events', page.last_seq, (name, d) => {
+      if (name !== 'delivery') return;
+      addDeliveries([d], true);
+      tailDelivery(d, true);
+    }, signal);
   }
 
   // --- the agent's panels ---------------------------------------------------
   async function refreshAgent() {
     const signal = state.ctl.signal;
-    await Promise.all([loadQuestions, loadTimers, loadWaits, loadTasks, loadMonitors].map(async (load) => {
+    await Promise.all([loadQuestions, loadTimers, loadWaits, loadTasks, loadMonitors, loadTailRecord].map(async (load) => {
       try { await load(signal); } catch (e) { if (!signal.aborted) console.warn(e); }
     }));
   }
@@ -628,7 +762,7 @@
     } catch (e) { /* the list only helps typing */ }
   }
 
-  function open(agent) {
+  function open(agent, monitor) {
     state.ctl?.abort();
     state.ctl = new AbortController();
     const signal = state.ctl.signal;
@@ -638,6 +772,7 @@
     state.asOf = 0;
     state.deliveries = [];
     state.seenSeq.clear();
+    closeTail();
     renderNotifs.marked = false;
     $('agent-input').value = agent;
     document.body.classList.toggle('all', !agent);
@@ -651,6 +786,7 @@
     if (agent) {
       refreshAgent();
       loadInbox(signal).catch((e) => { if (!signal.aborted) flash(e); });
+      if (monitor && ID_RE.test(monitor)) openTail(monitor);
     }
   }
 
@@ -670,13 +806,16 @@
     $('i-form').addEventListener('submit', (ev) => { ev.preventDefault(); intervene('message'); });
     for (const b of document.querySelectorAll('#i-form button[type="button"]')) b.addEventListener('click', () => intervene(b.dataset.action));
     $('token-dialog').addEventListener('cancel', (ev) => ev.preventDefault()); // nothing works without it
+    $('tail-stop').addEventListener('click', () => { if (state.tail) stopMonitor(state.tail.id, state.tail.record?.description); });
+    $('tail-close').addEventListener('click', closeTail);
     setInterval(tickWaits, 200);
     // Questions, timers, waits, tasks and monitors have no stream of their own:
     // deliveries refresh them at once, and this catches the rest.
     setInterval(() => { if (state.agent && !document.hidden) refreshAgent(); }, 2000);
     setInterval(() => { if (!document.hidden) loadAgents(); }, 15000);
-    const agent = new URLSearchParams(location.search).get('agent') || '';
-    open(ID_RE.test(agent) ? agent : '');
+    const params = new URLSearchParams(location.search);
+    const agent = params.get('agent') || '';
+    open(ID_RE.test(agent) ? agent : '', params.get('monitor') || '');
     loadAgents();
   }
 

@@ -13,7 +13,8 @@ import (
 )
 
 // TestConsoleMonitors: a monitor and its counts show on the page; Stop on
-// the page stops it, and its monitor_stopped reaches the inbox list.
+// the page, confirmed, stops it, and its monitor_stopped reaches the inbox
+// list.
 func TestConsoleMonitors(t *testing.T) {
 	p, nc, agent := consoleChime(t, "mon")
 	base := "http://" + p.httpAddr
@@ -38,9 +39,10 @@ func TestConsoleMonitors(t *testing.T) {
 		t.Errorf("counts %q, description %q", counts, desc)
 	}
 	run(t, ctx, 30*time.Second, "stop it",
-		chromedp.Click(chromedp.CSS(row+` button`)),
+		chromedp.Click(chromedp.CSS(row+` button.stop`)),
+		chromedp.Click(chromedp.CSS(`#stop-dialog[open] #stop-confirm`)),
 		chromedp.WaitVisible(chromedp.CSS(`#d-list li[data-kind="monitor_stopped"]`)),
-		chromedp.WaitNotPresent(chromedp.CSS(row+` button`)))
+		chromedp.WaitNotPresent(chromedp.CSS(row+` button.stop`)))
 	var got monitors.Monitor
 	if err := agent.Request(bg, monitors.ActionGet, []byte(`{"monitor_id":"`+m.ID+`"}`), &got); err != nil || got.StopReason != monitors.ReasonStopped {
 		t.Fatalf("after Stop: %+v %v", got, err)
