@@ -111,6 +111,16 @@ type Action struct {
 	Handle Handler
 }
 
+// Changes reports whether the action may change something: it is not
+// served by a GET, nor named a get, list, next or output read.
+func (a *Action) Changes() bool {
+	if a.HTTP != nil {
+		return a.HTTP.Method != http.MethodGet
+	}
+	last := a.Name[strings.LastIndex(a.Name, ".")+1:]
+	return !slices.Contains([]string{"get", "list", "next", "output"}, last)
+}
+
 // Words are the CLI's words for the action.
 func (a *Action) Words() []string {
 	if a.Command != "" {

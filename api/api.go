@@ -149,11 +149,16 @@ const requestTimeout = 10 * time.Second
 // value or an error holding a *subjects.Error (see answerError): storage
 // that stays unavailable until the deadline is `unavailable`, never
 // `internal`.
-func (o *Operations) Do(ctx context.Context, surface, action, agentID string, body []byte) (any, error) {
+func (o *Operations) Do(ctx context.Context, surface, name, agentID string, body []byte) (any, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	res, err := o.do(ctx, surface, action, agentID, body)
-	err = o.finish(surface+":"+action, "request", err, "surface", surface, "action", action, "agent_id", agentID)
+	res, err := o.do(ctx, surface, name, agentID, body)
+	err = o.finish(surface+":"+name, "request", err, "surface", surface, "action", name, "agent_id", agentID)
+	if a, ok := o.table.Lookup(name); err == nil && ok && a.Access == action.Operator && a.Changes() {
+		// What an operator changed (an agent started or stopped, a token
+		// issued or revoked, an intervention) is the log's at info.
+		o.log.Info("operator action", "action", name, "agent_id", agentID, "surface", surface)
+	}
 	return res, err
 }
 

@@ -488,11 +488,11 @@ func TestOperatorTokens(t *testing.T) {
 }
 
 // TestNoTokenLeaks runs callbacks good and bad, then looks for any token
-// in every log line, every metric (names and labels) and every subject
-// stored in any stream or bucket.
+// in every log line (the access log on), every metric (names and labels)
+// and every subject stored in any stream or bucket.
 func TestNoTokenLeaks(t *testing.T) {
 	logs := &lockedBuffer{}
-	r, nc := startChimeWith(t, logs, nil)
+	r, nc := startChimeWith(t, logs, func(c *config.Config) { c.HTTPAccessLog = true })
 	base := "http://" + r.HTTPAddr()
 	var tokens []string
 	tokenOf := func(url string) string { return url[strings.LastIndex(url, "/")+1:] }
@@ -546,6 +546,16 @@ func TestNoTokenLeaks(t *testing.T) {
 	}
 	if !strings.Contains(stored.String(), "callback.event.") || !strings.Contains(logs.String(), "chime ready") {
 		t.Fatalf("nothing collected: subjects %q", stored.String())
+	}
+	// The access log and the operator's changes are there, tokens cut.
+	for _, want := range []string{
+		`msg=request component=http method=POST path=/api/callbacks/... status=200`,
+		`msg="operator action" component=api action=lifecycle.stop agent_id=leak-a surface=http`,
+		`msg="operator action" component=api action=trigger.reset agent_id=leak-b surface=http`,
+	} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the log has no %s", want)
+		}
 	}
 	for _, tok := range tokens {
 		secret := strings.TrimPrefix(tok, "chime_cb_")

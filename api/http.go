@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -104,11 +103,7 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (boo
 		writeJSON(w, http.StatusOK, []byte(`{"ok":true}`))
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		path := r.URL.Path
-		if strings.HasPrefix(path, "/api/callbacks/") {
-			path = "/api/callbacks/..." // the rest may be a token
-		}
-		writeJSON(w, http.StatusNotFound, subjects.MarshalError(&subjects.Error{Code: "not_found", Message: "no route for " + r.Method + " " + path}))
+		writeJSON(w, http.StatusNotFound, subjects.MarshalError(&subjects.Error{Code: "not_found", Message: "no route for " + r.Method + " " + logPath(r.URL.Path)}))
 	})
 	return crossOrigin(guard{resolver}.wrap(ops.recoverHTTP(mux)))
 }

@@ -60,6 +60,8 @@ type Config struct {
 	// with them record keys), so only on loopback: kubectl port-forward
 	// reaches it.
 	PprofAddr string `envconfig:"PPROF_ADDR" desc:"loopback address serving Go's /debug/pprof profiles; unset: none"`
+	// HTTPAccessLog logs each HTTP request at info.
+	HTTPAccessLog bool `envconfig:"HTTP_ACCESS_LOG" default:"false" desc:"log each HTTP request at info (method, path without a callback's token, status, bytes, duration)"`
 
 	// TLS (config/tls.go): PEM files, read at start, so a renewed
 	// certificate takes a restart.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -410,8 +411,11 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		if err != nil {
 			return nil, fmt.Errorf("replica: %w", err)
 		}
-		r.gw = api.NewGateway(ln, api.NewHandler(ops, reg, r.Readiness, resolver, api.Mount{Pattern: "/api/agents/{id}/mcp", Handler: agentsMCP}),
-			log, api.DefaultTimeouts())
+		var h http.Handler = api.NewHandler(ops, reg, r.Readiness, resolver, api.Mount{Pattern: "/api/agents/{id}/mcp", Handler: agentsMCP})
+		if cfg.HTTPAccessLog {
+			h = api.AccessLog(h, log)
+		}
+		r.gw = api.NewGateway(ln, h, log, api.DefaultTimeouts())
 		parts = append(parts, r.gw)
 	}
 	parts = append(parts, sweeps(log, store, waitStore, triggerStore, questionService))

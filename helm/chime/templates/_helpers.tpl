@@ -122,7 +122,7 @@ exponent (values read 1000000 as a float).
   "createRate" "CHIME_CREATE_RATE" "createBurst" "CHIME_CREATE_BURST" "inboxMaxBytes" "CHIME_INBOX_MAX_BYTES"
   "inboxMaxPerAgent" "CHIME_INBOX_MAX_PER_AGENT" "eventMaxBytes" "CHIME_EVENT_MAX_BYTES"
   "historyMaxBytes" "CHIME_HISTORY_MAX_BYTES"
-  "notificationsMax" "CHIME_NOTIFICATIONS_MAX" "pprofAddr" "CHIME_PPROF_ADDR"
+  "notificationsMax" "CHIME_NOTIFICATIONS_MAX" "pprofAddr" "CHIME_PPROF_ADDR" "httpAccessLog" "CHIME_HTTP_ACCESS_LOG"
   "natsSessionMaxAge" "CHIME_NATS_SESSION_MAX_AGE"
   "timersMaxBytes" "CHIME_TIMERS_MAX_BYTES" "waitsMaxBytes" "CHIME_WAITS_MAX_BYTES"
   "tasksMaxBytes" "CHIME_TASKS_MAX_BYTES" "taskOutputsMaxBytes" "CHIME_TASK_OUTPUTS_MAX_BYTES"
