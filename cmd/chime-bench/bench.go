@@ -32,13 +32,14 @@ const benchUsage = `chime-bench timers [-n N] [-c C] [--lead D] [--spread D] [--
        chime-bench tasks [--output-mib N] [--concurrent N] [--timer-every D] [--embedded] [--exe PATH] [--json]
        chime-bench inbox [--agents N] [-c C] [--conns N] [--lead D] [--max N] [--timeout D] [--restart=false] [--keep] [--profile DIR] [--exe PATH] [--json]
        chime-bench mcp [-n N] [-c C] [--seconds S] [--gets N] [--visible N] [--visible-c C] [--wait S] [--poll D] [--tokens=false] [--json]
+       chime-bench monitor [--rate R] [--duration D] [--flood D] [--flood-rate R] [--grace D] [--keep] [--exe PATH] [--json]
        chime-bench soak [--duration D] [--rate R] [--agents N] [--lead D] [--every D] [--notify-rate R] [-c C] [--grace D] [--exe PATH] [--json]
 
 mcp runs its own chime in-process (an embedded server) and drives the agents' MCP endpoint.
 timers, callbacks, waits and waitfor drive the chime at CHIME_NATS_URL when it is set (else one of
 their own); timers, callbacks and connect connect to it with CHIME_NATS_TOKEN, an operator's token
 where NATS authorization is on. The benches that run chime replicas as processes (chaos, scale,
-capacity, notify-memory, tasks, inbox, soak) run --exe, default the chime binary beside chime-bench,
+capacity, notify-memory, tasks, inbox, monitor, soak) run --exe, default the chime binary beside chime-bench,
 else chime on PATH (go build -o DIR/ ./cmd/chime ./cmd/chime-bench puts both in DIR).`
 
 func (a *app) bench(ctx context.Context, args []string) error {
@@ -76,6 +77,8 @@ func (a *app) bench(ctx context.Context, args []string) error {
 		return a.benchSoak(ctx, args[1:])
 	case "mcp":
 		return a.benchMCP(ctx, args[1:])
+	case "monitor":
+		return a.benchMonitor(ctx, args[1:])
 	}
 	return fmt.Errorf("%w: %s", errUsage, benchUsage)
 }

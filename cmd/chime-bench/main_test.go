@@ -12,7 +12,7 @@ import (
 // bench; --help prints the same list and succeeds.
 func TestUsage(t *testing.T) {
 	benches := []string{"timers", "waits", "callbacks", "connect", "history", "waitfor", "notify", "notify-memory",
-		"chaos", "scale", "capacity", "tasks", "inbox", "soak", "mcp"}
+		"chaos", "scale", "capacity", "tasks", "inbox", "soak", "mcp", "monitor"}
 	for _, args := range [][]string{nil, {"nope"}} {
 		var stdout, stderr bytes.Buffer
 		err := (&app{Stdout: &stdout, Stderr: &stderr}).run(context.Background(), args)
