@@ -259,6 +259,12 @@ func (r *monitorRun) emitter() func(ctx context.Context, lines []string) error {
 					r.stoppedBy(reply.StopReason)
 					return errMonitorStopped
 				}
+				if reply.Superseded { // the seq held other lines: these go again
+					if body, err = json.Marshal(monitors.EmitRequest{MonitorID: r.id, Seq: &seq, Lines: lines}); err != nil {
+						return err
+					}
+					continue
+				}
 				return nil
 			case errors.As(err, &wire) && wire.Code == monitors.CodeMonitorStopped:
 				r.stoppedBy(wire.Message)

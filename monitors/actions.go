@@ -35,7 +35,7 @@ func (s *Store) Actions() []action.Action {
 				}
 				return s.Stop(ctx, r.AgentID, req)
 			})},
-		{Name: ActionEmit, Body: "{monitor_id, seq, lines}", Reply: "{monitor_id, next_seq, status, stop_reason?, delivered, suppressed?, filtered?, duplicate?}", IDField: "monitor_id", Access: action.Agent,
+		{Name: ActionEmit, Body: "{monitor_id, seq, lines}", Reply: "{monitor_id, next_seq, status, stop_reason?, delivered, suppressed?, filtered?, duplicate?, superseded?}", IDField: "monitor_id", Access: action.Agent,
 			Summary: "send a batch of a monitor's source's lines (an executor's call): filtered, paced and delivered as one monitor_event",
 			MaxBody: func() int64 { return MaxEmitBody },
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {

@@ -2,7 +2,9 @@ package monitors
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/chime-nats/chime/subjects"
@@ -64,6 +66,11 @@ type EmitReply struct {
 	Filtered   int64 `json:"filtered,omitempty"`
 	// Duplicate says the batch was applied before (a retry).
 	Duplicate bool `json:"duplicate,omitempty"`
+	// Superseded says the seq holds another batch, stored by an earlier
+	// attempt whose count never reached the record (a crash, a watch
+	// that moved): that one is counted now, and this one was not
+	// delivered; send it again as NextSeq.
+	Superseded bool `json:"superseded,omitempty"`
 }
 
 // MonitorStoppedError is the refusal of lines for a stopped monitor.
@@ -111,10 +118,21 @@ func (s *Store) emit(ctx context.Context, agentID, id string, seq int64, lines [
 	}
 	before := next
 	batch, stop := Apply(&next, seq, lines, dropped, now, s.pace)
+	batch.Cursor = cursor
 	if !batch.Empty() {
 		env := EventEnvelope(&next, &batch, now)
-		if _, err := s.inbox.DeliverOnce(ctx, &env, now); err != nil {
+		ack, err := s.inbox.DeliverOnce(ctx, &env, now)
+		if err != nil {
 			return nil, fmt.Errorf("monitors: deliver batch %d of %s: %w", seq, cur.ID, err)
+		}
+		if ack.Duplicate {
+			stored, err := s.storedBatch(ctx, ack.Sequence)
+			if err != nil {
+				return nil, fmt.Errorf("monitors: read the stored batch %d of %s: %w", seq, cur.ID, err)
+			}
+			if !slices.Equal(stored.Lines, batch.Lines) || stored.Cursor != batch.Cursor {
+				return s.adopt(ctx, agentID, cur, rev, stored)
+			}
 		}
 	}
 	m, rev, err := s.update(ctx, agentID, cur.ID, func(m *Monitor) (bool, error) {
@@ -144,6 +162,73 @@ func (s *Store) emit(ctx context.Context, agentID, id string, seq int64, lines [
 		MonitorID: m.ID, NextSeq: m.NextSeq, Status: m.Status, StopReason: m.StopReason,
 		Delivered: len(batch.Lines), Suppressed: next.Suppressed - before.Suppressed, Filtered: next.Filtered - before.Filtered,
 	}, nil
+}
+
+// storedBatch reads the monitor_event the inbox holds at seq.
+func (s *Store) storedBatch(ctx context.Context, seq uint64) (*storedEvent, error) {
+	env, err := s.inbox.StoredEnvelope(ctx, seq)
+	if err != nil {
+		return nil, err
+	}
+	var d EventData
+	if err := json.Unmarshal(env.Data, &d); err != nil {
+		return nil, fmt.Errorf("envelope %s: %w", env.ID, err)
+	}
+	return &storedEvent{EventData: d, At: env.At}, nil
+}
+
+// storedEvent is a batch as the inbox holds it.
+type storedEvent struct {
+	EventData
+	At time.Time
+}
+
+// adopt counts in the record the batch stored under the record's next seq
+// by an earlier attempt that never counted it (a crash between the store
+// and the CAS, or a watch that moved meanwhile): the agent has that batch,
+// so the record takes its lines, suppressed count and cursor, and the
+// caller's batch, not delivered, goes again as the next seq (an in-chime
+// source with a cursor resumes from the stored one instead). The bucket
+// is charged for the stored lines at their time; what the earlier attempt
+// filtered is not known and is not counted.
+func (s *Store) adopt(ctx context.Context, agentID string, cur *Monitor, rev uint64, st *storedEvent) (*EmitReply, error) {
+	seq := st.Seq
+	m, rev, err := s.update(ctx, agentID, cur.ID, func(m *Monitor) (bool, error) {
+		if m.NextSeq != seq || m.Finished() {
+			return false, nil // moved on meanwhile
+		}
+		n := int64(len(st.Lines))
+		if m.Bucket != nil {
+			b := *m.Bucket
+			m.Bucket = &b
+		}
+		m.take(int(n), st.At, s.pace)
+		m.Events, m.Batches, m.NextSeq = m.Events+n, m.Batches+1, seq+1
+		at := st.At.UTC()
+		m.LastEventAt = &at
+		if st.Suppressed > 0 {
+			m.Suppressed += max(st.Suppressed-m.PendingSuppressed, 0)
+			m.PendingSuppressed = 0
+		}
+		if st.Cursor != "" {
+			m.Cursor = st.Cursor
+		}
+		if m.MaxEvents > 0 && m.Events >= m.MaxEvents {
+			now := s.now().UTC()
+			m.Status, m.StoppedAt, m.StopReason = Stopped, &now, ReasonMaxEvents
+		}
+		return true, nil
+	}, cur, rev)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("monitor batch stored by an earlier attempt counted; this one goes again", "agent_id", agentID, "monitor_id", cur.ID, "seq", seq)
+	if m.Finished() {
+		if m, err = s.settle(ctx, m, rev); err != nil {
+			return nil, err
+		}
+	}
+	return &EmitReply{MonitorID: m.ID, NextSeq: m.NextSeq, Status: m.Status, StopReason: m.StopReason, Superseded: true}, nil
 }
 
 // SettleAfter is how long a stopped monitor's delivery is left to the

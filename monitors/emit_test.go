@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chime-nats/chime/consumer"
+	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/monitors"
 	"github.com/chime-nats/chime/subjects"
@@ -132,5 +134,60 @@ func TestFloodOfAThousandLinesASecond(t *testing.T) {
 	}
 	if said+got.PendingSuppressed != got.Suppressed {
 		t.Fatalf("suppressed said %d + pending %d, counted %d", said, got.PendingSuppressed, got.Suppressed)
+	}
+}
+
+// TestBatchStoredButNotCounted: an attempt stored batch 0 and died before
+// the record counted it (a nats-server killed mid-emit, a watch that
+// moved). A later batch with other lines under the same seq would be
+// dropped by the inbox's dedup while the record counted it: lines lost,
+// events overcounted. Instead the stored batch is counted, with its
+// cursor, and the later lines are refused as superseded, to go again as
+// the next seq; both reach the agent once and the record agrees.
+func TestBatchStoredButNotCounted(t *testing.T) {
+	e := newEnv(t, 0)
+	ctx := context.Background()
+	m := start(t, e, "a1", `{"description":"d","command":"tail -f log"}`)
+	orphan := monitors.EventEnvelope(m, &monitors.Batch{Seq: 0, Lines: []string{"A1", "A2"}, Cursor: "41"}, time.Now())
+	inbox := consumer.NewInbox(e.res.JS, engine.InboxStream, 2*time.Minute, nil)
+	if _, err := inbox.Deliver(ctx, &orphan); err != nil {
+		t.Fatal(err)
+	}
+	seq := int64(0)
+	r, err := e.store.Emit(ctx, "a1", &monitors.EmitRequest{MonitorID: m.ID, Seq: &seq, Lines: []string{"B1", "B2", "B3"}})
+	if err != nil || !r.Superseded || r.NextSeq != 1 || r.Delivered != 0 {
+		t.Fatalf("emit over the stored batch: %+v %v", r, err)
+	}
+	rec, err := e.store.Get(ctx, "a1", m.ID)
+	if err != nil || rec.Events != 2 || rec.Batches != 1 || rec.NextSeq != 1 || rec.Cursor != "41" {
+		t.Fatalf("record after the adoption: %+v %v", rec, err)
+	}
+	seq = 1
+	if r, err = e.store.Emit(ctx, "a1", &monitors.EmitRequest{MonitorID: m.ID, Seq: &seq, Lines: []string{"B1", "B2", "B3"}}); err != nil || r.Delivered != 3 || r.Superseded {
+		t.Fatalf("the lines again as the next seq: %+v %v", r, err)
+	}
+	var lines []string
+	for _, env := range e.inbox(t, "a1", subjects.KindMonitorEvent) {
+		var d monitors.EventData
+		if err := json.Unmarshal(env.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, d.Lines...)
+	}
+	if got := strings.Join(lines, ","); got != "A1,A2,B1,B2,B3" {
+		t.Fatalf("the agent has %s", got)
+	}
+	if rec, _ = e.store.Get(ctx, "a1", m.ID); rec.Events != 5 || rec.Batches != 2 {
+		t.Fatalf("record: %+v", rec)
+	}
+	// The same batch sent again after its store (a retry) is not superseded.
+	seq = 2
+	req := &monitors.EmitRequest{MonitorID: m.ID, Seq: &seq, Lines: []string{"C"}}
+	retry := monitors.EventEnvelope(rec, &monitors.Batch{Seq: 2, Lines: []string{"C"}}, time.Now())
+	if _, err := inbox.Deliver(ctx, &retry); err != nil {
+		t.Fatal(err)
+	}
+	if r, err = e.store.Emit(ctx, "a1", req); err != nil || r.Superseded || r.Delivered != 1 || r.NextSeq != 3 {
+		t.Fatalf("a retry of the stored batch: %+v %v", r, err)
 	}
 }

@@ -68,6 +68,10 @@ type Batch struct {
 	// and since the last batch delivered: one "N events suppressed" line
 	// says so.
 	Suppressed int64
+	// Cursor is an in-chime source's position after the batch (a KV
+	// revision), kept in the envelope so that a batch stored whose count
+	// never reached the record can still be counted (Store.adopt).
+	Cursor string
 }
 
 // Empty reports whether the batch delivers nothing.
@@ -154,6 +158,7 @@ type EventData struct {
 	Seq         int64    `json:"seq"`
 	Lines       []string `json:"lines"`
 	Suppressed  int64    `json:"suppressed,omitempty"`
+	Cursor      string   `json:"cursor,omitempty"`
 }
 
 // SuppressedLine is the line that stands for lines the bucket dropped.
@@ -167,7 +172,7 @@ func SuppressedLine(n int64) string {
 // EventEnvelope is batch b of monitor m as its monitor_event: external
 // evidence, named by the monitor's description.
 func EventEnvelope(m *Monitor, b *Batch, at time.Time) subjects.Envelope {
-	data, _ := subjects.EncodeJSON(EventData{MonitorID: m.ID, Description: m.Description, Seq: b.Seq, Lines: b.Lines, Suppressed: b.Suppressed})
+	data, _ := subjects.EncodeJSON(EventData{MonitorID: m.ID, Description: m.Description, Seq: b.Seq, Lines: b.Lines, Suppressed: b.Suppressed, Cursor: b.Cursor})
 	var text strings.Builder
 	fmt.Fprintf(&text, "Monitor %s (%s):", m.ID, m.Description)
 	for _, l := range b.Lines {

@@ -206,6 +206,13 @@ func (w *Watcher) run(ctx context.Context, m Watched) error {
 			r, err := w.cfg.Store.emit(ctx, m.AgentID, m.MonitorID, seq, lines, sink.dropped.Swap(0), m.Source.Type, cursor)
 			var wire *subjects.Error
 			switch {
+			case err == nil && r.Status == Stopped:
+				return errStopped
+			case err == nil && r.Superseded && cursor != "":
+				return errResync // from the stored batch's cursor
+			case err == nil && r.Superseded:
+				seq = r.NextSeq // these lines go again, as the next batch
+				continue
 			case err == nil && r.Duplicate && cursor != "":
 				return errResync
 			case err == nil && r.Duplicate:
