@@ -14,6 +14,7 @@ import (
 	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/internal/schedule"
 	"github.com/chime-nats/chime/interventions"
+	"github.com/chime-nats/chime/monitors"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
 	"github.com/chime-nats/chime/timers"
@@ -45,8 +46,10 @@ type Config struct {
 	Timers *timers.Store
 	// Tasks checks a task resource; nil skips the check.
 	Tasks TaskLookup
-	Inbox *consumer.Inbox
-	JS    jetstream.JetStream
+	// Monitors checks a monitor resource; nil skips the check.
+	Monitors *monitors.Store
+	Inbox    *consumer.Inbox
+	JS       jetstream.JetStream
 	// InboxStream, EventsStream: where envelopes and interventions are.
 	InboxStream, EventsStream string
 	Now                       func() time.Time
@@ -118,6 +121,12 @@ func (s *Service) register(ctx context.Context, agentID string, spec *WaitForSpe
 	switch {
 	case w.Wake == WakeTimer:
 		if w.AfterFire, err = s.checkTimer(ctx, agentID, w.Resource); err != nil {
+			return nil, err
+		}
+	case w.Wake == WakeMonitor:
+		// Checked after since is read: an event or end stored after this
+		// check is stored after since too, and wakes the registration.
+		if err := s.checkMonitor(ctx, agentID, w.Resource); err != nil {
 			return nil, err
 		}
 	case w.Wake == WakeTaskResult && len(w.Resources) > 0:
@@ -492,6 +501,29 @@ func (s *Service) checkTimer(ctx context.Context, agentID, timerID string) (int6
 		return 0, &subjects.Error{Code: "timer_not_active", Message: "wait_for timer is not active: " + timerID}
 	}
 	return t.FireCount, nil
+}
+
+// checkMonitor checks a monitor resource through Monitors, when wired, in
+// the timer's words: it must be the agent's (monitor IDs are per agent, so
+// another agent's is not found) and running. A stopped one is refused
+// rather than waited on: its monitor_stopped is stored already, at or
+// before the registration's since, so nothing would ever wake it.
+func (s *Service) checkMonitor(ctx context.Context, agentID, monitorID string) error {
+	if s.cfg.Monitors == nil {
+		return nil
+	}
+	m, err := s.cfg.Monitors.Get(ctx, agentID, monitorID)
+	if errors.Is(err, monitors.ErrMonitorNotFound) {
+		return &subjects.Error{Code: monitors.CodeMonitorNotFound, Message: "wait_for monitor does not exist: " + monitorID, Status: 404}
+	}
+	if err != nil {
+		return fmt.Errorf("waitfor: monitor %s: %w", monitorID, err)
+	}
+	if m.Finished() {
+		return &subjects.Error{Code: monitors.CodeMonitorStopped, Status: 409,
+			Message: fmt.Sprintf("wait_for monitor is stopped: %s (%s)", monitorID, m.StopReason)}
+	}
+	return nil
 }
 
 // checkTasks checks each task of a set as checkTask does and marks those
