@@ -506,8 +506,9 @@ func (s *Service) checkTimer(ctx context.Context, agentID, timerID string) (int6
 // checkMonitor checks a monitor resource through Monitors, when wired, in
 // the timer's words: it must be the agent's (monitor IDs are per agent, so
 // another agent's is not found) and running. A stopped one is refused
-// rather than waited on: its monitor_stopped is stored already, at or
-// before the registration's since, so nothing would ever wake it.
+// rather than waited on: its monitor_stopped, its last envelope, is
+// stored already (or is being stored by the stop, which may land after
+// since and would then wake it at once): the agent reads that instead.
 func (s *Service) checkMonitor(ctx context.Context, agentID, monitorID string) error {
 	if s.cfg.Monitors == nil {
 		return nil
