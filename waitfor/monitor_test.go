@@ -317,3 +317,12 @@ func TestMatchesMonitor(t *testing.T) {
 		}
 	}
 }
+
+// TestMonitorCodes: the codes of the monitor checks, spelt out in waitfor
+// (which must not link monitors), are the monitors package's.
+func TestMonitorCodes(t *testing.T) {
+	if waitfor.CodeMonitorNotFound != monitors.CodeMonitorNotFound || waitfor.CodeMonitorStopped != monitors.CodeMonitorStopped {
+		t.Fatalf("waitfor's %s, %s; monitors' %s, %s", waitfor.CodeMonitorNotFound, waitfor.CodeMonitorStopped,
+			monitors.CodeMonitorNotFound, monitors.CodeMonitorStopped)
+	}
+}

@@ -14,7 +14,6 @@ import (
 	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/internal/schedule"
 	"github.com/chime-nats/chime/interventions"
-	"github.com/chime-nats/chime/monitors"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
 	"github.com/chime-nats/chime/timers"
@@ -39,6 +38,16 @@ type TaskLookup interface {
 	LookupTask(ctx context.Context, agentID, taskID string) (*TaskState, error)
 }
 
+// MonitorLookup finds monitors: the one question WaitFor asks of them.
+// *monitors.Store answers it. An interface of plain values, not the
+// store: the monitors package links the NATS server's subject functions,
+// and agents' clients, which link this package, must not.
+type MonitorLookup interface {
+	// Finished reports whether the agent's monitor monitorID has stopped,
+	// and why; an unknown one is an error of code CodeMonitorNotFound.
+	Finished(ctx context.Context, agentID, monitorID string) (stopped bool, reason string, err error)
+}
+
 // Config configures a Service.
 type Config struct {
 	Store *Store
@@ -47,7 +56,7 @@ type Config struct {
 	// Tasks checks a task resource; nil skips the check.
 	Tasks TaskLookup
 	// Monitors checks a monitor resource; nil skips the check.
-	Monitors *monitors.Store
+	Monitors MonitorLookup
 	Inbox    *consumer.Inbox
 	JS       jetstream.JetStream
 	// InboxStream, EventsStream: where envelopes and interventions are.
@@ -513,16 +522,16 @@ func (s *Service) checkMonitor(ctx context.Context, agentID, monitorID string) e
 	if s.cfg.Monitors == nil {
 		return nil
 	}
-	m, err := s.cfg.Monitors.Get(ctx, agentID, monitorID)
-	if errors.Is(err, monitors.ErrMonitorNotFound) {
-		return &subjects.Error{Code: monitors.CodeMonitorNotFound, Message: "wait_for monitor does not exist: " + monitorID, Status: 404}
+	stopped, reason, err := s.cfg.Monitors.Finished(ctx, agentID, monitorID)
+	if errors.Is(err, &subjects.Error{Code: CodeMonitorNotFound}) {
+		return &subjects.Error{Code: CodeMonitorNotFound, Message: "wait_for monitor does not exist: " + monitorID, Status: 404}
 	}
 	if err != nil {
 		return fmt.Errorf("waitfor: monitor %s: %w", monitorID, err)
 	}
-	if m.Finished() {
-		return &subjects.Error{Code: monitors.CodeMonitorStopped, Status: 409,
-			Message: fmt.Sprintf("wait_for monitor is stopped: %s (%s)", monitorID, m.StopReason)}
+	if stopped {
+		return &subjects.Error{Code: CodeMonitorStopped, Status: 409,
+			Message: fmt.Sprintf("wait_for monitor is stopped: %s (%s)", monitorID, reason)}
 	}
 	return nil
 }

@@ -235,6 +235,14 @@ const (
 	CodeWaitForInvalidated = "wait_for_invalidated"
 )
 
+// The codes of a monitor resource's checks: the monitors package's own
+// (monitors.CodeMonitorNotFound, CodeMonitorStopped), spelt out here as
+// this package must not link that one (see MonitorLookup).
+const (
+	CodeMonitorNotFound = "monitor_not_found"
+	CodeMonitorStopped  = "monitor_stopped"
+)
+
 // Sentinels of the WaitFor errors, for errors.Is.
 var (
 	ErrWaitForNotFound    = &subjects.Error{Code: CodeWaitForNotFound}
