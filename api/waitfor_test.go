@@ -18,6 +18,7 @@ import (
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/interventions"
+	"github.com/chime-nats/chime/monitors"
 	"github.com/chime-nats/chime/questions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/tasks"
@@ -282,6 +283,49 @@ func TestWaitForWakes(t *testing.T) {
 		publishEnvelope(t, nc, subjects.Envelope{ID: "hint-1", AgentID: "wf", Kind: subjects.KindWakeHint, At: time.Now(), Trust: subjects.TrustExternal})
 		publishEnvelope(t, nc, subjects.Envelope{ID: "hint-2", AgentID: "wf", Kind: subjects.KindWakeHint, At: time.Now(), Trust: subjects.TrustExternal})
 		woken(t, inbox, second.WaitID, subjects.KindWakeHint, time.Second)
+	})
+	t.Run("monitor", func(t *testing.T) {
+		var m monitors.Monitor
+		if err := c.Request(ctx, monitors.ActionStart, []byte(`{"description":"CI log","command":"make test","monitor_id":"wf-ci"}`), &m); err != nil {
+			t.Fatal(err)
+		}
+		emit := func(seq int, line string) {
+			t.Helper()
+			var r monitors.EmitReply
+			body := fmt.Sprintf(`{"monitor_id":"wf-ci","seq":%d,"lines":[%q]}`, seq, line)
+			if err := c.Request(ctx, monitors.ActionEmit, []byte(body), &r); err != nil || r.Delivered != 1 {
+				t.Fatalf("emit %d: %+v %v", seq, r, err)
+			}
+		}
+		// In the inbox before the WaitFor, not acked: it does not wake it.
+		emit(0, "FAIL queued")
+		r := registerWaitFor(t, c, "monitor", "wf-ci", "silent")
+		if r.Continuation != waitfor.YieldAndWait || !r.WaitRegistered || r.Wake != "monitor" || r.Resource != "wf-ci" {
+			t.Fatalf("reply %+v", r)
+		}
+		emit(1, "FAIL next")
+		d := woken(t, inbox, r.WaitID, subjects.KindMonitorEvent, time.Second)
+		if d.Wake != waitfor.WakeMonitor || d.Resource != "wf-ci" || d.WokenBy.EnvelopeID != monitors.EventEnvelopeID("wf-ci", 1) {
+			t.Fatalf("woken %+v", d)
+		}
+		// Its end wakes the next WaitFor on it.
+		again := registerWaitFor(t, c, "monitor", "wf-ci", "silent")
+		if err := c.Request(ctx, monitors.ActionStop, []byte(`{"monitor_id":"wf-ci"}`), &m); err != nil {
+			t.Fatal(err)
+		}
+		d = woken(t, inbox, again.WaitID, subjects.KindMonitorStopped, time.Second)
+		if d.WokenBy.EnvelopeID != monitors.StoppedEnvelopeID("wf-ci") {
+			t.Fatalf("woken %+v", d)
+		}
+		_, err := c.WaitFor(ctx, waitfor.WaitForRequest{Wake: "monitor", Resource: "wf-ci", Reason: "r", Delivery: "silent"})
+		wantCode(t, err, monitors.CodeMonitorStopped, "wait_for monitor is stopped: wf-ci (stopped)")
+		_, err = c.WaitFor(ctx, waitfor.WaitForRequest{Wake: "monitor", Resource: "nope", Reason: "r", Delivery: "final"})
+		wantCode(t, err, monitors.CodeMonitorNotFound, "wait_for monitor does not exist: nope")
+		other, _ := client.New(nc, "wf-other")
+		_, err = other.WaitFor(ctx, waitfor.WaitForRequest{Wake: "monitor", Resource: "wf-ci", Reason: "r", Delivery: "silent"})
+		wantCode(t, err, monitors.CodeMonitorNotFound, "wait_for monitor does not exist: wf-ci")
+		_, err = c.WaitFor(ctx, waitfor.WaitForRequest{Wake: "monitor", Reason: "r", Delivery: "silent"})
+		wantCode(t, err, subjects.CodeInvalidRequest, "WaitFor wake `monitor` requires non-empty `resource`")
 	})
 }
 

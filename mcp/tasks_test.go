@@ -55,7 +55,7 @@ func TestToolsAndTimer(t *testing.T) {
 		t.Errorf("timer_create schema: %s", schema)
 	}
 	schema, _ = json.Marshal(tools["wait_for"].InputSchema)
-	if !strings.Contains(string(schema), `"enum":["operator_input","task_result","external","timer","system"]`) {
+	if !strings.Contains(string(schema), `"enum":["operator_input","task_result","external","timer","system","monitor"]`) {
 		t.Errorf("wait_for schema: %s", schema)
 	}
 

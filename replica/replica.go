@@ -335,7 +335,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	settler := tasks.NewSettler(tasks.SettlerConfig{JS: js, Stream: engine.EventsStream, Store: taskStore, Log: log, Registerer: reg})
 	waitForSvc := waitfor.NewService(waitfor.Config{
 		Store: waitForStore, Timers: store, Tasks: waitfor.Tasks{Store: taskStore, Agents: agentStore, JS: js, InboxStream: engine.InboxStream}, Inbox: inbox, JS: js,
-		InboxStream: engine.InboxStream, EventsStream: engine.EventsStream, Log: log,
+		Monitors: monitorStore, InboxStream: engine.InboxStream, EventsStream: engine.EventsStream, Log: log,
 	})
 	waitForConsumer := waitfor.NewConsumer(waitfor.ConsumerConfig{
 		JS: js, Service: waitForSvc, Store: waitForStore, Index: waitForIndex,

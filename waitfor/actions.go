@@ -13,7 +13,7 @@ import (
 func (s *Service) Actions(q *quotas.Quotas) []action.Action {
 	h := func(fn action.Handler) action.Handler { return action.When(s != nil, "WaitFor is not configured", fn) }
 	return []action.Action{
-		{Name: ActionWaitFor, Tool: &action.Tool{Name: "wait_for", Prompt: "wait_for.md", Later: later{s}}, Body: "WaitFor request", Reply: "{wait_id, continuation, ...}", Command: "wait-for", Access: action.Agent, Summary: "yield until a task result, timer, callback or recheck wakes the agent",
+		{Name: ActionWaitFor, Tool: &action.Tool{Name: "wait_for", Prompt: "wait_for.md", Later: later{s}}, Body: "WaitFor request", Reply: "{wait_id, continuation, ...}", Command: "wait-for", Access: action.Agent, Summary: "yield until a task result, timer, callback, monitor event or recheck wakes the agent",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/wait-for", http.StatusOK, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
 				spec, err := DecodeWaitFor(r.Body)

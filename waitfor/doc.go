@@ -1,6 +1,7 @@
 // Package waitfor owns Holon's WaitFor: an agent yields until one named
 // wake (operator input, a task's result, an external event, a timer, a
-// system wake) instead of polling.
+// system wake, and chime's own: a monitor's event or end) instead of
+// polling.
 //
 // Registrations live in the chime_waitfor bucket (rec.<agent>.<wait>),
 // with one index entry per scope (idx.<agent>.agent, or

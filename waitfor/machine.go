@@ -176,6 +176,10 @@ func fits(wake WakeKind, resource string, resources []string, env *subjects.Enve
 		return env.Kind == subjects.KindTimerFired && env.Source.ID == resource
 	case WakeSystem:
 		return env.Kind == subjects.KindSystemWake
+	case WakeMonitor:
+		// Its end wakes it too: a monitor that has stopped sends no more
+		// events, and a wait left standing on it would wait for ever.
+		return (env.Kind == subjects.KindMonitorEvent || env.Kind == subjects.KindMonitorStopped) && env.Source.ID == resource
 	}
 	return false
 }
@@ -186,7 +190,8 @@ func fits(wake WakeKind, resource string, resources []string, env *subjects.Enve
 func concernsAny(env *subjects.Envelope) bool {
 	switch env.Kind {
 	case subjects.KindIntervention, subjects.KindTaskResult, subjects.KindTimerFired,
-		subjects.KindWakeHint, subjects.KindMessage, subjects.KindSystemWake:
+		subjects.KindWakeHint, subjects.KindMessage, subjects.KindSystemWake,
+		subjects.KindMonitorEvent, subjects.KindMonitorStopped:
 		return true
 	}
 	return operatorMessage(env)

@@ -32,8 +32,9 @@ func TestStateMachine(t *testing.T) {
 			seq uint64
 		}
 		var events []event // every wake event so far, to repeat
-		wakes := []WakeKind{WakeOperatorInput, WakeExternal, WakeSystem, WakeTaskResult}
+		wakes := []WakeKind{WakeOperatorInput, WakeExternal, WakeSystem, WakeTaskResult, WakeMonitor}
 		taskIDs := []string{"t1", "t2", "t3"}
+		monitorIDs := []string{"m1", "m2"}
 
 		// apply is what the store does: a change under CAS, then checks.
 		apply := func(i int, change func(*WaitFor) bool) {
@@ -103,6 +104,9 @@ func TestStateMachine(t *testing.T) {
 					w.Resources = rapid.SliceOfNDistinct(rapid.SampledFrom(taskIDs), 1, len(taskIDs), rapid.ID[string]).Draw(t, "set")
 					w.Mode = rapid.SampledFrom([]string{WaitModeAll, WaitModeAny}).Draw(t, "mode")
 				}
+				if w.Wake == WakeMonitor {
+					w.Resource = rapid.SampledFrom(monitorIDs).Draw(t, "monitor")
+				}
 				if delivery == DeliveryFinal {
 					w.Status = WaitForPrepared
 				}
@@ -127,12 +131,16 @@ func TestStateMachine(t *testing.T) {
 					return changed
 				})
 			case 2: // a wake event
-				kind := rapid.SampledFrom([]string{subjects.KindAnswer, subjects.KindWakeHint, subjects.KindSystemWake, subjects.KindWaitWoken, subjects.KindTaskResult}).Draw(t, "kind")
+				kind := rapid.SampledFrom([]string{subjects.KindAnswer, subjects.KindWakeHint, subjects.KindSystemWake, subjects.KindWaitWoken, subjects.KindTaskResult,
+					subjects.KindMonitorEvent, subjects.KindMonitorStopped}).Draw(t, "kind")
 				seq++
 				env := subjects.Envelope{ID: fmt.Sprintf("env_%d", seq), AgentID: "a", Kind: kind}
 				if kind == subjects.KindTaskResult {
 					// a task's result, or a second envelope of the same result
 					env.Source = subjects.Source{Type: "task", ID: rapid.SampledFrom(taskIDs).Draw(t, "task")}
+				}
+				if kind == subjects.KindMonitorEvent || kind == subjects.KindMonitorStopped {
+					env.Source = subjects.Source{Type: "monitor", ID: rapid.SampledFrom(monitorIDs).Draw(t, "monitor")}
 				}
 				events = append(events, event{env, seq})
 				deliver(env, seq)

@@ -38,6 +38,16 @@ type TaskLookup interface {
 	LookupTask(ctx context.Context, agentID, taskID string) (*TaskState, error)
 }
 
+// MonitorLookup finds monitors: the one question WaitFor asks of them.
+// *monitors.Store answers it. An interface of plain values, not the
+// store: the monitors package links the NATS server's subject functions,
+// and agents' clients, which link this package, must not.
+type MonitorLookup interface {
+	// Finished reports whether the agent's monitor monitorID has stopped,
+	// and why; an unknown one is an error of code CodeMonitorNotFound.
+	Finished(ctx context.Context, agentID, monitorID string) (stopped bool, reason string, err error)
+}
+
 // Config configures a Service.
 type Config struct {
 	Store *Store
@@ -45,8 +55,10 @@ type Config struct {
 	Timers *timers.Store
 	// Tasks checks a task resource; nil skips the check.
 	Tasks TaskLookup
-	Inbox *consumer.Inbox
-	JS    jetstream.JetStream
+	// Monitors checks a monitor resource; nil skips the check.
+	Monitors MonitorLookup
+	Inbox    *consumer.Inbox
+	JS       jetstream.JetStream
 	// InboxStream, EventsStream: where envelopes and interventions are.
 	InboxStream, EventsStream string
 	Now                       func() time.Time
@@ -118,6 +130,12 @@ func (s *Service) register(ctx context.Context, agentID string, spec *WaitForSpe
 	switch {
 	case w.Wake == WakeTimer:
 		if w.AfterFire, err = s.checkTimer(ctx, agentID, w.Resource); err != nil {
+			return nil, err
+		}
+	case w.Wake == WakeMonitor:
+		// Checked after since is read: an event or end stored after this
+		// check is stored after since too, and wakes the registration.
+		if err := s.checkMonitor(ctx, agentID, w.Resource); err != nil {
 			return nil, err
 		}
 	case w.Wake == WakeTaskResult && len(w.Resources) > 0:
@@ -492,6 +510,30 @@ func (s *Service) checkTimer(ctx context.Context, agentID, timerID string) (int6
 		return 0, &subjects.Error{Code: "timer_not_active", Message: "wait_for timer is not active: " + timerID}
 	}
 	return t.FireCount, nil
+}
+
+// checkMonitor checks a monitor resource through Monitors, when wired, in
+// the timer's words: it must be the agent's (monitor IDs are per agent, so
+// another agent's is not found) and running. A stopped one is refused
+// rather than waited on: its monitor_stopped, its last envelope, is
+// stored already (or is being stored by the stop, which may land after
+// since and would then wake it at once): the agent reads that instead.
+func (s *Service) checkMonitor(ctx context.Context, agentID, monitorID string) error {
+	if s.cfg.Monitors == nil {
+		return nil
+	}
+	stopped, reason, err := s.cfg.Monitors.Finished(ctx, agentID, monitorID)
+	if errors.Is(err, &subjects.Error{Code: CodeMonitorNotFound}) {
+		return &subjects.Error{Code: CodeMonitorNotFound, Message: "wait_for monitor does not exist: " + monitorID, Status: 404}
+	}
+	if err != nil {
+		return fmt.Errorf("waitfor: monitor %s: %w", monitorID, err)
+	}
+	if stopped {
+		return &subjects.Error{Code: CodeMonitorStopped, Status: 409,
+			Message: fmt.Sprintf("wait_for monitor is stopped: %s (%s)", monitorID, reason)}
+	}
+	return nil
 }
 
 // checkTasks checks each task of a set as checkTask does and marks those

@@ -23,15 +23,20 @@ const (
 	WakeExternal      WakeKind = "external"
 	WakeTimer         WakeKind = "timer"
 	WakeSystem        WakeKind = "system"
+	// WakeMonitor waits on a monitor's next monitor_event, or its end
+	// (monitor_stopped): chime's own, Holon has no monitors.
+	WakeMonitor WakeKind = "monitor"
 )
 
 // WakeKinds lists every accepted wake, in the order prompts show them.
 func WakeKinds() []WakeKind {
-	return []WakeKind{WakeOperatorInput, WakeTaskResult, WakeExternal, WakeTimer, WakeSystem}
+	return []WakeKind{WakeOperatorInput, WakeTaskResult, WakeExternal, WakeTimer, WakeSystem, WakeMonitor}
 }
 
 // NeedsResource says whether a wake names the thing it waits on.
-func (w WakeKind) NeedsResource() bool { return w == WakeTaskResult || w == WakeTimer }
+func (w WakeKind) NeedsResource() bool {
+	return w == WakeTaskResult || w == WakeTimer || w == WakeMonitor
+}
 
 // Delivery is how a WaitFor's wake reaches the agent.
 type Delivery string
@@ -87,8 +92,8 @@ type WaitForSpec struct {
 const MaxExternalResourceLen = 256
 
 // DecodeWaitFor validates a WaitFor request with Holon's rules: a blank
-// resource counts as absent, and task_result and timer need one; an
-// external resource is free-form (github:holon-run/holon#2258).
+// resource counts as absent, and task_result, timer and monitor need one;
+// an external resource is free-form (github:holon-run/holon#2258).
 func DecodeWaitFor(data []byte) (*WaitForSpec, error) {
 	var req WaitForRequest
 	if err := subjects.DecodeStrict(data, &req); err != nil {
@@ -112,7 +117,7 @@ func DecodeWaitFor(data []byte) (*WaitForSpec, error) {
 	}
 	switch {
 	case spec.Wake.NeedsResource():
-		// A task or timer ID: it names a record key.
+		// A task, timer or monitor ID: it names a record key.
 		if err := subjects.ValidateID("resource", spec.Resource); err != nil {
 			return nil, err
 		}
@@ -228,6 +233,14 @@ const (
 	CodeWaitForTimer       = "wait_for_timer"
 	CodeWaitForTask        = "wait_for_task"
 	CodeWaitForInvalidated = "wait_for_invalidated"
+)
+
+// The codes of a monitor resource's checks: the monitors package's own
+// (monitors.CodeMonitorNotFound, CodeMonitorStopped), spelt out here as
+// this package must not link that one (see MonitorLookup).
+const (
+	CodeMonitorNotFound = "monitor_not_found"
+	CodeMonitorStopped  = "monitor_stopped"
 )
 
 // Sentinels of the WaitFor errors, for errors.Is.

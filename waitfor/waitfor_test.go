@@ -27,6 +27,8 @@ func TestDecodeWaitFor(t *testing.T) {
 			waitfor.WaitForSpec{Wake: waitfor.WakeExternal, Resource: "ci", Reason: "spaced", Delivery: waitfor.DeliveryFinal}},
 		{`{"wake":"external","resource":" github:holon-run/holon#2258 ","reason":"r","delivery":"silent"}`,
 			waitfor.WaitForSpec{Wake: waitfor.WakeExternal, Resource: "github:holon-run/holon#2258", Reason: "r", Delivery: waitfor.DeliverySilent}},
+		{`{"wake":"monitor","resource":" mon_1 ","reason":"r","delivery":"silent"}`,
+			waitfor.WaitForSpec{Wake: waitfor.WakeMonitor, Resource: "mon_1", Reason: "r", Delivery: waitfor.DeliverySilent}},
 		{`{"wake":"operator_input","resource":"  ","reason":"r","delivery":"silent"}`,
 			waitfor.WaitForSpec{Wake: waitfor.WakeOperatorInput, Reason: "r", Delivery: waitfor.DeliverySilent}},
 	} {
@@ -44,11 +46,13 @@ func TestDecodeWaitFor(t *testing.T) {
 func TestDecodeWaitForErrors(t *testing.T) {
 	for _, tc := range []struct{ body, code, msg string }{
 		{`{"reason":"r","delivery":"final"}`, subjects.CodeInvalidRequest, "wake is required"},
-		{`{"wake":"Timer","reason":"r","delivery":"final"}`, subjects.CodeInvalidRequest, "wake must be one of operator_input, task_result, external, timer, system, not Timer"},
+		{`{"wake":"Timer","reason":"r","delivery":"final"}`, subjects.CodeInvalidRequest, "wake must be one of operator_input, task_result, external, timer, system, monitor, not Timer"},
 		{`{"wake":"timer","reason":"r","delivery":"final"}`, subjects.CodeInvalidRequest, "WaitFor wake `timer` requires non-empty `resource`"},
 		{`{"wake":"timer","resource":"  ","reason":"r","delivery":"final"}`, subjects.CodeInvalidRequest, "WaitFor wake `timer` requires non-empty `resource`"},
 		{`{"wake":"task_result","reason":"r","delivery":"final"}`, subjects.CodeInvalidRequest, "WaitFor wake `task_result` requires non-empty `resource`"},
 		{`{"wake":"task_result","resource":"","reason":"r","delivery":"silent"}`, subjects.CodeInvalidRequest, "WaitFor wake `task_result` requires non-empty `resource`"},
+		{`{"wake":"monitor","reason":"r","delivery":"silent"}`, subjects.CodeInvalidRequest, "WaitFor wake `monitor` requires non-empty `resource`"},
+		{`{"wake":"monitor","resource":"mon_1*","reason":"r","delivery":"silent"}`, subjects.CodeInvalidID, `resource "mon_1*" may only contain letters, digits, '_' and '-'`},
 		{`{"wake":"external","resource":"a\u0001","reason":"r","delivery":"final"}`, subjects.CodeInvalidRequest, "resource must not contain control characters"},
 		{`{"wake":"timer","reason":"","delivery":"final"}`, subjects.CodeInvalidRequest, "WaitFor requires a non-empty `reason`"},
 		{`{"wake":"system","reason":"  ","delivery":"final"}`, subjects.CodeInvalidRequest, "WaitFor requires a non-empty `reason`"},
