@@ -244,7 +244,7 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("config: CHIME_HTTP_ADDR %q: %w", c.HTTPAddr, err)
 		}
 		if c.OperatorTokensFile == "" && !Loopback(host) {
-			return fmt.Errorf("config: CHIME_HTTP_ADDR %q is not a loopback address and CHIME_OPERATOR_TOKENS_FILE is unset: the control routes would be open to the network", c.HTTPAddr)
+			return fmt.Errorf("config: CHIME_HTTP_ADDR %q is not a loopback address and CHIME_OPERATOR_TOKENS_FILE is unset: the control routes would be open to the network; give operator tokens (a file of their SHA-256 hashes, one per line) or set CHIME_HTTP_ADDR=127.0.0.1:8080", c.HTTPAddr)
 		}
 	}
 	if c.PprofAddr != "" {
