@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -40,6 +41,20 @@ type App struct {
 	// token is the NATS connect token of the commands that speak NATS
 	// (--token, default CHIME_NATS_TOKEN).
 	token string
+	// flagsSaid is set once a flag set has written to Stderr (a bad flag
+	// and the usage): Run then returns a bare ErrUsage.
+	flagsSaid bool
+}
+
+// saying notes that what w is given has been said to the user.
+type saying struct {
+	w    io.Writer
+	said *bool
+}
+
+func (s saying) Write(p []byte) (int, error) {
+	*s.said = true
+	return s.w.Write(p)
 }
 
 const usage = `chime: timers, waits, callbacks, tasks, questions and notifications for AI agents over NATS
@@ -99,6 +114,16 @@ Over TLS they verify the server with CHIME_NATS_TLS_CA and present CHIME_NATS_TL
 
 // Run executes one command line (without the program name).
 func (a *App) Run(ctx context.Context, args []string) error {
+	err := a.run(ctx, args)
+	if a.flagsSaid && errors.Is(err, ErrUsage) {
+		// The flag package has said what was wrong, with the flags: once
+		// is enough.
+		return ErrUsage
+	}
+	return err
+}
+
+func (a *App) run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		fmt.Fprint(a.Stderr, usage)
 		return ErrUsage
@@ -298,6 +323,9 @@ func (a *App) timer(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUsage, err)
 	}
+	if err := flagsFor(fs, "timer", sub); err != nil {
+		return err
+	}
 	var columns []string
 	if sub == "list" && !*asJSON {
 		columns = columnsOf(subjects.ActionTimerList)
@@ -345,6 +373,45 @@ func (a *App) timer(ctx context.Context, args []string) error {
 	})
 }
 
+// flagsFor refuses a flag given to a subcommand it is not for: a flag's
+// usage ends with the subcommands it serves in parentheses ("(create)",
+// "(list, follow)", "(list; default 50)"), and one given elsewhere would
+// be silently ignored.
+func flagsFor(fs *flag.FlagSet, cmd, sub string) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if err != nil {
+			return
+		}
+		subs, ok := flagSubcommands(f.Usage)
+		if ok && !slices.Contains(subs, sub) {
+			err = fmt.Errorf("%w: --%s is for %s %s, not %s %s", ErrUsage, f.Name, cmd, strings.Join(subs, " or "+cmd+" "), cmd, sub)
+		}
+	})
+	return err
+}
+
+// flagSubcommands reads the subcommands a flag's usage names at its end.
+func flagSubcommands(usage string) ([]string, bool) {
+	if !strings.HasSuffix(usage, ")") {
+		return nil, false
+	}
+	open := strings.LastIndex(usage, "(")
+	if open < 0 {
+		return nil, false
+	}
+	inner, _, _ := strings.Cut(usage[open+1:len(usage)-1], ";")
+	var subs []string
+	for _, w := range strings.Split(inner, ",") {
+		w = strings.TrimSpace(w)
+		if w == "" || strings.ContainsAny(w, " \t") {
+			return nil, false // prose in parentheses, not a list of subcommands
+		}
+		subs = append(subs, w)
+	}
+	return subs, len(subs) > 0
+}
+
 // parseInterspersed parses flags that may come before or after positional
 // arguments, as in "timer get ID --agent demo".
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
@@ -366,7 +433,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 // connect token as the nats CLI does.
 func newFlagSet(a *App, name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(a.Stderr)
+	fs.SetOutput(saying{a.Stderr, &a.flagsSaid})
 	fs.StringVar(&a.token, "token", os.Getenv("CHIME_NATS_TOKEN"), "NATS connect token: an agent's or an operator's (default CHIME_NATS_TOKEN)")
 	return fs
 }
