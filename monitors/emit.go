@@ -2,6 +2,7 @@ package monitors
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -111,16 +112,41 @@ func (s *Store) emit(ctx context.Context, agentID, id string, seq int64, lines [
 	}
 	before := next
 	batch, stop := Apply(&next, seq, lines, dropped, now, s.pace)
+	batch.Cursor = cursor
+	// theirs: the inbox already held another watch's batch seq (two
+	// replicas held the shard a moment, or one died between its delivery
+	// and its count): the record must then say where that batch ended, not
+	// this one, or the lines between would be lost.
+	theirs := false
 	if !batch.Empty() {
 		env := EventEnvelope(&next, &batch, now)
-		if _, err := s.inbox.DeliverOnce(ctx, &env, now); err != nil {
+		ack, err := s.inbox.DeliverOnce(ctx, &env, now)
+		if err != nil {
 			return nil, fmt.Errorf("monitors: deliver batch %d of %s: %w", seq, cur.ID, err)
 		}
+		if ack.Duplicate && cursor != "" {
+			stored, err := s.storedBatch(ctx, ack.Sequence)
+			if err != nil {
+				return nil, fmt.Errorf("monitors: batch %d of %s stored before: %w", seq, cur.ID, err)
+			}
+			if stored.Cursor != cursor {
+				// Count what the inbox holds, not this batch's lines.
+				cursor, theirs = stored.Cursor, true
+				next.Events = cur.Events + int64(len(stored.Lines))
+				stop = ""
+				if next.MaxEvents > 0 && next.Events >= next.MaxEvents {
+					stop = ReasonMaxEvents
+				}
+			}
+		}
 	}
+	applied := false
 	m, rev, err := s.update(ctx, agentID, cur.ID, func(m *Monitor) (bool, error) {
+		applied = false
 		if m.NextSeq != seq {
 			return false, nil // applied by a concurrent retry
 		}
+		applied = true
 		m.Events, m.Batches, m.Filtered, m.Suppressed, m.PendingSuppressed = next.Events, next.Batches, next.Filtered, next.Suppressed, next.PendingSuppressed
 		m.NextSeq, m.LastEventAt, m.Bucket, m.FloodSince = next.NextSeq, next.LastEventAt, next.Bucket, next.FloodSince
 		if cursor != "" {
@@ -140,10 +166,28 @@ func (s *Store) emit(ctx context.Context, agentID, id string, seq int64, lines [
 			return nil, err
 		}
 	}
+	if !applied || theirs {
+		// Another's batch counted: a source with cursors goes on from
+		// the record, not from where its own batch ended.
+		return &EmitReply{MonitorID: m.ID, NextSeq: m.NextSeq, Status: m.Status, StopReason: m.StopReason, Duplicate: true}, nil
+	}
 	return &EmitReply{
 		MonitorID: m.ID, NextSeq: m.NextSeq, Status: m.Status, StopReason: m.StopReason,
 		Delivered: len(batch.Lines), Suppressed: next.Suppressed - before.Suppressed, Filtered: next.Filtered - before.Filtered,
 	}, nil
+}
+
+// storedBatch is the data of the monitor_event the inbox holds at seq.
+func (s *Store) storedBatch(ctx context.Context, seq uint64) (*EventData, error) {
+	env, err := s.inbox.StoredEnvelope(ctx, seq)
+	if err != nil {
+		return nil, err
+	}
+	var d EventData
+	if err := json.Unmarshal(env.Data, &d); err != nil {
+		return nil, fmt.Errorf("read %s: %w", env.ID, err)
+	}
+	return &d, nil
 }
 
 // SettleAfter is how long a stopped monitor's delivery is left to the

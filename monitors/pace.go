@@ -68,6 +68,10 @@ type Batch struct {
 	// and since the last batch delivered: one "N events suppressed" line
 	// says so.
 	Suppressed int64
+	// Cursor is the source's position after the batch's last line, for a
+	// source that keeps one (a KV revision): the envelope carries it, so
+	// that whoever finds the batch stored knows where it ended.
+	Cursor string
 }
 
 // Empty reports whether the batch delivers nothing.
@@ -154,6 +158,9 @@ type EventData struct {
 	Seq         int64    `json:"seq"`
 	Lines       []string `json:"lines"`
 	Suppressed  int64    `json:"suppressed,omitempty"`
+	// Cursor is where the source stood after the batch (a KV watch's
+	// revision of its last change); absent for sources that keep none.
+	Cursor string `json:"cursor,omitempty"`
 }
 
 // SuppressedLine is the line that stands for lines the bucket dropped.
@@ -167,7 +174,7 @@ func SuppressedLine(n int64) string {
 // EventEnvelope is batch b of monitor m as its monitor_event: external
 // evidence, named by the monitor's description.
 func EventEnvelope(m *Monitor, b *Batch, at time.Time) subjects.Envelope {
-	data, _ := subjects.EncodeJSON(EventData{MonitorID: m.ID, Description: m.Description, Seq: b.Seq, Lines: b.Lines, Suppressed: b.Suppressed})
+	data, _ := subjects.EncodeJSON(EventData{MonitorID: m.ID, Description: m.Description, Seq: b.Seq, Lines: b.Lines, Suppressed: b.Suppressed, Cursor: b.Cursor})
 	var text strings.Builder
 	fmt.Fprintf(&text, "Monitor %s (%s):", m.ID, m.Description)
 	for _, l := range b.Lines {
