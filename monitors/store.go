@@ -117,11 +117,18 @@ func (s *Store) Start(ctx context.Context, agentID string, spec *Spec) (*Monitor
 			return nil, err
 		}
 	}
+	cursor := ""
+	if st, ok := s.sources[spec.Source.Type].(Starter); ok {
+		var err error
+		if cursor, err = st.Start(ctx, agentID, spec.Source.Value); err != nil {
+			return nil, err
+		}
+	}
 	now := s.now().UTC()
 	m := &Monitor{
 		ID: id, AgentID: agentID, Description: spec.Description, Source: spec.Source, Match: spec.Match, Exclude: spec.Exclude,
 		Persistent: spec.Persistent, MaxEvents: spec.MaxEvents, IdleTimeoutMS: spec.IdleTimeout.Milliseconds(),
-		Status: Running, CreatedAt: now, Bucket: &Bucket{Tokens: float64(s.pace.Burst), At: now},
+		Status: Running, CreatedAt: now, Bucket: &Bucket{Tokens: float64(s.pace.Burst), At: now}, Cursor: cursor,
 	}
 	if !spec.Persistent {
 		m.TimeoutMS = spec.Timeout.Milliseconds()
