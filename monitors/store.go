@@ -60,7 +60,8 @@ type Config struct {
 	// Pace is how a monitor's events are paced (zero: DefaultPace).
 	Pace Pace
 	// Sources are the source types served besides command, each with
-	// what an agent may watch of it (the subject type's SubjectPolicy):
+	// what an agent may watch of it (the subject type's SubjectPolicy, the
+	// kv type's KVPolicy, also a Starter):
 	// a type absent is refused monitor_source_not_served.
 	Sources map[string]Checker
 }
