@@ -135,9 +135,10 @@ func (s *Store) emit(ctx context.Context, agentID, id string, seq int64, lines [
 			}
 		}
 	}
+	applied := false
 	m, rev, err := s.update(ctx, agentID, cur.ID, func(m *Monitor) (bool, error) {
-		if m.NextSeq != seq {
-			return false, nil // applied by a concurrent retry
+		if applied = m.NextSeq == seq; !applied {
+			return false, nil // applied by a concurrent retry, or another watch
 		}
 		m.Events, m.Batches, m.Filtered, m.Suppressed, m.PendingSuppressed = next.Events, next.Batches, next.Filtered, next.Suppressed, next.PendingSuppressed
 		m.NextSeq, m.LastEventAt, m.Bucket, m.FloodSince = next.NextSeq, next.LastEventAt, next.Bucket, next.FloodSince
@@ -157,6 +158,11 @@ func (s *Store) emit(ctx context.Context, agentID, id string, seq int64, lines [
 		if m, err = s.settle(ctx, m, rev); err != nil {
 			return nil, err
 		}
+	}
+	if !applied {
+		// Another attempt counted this seq first: a source with cursors
+		// goes on from the record, not from where this batch ended.
+		return &EmitReply{MonitorID: m.ID, NextSeq: m.NextSeq, Status: m.Status, StopReason: m.StopReason, Duplicate: true}, nil
 	}
 	return &EmitReply{
 		MonitorID: m.ID, NextSeq: m.NextSeq, Status: m.Status, StopReason: m.StopReason,

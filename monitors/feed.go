@@ -15,6 +15,14 @@ type Checker interface {
 	Check(agentID, value string) error
 }
 
+// A Starter is a Checker whose source keeps cursors and starts from one
+// taken at monitor.start (a KV bucket's last revision): the watch, begun
+// later on the shard's owner, then misses nothing after the start was
+// acknowledged.
+type Starter interface {
+	Start(ctx context.Context, agentID, value string) (cursor string, err error)
+}
+
 // A Feed is a source chime watches itself, on the replica holding the
 // monitor's shard: Run sends the source's lines to sink from where the
 // record's Cursor says the last batch applied left off ("" at the start),

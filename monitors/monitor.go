@@ -6,8 +6,9 @@
 // Records live in the monitors bucket, key <agent>.<monitor_id>; every
 // change is a CAS. The command source is an executor outside chime
 // (`chime monitor run -- CMD`) that sends the command's lines with
-// monitor.emit; the NATS subject source is watched inside chime, on the
-// replica holding the monitor's shard (Watcher). Either way chime filters
+// monitor.emit; the NATS subject and KV sources are watched inside chime,
+// on the replica holding the monitor's shard (Watcher), a KV watch
+// resuming from the revision its record counted. Either way chime filters
 // the lines (match, exclude), caps them, paces them with the record's
 // token bucket, and delivers each batch under a stable envelope ID, so a
 // retried batch is stored once. Every replica sweeps for timeouts

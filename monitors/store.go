@@ -60,7 +60,8 @@ type Config struct {
 	// Pace is how a monitor's events are paced (zero: DefaultPace).
 	Pace Pace
 	// Sources are the source types served besides command, each with
-	// what an agent may watch of it (the subject type's SubjectPolicy):
+	// what an agent may watch of it (the subject type's SubjectPolicy, the
+	// kv type's KVPolicy, also a Starter):
 	// a type absent is refused monitor_source_not_served.
 	Sources map[string]Checker
 }
@@ -117,11 +118,18 @@ func (s *Store) Start(ctx context.Context, agentID string, spec *Spec) (*Monitor
 			return nil, err
 		}
 	}
+	cursor := ""
+	if st, ok := s.sources[spec.Source.Type].(Starter); ok {
+		var err error
+		if cursor, err = st.Start(ctx, agentID, spec.Source.Value); err != nil {
+			return nil, err
+		}
+	}
 	now := s.now().UTC()
 	m := &Monitor{
 		ID: id, AgentID: agentID, Description: spec.Description, Source: spec.Source, Match: spec.Match, Exclude: spec.Exclude,
 		Persistent: spec.Persistent, MaxEvents: spec.MaxEvents, IdleTimeoutMS: spec.IdleTimeout.Milliseconds(),
-		Status: Running, CreatedAt: now, Bucket: &Bucket{Tokens: float64(s.pace.Burst), At: now},
+		Status: Running, CreatedAt: now, Bucket: &Bucket{Tokens: float64(s.pace.Burst), At: now}, Cursor: cursor,
 	}
 	if !spec.Persistent {
 		m.TimeoutMS = spec.Timeout.Milliseconds()

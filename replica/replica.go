@@ -328,9 +328,13 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	if err != nil {
 		return nil, fmt.Errorf("config: CHIME_MONITOR_SUBJECTS: %w", err)
 	}
+	watchableKV, err := monitors.NewKVPolicy(js, strings.Split(cfg.MonitorKV, ","))
+	if err != nil {
+		return nil, fmt.Errorf("config: CHIME_MONITOR_KV: %w", err)
+	}
 	monitorStore := monitors.NewStore(monitors.Config{
 		KV: res.Monitors, JS: js, Inbox: inbox, Now: time.Now, Retention: retention, Log: log, Admit: limits, Count: monitorIndex,
-		Sources: map[string]monitors.Checker{monitors.SourceSubject: watchable},
+		Sources: map[string]monitors.Checker{monitors.SourceSubject: watchable, monitors.SourceKV: watchableKV},
 	})
 	settler := tasks.NewSettler(tasks.SettlerConfig{JS: js, Stream: engine.EventsStream, Store: taskStore, Log: log, Registerer: reg})
 	waitForSvc := waitfor.NewService(waitfor.Config{
@@ -358,7 +362,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	resolver := access.Resolver{Operators: operators, Tokens: tokens, Callbacks: triggerStore}
 	parts := []lifecycle.Service{
 		triggerIndex, waitForIndex, taskIndex, monitorIndex, monitors.NewSweeper(monitorStore, monitorIndex, log),
-		monitors.NewWatcher(monitors.WatcherConfig{Feeds: map[string]monitors.Feed{monitors.SourceSubject: monitors.SubjectFeed{NC: r.nc}}, Store: monitorStore, Index: monitorIndex, Leases: leases, Shards: cfg.Shards, Log: log}),
+		monitors.NewWatcher(monitors.WatcherConfig{Feeds: map[string]monitors.Feed{monitors.SourceSubject: monitors.SubjectFeed{NC: r.nc}, monitors.SourceKV: monitors.KVFeed{JS: js}}, Store: monitorStore, Index: monitorIndex, Leases: leases, Shards: cfg.Shards, Log: log}),
 		lifecycle.Parallel(callbackConsumer, waitConsumer, settler, waitForConsumer),
 		notes, r.storage, healer, archiver,
 		firing{leases: leases, sched: r.sched},
