@@ -19,7 +19,7 @@ func (s *Store) Actions() []action.Action {
 	return []action.Action{
 		{Name: ActionLifecycleStart, Body: "empty or {}", Reply: "{agent_id, status, triggers}", Access: action.Operator, Summary: "start the agent: its callback triggers accept calls",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/start", http.StatusOK, nil), Handle: h(s.serveStart)},
-		{Name: ActionLifecycleStop, Body: "empty or {}", Reply: "{agent_id, status, triggers}", Access: action.Operator, Summary: "stop the agent: its callback triggers are revoked",
+		{Name: ActionLifecycleStop, Body: "empty or {}", Reply: "{agent_id, status, triggers}", Access: action.Operator, Summary: "stop the agent's callbacks: its triggers are revoked (its turn is not interrupted: that is intervention stop)",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/stop", http.StatusOK, nil), Handle: h(s.serveStop)},
 		{Name: ActionTriggerCreate, Body: "{delivery_mode?, label?}", Reply: "trigger view with trigger_url", Access: action.Operator, Summary: "create a callback trigger (a URL an external system calls)",
 			HTTP: action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/triggers", http.StatusCreated, nil),

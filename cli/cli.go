@@ -82,7 +82,7 @@ Usage:
                                    the agent's MCP server on stdin/stdout (for clients that launch
                                    servers), carried to chime's HTTP endpoint (CHIME_URL, default
                                    http://127.0.0.1:8080) with the agent's token (CHIME_TOKEN)
-  chime agent start|stop [--agent ID]
+  chime agent start|stop [--agent ID]   stop: its callbacks (triggers revoked); to interrupt its turn: chime intervene action=stop
   chime task run [--agent ID] [--id TASK] [--title T] -- CMD ARGS...
                                    run CMD as a task: prints {"task_id"} at once, streams its output to
                                    the task, reports completed|failed (exit_code)|interrupted, prints the

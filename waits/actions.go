@@ -34,7 +34,7 @@ func (o *Requests) Actions(q *quotas.Quotas, wf *waitfor.Service, tz string) []a
 			Columns: []string{"wait_id", "status", "mode", "target_time", "wake", "resource", "reason", "work_item_id"},
 			HTTP:    action.HTTPRoute(http.MethodGet, action.AgentRoutes+"/waits", http.StatusOK, action.List),
 			Handle:  h(func(ctx context.Context, r action.Request) (any, error) { return o.list(ctx, wf, r) })},
-		{Name: ActionIntervention, Body: "{action, text?}", Reply: "{ok, intervention_id}", Command: "intervene", Access: action.Operator, Summary: "message, pause, resume or stop an agent: in-flight waits end",
+		{Name: ActionIntervention, Body: "{action, text?}", Reply: "{ok, intervention_id}", Command: "intervene", Access: action.Operator, Summary: "message, pause, resume or stop an agent's turn (an interruption; its callbacks go on): in-flight waits end",
 			MaxBody: o.interventionLimit,
 			HTTP:    action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/intervention", http.StatusOK, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {
