@@ -219,12 +219,13 @@ func wsServer(t *testing.T, serve func(ctx context.Context, c *websocket.Conn, n
 }
 
 // TestWebSocketMonitor: each text frame's lines are events, in order, a
-// frame of several lines giving several; match applies; a binary frame is
-// one line saying its size; the server's close stops the monitor,
+// frame of several lines giving several; match applies; a frame is cut at
+// 64 KiB, and a line says so; a binary frame is one line saying its size; the server's close stops the monitor,
 // source_ended with the close code.
 func TestWebSocketMonitor(t *testing.T) {
+	big := "ev big " + strings.Repeat("x", 70000)
 	srv, _ := wsServer(t, func(ctx context.Context, c *websocket.Conn, _ int) {
-		for _, f := range []string{"ev one", "noise", "ev two\r\nev three\n\nnoise again\n", "ev four"} {
+		for _, f := range []string{"ev one", "noise", "ev two\r\nev three\n\nnoise again\n", "ev four", big} {
 			if err := c.Write(ctx, websocket.MessageText, []byte(f)); err != nil {
 				return
 			}
@@ -236,14 +237,19 @@ func TestWebSocketMonitor(t *testing.T) {
 	})
 	e, policy := newWebEnv(t, "ws://"+srv.Listener.Addr().String()+"/feed")
 	_, o := e.watch(t, map[string]monitors.Feed{monitors.SourceWS: monitors.WSFeed{Policy: policy}})
-	m := start(t, e, "a1", `{"description":"builds","ws":"ws://`+srv.Listener.Addr().String()+`/feed/x?token=t","match":"^ev|binary"}`)
+	m := start(t, e, "a1", `{"description":"builds","ws":"ws://`+srv.Listener.Addr().String()+`/feed/x?token=t","match":"^ev|binary|frame cut"}`)
 	o.all.Store(true)
 	rec := e.stopped(t, "a1", m.ID, 10*time.Second)
 	if rec.StopReason != monitors.ReasonSourceEnded || rec.ExitCode == nil || *rec.ExitCode != 4001 {
 		t.Fatalf("stopped: %+v", rec)
 	}
 	got, _ := e.lines(t, "a1")
-	want := []string{"ev one", "ev two", "ev three", "ev four", "binary frame of 3 bytes (not shown)"}
+	// The big frame's one line is cut to 2048 bytes too, as any line.
+	if len(got) == 7 && strings.HasPrefix(got[4], "ev big xxx") && strings.HasSuffix(got[4], "bytes cut]") {
+		got[4] = "ev big (cut)"
+	}
+	want := []string{"ev one", "ev two", "ev three", "ev four", "ev big (cut)",
+		fmt.Sprintf("[frame cut at 65536 bytes: %d more not shown]", len(big)-monitors.MaxWebBody), "binary frame of 3 bytes (not shown)"}
 	if !slices.Equal(got, want) || rec.Filtered != 2 {
 		t.Fatalf("lines %q, want %q; filtered %d", got, want, rec.Filtered)
 	}
@@ -362,6 +368,10 @@ func TestHTTPPollMonitor(t *testing.T) {
 	mux.Handle("/api/status", ps)
 	mux.Handle("/api/moved", http.RedirectHandler("/elsewhere", http.StatusFound))
 	mux.Handle("/api/hop", http.RedirectHandler("/api/status", http.StatusFound))
+	var loops atomic.Int64
+	mux.HandleFunc("/api/loop/", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, fmt.Sprintf("/api/loop/%d", loops.Add(1)), http.StatusFound)
+	})
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	base := "http://" + srv.Listener.Addr().String()
@@ -385,11 +395,18 @@ func TestHTTPPollMonitor(t *testing.T) {
 		t.Fatalf("lines %q, want %q", got, want)
 	}
 
-	// A redirect within the prefixes is followed; one out of them is not.
+	// A redirect within the prefixes is followed, 3 at most; one out of
+	// them is not.
 	hop := start(t, e, "a2", `{"description":"hop","http":"`+base+`/api/hop"}`)
 	fastPolls(t, e, hop, 100*time.Millisecond)
 	moved := start(t, e, "a3", `{"description":"moved","http":"`+base+`/api/moved"}`)
 	fastPolls(t, e, moved, 100*time.Millisecond)
+	loop := start(t, e, "a4", `{"description":"loop","http":"`+base+`/api/loop/0"}`)
+	fastPolls(t, e, loop, time.Hour)
+	testwait.Eventually(t, 10*time.Second, func() bool { l, _ := e.lines(t, "a4"); return len(l) == 1 }, "the redirects cut")
+	if l, _ := e.lines(t, "a4"); l[0] != "error: stopped after 3 redirects" || loops.Load() != 4 {
+		t.Fatalf("redirect loop: %q after %d", l, loops.Load())
+	}
 	testwait.Eventually(t, 10*time.Second, func() bool { l, _ := e.lines(t, "a2"); return len(l) == 2 }, "the redirect followed")
 	if l, _ := e.lines(t, "a2"); !slices.Equal(l, []string{"HTTP 500", "boom"}) {
 		t.Fatalf("redirect within: %q", l)
