@@ -202,16 +202,16 @@ func (p URLPolicy) check(agentID, typ string, u *url.URL) error {
 		path = "/"
 	}
 	for _, a := range p.allow {
-		if a.scheme == u.Scheme && a.host == host && a.port == port && under(path, strings.ReplaceAll(a.path, AgentPlaceholder, agentID)) {
+		if a.scheme == u.Scheme && a.host == host && a.port == port && underPath(path, strings.ReplaceAll(a.path, AgentPlaceholder, agentID)) {
 			return nil
 		}
 	}
 	return urlNotAllowed(fmt.Sprintf("URL %s is not within the URLs open to monitors (CHIME_MONITOR_URLS: %s)", redacted(u), strings.Join(p.Allowed(), ", ")))
 }
 
-// under reports whether path lies under prefix on a segment boundary:
+// underPath reports whether path lies under prefix on a segment boundary:
 // /api holds /api and /api/x, not /apix; /api/ holds /api/x.
-func under(path, prefix string) bool {
+func underPath(path, prefix string) bool {
 	switch {
 	case prefix == "" || prefix == "/":
 		return true
@@ -283,10 +283,10 @@ func wireMessage(err error) string {
 	return err.Error()
 }
 
-// describe says why a request failed, without its URL (whose query may
+// describeWebErr says why a request failed, without its URL (whose query may
 // hold a token) and without what changes from one attempt to the next (a
 // local port), so that the same failure reads the same each time.
-func describe(err error) string {
+func describeWebErr(err error) string {
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		err = ue.Err
@@ -305,9 +305,9 @@ func describe(err error) string {
 	return err.Error()
 }
 
-// lines splits text into the lines of an event; empty lines carry
+// webLines splits text into the lines of an event; empty lines carry
 // nothing and are left out.
-func lines(text string) []string {
+func webLines(text string) []string {
 	var out []string
 	for l := range strings.SplitSeq(text, "\n") {
 		if strings.TrimRight(l, "\r") != "" {
@@ -339,7 +339,7 @@ func (f WSFeed) Run(ctx context.Context, m *Monitor, sink *Sink) error {
 		// The operator narrowed CHIME_MONITOR_URLS since it started.
 		return &SourceEnded{Why: "its URL is not open to monitors any more: " + wireMessage(err)}
 	}
-	dialFor, retryFor := cmp(f.DialTimeout, WebTimeout), cmp(f.RetryFor, WSRetryFor)
+	dialFor, retryFor := orDefault(f.DialTimeout, WebTimeout), orDefault(f.RetryFor, WSRetryFor)
 	log := f.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -370,16 +370,16 @@ func (f WSFeed) Run(ctx context.Context, m *Monitor, sink *Sink) error {
 			failing = time.Now()
 		}
 		if time.Since(failing) >= retryFor {
-			return &SourceEnded{Why: fmt.Sprintf("the WebSocket failed for %s: %s", retryFor, describe(err))}
+			return &SourceEnded{Why: fmt.Sprintf("the WebSocket failed for %s: %s", retryFor, describeWebErr(err))}
 		}
-		log.Debug("WebSocket monitor retries", "err", describe(err))
+		log.Debug("WebSocket monitor retries", "err", describeWebErr(err))
 		if !retry.Sleep(ctx, n) {
 			return nil
 		}
 	}
 }
 
-func cmp(d, def time.Duration) time.Duration {
+func orDefault(d, def time.Duration) time.Duration {
 	if d > 0 {
 		return d
 	}
@@ -429,7 +429,7 @@ func (f WSFeed) connect(ctx context.Context, u *url.URL, client *http.Client, di
 		// Offer, not Send: a reader that waited would only move the
 		// backlog to the server; what the batches cannot take is counted
 		// as suppressed.
-		for _, l := range lines(string(buf)) {
+		for _, l := range webLines(string(buf)) {
 			sink.Offer(Item{Line: l})
 		}
 		if rest > 0 {
@@ -474,20 +474,20 @@ func (f HTTPFeed) Run(ctx context.Context, m *Monitor, sink *Sink) error {
 	if every <= 0 {
 		every = DefaultInterval
 	}
-	every = max(every, cmp(f.MinInterval, MinInterval))
+	every = max(every, orDefault(f.MinInterval, MinInterval))
 	log := f.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("agent_id", m.AgentID, "monitor_id", m.ID, "host", u.Host)
-	client := f.Policy.client(m.AgentID, SourceHTTP, cmp(f.Timeout, WebTimeout))
+	client := f.Policy.client(m.AgentID, SourceHTTP, orDefault(f.Timeout, WebTimeout))
 	last, seen, _ := parsePollCursor(m.Cursor)
 	for {
 		if !last.IsZero() && !backoff.Sleep(ctx, time.Until(last.Add(every))) {
 			return nil
 		}
 		at := time.Now()
-		res := poll(ctx, client, u)
+		res := pollOnce(ctx, client, u)
 		if res.cut {
 			return nil // cut short by the watch's end: not made
 		}
@@ -527,10 +527,10 @@ type pollResult struct {
 	cut   bool // by ctx's end
 }
 
-// poll GETs u once.
-func poll(ctx context.Context, client *http.Client, u *url.URL) pollResult {
+// pollOnce GETs u once.
+func pollOnce(ctx context.Context, client *http.Client, u *url.URL) pollResult {
 	fail := func(why string) pollResult {
-		return pollResult{hash: digest("error\n" + why), lines: []string{"error: " + why}}
+		return pollResult{hash: resultHash("error\n" + why), lines: []string{"error: " + why}}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
@@ -542,7 +542,7 @@ func poll(ctx context.Context, client *http.Client, u *url.URL) pollResult {
 		if ctx.Err() != nil {
 			return pollResult{cut: true}
 		}
-		return fail(describe(err))
+		return fail(describeWebErr(err))
 	}
 	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxWebBody+1))
@@ -550,18 +550,18 @@ func poll(ctx context.Context, client *http.Client, u *url.URL) pollResult {
 		if ctx.Err() != nil {
 			return pollResult{cut: true}
 		}
-		return fail("reading the body: " + describe(err))
+		return fail("reading the body: " + describeWebErr(err))
 	}
 	cut := len(body) > MaxWebBody
 	if cut {
 		body = body[:MaxWebBody]
 	}
-	res := pollResult{hash: digest(strconv.Itoa(resp.StatusCode) + "\n" + string(body))}
+	res := pollResult{hash: resultHash(strconv.Itoa(resp.StatusCode) + "\n" + string(body))}
 	ok := resp.StatusCode >= 200 && resp.StatusCode < 300
 	if !ok {
 		res.lines = append(res.lines, fmt.Sprintf("HTTP %d", resp.StatusCode))
 	}
-	ls := lines(string(body))
+	ls := webLines(string(body))
 	if len(ls) > maxPollLines {
 		ls = append(ls[:maxPollLines], fmt.Sprintf("[%d more lines not shown]", len(ls)-maxPollLines))
 	}
@@ -575,7 +575,7 @@ func poll(ctx context.Context, client *http.Client, u *url.URL) pollResult {
 	return res
 }
 
-func digest(s string) string {
+func resultHash(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:8])
 }
