@@ -91,6 +91,7 @@ type Config struct {
 	MaxMonitors        int      `envconfig:"MAX_MONITORS_PER_AGENT" default:"20" desc:"running monitors one agent may have; 0: no limit"`
 	MonitorSubjects    string   `envconfig:"MONITOR_SUBJECTS" default:"" desc:"NATS subject patterns, comma-separated, agents' monitors may watch ({agent} stands for the agent's ID); empty: none"`
 	MonitorKV          string   `envconfig:"MONITOR_KV" default:"" desc:"KV keys agents' monitors may watch, comma-separated <bucket>/<key pattern> ({agent} stands for the agent's ID); never chime's buckets; empty: none"`
+	MonitorURLs        string   `envconfig:"MONITOR_URLS" default:"" desc:"URL prefixes (scheme://host[:port]/path), comma-separated, agents' monitors may open: ws:// and wss:// for WebSockets, http:// and https:// for polls ({agent} in the path stands for the agent's ID); empty: none"`
 	NotifyRate         float64  `envconfig:"NOTIFY_RATE" default:"50" desc:"notifies one agent may send per second, on each replica, in bursts of twice as many; 0: no limit"`
 	MaxStreams         int      `envconfig:"MAX_STREAMS_PER_PRINCIPAL" default:"32" desc:"event streams (SSE) one principal (an agent, an operator token, loopback without a token) may hold open on each replica; 0: no limit"`
 	InboxMaxBytes      ByteSize `envconfig:"INBOX_MAX_BYTES" default:"1GiB" desc:"size of the inbox stream; the oldest deliveries go beyond it; 0: no limit"`

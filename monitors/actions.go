@@ -15,7 +15,7 @@ func (s *Store) Actions() []action.Action {
 	}
 	ref := action.Path(map[string]string{"monitor_id": "monitor_id"})
 	return []action.Action{
-		{Name: ActionStart, Tool: &action.Tool{Prompt: "monitors.md"}, Body: "{description, command or subject, match?, exclude?, timeout_ms? or persistent?, max_events?, idle_timeout_ms?, monitor_id?}", Reply: "monitor record", Access: action.Agent,
+		{Name: ActionStart, Tool: &action.Tool{Prompt: "monitors.md"}, Body: "{description, one of command, subject, ws, http, match?, exclude?, timeout_ms? or persistent?, max_events?, idle_timeout_ms?, interval_ms? (http only), monitor_id?}", Reply: "monitor record", Access: action.Agent,
 			Summary: "start a monitor: a standing watch whose events reach the inbox in batches",
 			HTTP:    action.HTTPRoute(http.MethodPost, action.ControlRoutes+"/monitors", http.StatusCreated, nil),
 			Handle: h(func(ctx context.Context, r action.Request) (any, error) {

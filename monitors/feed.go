@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Checker says whether an agent may watch a source's value. A replica
@@ -116,3 +117,11 @@ func (e *SourceEnded) Error() string {
 // errResync ends a watch whose record moved past it (another replica
 // applied its batch): the next reconcile starts it again from the record.
 var errResync = errors.New("monitor record moved on: resync from it")
+
+// orDefault is d, or def when d is not set (a feed's optional settings).
+func orDefault(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}

@@ -207,13 +207,6 @@ func (f KVFeed) Run(ctx context.Context, m *Monitor, sink *Sink) error {
 	}
 }
 
-func orDefault(d, def time.Duration) time.Duration {
-	if d <= 0 {
-		return def
-	}
-	return d
-}
-
 // errWatchFailed is a watch that could not be made or ended without a
 // change: the caller retries.
 var errWatchFailed = errors.New("kv watch failed")

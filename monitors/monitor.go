@@ -69,6 +69,11 @@ const (
 	MaxTimeout     = time.Hour
 	MaxIdleTimeout = 24 * time.Hour
 	MaxMaxEvents   = 1_000_000
+	// An http source is polled every interval_ms: DefaultInterval
+	// unless set, never faster than MinInterval.
+	DefaultInterval = time.Minute
+	MinInterval     = 30 * time.Second
+	MaxInterval     = 24 * time.Hour
 )
 
 // Status is where a monitor is.
@@ -126,6 +131,7 @@ type Monitor struct {
 	Persistent    bool       `json:"persistent,omitempty"`
 	MaxEvents     int64      `json:"max_events,omitempty"`
 	IdleTimeoutMS int64      `json:"idle_timeout_ms,omitempty"`
+	IntervalMS    int64      `json:"interval_ms,omitempty"` // an http source's poll interval
 	Status        Status     `json:"status"`
 	CreatedAt     time.Time  `json:"created_at"`
 	ExpiresAt     *time.Time `json:"expires_at,omitempty"`
@@ -194,6 +200,8 @@ type StartRequest struct {
 	Persistent    bool            `json:"persistent,omitempty"`
 	MaxEvents     json.RawMessage `json:"max_events,omitempty"`
 	IdleTimeoutMS json.RawMessage `json:"idle_timeout_ms,omitempty"`
+	// IntervalMS is how often an http source is polled (http only).
+	IntervalMS json.RawMessage `json:"interval_ms,omitempty"`
 }
 
 // Spec is a validated monitor.start.
@@ -207,6 +215,7 @@ type Spec struct {
 	Persistent    bool
 	MaxEvents     int64
 	IdleTimeout   time.Duration
+	Interval      time.Duration // an http source's poll interval; 0 for others
 	match, ignore *regexp.Regexp
 }
 
@@ -235,6 +244,9 @@ func (r *StartRequest) Spec() (*Spec, error) {
 		return nil, err
 	}
 	s.Source = src
+	if s.Interval, err = interval(src, r.IntervalMS); err != nil {
+		return nil, err
+	}
 	if s.match, err = pattern("match", r.Match); err != nil {
 		return nil, err
 	}
@@ -307,6 +319,29 @@ func (r *StartRequest) source() (Source, error) {
 	// Whether this replica serves the type, and whether the agent may
 	// watch the value, is the store's to say (Store.served).
 	return s, nil
+}
+
+// interval is an http source's poll interval: DefaultInterval when
+// unset, within MinInterval and MaxInterval, so that no agent makes chime
+// hammer a URL; the field means nothing to another source.
+func interval(src Source, raw json.RawMessage) (time.Duration, error) {
+	set := !subjects.IsNull(raw)
+	switch {
+	case src.Type != SourceHTTP && set:
+		return 0, subjects.Invalid(fmt.Sprintf("interval_ms is for an http source only (how often its URL is polled), not a %s", src.Type))
+	case src.Type != SourceHTTP:
+		return 0, nil
+	case !set:
+		return DefaultInterval, nil
+	}
+	n, err := subjects.PositiveInt("interval_ms", raw, MaxInterval.Milliseconds())
+	if err != nil {
+		return 0, err
+	}
+	if d := time.Duration(n) * time.Millisecond; d >= MinInterval {
+		return d, nil
+	}
+	return 0, subjects.Invalid(fmt.Sprintf("interval_ms must be at least %d (30 s): a URL is polled no faster, not %d", MinInterval.Milliseconds(), n))
 }
 
 // pattern compiles a match or exclude expression (Go's RE2 syntax).

@@ -3,6 +3,7 @@ package monitors
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -31,7 +32,7 @@ const (
 // count of the bytes cut, and invalid UTF-8 replaced.
 func CapLine(line string) string {
 	line = strings.ToValidUTF8(strings.TrimRight(line, "\r\n"), "\uFFFD")
-	if len(line) <= MaxLineBytes {
+	if len(line) <= MaxLineBytes || capped(line) {
 		return line
 	}
 	n := MaxLineBytes
@@ -39,6 +40,18 @@ func CapLine(line string) string {
 		n--
 	}
 	return fmt.Sprintf("%s… [%d bytes cut]", line[:n], len(line)-n)
+}
+
+// capped reports whether line is CapLine's cut already (a source cuts
+// its lines as it queues them, and the batch cuts them again): cut twice,
+// the second would count the first's suffix as the bytes cut.
+func capped(line string) bool {
+	i := strings.LastIndex(line, "… [")
+	if i < 0 || i > MaxLineBytes || !strings.HasSuffix(line, " bytes cut]") {
+		return false
+	}
+	_, err := strconv.Atoi(line[i+len("… [") : len(line)-len(" bytes cut]")])
+	return err == nil
 }
 
 // filter is a monitor's match and exclude.

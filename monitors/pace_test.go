@@ -152,3 +152,19 @@ func TestGatherBatchesWithinTheWindow(t *testing.T) {
 		}
 	})
 }
+
+// TestCapLineOnce: a line cut as a source queues it is not cut again when
+// its batch is applied: the count said is the bytes the first cut took.
+func TestCapLineOnce(t *testing.T) {
+	long := strings.Repeat("x", monitors.MaxLineBytes+63488)
+	once := monitors.CapLine(long)
+	if !strings.HasSuffix(once, "… [63488 bytes cut]") {
+		t.Fatalf("cut: ...%q", once[len(once)-30:])
+	}
+	if twice := monitors.CapLine(once); twice != once {
+		t.Fatalf("cut again: ...%q", twice[len(twice)-30:])
+	}
+	if short := "ends like a cut… [12 bytes cut]"; monitors.CapLine(short) != short {
+		t.Fatal("a short line changed")
+	}
+}

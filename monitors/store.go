@@ -128,7 +128,7 @@ func (s *Store) Start(ctx context.Context, agentID string, spec *Spec) (*Monitor
 	now := s.now().UTC()
 	m := &Monitor{
 		ID: id, AgentID: agentID, Description: spec.Description, Source: spec.Source, Match: spec.Match, Exclude: spec.Exclude,
-		Persistent: spec.Persistent, MaxEvents: spec.MaxEvents, IdleTimeoutMS: spec.IdleTimeout.Milliseconds(),
+		Persistent: spec.Persistent, MaxEvents: spec.MaxEvents, IdleTimeoutMS: spec.IdleTimeout.Milliseconds(), IntervalMS: spec.Interval.Milliseconds(),
 		Status: Running, CreatedAt: now, Bucket: &Bucket{Tokens: float64(s.pace.Burst), At: now}, Cursor: cursor,
 	}
 	if !spec.Persistent {

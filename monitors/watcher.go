@@ -169,7 +169,7 @@ func (w *Watcher) start(parent context.Context, m Watched) *watch {
 		case errors.Is(err, errResync):
 			w.log.Debug("monitor watch resyncs from its record", "agent_id", m.AgentID, "monitor_id", m.MonitorID)
 		case err != nil && !errors.Is(err, errStopped) && ctx.Err() == nil:
-			w.log.Warn("monitor watch ended", "agent_id", m.AgentID, "monitor_id", m.MonitorID, "source", m.Source.Type, "value", m.Source.Value, "err", err)
+			w.log.Warn("monitor watch ended", "agent_id", m.AgentID, "monitor_id", m.MonitorID, "source", m.Source.Type, "value", m.Source.logged(), "err", err)
 		}
 	}()
 	return wt
@@ -185,7 +185,7 @@ func (w *Watcher) run(ctx context.Context, m Watched) error {
 		return err
 	}
 	log := w.log.With("agent_id", m.AgentID, "monitor_id", m.MonitorID)
-	log.Debug("watching a source", "source", m.Source.Type, "value", m.Source.Value, "seq", rec.NextSeq, "cursor", rec.Cursor)
+	log.Debug("watching a source", "source", m.Source.Type, "value", m.Source.logged(), "seq", rec.NextSeq, "cursor", rec.Cursor)
 	sink := newSink(watchBuffer)
 	feedCtx, stopFeed := context.WithCancel(ctx)
 	defer stopFeed()

@@ -332,9 +332,14 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	if err != nil {
 		return nil, fmt.Errorf("config: CHIME_MONITOR_KV: %w", err)
 	}
+	openable, err := monitors.NewURLPolicy(strings.Split(cfg.MonitorURLs, ","))
+	if err != nil {
+		return nil, fmt.Errorf("config: CHIME_MONITOR_URLS: %w", err)
+	}
 	monitorStore := monitors.NewStore(monitors.Config{
 		KV: res.Monitors, JS: js, Inbox: inbox, Now: time.Now, Retention: retention, Log: log, Admit: limits, Count: monitorIndex,
-		Sources: map[string]monitors.Checker{monitors.SourceSubject: watchable, monitors.SourceKV: watchableKV},
+		Sources: map[string]monitors.Checker{monitors.SourceSubject: watchable, monitors.SourceKV: watchableKV,
+			monitors.SourceWS: openable.Checker(monitors.SourceWS), monitors.SourceHTTP: openable.Checker(monitors.SourceHTTP)},
 	})
 	settler := tasks.NewSettler(tasks.SettlerConfig{JS: js, Stream: engine.EventsStream, Store: taskStore, Log: log, Registerer: reg})
 	waitForSvc := waitfor.NewService(waitfor.Config{
@@ -362,7 +367,10 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	resolver := access.Resolver{Operators: operators, Tokens: tokens, Callbacks: triggerStore}
 	parts := []lifecycle.Service{
 		triggerIndex, waitForIndex, taskIndex, monitorIndex, monitors.NewSweeper(monitorStore, monitorIndex, log),
-		monitors.NewWatcher(monitors.WatcherConfig{Feeds: map[string]monitors.Feed{monitors.SourceSubject: monitors.SubjectFeed{NC: r.nc}, monitors.SourceKV: monitors.KVFeed{JS: js}}, Store: monitorStore, Index: monitorIndex, Leases: leases, Shards: cfg.Shards, Log: log}),
+		monitors.NewWatcher(monitors.WatcherConfig{Feeds: map[string]monitors.Feed{monitors.SourceSubject: monitors.SubjectFeed{NC: r.nc},
+			monitors.SourceKV: monitors.KVFeed{JS: js},
+			monitors.SourceWS: monitors.WSFeed{Policy: openable, Log: log}, monitors.SourceHTTP: monitors.HTTPFeed{Policy: openable, Store: monitorStore, Log: log}},
+			Store: monitorStore, Index: monitorIndex, Leases: leases, Shards: cfg.Shards, Log: log}),
 		lifecycle.Parallel(callbackConsumer, waitConsumer, settler, waitForConsumer),
 		notes, r.storage, healer, archiver,
 		firing{leases: leases, sched: r.sched},

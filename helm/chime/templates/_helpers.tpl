@@ -134,7 +134,7 @@ exponent (values read 1000000 as a float).
   "maxRunningTasksPerAgent" "CHIME_MAX_RUNNING_TASKS_PER_AGENT" "taskStartRate" "CHIME_TASK_START_RATE"
   "maxTaskOutputBytesPerAgent" "CHIME_MAX_TASK_OUTPUT_BYTES_PER_AGENT" "maxWaitForsPerAgent" "CHIME_MAX_WAITFORS_PER_AGENT"
   "maxMcpTasksPerAgent" "CHIME_MAX_MCP_TASKS_PER_AGENT" "maxMonitorsPerAgent" "CHIME_MAX_MONITORS_PER_AGENT" "monitorSubjects" "CHIME_MONITOR_SUBJECTS"
-  "monitorKv" "CHIME_MONITOR_KV"
+  "monitorKv" "CHIME_MONITOR_KV" "monitorUrls" "CHIME_MONITOR_URLS"
   "notifyRate" "CHIME_NOTIFY_RATE" "maxStreamsPerPrincipal" "CHIME_MAX_STREAMS_PER_PRINCIPAL" }}
 {{- range $key, $v := .Values.config }}
 {{- if not (hasKey $names $key) }}
