@@ -154,6 +154,8 @@ func (a *App) run(ctx context.Context, args []string) error {
 		return a.inbox(ctx, args[1:])
 	case "mcp":
 		return a.mcpStdio(ctx, args[1:])
+	case "backup", "restore":
+		return a.backupCommand(ctx, args)
 	case "nats-config":
 		return a.natsConfig(args[1:])
 	case "version", "--version":
