@@ -145,7 +145,17 @@ func TestBackupRestore(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("restore: exit %d: %s", code, stderr)
 	}
-	t.Logf("restore in %v: %d streams", time.Since(start).Round(time.Millisecond), len(m.Streams))
+	var restored struct {
+		Streams  int    `json:"streams"`
+		Messages uint64 `json:"messages"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &restored); err != nil || restored.Streams != len(m.Streams) || restored.Messages != summary.Messages {
+		t.Errorf("restore summary %s: %v; backed up %d streams, %d messages", oneLine(stdout), err, len(m.Streams), summary.Messages)
+	}
+	if !strings.Contains(stderr, "restored") {
+		t.Errorf("restore progress: %s", stderr)
+	}
+	t.Logf("restore in %v: %d streams, %d messages", time.Since(start).Round(time.Millisecond), restored.Streams, restored.Messages)
 	if _, stderr, code := chimeCLI(t, natsAddr, "restore", "--from", out, "--data-dir", dataDir); code == 0 || !strings.Contains(stderr, "already exist") {
 		t.Errorf("restore again: exit %d: %s", code, stderr)
 	}
