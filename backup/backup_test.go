@@ -18,6 +18,7 @@ import (
 	"github.com/chime-nats/chime/backup"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/internal/schedule"
 	"github.com/chime-nats/chime/partitions"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -172,6 +173,45 @@ func TestBackupAndRestore(t *testing.T) {
 	}
 	if b, err := obs.GetBytes(ctx, "a/t/h"); err != nil || len(b) != 40000 {
 		t.Errorf("task output restored: %d bytes, %v", len(b), err)
+	}
+}
+
+// TestScheduleSurvivesRestore: a message schedule (a WaitFor recheck, a
+// task's settle) backed up before it is due is delivered after the
+// restore, by the server restored into.
+func TestScheduleSurvivesRestore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc, res := server(t)
+	due := time.Now().Add(3 * time.Second)
+	if _, err := res.JS.PublishMsg(ctx, schedule.At(subjects.WaitForSchedule("a", "w1"), subjects.WaitForRecheck("a", "w1"), due)); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "b")
+	if _, err := backup.Backup(ctx, nc, backup.Options{Out: dir}); err != nil {
+		t.Fatal(err)
+	}
+	nc2, _ := server(t)
+	if _, _, err := backup.Restore(ctx, nc2, backup.RestoreOptions{From: dir, Replace: true}); err != nil {
+		t.Fatal(err)
+	}
+	js2, _ := jetstream.New(nc2)
+	s, err := js2.Stream(ctx, engine.WaitForStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := s.GetLastMsgForSubject(ctx, subjects.WaitForRecheck("a", "w1"))
+		if err == nil {
+			if m.Time.Before(due) {
+				t.Errorf("delivered at %v, due %v", m.Time, due)
+			}
+			return
+		}
+		if ctx.Err() != nil || time.Now().After(due.Add(10*time.Second)) {
+			t.Fatalf("the restored schedule did not deliver: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
