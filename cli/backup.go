@@ -69,21 +69,37 @@ func (a *App) backupCommand(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	nc, closeConn, err := a.backupConn(ctx, *dataDir, *nkey, log)
+	// A user the JetStream API is not allowed to is refused by the server
+	// with a permissions violation, and never answered: say so at once.
+	ctx, refuse := context.WithCancelCause(ctx)
+	defer refuse(nil)
+	nc, closeConn, err := a.backupConn(ctx, *dataDir, *nkey, log, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			refuse(err)
+		}
+	}))
 	if err != nil {
 		return err
 	}
 	defer closeConn()
+	refused := func(err error) error {
+		if cause := context.Cause(ctx); errors.Is(cause, nats.ErrPermissionViolation) {
+			return fmt.Errorf("%s refused: this user may not use the JetStream API (agents' and operators' tokens may not): "+
+				"connect as chime's service user (--nkey, CHIME_NATS_NKEY_FILE), or stop chime and use --data-dir: %w", cmd, cause)
+		}
+		return err
+	}
 	start := time.Now()
 	if cmd == "backup" {
 		m, err := backup.Backup(ctx, nc, backup.Options{Out: *out, ChimeVersion: a.Version, Log: log})
 		if err != nil {
-			return err
+			return refused(err)
 		}
 		return a.printJSON(backupSummary(*out, m, time.Since(start)))
 	}
 	restored, m, err := backup.Restore(ctx, nc, backup.RestoreOptions{From: *from, Replace: *replace, Log: log})
 	if err != nil {
+		err = refused(err)
 		if len(restored) > 0 {
 			log.Error("restore stopped part way: the streams listed restored, the others not", "restored", len(restored))
 		}
@@ -130,9 +146,8 @@ func backupSummary(out string, m *backup.Manifest, took time.Duration) map[strin
 
 // backupConn connects as the other commands do (plus the nkey), or runs
 // an embedded server on dataDir and connects to it in-process.
-func (a *App) backupConn(ctx context.Context, dataDir, nkey string, log *slog.Logger) (*nats.Conn, func(), error) {
+func (a *App) backupConn(ctx context.Context, dataDir, nkey string, log *slog.Logger, opts ...nats.Option) (*nats.Conn, func(), error) {
 	if dataDir == "" {
-		var opts []nats.Option
 		if nkey != "" {
 			opt, err := nats.NkeyOptionFromSeed(nkey)
 			if err != nil {

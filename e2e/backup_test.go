@@ -276,3 +276,49 @@ func offlineDump(t *testing.T, dataDir string) map[string]streamDump {
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// TestBackupWithAuth: with NATS authorization on the embedded server, an
+// operator's token may not use the JetStream API and the backup says what
+// to do instead; chime stopped, the backup and restore on its data dir
+// work, and chime starts on what was restored with its agents' records.
+func TestBackupWithAuth(t *testing.T) {
+	natsAddr, op, env := authedEnv(t)
+	var dataDir string
+	for _, e := range env {
+		if d, ok := strings.CutPrefix(e, "CHIME_DATA_DIR="); ok {
+			dataDir = d
+		}
+	}
+	p := startServe(t, "bka", env...)
+	tm := cliTimer(t, natsAddr, "timer", "create", "--after-ms", "3600000", "--agent", "bka", "--token", op)
+	out := filepath.Join(t.TempDir(), "backup")
+	if _, stderr, code := chimeCLI(t, natsAddr, "backup", "--out", out, "--token", op); code == 0 || !strings.Contains(stderr, "may not use the JetStream API") {
+		t.Errorf("backup with an operator token: exit %d: %s", code, stderr)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.exited:
+		p.exited <- nil
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not exit within 20s of SIGTERM")
+	}
+	if _, stderr, code := chimeCLI(t, natsAddr, "backup", "--out", out, "--data-dir", dataDir); code != 0 {
+		t.Fatalf("backup of the data dir: exit %d: %s", code, stderr)
+	}
+	if err := os.RemoveAll(dataDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dataDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, code := chimeCLI(t, natsAddr, "restore", "--from", out, "--data-dir", dataDir); code != 0 {
+		t.Fatalf("restore into the data dir: exit %d: %s", code, stderr)
+	}
+	startServe(t, "bka2", env...)
+	got := cliTimer(t, natsAddr, "timer", "get", tm.ID, "--agent", "bka", "--token", op)
+	if got.NextFireAt == nil || tm.NextFireAt == nil || !got.NextFireAt.Equal(*tm.NextFireAt) {
+		t.Errorf("timer after the restore: %+v, before %+v", got, tm)
+	}
+}
