@@ -95,6 +95,7 @@ Usage:
                                    is stopped; prints the record (background it with &)
   chime agent token [--revoke] [--agent ID]   issue (print once) or revoke the agent's tokens
   chime nats-config --dir DIR      write chime's NATS keys to DIR, print the servers' authorization
+  chime backup --out DIR | restore --from DIR [--replace]   every stream and bucket (see --help)
   chime callback reset [--mode wake_hint|enqueue_message] [--agent ID]
   chime callback create [--mode M] [--label L] [--agent ID]
   chime callback cancel ID [--agent ID]
@@ -154,6 +155,8 @@ func (a *App) run(ctx context.Context, args []string) error {
 		return a.inbox(ctx, args[1:])
 	case "mcp":
 		return a.mcpStdio(ctx, args[1:])
+	case "backup", "restore":
+		return a.backupCommand(ctx, args)
 	case "nats-config":
 		return a.natsConfig(args[1:])
 	case "version", "--version":

@@ -78,3 +78,20 @@ func unshardedRecords(ctx context.Context, js jetstream.JetStream, kv jetstream.
 	}
 	return len(info.State.Subjects), nil
 }
+
+// Stored is the layout recorded in timers (the first timers bucket): the
+// unsharded layout when none is recorded.
+func Stored(ctx context.Context, timers jetstream.KeyValue) (Layout, error) {
+	e, err := timers.Get(ctx, MarkerKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Layout{}, nil
+	}
+	if err != nil {
+		return Layout{}, fmt.Errorf("partitions: read the layout: %w", err)
+	}
+	var m marker
+	if err := json.Unmarshal(e.Value(), &m); err != nil {
+		return Layout{}, fmt.Errorf("partitions: the stored layout %q: %w", e.Value(), err)
+	}
+	return Layout(m), nil
+}
