@@ -187,7 +187,8 @@ func readmeSteps(path string) ([]step, []string, error) {
 				env = append(env, m[1]+"="+m[2])
 			}
 			if lastOfLine >= 0 {
-				steps[lastOfLine].comment += " " + strings.TrimSpace(strings.TrimPrefix(text, "#"))
+				c := &steps[lastOfLine].comment
+				*c = strings.TrimSpace(*c + " " + strings.TrimSpace(strings.TrimPrefix(text, "#")))
 			}
 			continue
 		}
@@ -1204,5 +1205,73 @@ func walkJSON(v any, keys, vals map[string]bool) {
 		for _, x := range v {
 			walkJSON(x, keys, vals)
 		}
+	}
+}
+
+// TestREADMEParse shows that the reading of the examples is strict: a
+// line it does not understand fails with its line, unless marked not
+// run; and how it reads [...], a|b, `;` and commands side by side.
+func TestREADMEParse(t *testing.T) {
+	head := "# x\n\n## Worked example with the `nats` CLI\n\n"
+	write := func(body string) string {
+		p := filepath.Join(t.TempDir(), "README.md")
+		if err := os.WriteFile(p, []byte(head+body+"\n## Next\n\n    nope\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct{ body, want string }{
+		{"    nats kv get b k\n", "README.md:5: a nats command the test does not run"},
+		{"    wscat -c ws://127.0.0.1:8080/x\n", "README.md:5: a command the test does not run"},
+		{"text\n\n    chime timer list\n    curl http://example.com/\n", "README.md:8: curl of"},
+		{"    chime callback create | cancel ID\n", "README.md:5: an unquoted |"},
+		{"    nats req a.b '{\n", "README.md:5: an unclosed '"},
+		{"```\nchime timer list\n```\n", "README.md:5: a fenced block"},
+	} {
+		if _, _, err := readmeSteps(write(tc.body)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want %q", tc.body, err, tc.want)
+		}
+	}
+
+	steps, env, err := readmeSteps(write(strings.Join([]string{
+		"    wscat -c ws://127.0.0.1:8080/x   # not run: needs wscat",
+		"    chime agent stop|start [--agent demo] [--mode M]   # both",
+		"    # {\"ok\":true}",
+		"    chime notify list [--since 12]; chime notify read [ID...]",
+		"    chime task get b-1      chime intervene text=\"a  b\"     nats sub 'x.y' &",
+		"    # with CHIME_MONITOR_SUBJECTS='ci.>':",
+	}, "\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, st := range steps {
+		s := fmt.Sprintf("%d %q", st.line, st.args)
+		if st.bg {
+			s += " &"
+		}
+		if st.notRun != "" {
+			s += " not run: " + st.notRun
+		}
+		if st.comment != "" {
+			s += " # " + st.comment
+		}
+		got = append(got, s)
+	}
+	want := []string{
+		`5 ["wscat" "-c" "ws://127.0.0.1:8080/x"] not run: needs wscat # not run: needs wscat`,
+		`6 ["chime" "agent" "stop" "--agent" "demo"]`,
+		`6 ["chime" "agent" "start" "--agent" "demo"] # both {"ok":true}`,
+		`8 ["chime" "notify" "list" "--since" "12"]`,
+		`8 ["chime" "notify" "read"]`,
+		`9 ["chime" "task" "get" "b-1"]`,
+		`9 ["chime" "intervene" "text=a  b"]`,
+		`9 ["nats" "sub" "x.y"] & # with CHIME_MONITOR_SUBJECTS='ci.>':`,
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("steps:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if !slices.Equal(env, []string{"CHIME_MONITOR_SUBJECTS=ci.>"}) {
+		t.Errorf("env %q", env)
 	}
 }
