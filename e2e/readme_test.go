@@ -944,6 +944,11 @@ func (r *readmeRun) chimeStep(st step, args []string) {
 			return
 		case <-time.After(1500 * time.Millisecond):
 		}
+		// A watch of an inbox that has deliveries prints them: given
+		// time on a slow machine.
+		for deadline := time.Now().Add(10 * time.Second); args[1] == "inbox" && strings.TrimSpace(stdout.String()) == "" && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+		}
 		_ = cmd.Process.Signal(syscall.SIGINT)
 		select {
 		case <-exited:
