@@ -958,8 +958,11 @@ func (r *readmeRun) chimeStep(st step, args []string) {
 			r.fail(st, "did not end within 5s of Ctrl-C")
 			return
 		}
-		if args[1] == "wait" && cmd.ProcessState.ExitCode() != 130 {
-			r.fail(st, "exit %d at Ctrl-C, not 130: %s", cmd.ProcessState.ExitCode(), stderr)
+		if args[1] == "wait" {
+			if code := cmd.ProcessState.ExitCode(); code != 130 {
+				r.fail(st, "exit %d at Ctrl-C, not 130: %s", code, stderr)
+			}
+			r.cancelledOnServer(st, args, stdout.String()+stderr.String())
 		}
 		if args[1] == "inbox" && strings.TrimSpace(stdout.String()) == "" {
 			r.fail(st, "printed no delivery: %s", stderr)
@@ -984,6 +987,44 @@ func (r *readmeRun) chimeStep(st step, args []string) {
 	r.logOut(st, stdout.String())
 	r.settle(st, stdout.String())
 	r.expect(st, outputs(stdout.String()))
+}
+
+// cancelledOnServer checks that the wait a `chime wait` named in out is
+// cancelled on the server once the command has been interrupted.
+func (r *readmeRun) cancelledOnServer(st step, args []string, out string) {
+	r.t.Helper()
+	m := idRE.FindStringSubmatch(out)
+	if m == nil || m[2] != "wait" {
+		r.fail(st, "printed no wait ID: %q", out)
+		return
+	}
+	agent := "demo"
+	if i := slices.Index(args, "--agent"); i > 0 && i+1 < len(args) {
+		agent = args[i+1]
+	}
+	status := ""
+	for deadline := time.Now().Add(5 * time.Second); status != "cancelled"; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			r.fail(st, "wait %s is %q on the server after Ctrl-C, not cancelled", m[1], status)
+			return
+		}
+		reply, err := r.nc.Request("agent."+agent+".wait.list", []byte(`{"limit":1000}`), 5*time.Second)
+		if err != nil {
+			continue
+		}
+		var list struct {
+			Waits []struct {
+				ID     string `json:"wait_id"`
+				Status string `json:"status"`
+			} `json:"waits"`
+		}
+		_ = json.Unmarshal(reply.Data, &list)
+		for _, w := range list.Waits {
+			if w.ID == m[1] {
+				status = w.Status
+			}
+		}
+	}
 }
 
 // outputs is a command's output as JSON documents: the whole, or each
