@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestREADME runs every command of README's worked examples (the section
@@ -59,6 +60,27 @@ func TestREADME(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
+	// The KV buckets the examples open to monitors (CHIME_MONITOR_KV) are
+	// the reader's: they exist.
+	for _, kv := range env {
+		list, ok := strings.CutPrefix(kv, "CHIME_MONITOR_KV=")
+		if !ok {
+			continue
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for entry := range strings.SplitSeq(list, ",") {
+			bucket, _, _ := strings.Cut(strings.TrimSpace(entry), "/")
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket})
+			cancel()
+			if err != nil {
+				t.Fatalf("the reader's KV bucket %s: %v", bucket, err)
+			}
+		}
+	}
 	r := &readmeRun{t: t, nc: nc, natsURL: "nats://" + natsAddr, httpAddr: httpAddr, dir: dir, ids: map[string]string{}}
 	defer r.stopAll()
 	// The test's own view of the inboxes, to know when an intervention
@@ -163,6 +185,7 @@ func readmeSteps(path string) ([]step, []string, error) {
 		}
 	}
 	withRE := regexp.MustCompile(`^# with (CHIME_[A-Z_]+)='([^']*)'`)
+	exampleHostRE := regexp.MustCompile(`://([a-z0-9-]+\.)*example\.com\b`)
 	var steps []step
 	var env []string
 	lastOfLine := -1 // the step a following comment line belongs to
@@ -202,6 +225,9 @@ func readmeSteps(path string) ([]step, []string, error) {
 			if notRun == "" {
 				return nil, nil, fmt.Errorf("README.md:%d: `# not run:` says why", n)
 			}
+		} else if m := exampleHostRE.FindString(text); m != "" {
+			// example.com (RFC 2606) stands for the reader's own system.
+			notRun = "it needs the reader's own system (" + strings.TrimPrefix(m, "://") + ")"
 		}
 		for j, words := range cmds {
 			st := step{line: n, text: strings.Join(words, " "), notRun: notRun}
@@ -1269,7 +1295,7 @@ func TestREADMEParse(t *testing.T) {
 	for _, tc := range []struct{ body, want string }{
 		{"    nats kv get b k\n", "README.md:5: a nats command the test does not run"},
 		{"    wscat -c ws://127.0.0.1:8080/x\n", "README.md:5: a command the test does not run"},
-		{"text\n\n    chime timer list\n    curl http://example.com/\n", "README.md:8: curl of"},
+		{"text\n\n    chime timer list\n    curl http://10.0.0.1/\n", "README.md:8: curl of"},
 		{"    chime callback create | cancel ID\n", "README.md:5: an unquoted |"},
 		{"    nats req a.b '{\n", "README.md:5: an unclosed '"},
 		{"```\nchime timer list\n```\n", "README.md:5: a fenced block"},
@@ -1286,6 +1312,7 @@ func TestREADMEParse(t *testing.T) {
 		"    chime notify list [--since 12]; chime notify read [ID...]",
 		"    chime task get b-1      chime intervene text=\"a  b\"     nats sub 'x.y' &",
 		"    # with CHIME_MONITOR_SUBJECTS='ci.>':",
+		"    nats req a.monitor.start '{\"ws\":\"wss://ci.example.com/x\"}'",
 	}, "\n")))
 	if err != nil {
 		t.Fatal(err)
@@ -1313,6 +1340,7 @@ func TestREADMEParse(t *testing.T) {
 		`9 ["chime" "task" "get" "b-1"]`,
 		`9 ["chime" "intervene" "text=a  b"]`,
 		`9 ["nats" "sub" "x.y"] & # with CHIME_MONITOR_SUBJECTS='ci.>':`,
+		`11 ["nats" "req" "a.monitor.start" "{\"ws\":\"wss://ci.example.com/x\"}"] not run: it needs the reader's own system (ci.example.com)`,
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("steps:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
