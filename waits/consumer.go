@@ -324,6 +324,11 @@ func (w *Consumer) apply(ctx context.Context, agentID string, data []byte) error
 		if rec.Status != WaitWaiting && rec.CancelledBy != iv.ID {
 			continue
 		}
+		if rec.Status == WaitWaiting && rec.CreatedAt.After(iv.At) {
+			// Requested after the intervention was acknowledged (the
+			// event is applied after its reply): not one it cancels.
+			continue
+		}
 		cancelled, ended, err := w.cfg.Store.Cancel(ctx, iv.AgentID, rec.ID, iv.ID, iv.CancelText())
 		if err != nil {
 			return err

@@ -299,3 +299,31 @@ func TestGivenUpInterventionSteppedPast(t *testing.T) {
 		t.Errorf("skipped = %v", n)
 	}
 }
+
+// TestInterventionSparesLaterWaits: an intervention is applied after its
+// reply, so an agent that waits again at once must not have the new wait
+// cancelled by the intervention it has already been told of; the waits
+// in flight when it was made end.
+func TestInterventionSparesLaterWaits(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	before, err := r.store.Create(ctx, "a1", &waits.WaitSpec{Mode: waits.WaitDuration, Target: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inbox := r.inbox(t, "a1")
+	r.intervene(t, "a1", interventions.ActionMessage, "stop what you are doing")
+	time.Sleep(5 * time.Millisecond) // the next wait is created after the intervention's time, as after its reply
+	after, err := r.store.Create(ctx, "a1", &waits.WaitSpec{Mode: waits.WaitDuration, Target: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.start(t) // applied only now
+	expect(t, inbox, "stop what you are doing", 10*time.Second)
+	if got, err := r.store.Get(ctx, "a1", before.ID); err != nil || got.Status != waits.WaitCancelled {
+		t.Fatalf("the wait in flight: %+v %v", got, err)
+	}
+	if got, err := r.store.Get(ctx, "a1", after.ID); err != nil || got.Status != waits.WaitWaiting {
+		t.Fatalf("the wait after the intervention: %+v %v", got, err)
+	}
+}
