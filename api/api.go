@@ -24,6 +24,7 @@ import (
 	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/deliveries"
+	"github.com/chime-nats/chime/internal/pacer"
 	"github.com/chime-nats/chime/monitors"
 	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/questions"
@@ -89,6 +90,10 @@ type Operations struct {
 	now       func() time.Time
 	log       *slog.Logger
 	requests  *prometheus.CounterVec
+	// refusedCallbacks paces the info line of refused callbacks (a
+	// stopped agent, a revoked trigger, a full inbox): a flood of them is
+	// one line per interval, with the count since the last.
+	refusedCallbacks *pacer.Pacer
 	// panics counts handler panics recovered, by surface (see recovered).
 	panics     *prometheus.CounterVec
 	waitFor    *waitfor.Service
@@ -122,7 +127,7 @@ func NewOperations(c Config) *Operations {
 		store: c.Timers, waits: c.Waits, waitOps: c.WaitRequests, triggers: c.Triggers, callbacks: c.Callbacks, tokens: c.Tokens, quotas: c.Quotas, tz: c.TimeZone, now: c.Now,
 		waitFor: c.WaitFor, tasks: c.Tasks, monitors: c.Monitors, notifications: c.Notifications,
 		agents: c.Agents, deliveries: c.Deliveries, inbox: c.Inbox,
-		log: c.Log.With("component", "api"), streams: openStreams{byPrincipal: map[string]map[uint64]context.CancelFunc{}},
+		log: c.Log.With("component", "api"), refusedCallbacks: pacer.New(refusedLogInterval), streams: openStreams{byPrincipal: map[string]map[uint64]context.CancelFunc{}},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chime_requests_total", Help: "Requests by endpoint and outcome (ok or the error code).",
 		}, []string{"endpoint", "outcome"}),

@@ -552,6 +552,7 @@ func TestNoTokenLeaks(t *testing.T) {
 		`msg=request component=http method=POST path=/api/callbacks/... status=200`,
 		`msg="operator action" component=api action=lifecycle.stop agent_id=leak-a surface=http`,
 		`msg="operator action" component=api action=trigger.reset agent_id=leak-b surface=http`,
+		`msg="callbacks refused" component=api surface=http`,
 	} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("the log has no %s", want)
