@@ -156,7 +156,9 @@ func TestFleetRoutes(t *testing.T) {
 		{"/api/fleet/events?since=1", `unknown parameter "since"`},
 	} {
 		status, body := get(t, base+tc.path)
-		var e struct{ Error struct{ Code, Message string } }
+		var e struct {
+			Error struct{ Code, Message string }
+		}
 		if status != 400 || json.Unmarshal(body, &e) != nil || e.Error.Code != "invalid_request" || !strings.Contains(e.Error.Message, tc.says) {
 			t.Errorf("%s: %d %s, want 400 saying %q", tc.path, status, body, tc.says)
 		}
