@@ -100,7 +100,7 @@ type Change struct {
 type agent struct {
 	status   string
 	pausedAt *time.Time
-	lifecyle bool // it has a record in the agents bucket
+	lifecycle bool // it has a record in the agents bucket
 	open     [numKinds]int
 	// finished counts its records that are not open, per kind (see apply).
 	finished [numKinds]int
@@ -108,7 +108,7 @@ type agent struct {
 }
 
 func (a *agent) empty() bool {
-	if a.lifecyle {
+	if a.lifecycle {
 		return false
 	}
 	for k := range numKinds {
@@ -301,9 +301,8 @@ func (ix *Index) apply(k Kind, bucket string, e kvwatch.Entry, loading bool) {
 		a = &agent{}
 		ix.agents[id] = a
 	}
-	before := a.summary(id)
 	if k == Agents {
-		a.lifecyle = put
+		a.lifecycle = put
 		a.status, a.pausedAt = "", nil
 		if put {
 			a.status, a.pausedAt = r.Status, r.PausedAt
@@ -334,11 +333,10 @@ func (ix *Index) apply(k Kind, bucket string, e kvwatch.Entry, loading bool) {
 	if gone {
 		delete(ix.agents, id)
 	}
+	// Every change is told, not only those that move a count: an agent's
+	// page shows the records themselves (a timer's next fire, a
+	// monitor's counts), and reads them again when told.
 	after := a.summary(id)
-	after.Version = before.Version
-	if after == before && !gone && k != Questions && k != Agents {
-		return // nothing the fleet shows changed (a finished record's update)
-	}
 	ix.seq++
 	a.version = ix.seq
 	after.Version = ix.seq
@@ -373,7 +371,7 @@ func (ix *Index) reset(k Kind, bucket string) {
 	}
 	for id, a := range ix.agents {
 		if k == Agents {
-			a.lifecyle, a.status, a.pausedAt = false, "", nil
+			a.lifecycle, a.status, a.pausedAt = false, "", nil
 		}
 		a.finished[k] = 0
 		if a.empty() {
