@@ -57,10 +57,10 @@
   // button that copies the whole: IDs are long and would wrap over lines.
   function idNode(id) {
     const short = id.length > 12 ? id.slice(0, 10) + '…' : id;
-    const b = el('button', { type: 'button', class: 'copy', title: 'Copy ' + id, 'aria-label': 'Copy ID ' + id, text: '⧉' });
+    const b = el('button', { type: 'button', class: 'copy', title: 'Copy ' + id, 'aria-label': 'Copy ID ' + id, text: 'copy' });
     b.addEventListener('click', async () => {
-      try { await navigator.clipboard.writeText(id); b.textContent = '✓'; } catch (e) { b.textContent = '✗'; }
-      setTimeout(() => { b.textContent = '⧉'; }, 1200);
+      try { await navigator.clipboard.writeText(id); b.textContent = 'copied'; } catch (e) { b.textContent = 'select it'; }
+      setTimeout(() => { b.textContent = 'copy'; }, 1200);
     });
     return el('span', { class: 'id' }, el('code', { text: short, title: id, 'data-full': id }), b);
   }
@@ -514,7 +514,7 @@
       el('td', {}, idNode(t.id), t.summary ? el('div', { class: 'meta', text: t.summary }) : null),
       el('td', {}, el('span', { text: t.status + (t.repeat && !t.cron ? ' (repeats)' : '') }), t.note ? el('div', { class: 'meta', text: t.note }) : null),
       el('td', { class: 'schedule' }, ...schedule(t)),
-      el('td', { text: fmtTime(t.status === 'active' ? t.next_fire_at : t.last_fired_at || t.created_at) }),
+      el('td', { text: t.status === 'active' ? fmtTime(t.next_fire_at) : fmtTime(t.last_fired_at) || 'never' }),
       el('td', { text: String(t.fire_count) }),
       el('td', {}, t.status === 'active' ? el('button', { type: 'button', class: 'cancel', text: 'Cancel', onclick: () => cancelTimer(t.id, t.summary) }) : null)));
     place(rows, 't-list', 't-done', append);
