@@ -98,10 +98,10 @@ type Change struct {
 
 // agent is what the fleet holds per agent: counters.
 type agent struct {
-	status   string
-	pausedAt *time.Time
+	status    string
+	pausedAt  *time.Time
 	lifecycle bool // it has a record in the agents bucket
-	open     [numKinds]int
+	open      [numKinds]int
 	// finished counts its records that are not open, per kind (see apply).
 	finished [numKinds]int
 	version  uint64
