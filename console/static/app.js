@@ -409,10 +409,16 @@
         pages++;
       } catch (e) { console.warn(e); }
     });
-    return async (signal, fresh) => {
+    const load = async (signal, fresh) => {
       if (fresh) pages = 1;
-      show(await api('GET', path() + '?limit=' + Math.min(50 * pages, 1000), undefined, signal), false);
+      const asked = pages;
+      const res = await api('GET', path() + '?limit=' + Math.min(50 * pages, 1000), undefined, signal);
+      // A page taken with More while this read ran would be undone by it:
+      // read again, as many as are shown now.
+      if (pages !== asked) return load(signal);
+      show(res, false);
     };
+    return load;
   }
 
   // --- questions --------------------------------------------------------------
@@ -869,8 +875,9 @@
 
   // loadFleet reads the list again, as many rows as are shown (a page at
   // least), or the next page (more).
+  let fleetPages = 0; // pages taken with More, so a reload in flight knows it is stale
   async function loadFleet(signal, more) {
-    const shown = $('fleet-list').children.length;
+    const shown = $('fleet-list').children.length, asked = fleetPages;
     const limit = more ? PAGE : Math.min(Math.max(PAGE, shown), 500);
     let page;
     try {
@@ -879,6 +886,8 @@
       if (!signal.aborted) showResult('fleet-result', e);
       return;
     }
+    if (!more && fleetPages !== asked) return loadFleet(signal); // a More came first: read again
+    if (more) fleetPages++;
     showResult('fleet-result', null, '');
     state.fleetCursor = page.next_cursor || '';
     const rows = page.agents.map(fleetRow);
@@ -886,7 +895,6 @@
     $('fleet-more').hidden = !state.fleetCursor;
     $('fleet-empty').hidden = $('fleet-list').children.length > 0;
     fleetTotals(page);
-    if (!more && !state.agent) $('agent-list').replaceChildren(...page.agents.map((a) => el('option', { value: a.agent_id, label: a.state })));
     if (!state.fleetMarked) { state.fleetMarked = true; performance.mark('chime:fleet'); }
   }
 
@@ -904,8 +912,25 @@
       const fresh = fleetRow(a);
       fresh.dataset.updatedAt = String(Date.now()); // the live update's latency, for the tests
       row.replaceWith(fresh);
-    } else if (!c.gone && matches(a)) reloadSoon('fleet', (signal) => loadFleet(signal), 300);
+    } else if (!c.gone && matches(a)) {
+      // Read the list again only when the agent falls among the rows
+      // shown: one beyond them shows when its page is taken.
+      const last = $('fleet-list').lastElementChild?.dataset.id;
+      if (!state.fleetCursor || !last || a.agent_id < last) reloadSoon('fleet', (signal) => loadFleet(signal), 300);
+    }
     reloadSoon('fleet-totals', loadFleetTotals, 300);
+  }
+
+  // loadPicker offers the fleet's first agents to the agent picker (every
+  // agent with a record, those with only timers too); typing more narrows
+  // it on the server.
+  async function loadPicker(q) {
+    try {
+      const p = new URLSearchParams({ limit: '500' });
+      if (q) p.set('q', q);
+      const page = await api('GET', '/api/fleet?' + p);
+      $('agent-list').replaceChildren(...page.agents.map((a) => el('option', { value: a.agent_id, label: a.state })));
+    } catch (e) { /* the list only helps typing */ }
   }
 
   // --- waiting on you ----------------------------------------------------------
@@ -1003,6 +1028,12 @@
     setInterval(tickWaits, 200);
     let typing = 0;
     $('fleet-filter').addEventListener('submit', (ev) => ev.preventDefault());
+    let picking = 0;
+    $('agent-input').addEventListener('input', () => {
+      const v = $('agent-input').value.trim();
+      clearTimeout(picking);
+      if (/^[A-Za-z0-9_-]{0,64}$/.test(v)) picking = setTimeout(() => loadPicker(v), 250);
+    });
     $('fleet-search').addEventListener('input', () => {
       if (!$('fleet-search').checkValidity()) { $('fleet-search').reportValidity(); return; }
       clearTimeout(typing);
@@ -1014,6 +1045,7 @@
     const params = new URLSearchParams(location.search);
     const agent = params.get('agent') || '';
     open(ID_RE.test(agent) ? agent : '', params.get('monitor') || '');
+    loadPicker();
     // One stream for the page's life: every panel's changes.
     follow('/api/fleet/events', undefined, onFleetEvent, new AbortController().signal);
   }

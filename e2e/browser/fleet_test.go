@@ -114,6 +114,8 @@ func TestConsoleFleet(t *testing.T) {
 		t.Errorf("totals: %q", totals)
 	}
 	docsShot(t, ctx, "console-fleet.png")
+	run(t, ctx, 10*time.Second, "the picker offers an agent with only a timer",
+		poll(`document.querySelector('#agent-list option[value="timer-only"]') !== null`))
 
 	run(t, ctx, 10*time.Second, "search",
 		chromedp.SendKeys(chromedp.ID("fleet-search"), "ER"),
