@@ -124,17 +124,21 @@ func (a *agent) summary(id string) Agent {
 		Timers: a.open[Timers], Waits: a.open[Waits] + a.open[WaitFor], Tasks: a.open[Tasks],
 		Monitors: a.open[Monitors], Questions: a.open[Questions], Unread: a.open[Notifications],
 	}}
+	s.State = a.state()
+	return s
+}
+
+// state is the agent's state, most telling first.
+func (a *agent) state() string {
 	switch {
 	case a.status == StateStopped:
-		s.State = StateStopped
+		return StateStopped
 	case a.pausedAt != nil:
-		s.State = StatePaused
-	case s.Waits > 0:
-		s.State = StateWaiting
-	default:
-		s.State = StateActive
+		return StatePaused
+	case a.open[Waits]+a.open[WaitFor] > 0:
+		return StateWaiting
 	}
-	return s
+	return StateActive
 }
 
 // openKey is an open record: its agent, and for a question when it was
@@ -403,37 +407,43 @@ type Page struct {
 	Seq uint64 `json:"seq"`
 }
 
-// List reads a page. It sorts the selected IDs, O(n log n) in the
-// fleet's agents, in memory.
+// List reads a page. Under the lock it only selects IDs (and counts the
+// states); the sort, O(n log n) in the agents selected, runs without it,
+// so the watches are not held up; the page's summaries are read last.
 func (ix *Index) List(q Query) Page {
 	search := strings.ToLower(q.Search)
 	ix.mu.Lock()
 	p := Page{Total: len(ix.agents), States: map[string]int{}, Seq: ix.seq}
-	var sel []Agent
+	sel := make([]string, 0, len(ix.agents))
 	for id, a := range ix.agents {
-		s := a.summary(id)
-		p.States[s.State]++
-		if q.State != "" && s.State != q.State || search != "" && !strings.Contains(strings.ToLower(id), search) {
+		st := a.state()
+		p.States[st]++
+		if q.State != "" && st != q.State || search != "" && !strings.Contains(strings.ToLower(id), search) {
 			continue
 		}
-		sel = append(sel, s)
+		sel = append(sel, id)
 	}
 	ix.mu.Unlock()
 	p.Matched = len(sel)
-	slices.SortFunc(sel, func(a, b Agent) int { return strings.Compare(a.AgentID, b.AgentID) })
-	start, _ := slices.BinarySearchFunc(sel, q.After, func(a Agent, after string) int {
-		if a.AgentID <= after {
-			return -1
+	slices.Sort(sel)
+	start := 0
+	if q.After != "" {
+		start, _ = slices.BinarySearch(sel, q.After)
+		if start < len(sel) && sel[start] == q.After {
+			start++
 		}
-		return 1
-	})
-	if q.After == "" {
-		start = 0
 	}
 	end := min(start+q.Limit, len(sel))
-	p.Agents = append([]Agent{}, sel[start:end]...)
+	p.Agents = make([]Agent, 0, end-start)
+	ix.mu.Lock()
+	for _, id := range sel[start:end] {
+		if a := ix.agents[id]; a != nil { // not gone since
+			p.Agents = append(p.Agents, a.summary(id))
+		}
+	}
+	ix.mu.Unlock()
 	if end < len(sel) && end > start {
-		p.Next = sel[end-1].AgentID
+		p.Next = sel[end-1]
 	}
 	return p
 }

@@ -120,3 +120,20 @@ func TestOpenQuestions(t *testing.T) {
 		t.Fatalf("after an answer: %+v %d", page, total)
 	}
 }
+
+// BenchmarkList reads a page of 100 from a fleet of 10,000 agents, each
+// with an active timer and a finished task: the cost of GET /api/fleet
+// on the server (no storage read).
+func BenchmarkList(b *testing.B) {
+	ix := New(nil, Buckets{}, nil)
+	for i := range 10000 {
+		id := fmt.Sprintf("agent-%05d", i)
+		ix.apply(Timers, "T", put(id+".t", `{"agent_id":"`+id+`","status":"active"}`), true)
+		ix.apply(Tasks, "K", put(id+".k", `{"agent_id":"`+id+`","status":"completed"}`), true)
+	}
+	for b.Loop() {
+		if p := ix.List(Query{Limit: 100, Search: "agent-0"}); len(p.Agents) != 100 || p.Total != 10000 {
+			b.Fatalf("%d agents of %d", len(p.Agents), p.Total)
+		}
+	}
+}
