@@ -201,3 +201,36 @@ func TestFleetOperatorsOnly(t *testing.T) {
 		t.Errorf("/api/fleet as an operator: %d %s", status, body)
 	}
 }
+
+// TestFleetSharded: in the sharded layout (timer keys carry their shard,
+// the buckets a layout marker) the fleet counts an agent's timers from
+// every partition; cancelled, they leave the buckets for the history
+// stream, and the agent, with no record left, leaves the fleet. The
+// marker is no agent's.
+func TestFleetSharded(t *testing.T) {
+	r, nc := startChimeWith(t, io.Discard, func(c *config.Config) { c.Partitions = 2 })
+	base := "http://" + r.HTTPAddr()
+	ctx := context.Background()
+	c, _ := client.New(nc, "sharded")
+	var ids []string
+	for range 4 {
+		tm, err := c.CreateTimer(ctx, 600000, 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, tm.ID)
+	}
+	testwait.Until(t, 5*time.Second, func() (bool, string) {
+		p := fleetPage(t, base, "")
+		return p.Total == 1 && byID(p)["sharded"].Timers == 4, fmt.Sprintf("%+v", p)
+	}, "4 active timers, one agent")
+	for _, id := range ids {
+		if _, err := c.CancelTimer(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testwait.Until(t, 5*time.Second, func() (bool, string) {
+		p := fleetPage(t, base, "")
+		return p.Total == 0, fmt.Sprintf("%+v", p)
+	}, "no agent with a record")
+}

@@ -290,6 +290,10 @@ func (ix *Index) apply(k Kind, bucket string, e kvwatch.Entry, loading bool) {
 	id := keyAgent(k, e.Key)
 	if put && r.AgentID != "" {
 		id = r.AgentID
+	} else if put && (k == Timers || k == Waits) {
+		// Timer and wait records name their agent; a value that does
+		// not is no record (the buckets' layout marker).
+		return
 	}
 	if id == "" {
 		return
