@@ -194,7 +194,10 @@ func New(js jetstream.JetStream, b Buckets, log *slog.Logger) *Index {
 	add(WaitFor, b.WaitFor, "rec.>")
 	add(Tasks, b.Tasks, "*.*") // records, not owner keys or output chunks
 	add(Questions, b.Questions, "")
-	add(Notifications, b.Notifications, "*.*") // notifications, not each agent's guid
+	// Notifications and each agent's guid record (<agent>), whose clear
+	// purges the agent's notifications from the stream: a purge is no
+	// change a watch sees, the guid's is.
+	add(Notifications, b.Notifications, "")
 	add(Monitors, b.Monitors, "")
 	add(Agents, b.Agents, "")
 	return ix
@@ -301,6 +304,10 @@ func (ix *Index) apply(k Kind, bucket string, e kvwatch.Entry, loading bool) {
 	key := bucket + "/" + e.Key
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	if k == Notifications && !strings.Contains(e.Key, ".") {
+		ix.cleared(bucket, e, loading)
+		return
+	}
 	a := ix.agents[id]
 	if a == nil {
 		if !put {
@@ -352,6 +359,40 @@ func (ix *Index) apply(k Kind, bucket string, e kvwatch.Entry, loading bool) {
 		return // a page reads the loaded fleet; no one follows a load
 	}
 	ix.publish(Change{Seq: ix.seq, Kind: k.String(), Agent: after, Gone: gone})
+}
+
+// cleared applies a change of an agent's notification guid record: with
+// reset 0 it is a clear, which removed every notification of the agent
+// older than it, all those held (the watch delivers in revision order).
+// ix.mu is held.
+func (ix *Index) cleared(bucket string, e kvwatch.Entry, loading bool) {
+	var m struct {
+		Reset *uint64 `json:"reset"`
+	}
+	if e.Deleted || json.Unmarshal(e.Value, &m) != nil || m.Reset != nil && *m.Reset != 0 {
+		return
+	}
+	id := e.Key
+	a := ix.agents[id]
+	if a == nil {
+		return
+	}
+	prefix := bucket + "/" + id + "."
+	for key := range ix.open[Notifications] {
+		if strings.HasPrefix(key, prefix) {
+			delete(ix.open[Notifications], key)
+		}
+	}
+	a.open[Notifications], a.finished[Notifications] = 0, 0
+	gone := a.empty()
+	if gone {
+		delete(ix.agents, id)
+	}
+	ix.seq++
+	a.version = ix.seq
+	if !loading {
+		ix.publish(Change{Seq: ix.seq, Kind: Notifications.String(), Agent: a.summary(id), Gone: gone})
+	}
 }
 
 // loading says whether w is loading its bucket's current values.

@@ -137,3 +137,25 @@ func BenchmarkList(b *testing.B) {
 		}
 	}
 }
+
+// TestNotificationsCleared: a clear (the agent's guid record with reset
+// 0) drops every notification the agent had, which the stream purge
+// removes unseen; a compaction's guid (reset > 0) drops none.
+func TestNotificationsCleared(t *testing.T) {
+	ix := New(nil, Buckets{}, nil)
+	ix.apply(Notifications, "N", put("n.a", `{"agent_id":"n","read":false}`), false)
+	ix.apply(Notifications, "N", put("n.b", `{"agent_id":"n","read":true}`), false)
+	ix.apply(Timers, "T", put("n.t", `{"agent_id":"n","status":"active"}`), false)
+	ix.apply(Notifications, "N", put("n", `{"guid":"g1","reset":7}`), false)
+	if a, _ := one(t, ix, "n"); a.Unread != 1 {
+		t.Fatalf("after a compaction: %+v", a)
+	}
+	ix.apply(Notifications, "N", put("n", `{"guid":"g2"}`), false)
+	if a, ok := one(t, ix, "n"); !ok || a.Unread != 0 || a.Timers != 1 {
+		t.Fatalf("after a clear: %+v %v", a, ok)
+	}
+	ix.apply(Timers, "T", del("n.t"), false)
+	if _, ok := one(t, ix, "n"); ok {
+		t.Fatal("listed with no record: the cleared notifications still count")
+	}
+}

@@ -338,15 +338,9 @@
     } catch (e) { flash(e); }
   }
 
-  let clearArmed = 0;
   async function clearAll() {
-    const b = $('clear-all');
-    if (!clearArmed) { // a second press within 3 s confirms
-      b.textContent = 'Confirm clear';
-      clearArmed = setTimeout(() => { clearArmed = 0; b.textContent = 'Clear'; }, 3000);
-      return;
-    }
-    clearTimeout(clearArmed); clearArmed = 0; b.textContent = 'Clear';
+    const who = state.agent ? `agent ${state.agent}'s` : "every agent's";
+    if (!(await confirmAction('Clear the notifications?', `Clear ${who} notifications? They are removed for good.`, 'Clear'))) return;
     try {
       for (const id of agentsWithNotifs(false)) {
         await api('POST', controlPath(id) + '/notifications/clear', {}, state.ctl?.signal);

@@ -116,10 +116,26 @@ func TestConsoleFleet(t *testing.T) {
 	docsShot(t, ctx, "console-fleet.png")
 	run(t, ctx, 10*time.Second, "the picker offers an agent with only a timer",
 		poll(`document.querySelector('#agent-list option[value="timer-only"]') !== null`))
+	run(t, ctx, 10*time.Second, "clear asks first",
+		chromedp.WaitVisible(chromedp.CSS(`#notif-list li[data-agent="noter"]`)),
+		chromedp.Click(chromedp.ID("clear-all")),
+		chromedp.WaitVisible(chromedp.CSS(`#stop-dialog[open] #stop-confirm`)),
+		poll(`document.querySelector('#stop-confirm').textContent === 'Clear'`),
+		chromedp.Click(chromedp.ID("stop-cancel")),
+		chromedp.WaitNotPresent(chromedp.CSS(`#stop-dialog[open]`)))
+	if a := fleetAgent(t, base, "noter"); a.Unread != 1 {
+		t.Fatalf("after a cancelled clear: %+v", a)
+	}
+	run(t, ctx, 10*time.Second, "clear, confirmed",
+		chromedp.Click(chromedp.ID("clear-all")),
+		chromedp.Click(chromedp.CSS(`#stop-dialog[open] #stop-confirm`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`#notif-list li[data-agent="noter"]`)),
+		// Its only record gone, the agent leaves the fleet, live.
+		poll(`document.querySelector('#fleet-list tr[data-id="noter"]') === null && document.querySelector('#fleet-total').textContent === '4'`))
 
 	run(t, ctx, 10*time.Second, "search",
 		chromedp.SendKeys(chromedp.ID("fleet-search"), "ER"),
-		poll(rowIDs+`.join() === 'asker,noter,pauser,timer-only,waiter'`),
+		poll(rowIDs+`.join() === 'asker,pauser,timer-only,waiter'`),
 		chromedp.SendKeys(chromedp.ID("fleet-search"), "-o"),
 		poll(rowIDs+`.join() === 'timer-only'`))
 	run(t, ctx, 10*time.Second, "the state filter",
@@ -127,7 +143,7 @@ func TestConsoleFleet(t *testing.T) {
 		chromedp.Evaluate[chromedp.Void](`(() => { const s = document.querySelector('#fleet-state'); s.value = 'paused'; s.dispatchEvent(new Event('change')); })()`),
 		poll(rowIDs+`.join() === 'pauser'`),
 		chromedp.Evaluate[chromedp.Void](`(() => { const s = document.querySelector('#fleet-state'); s.value = ''; s.dispatchEvent(new Event('change')); })()`),
-		poll(rowIDs+`.length === 5`))
+		poll(rowIDs+`.length === 4`))
 
 	// Waiting on you: the question shows its options only, and is answered
 	// here; the asker's count follows.
@@ -164,7 +180,7 @@ func TestConsoleFleet(t *testing.T) {
 	run(t, ctx, 10*time.Second, "live counts",
 		poll(cell("timer-only", "timers")+` === '2'`),
 		poll(cell("late", "timers")+` === '1'`),
-		poll(`document.querySelector('#fleet-total').textContent === '6'`))
+		poll(`document.querySelector('#fleet-total').textContent === '5'`))
 	if same := read(t, ctx, "no reload", chromedp.Evaluate[bool](`window.__sameDocument === true`)); !same {
 		t.Error("the page was reloaded")
 	}
@@ -221,6 +237,7 @@ type fleetSummary struct {
 	State   string `json:"state"`
 	Timers  int    `json:"timers"`
 	Waits   int    `json:"waits"`
+	Unread  int    `json:"unread"`
 }
 
 // intervene sends an operator's intervention over HTTP.
