@@ -24,6 +24,7 @@ import (
 	"github.com/chime-nats/chime/agents"
 	"github.com/chime-nats/chime/callbacks"
 	"github.com/chime-nats/chime/deliveries"
+	"github.com/chime-nats/chime/fleet"
 	"github.com/chime-nats/chime/internal/pacer"
 	"github.com/chime-nats/chime/monitors"
 	"github.com/chime-nats/chime/notifications"
@@ -74,6 +75,8 @@ type Config struct {
 	// Notifications, when set, serves notify and the notification
 	// history, mark-read, clear and feeds.
 	Notifications *notifications.Service
+	// Fleet, when set, serves the console's fleet views (GET /api/fleet...).
+	Fleet *fleet.Index
 }
 
 // Operations are the agent actions, by the action part of their subject.
@@ -104,6 +107,7 @@ type Operations struct {
 	inbox      *deliveries.Inbox
 	// notifications serves notify and the notification routes.
 	notifications *notifications.Service
+	fleet         *fleet.Index
 	// streams are the event streams open on this replica, by principal,
 	// so that a revocation ends them (EndStreams).
 	streams openStreams
@@ -126,7 +130,7 @@ func NewOperations(c Config) *Operations {
 	o := &Operations{
 		store: c.Timers, waits: c.Waits, waitOps: c.WaitRequests, triggers: c.Triggers, callbacks: c.Callbacks, tokens: c.Tokens, quotas: c.Quotas, tz: c.TimeZone, now: c.Now,
 		waitFor: c.WaitFor, tasks: c.Tasks, monitors: c.Monitors, notifications: c.Notifications,
-		agents: c.Agents, deliveries: c.Deliveries, inbox: c.Inbox,
+		agents: c.Agents, deliveries: c.Deliveries, inbox: c.Inbox, fleet: c.Fleet,
 		log: c.Log.With("component", "api"), refusedCallbacks: pacer.New(refusedLogInterval), streams: openStreams{byPrincipal: map[string]map[uint64]context.CancelFunc{}},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chime_requests_total", Help: "Requests by endpoint and outcome (ok or the error code).",

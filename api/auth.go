@@ -103,11 +103,12 @@ func crossOrigin(next http.Handler) http.Handler {
 }
 
 // protected reports the routes that need a principal: control, the agent
-// list, the agent-scoped reads, and the feed of every agent's
-// notifications (which is no agent's own read, so operators' only).
+// list, the agent-scoped reads, the feed of every agent's notifications
+// and the fleet views (which are no agent's own reads, so operators'
+// only).
 func protected(path string) bool {
 	return strings.HasPrefix(path, "/api/control/") || path == "/api/agents" || strings.HasPrefix(path, "/api/agents/") ||
-		strings.HasPrefix(path, "/api/notifications/")
+		strings.HasPrefix(path, "/api/notifications/") || path == "/api/fleet" || strings.HasPrefix(path, "/api/fleet/")
 }
 
 // ownRead reports a read route of agentID's own.

@@ -90,6 +90,7 @@ func NewHandler(ops *Operations, gatherer prometheus.Gatherer, ready func() (boo
 	}
 
 	consoleViews(mux, ops)
+	fleetViews(mux, ops)
 	console.Register(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -33,6 +33,7 @@ import (
 	"github.com/chime-nats/chime/consumer"
 	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/fleet"
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/lifecycle"
 	"github.com/chime-nats/chime/internal/secret"
@@ -356,17 +357,23 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		JS: js, KV: res.Notifications, Max: cfg.NotificationsMax, Now: time.Now, Log: log, SanitizeDetail: console.SanitizeDetail,
 	})
 	reader := deliveries.NewReader(js, engine.InboxStream)
+	// The console's fleet view: every agent's state and open counts, from
+	// watches of the record buckets.
+	fleetIndex := fleet.New(js, fleet.Buckets{
+		Timers: bucketNames(res.Timers), Waits: bucketNames(res.Waits), WaitFor: engine.WaitForBucket, Tasks: engine.TasksBucket,
+		Questions: engine.QuestionsBucket, Notifications: engine.NotificationsBucket, Monitors: engine.MonitorsBucket, Agents: engine.AgentsBucket,
+	}, log)
 	ops := api.NewOperations(api.Config{
 		Tokens: tokens, Questions: questionService,
 		Timers: store, Waits: waitStore, WaitRequests: waits.NewRequests(waitStore, inbox, js, time.Now, log),
 		Triggers: triggerStore, Callbacks: callbacks.NewService(triggerStore, inbox, js, engine.InboxStream, time.Now, log), Log: log, TimeZone: cfg.TimeZone,
 		Quotas: limits, Registerer: reg, WaitFor: waitForSvc,
 		Tasks: taskStore, Monitors: monitorStore, Notifications: notes,
-		Agents: agentStore, Deliveries: reader, Inbox: deliveries.NewInbox(reader, agentStore),
+		Agents: agentStore, Deliveries: reader, Inbox: deliveries.NewInbox(reader, agentStore), Fleet: fleetIndex,
 	})
 	resolver := access.Resolver{Operators: operators, Tokens: tokens, Callbacks: triggerStore}
 	parts := []lifecycle.Service{
-		triggerIndex, waitForIndex, taskIndex, monitorIndex, monitors.NewSweeper(monitorStore, monitorIndex, log),
+		triggerIndex, waitForIndex, taskIndex, monitorIndex, fleetIndex, monitors.NewSweeper(monitorStore, monitorIndex, log),
 		monitors.NewWatcher(monitors.WatcherConfig{Feeds: map[string]monitors.Feed{monitors.SourceSubject: monitors.SubjectFeed{NC: r.nc},
 			monitors.SourceKV: monitors.KVFeed{JS: js},
 			monitors.SourceWS: monitors.WSFeed{Policy: openable, Log: log}, monitors.SourceHTTP: monitors.HTTPFeed{Policy: openable, Store: monitorStore, Log: log}},
@@ -617,4 +624,13 @@ func calloutIssuer(cfg *config.Config) (nkeys.KeyPair, error) {
 		return kp, nil
 	}
 	return access.LoadIssuer(cfg.NATSCalloutKeyFile)
+}
+
+// bucketNames names a record kind's partition buckets.
+func bucketNames(s *partitions.Set) []string {
+	out := make([]string, len(s.KVs))
+	for i, kv := range s.KVs {
+		out[i] = kv.Bucket()
+	}
+	return out
 }

@@ -3,6 +3,12 @@
 // which the server sanitized (console.SanitizeDetail). Event streams are
 // read with fetch, not EventSource, so the operator token travels in the
 // Authorization header and never in a URL.
+//
+// The landing page is the fleet: every agent with a record, its state and
+// counts, and the questions waiting on an operator. One stream of the
+// fleet's changes (/api/fleet/events) keeps every panel current: a change
+// of an agent's record updates its row, and reloads the panel of that kind
+// when the agent is the one shown. Nothing polls the server.
 'use strict';
 (() => {
   const $ = (id) => document.getElementById(id);
@@ -21,6 +27,10 @@
     seenSeq: new Set(),
     waits: null,
     refreshTimer: 0,
+    reloads: new Map(),   // panel -> pending reload timer (changes come in bursts)
+    fleetCursor: '',      // the fleet list's next page
+    queueCursor: '',      // the waiting-on-you queue's next page
+    fleetMarked: false,
     tail: null,           // the monitor tailed: {id, ctl, signal, record, deliveries: seq -> delivery}
   };
 
@@ -42,6 +52,47 @@
   const agentPath = (id) => '/api/agents/' + enc(id);
   const controlPath = (id) => '/api/control/agents/' + enc(id);
   const fmtTime = (s) => (s ? new Date(s).toLocaleString() : '');
+
+  // idNode shows an ID short (its start, the whole in its title) with a
+  // button that copies the whole: IDs are long and would wrap over lines.
+  function idNode(id) {
+    const short = id.length > 12 ? id.slice(0, 10) + '…' : id;
+    const b = el('button', { type: 'button', class: 'copy', title: 'Copy ' + id, 'aria-label': 'Copy ID ' + id, text: 'copy' });
+    b.addEventListener('click', async () => {
+      try { await navigator.clipboard.writeText(id); b.textContent = 'copied'; } catch (e) { b.textContent = 'select it'; }
+      setTimeout(() => { b.textContent = 'copy'; }, 1200);
+    });
+    return el('span', { class: 'id' }, el('code', { text: short, title: id, 'data-full': id }), b);
+  }
+
+  // confirmAction asks, in the one confirmation dialog, before a
+  // destructive action; it resolves true when confirmed.
+  function confirmAction(title, text, label) {
+    const d = $('stop-dialog');
+    $('stop-title').textContent = title;
+    $('stop-text').textContent = text;
+    $('stop-confirm').textContent = label;
+    d.returnValue = '';
+    return new Promise((resolve) => {
+      d.addEventListener('close', () => resolve(d.returnValue === 'stop'), { once: true });
+      d.showModal();
+      $('stop-cancel').focus();
+    });
+  }
+
+  // place puts a listing's items into its active and finished lists: a
+  // page replaces both, a next page (append) adds to them.
+  function place(items, activeID, doneID, append) {
+    const active = $(activeID), done = $(doneID);
+    if (!append) { active.replaceChildren(); done.replaceChildren(); }
+    for (const i of items) {
+      for (const list of [active, done]) list.querySelector(`[data-id="${CSS.escape(i.dataset.id)}"]`)?.remove();
+      (i.dataset.active === '1' ? active : done).append(i);
+    }
+    const empty = (id) => $(id.replace(/-(list|done)$/, (m, k) => k === 'list' ? '-empty' : '-done-empty'));
+    empty(activeID).hidden = active.children.length > 0;
+    empty(doneID).hidden = done.children.length > 0;
+  }
   const sleep = (ms, signal) => new Promise((resolve) => {
     const t = setTimeout(resolve, ms);
     signal?.addEventListener('abort', () => { clearTimeout(t); resolve(); }, { once: true });
@@ -287,15 +338,9 @@
     } catch (e) { flash(e); }
   }
 
-  let clearArmed = 0;
   async function clearAll() {
-    const b = $('clear-all');
-    if (!clearArmed) { // a second press within 3 s confirms
-      b.textContent = 'Confirm clear';
-      clearArmed = setTimeout(() => { clearArmed = 0; b.textContent = 'Clear'; }, 3000);
-      return;
-    }
-    clearTimeout(clearArmed); clearArmed = 0; b.textContent = 'Clear';
+    const who = state.agent ? `agent ${state.agent}'s` : "every agent's";
+    if (!(await confirmAction('Clear the notifications?', `Clear ${who} notifications? They are removed for good.`, 'Clear'))) return;
     try {
       for (const id of agentsWithNotifs(false)) {
         await api('POST', controlPath(id) + '/notifications/clear', {}, state.ctl?.signal);
@@ -343,8 +388,10 @@
   // Listings come in pages (next_cursor). paged shows the first page on
   // load and appends the next one on the More button, shown while there
   // is a next page; render(res, append) draws a page.
+  // A reload (a change told by the fleet's stream) reads as many as are
+  // shown, so pages taken with More stay.
   function paged(path, button, render) {
-    let cursor = '';
+    let cursor = '', pages = 1;
     const show = (res, append) => {
       cursor = res.next_cursor || '';
       $(button).hidden = !cursor;
@@ -352,10 +399,20 @@
     };
     $(button).addEventListener('click', async () => {
       try {
-        show(await api('GET', path() + '&cursor=' + enc(cursor), undefined, state.ctl?.signal), true);
+        show(await api('GET', path() + '?limit=50&cursor=' + enc(cursor), undefined, state.ctl?.signal), true);
+        pages++;
       } catch (e) { console.warn(e); }
     });
-    return async (signal) => show(await api('GET', path(), undefined, signal), false);
+    const load = async (signal, fresh) => {
+      if (fresh) pages = 1;
+      const asked = pages;
+      const res = await api('GET', path() + '?limit=' + Math.min(50 * pages, 1000), undefined, signal);
+      // A page taken with More while this read ran would be undone by it:
+      // read again, as many as are shown now.
+      if (pages !== asked) return load(signal);
+      show(res, false);
+    };
+    return load;
   }
 
   // --- questions --------------------------------------------------------------
@@ -370,44 +427,65 @@
       cursor = res.next_cursor || '';
       if (!cursor) break;
     }
-    const box = $('q-list');
-    const keep = new Set(list.map((q) => q.id));
-    for (const node of [...box.children]) if (!keep.has(node.dataset.id)) node.remove();
-    for (const q of list) {
-      if (!box.querySelector(`[data-id="${CSS.escape(q.id)}"]`)) box.append(questionForm(q));
-    }
-    $('q-empty').hidden = list.length > 0;
+    showQuestions($('q-list'), list, () => { $('q-empty').hidden = $('q-list').children.length > 0; });
   }
 
-  function questionForm(q) {
-    const inputs = [];
+  // showQuestions makes box hold list's forms: a form being filled in
+  // stays as it is, answered ones go.
+  function showQuestions(box, list, changed, withAgent) {
+    const keep = new Set(list.map((q) => q.agent_id + '/' + q.id));
+    for (const node of [...box.children]) if (!keep.has(node.dataset.agent + '/' + node.dataset.id)) node.remove();
+    for (const q of list) {
+      if (!box.querySelector(`[data-id="${CSS.escape(q.id)}"][data-agent="${CSS.escape(q.agent_id)}"]`)) box.append(questionForm(q, changed, withAgent));
+    }
+    changed();
+  }
+
+  // questionForm answers q on the page. An item with options shows only
+  // them (the answer must be one); an item without, a text box.
+  function questionForm(q, changed, withAgent) {
+    const picks = [];
     const result = el('p', { class: 'result', role: 'status' });
-    const form = el('form', { class: 'question', 'data-id': q.id });
+    const form = el('form', { class: 'question', 'data-id': q.id, 'data-agent': q.agent_id });
+    if (withAgent) {
+      form.append(el('div', { class: 'q-agent' }, el('button', { type: 'button', class: 'link agent-link', text: q.agent_id, onclick: () => open(q.agent_id) })));
+    }
     (q.questions || []).forEach((item, i) => {
-      const inputID = `q-${q.id}-${i}`;
+      const opts = item.options || [];
+      if (opts.length) {
+        const pick = { value: '', title: item.title };
+        picks.push(pick);
+        const buttons = opts.map((o) => el('button', {
+          type: 'button', 'aria-pressed': 'false', text: o,
+          onclick: (ev) => {
+            pick.value = o;
+            for (const b of ev.target.parentNode.children) b.setAttribute('aria-pressed', String(b === ev.target));
+          },
+        }));
+        form.append(el('fieldset', {}, el('legend', { text: item.title }),
+          el('div', { class: 'options', role: 'group', 'aria-label': 'Options for: ' + item.title }, ...buttons)));
+        return;
+      }
+      const inputID = `q-${q.agent_id}-${q.id}-${i}`;
       const input = el('input', { id: inputID, required: true, autocomplete: 'off' });
-      inputs.push(input);
-      const opts = (item.options || []).map((o) => el('button', {
-        type: 'button', 'aria-pressed': 'false', text: o,
-        onclick: (ev) => {
-          input.value = o;
-          for (const b of ev.target.parentNode.children) b.setAttribute('aria-pressed', String(b === ev.target));
-        },
-      }));
-      form.append(el('fieldset', {},
-        el('legend', { text: item.title }),
-        opts.length ? el('div', { class: 'options', role: 'group', 'aria-label': 'Options' }, ...opts) : null,
+      picks.push(input);
+      form.append(el('fieldset', {}, el('legend', { text: item.title }),
         el('label', { for: inputID, class: 'sr', text: 'Answer to: ' + item.title }), input));
     });
     form.append(el('button', { type: 'submit', text: 'Answer' }), el('span', { class: 'meta', text: ' asked ' + fmtTime(q.created_at) }), result);
     form.addEventListener('submit', async (ev) => {
       ev.preventDefault();
-      const answers = inputs.map((x) => x.value);
+      if (picks.some((p) => p.value === '')) {
+        result.textContent = 'Pick an option for every question.';
+        result.className = 'result err';
+        return;
+      }
+      const answers = picks.map((x) => x.value);
       const body = answers.length === 1 ? { answer: answers[0] } : { answers };
       try {
-        await api('POST', controlPath(state.agent) + '/questions/' + enc(q.id) + '/answer', body, state.ctl?.signal);
+        await api('POST', controlPath(q.agent_id) + '/questions/' + enc(q.id) + '/answer', body, state.ctl?.signal);
         form.remove();
-        $('q-empty').hidden = $('q-list').children.length > 0;
+        changed();
       } catch (e) { result.textContent = String(e); result.className = 'result err'; }
     });
     return form;
@@ -415,6 +493,8 @@
 
   // --- interventions ----------------------------------------------------------
   async function intervene(action) {
+    if (action === 'stop' && !(await confirmAction('Stop the agent?',
+      `Stop agent ${state.agent}? Its waits end, and it is told to stop.`, 'Stop agent'))) return;
     const text = $('i-text').value;
     const body = { action };
     if (text.trim() && (action === 'message' || action === 'stop')) body.text = text;
@@ -428,18 +508,16 @@
 
   // --- timers -------------------------------------------------------------
   // Timers in the order of their last change, oldest first, a page at a time.
-  const loadTimers = paged(() => agentPath(state.agent) + '/timers?limit=50', 't-more', (res, append) => {
-    const rows = (res.timers || []).map((t) => el('tr', { 'data-id': t.id },
-      el('td', {}, el('code', { text: t.id }), t.summary ? el('div', { class: 'meta', text: t.summary }) : null),
+  // Active ones above, finished ones below.
+  const loadTimers = paged(() => agentPath(state.agent) + '/timers', 't-more', (res, append) => {
+    const rows = (res.timers || []).map((t) => el('tr', { 'data-id': t.id, 'data-active': t.status === 'active' ? '1' : '0' },
+      el('td', {}, idNode(t.id), t.summary ? el('div', { class: 'meta', text: t.summary }) : null),
       el('td', {}, el('span', { text: t.status + (t.repeat && !t.cron ? ' (repeats)' : '') }), t.note ? el('div', { class: 'meta', text: t.note }) : null),
       el('td', { class: 'schedule' }, ...schedule(t)),
-      el('td', { text: fmtTime(t.next_fire_at) }),
+      el('td', { text: t.status === 'active' ? fmtTime(t.next_fire_at) : fmtTime(t.last_fired_at) || 'never' }),
       el('td', { text: String(t.fire_count) }),
-      el('td', {}, t.status === 'active' ? el('button', { type: 'button', text: 'Cancel', onclick: () => cancelTimer(t.id) }) : null)));
-    if (append) {
-      for (const r of rows) $('t-list').querySelector(`[data-id="${CSS.escape(r.dataset.id)}"]`)?.remove();
-      $('t-list').append(...rows);
-    } else $('t-list').replaceChildren(...rows);
+      el('td', {}, t.status === 'active' ? el('button', { type: 'button', class: 'cancel', text: 'Cancel', onclick: () => cancelTimer(t.id, t.summary) }) : null)));
+    place(rows, 't-list', 't-done', append);
   });
 
   // schedule is how a timer repeats: its cron and zone (and its DST and
@@ -468,7 +546,8 @@
     } catch (e) { showResult('t-result', e); }
   }
 
-  async function cancelTimer(id) {
+  async function cancelTimer(id, summary) {
+    if (!(await confirmAction('Cancel the timer?', `Cancel timer ${id}${summary ? ' (' + summary + ')' : ''}? It will not fire again.`, 'Cancel timer'))) return;
     try {
       await api('POST', controlPath(state.agent) + '/timers/' + enc(id) + '/cancel', {}, state.ctl?.signal);
       showResult('t-result', null, 'cancelled ' + id);
@@ -487,27 +566,23 @@
     return `${s.toFixed(1)}s remaining`;
   }
 
-  const loadWaits = paged(() => agentPath(state.agent) + '/waits?limit=50', 'w-more', (res, append) => {
+  const loadWaits = paged(() => agentPath(state.agent) + '/waits', 'w-more', (res, append) => {
     const items = [];
     for (const w of res.waits || []) {
-      items.push(el('li', { 'data-id': w.wait_id },
-        el('span', { class: 'kind', text: 'wait' }), el('code', { text: w.wait_id }), ' ',
+      items.push(el('li', { 'data-id': w.wait_id, 'data-active': w.status === 'waiting' ? '1' : '0' },
+        el('span', { class: 'kind', text: 'wait' }), idNode(w.wait_id), ' ',
         el('span', { text: `${w.mode} · ${w.status}` + (w.paused_at ? ' · paused' : '') }), ' ',
         w.status === 'waiting' ? el('span', { class: 'remaining', 'data-target': w.target_time, 'data-paused': w.paused_at || '' }) : null,
         el('div', { class: 'meta', text: 'until ' + fmtTime(w.target_time) + (w.cancel_text ? ' · ' + w.cancel_text : '') })));
     }
     for (const w of res.wait_for || []) {
-      items.push(el('li', { 'data-id': w.wait_id },
-        el('span', { class: 'kind', text: 'wait_for' }), el('code', { text: w.wait_id }), ' ',
+      items.push(el('li', { 'data-id': w.wait_id, 'data-active': w.ended_at ? '0' : '1' },
+        el('span', { class: 'kind', text: 'wait_for' }), idNode(w.wait_id), ' ',
         el('span', { text: `${w.wake}${w.resource ? ' ' + w.resource : ''} · ${w.status}` }), ' ',
         w.recheck_at && !w.ended_at ? el('span', { class: 'remaining', 'data-target': w.recheck_at, 'data-paused': '' }) : null,
         el('div', { class: 'meta', text: w.reason + (w.end_reason ? ' · ' + w.end_reason : '') })));
     }
-    if (append) {
-      for (const i of items) $('w-list').querySelector(`[data-id="${CSS.escape(i.dataset.id)}"]`)?.remove();
-      $('w-list').append(...items);
-    } else $('w-list').replaceChildren(...items);
-    $('w-empty').hidden = $('w-list').children.length > 0;
+    place(items, 'w-list', 'w-done', append);
     tickWaits();
   });
 
@@ -521,26 +596,22 @@
   }
 
   // --- tasks ------------------------------------------------------------------
-  const loadTasks = paged(() => agentPath(state.agent) + '/tasks?limit=50', 'k-more', (res, append) => {
-    const items = (res.tasks || []).map((t) => el('li', { 'data-id': t.task_id },
-      el('span', { class: 'kind', text: t.status || 'registered' }), el('code', { text: t.task_id }), ' ',
+  const loadTasks = paged(() => agentPath(state.agent) + '/tasks', 'k-more', (res, append) => {
+    const items = (res.tasks || []).map((t) => el('li', { 'data-id': t.task_id, 'data-active': !t.status || t.status === 'running' ? '1' : '0' },
+      el('span', { class: 'kind', text: t.status || 'registered' }), idNode(t.task_id), ' ',
       el('span', { text: t.title || '' }),
       t.exit_code !== undefined ? el('span', { class: 'meta', text: ` exit ${t.exit_code}` }) : null,
       t.error_message ? el('div', { class: 'meta', text: t.error_message }) : null,
-      el('div', {}, el('button', { type: 'button', text: 'Output', onclick: () => showOutput(t.task_id) }))));
-    if (append) {
-      for (const i of items) $('k-list').querySelector(`[data-id="${CSS.escape(i.dataset.id)}"]`)?.remove();
-      $('k-list').append(...items);
-    } else $('k-list').replaceChildren(...items);
-    $('k-empty').hidden = $('k-list').children.length > 0;
+      el('div', {}, el('button', { type: 'button', class: 'output-open', text: 'Output', onclick: () => showOutput(t.task_id) }))));
+    place(items, 'k-list', 'k-done', append);
   });
 
   // --- monitors ---------------------------------------------------------------
   // Their events are in the inbox list below; here, where each stands, and
   // the live tail of the one selected.
-  const loadMonitors = paged(() => agentPath(state.agent) + '/monitors?limit=50', 'm-more', (res, append) => {
+  const loadMonitors = paged(() => agentPath(state.agent) + '/monitors', 'm-more', (res, append) => {
     const items = (res.monitors || []).map((m) => el('li', { 'data-id': m.monitor_id, class: state.tail?.id === m.monitor_id ? 'selected' : null },
-      el('span', { class: 'kind', text: m.status }), el('code', { text: m.monitor_id }), ' ',
+      el('span', { class: 'kind', text: m.status }), idNode(m.monitor_id), ' ',
       el('span', { class: 'desc', text: m.description }),
       el('div', { class: 'meta', text: `${m.source.type}: ${m.source.value}` }),
       el('div', { class: 'meta counts', text: `${m.events} events, ${m.batches} batches` +
@@ -556,16 +627,10 @@
     $('m-empty').hidden = $('m-list').children.length > 0;
   });
 
-  // confirmStop asks, in the stop dialog, whether to stop monitor id.
+  // confirmStop asks whether to stop monitor id.
   function confirmStop(id, description) {
-    const d = $('stop-dialog');
-    $('stop-text').textContent = `Stop monitor ${id}${description ? ' (' + description + ')' : ''}? Its watch ends, and the agent is told it was stopped.`;
-    d.returnValue = '';
-    return new Promise((resolve) => {
-      d.addEventListener('close', () => resolve(d.returnValue === 'stop'), { once: true });
-      d.showModal();
-      $('stop-cancel').focus();
-    });
+    return confirmAction('Stop the monitor?',
+      `Stop monitor ${id}${description ? ' (' + description + ')' : ''}? Its watch ends, and the agent is told it was stopped.`, 'Stop monitor');
   }
 
   async function stopMonitor(id, description) {
@@ -743,10 +808,10 @@
   }
 
   // --- the agent's panels ---------------------------------------------------
-  async function refreshAgent() {
+  async function refreshAgent(fresh) {
     const signal = state.ctl.signal;
     await Promise.all([loadQuestions, loadTimers, loadWaits, loadTasks, loadMonitors, loadTailRecord].map(async (load) => {
-      try { await load(signal); } catch (e) { if (!signal.aborted) console.warn(e); }
+      try { await load(signal, fresh); } catch (e) { if (!signal.aborted) console.warn(e); }
     }));
   }
 
@@ -755,11 +820,151 @@
     state.refreshTimer = setTimeout(() => { if (state.agent) refreshAgent(); }, 150);
   }
 
-  async function loadAgents() {
+  // reloadSoon reloads one panel once a burst of changes has passed.
+  function reloadSoon(name, load, delay = 150) {
+    if (state.reloads.has(name)) return;
+    const ctl = state.ctl;
+    state.reloads.set(name, setTimeout(async () => {
+      state.reloads.delete(name);
+      if (state.ctl !== ctl) return; // the view changed meanwhile
+      try { await load(ctl.signal); } catch (e) { if (!ctl.signal.aborted) console.warn(e); }
+    }, delay));
+  }
+
+  // --- the fleet -----------------------------------------------------------
+  // Every agent with a record, by ID, a page at a time, filtered on the
+  // server by state and search; rows update in place from the stream.
+  const PAGE = 100;
+
+  function fleetFilter() {
+    return { state: $('fleet-state').value, q: $('fleet-search').value.trim() };
+  }
+
+  function fleetQuery(limit, cursor) {
+    const f = fleetFilter(), p = new URLSearchParams({ limit: String(limit) });
+    if (f.state) p.set('state', f.state);
+    if (f.q) p.set('q', f.q);
+    if (cursor) p.set('cursor', cursor);
+    return '/api/fleet?' + p;
+  }
+
+  function matches(a) {
+    const f = fleetFilter();
+    return (!f.state || a.state === f.state) && (!f.q || a.agent_id.toLowerCase().includes(f.q.toLowerCase()));
+  }
+
+  function fleetRow(a) {
+    const num = (n, cls) => el('td', { class: 'num' + (n ? ' some' : '') + (cls ? ' ' + cls : ''), text: String(n) });
+    return el('tr', { 'data-id': a.agent_id, 'data-state': a.state, 'data-version': String(a.version) },
+      el('td', {}, el('button', { type: 'button', class: 'link agent-link', text: a.agent_id, onclick: () => open(a.agent_id) })),
+      el('td', {}, el('span', { class: 'state s-' + a.state, text: a.state })),
+      num(a.timers, 'c-timers'), num(a.waits, 'c-waits'), num(a.tasks, 'c-tasks'), num(a.monitors, 'c-monitors'),
+      num(a.questions, 'c-questions'), num(a.unread, 'c-unread'));
+  }
+
+  function fleetTotals(page) {
+    $('fleet-total').textContent = String(page.total);
+    for (const st of ['active', 'waiting', 'paused', 'stopped']) $('fleet-n-' + st).textContent = String(page.states?.[st] || 0);
+  }
+
+  // loadFleet reads the list again, as many rows as are shown (a page at
+  // least), or the next page (more).
+  let fleetPages = 0; // pages taken with More, so a reload in flight knows it is stale
+  async function loadFleet(signal, more) {
+    const shown = $('fleet-list').children.length, asked = fleetPages;
+    const limit = more ? PAGE : Math.min(Math.max(PAGE, shown), 500);
+    let page;
     try {
-      const res = await api('GET', '/api/agents');
-      $('agent-list').replaceChildren(...res.agents.map((a) => el('option', { value: a.agent_id, label: a.status || '' })));
+      page = await api('GET', fleetQuery(limit, more ? state.fleetCursor : ''), undefined, signal);
+    } catch (e) {
+      if (!signal.aborted) showResult('fleet-result', e);
+      return;
+    }
+    if (!more && fleetPages !== asked) return loadFleet(signal); // a More came first: read again
+    if (more) fleetPages++;
+    showResult('fleet-result', null, '');
+    state.fleetCursor = page.next_cursor || '';
+    const rows = page.agents.map(fleetRow);
+    if (more) $('fleet-list').append(...rows); else $('fleet-list').replaceChildren(...rows);
+    $('fleet-more').hidden = !state.fleetCursor;
+    $('fleet-empty').hidden = $('fleet-list').children.length > 0;
+    fleetTotals(page);
+    if (!state.fleetMarked) { state.fleetMarked = true; performance.mark('chime:fleet'); }
+  }
+
+  async function loadFleetTotals(signal) {
+    fleetTotals(await api('GET', '/api/fleet?limit=1', undefined, signal));
+  }
+
+  // applyFleetChange folds one change into the row shown; an agent not
+  // shown that now matches is placed by reading the list again.
+  function applyFleetChange(c) {
+    const a = c.agent, row = $('fleet-list').querySelector(`tr[data-id="${CSS.escape(a.agent_id)}"]`);
+    if (row && Number(row.dataset.version) >= a.version) return;
+    if (row && (c.gone || !matches(a))) row.remove();
+    else if (row) {
+      const fresh = fleetRow(a);
+      fresh.dataset.updatedAt = String(Date.now()); // the live update's latency, for the tests
+      row.replaceWith(fresh);
+    } else if (!c.gone && matches(a)) {
+      // Read the list again only when the agent falls among the rows
+      // shown: one beyond them shows when its page is taken.
+      const last = $('fleet-list').lastElementChild?.dataset.id;
+      if (!state.fleetCursor || !last || a.agent_id < last) reloadSoon('fleet', (signal) => loadFleet(signal), 300);
+    }
+    reloadSoon('fleet-totals', loadFleetTotals, 300);
+  }
+
+  // loadPicker offers the fleet's first agents to the agent picker (every
+  // agent with a record, those with only timers too); typing more narrows
+  // it on the server.
+  async function loadPicker(q) {
+    try {
+      const p = new URLSearchParams({ limit: '500' });
+      if (q) p.set('q', q);
+      const page = await api('GET', '/api/fleet?' + p);
+      $('agent-list').replaceChildren(...page.agents.map((a) => el('option', { value: a.agent_id, label: a.state })));
     } catch (e) { /* the list only helps typing */ }
+  }
+
+  // --- waiting on you ----------------------------------------------------------
+  // The open questions of every agent, oldest first, answered in place.
+  async function loadQueue(signal, more) {
+    const shown = $('queue-list').children.length;
+    const limit = more ? 50 : Math.min(Math.max(50, shown), 500);
+    const p = new URLSearchParams({ limit: String(limit) });
+    if (more && state.queueCursor) p.set('cursor', state.queueCursor);
+    const res = await api('GET', '/api/fleet/questions?' + p, undefined, signal);
+    state.queueCursor = res.next_cursor || '';
+    $('queue-more').hidden = !state.queueCursor;
+    $('queue-count').textContent = String(res.total);
+    const counted = () => { $('queue-empty').hidden = $('queue-list').children.length > 0; };
+    if (more) {
+      for (const q of res.questions) $('queue-list').append(questionForm(q, counted, true));
+      counted();
+    } else showQuestions($('queue-list'), res.questions, counted, true);
+  }
+
+  // onFleetEvent follows the fleet's stream. hello starts each connection:
+  // the view is read again, as what changed before it (while the page
+  // loaded, or the stream was down) is not replayed; so after a reset
+  // (the stream's buffer overflowed).
+  function onFleetEvent(name, data) {
+    if (name === 'hello' || name === 'reset') {
+      if (state.agent) refreshAgent();
+      else { loadFleet(state.ctl.signal); loadQueue(state.ctl.signal).catch(() => {}); }
+      return;
+    }
+    if (name !== 'change') return;
+    if (!state.agent) {
+      applyFleetChange(data);
+      if (data.kind === 'questions') reloadSoon('queue', loadQueue);
+      return;
+    }
+    if (data.agent.agent_id !== state.agent) return;
+    const load = { timers: loadTimers, waits: loadWaits, wait_for: loadWaits, tasks: loadTasks, questions: loadQuestions,
+      monitors: (signal) => Promise.all([loadMonitors(signal), loadTailRecord()]) }[data.kind];
+    if (load) reloadSoon(data.kind === 'wait_for' ? 'waits' : data.kind, load);
   }
 
   function open(agent, monitor) {
@@ -780,11 +985,16 @@
     const url = new URL(location.href);
     if (agent) url.searchParams.set('agent', agent); else url.searchParams.delete('agent');
     history.replaceState(null, '', url);
-    for (const id of ['notif-list', 'q-list', 't-list', 'w-list', 'k-list', 'm-list', 'd-list']) $(id).replaceChildren();
+    for (const id of ['notif-list', 'q-list', 't-list', 't-done', 'w-list', 'w-done', 'k-list', 'k-done', 'm-list', 'd-list', 'fleet-list', 'queue-list']) $(id).replaceChildren();
+    for (const t of state.reloads.values()) clearTimeout(t);
+    state.reloads.clear();
     $('k-output').hidden = true;
     loadNotifications(signal).catch((e) => { if (!signal.aborted) flash(e); });
-    if (agent) {
-      refreshAgent();
+    if (!agent) {
+      loadFleet(signal);
+      loadQueue(signal).catch((e) => { if (!signal.aborted) flash(e); });
+    } else {
+      refreshAgent(true);
       loadInbox(signal).catch((e) => { if (!signal.aborted) flash(e); });
       if (monitor && ID_RE.test(monitor)) openTail(monitor);
     }
@@ -808,15 +1018,30 @@
     $('token-dialog').addEventListener('cancel', (ev) => ev.preventDefault()); // nothing works without it
     $('tail-stop').addEventListener('click', () => { if (state.tail) stopMonitor(state.tail.id, state.tail.record?.description); });
     $('tail-close').addEventListener('click', closeTail);
+    // The remaining time of waits counts down on the page; no request.
     setInterval(tickWaits, 200);
-    // Questions, timers, waits, tasks and monitors have no stream of their own:
-    // deliveries refresh them at once, and this catches the rest.
-    setInterval(() => { if (state.agent && !document.hidden) refreshAgent(); }, 2000);
-    setInterval(() => { if (!document.hidden) loadAgents(); }, 15000);
+    let typing = 0;
+    $('fleet-filter').addEventListener('submit', (ev) => ev.preventDefault());
+    let picking = 0;
+    $('agent-input').addEventListener('input', () => {
+      const v = $('agent-input').value.trim();
+      clearTimeout(picking);
+      if (/^[A-Za-z0-9_-]{0,64}$/.test(v)) picking = setTimeout(() => loadPicker(v), 250);
+    });
+    $('fleet-search').addEventListener('input', () => {
+      if (!$('fleet-search').checkValidity()) { $('fleet-search').reportValidity(); return; }
+      clearTimeout(typing);
+      typing = setTimeout(() => loadFleet(state.ctl.signal), 200);
+    });
+    $('fleet-state').addEventListener('change', () => loadFleet(state.ctl.signal));
+    $('fleet-more').addEventListener('click', () => loadFleet(state.ctl.signal, true));
+    $('queue-more').addEventListener('click', () => loadQueue(state.ctl.signal, true).catch(flash));
     const params = new URLSearchParams(location.search);
     const agent = params.get('agent') || '';
     open(ID_RE.test(agent) ? agent : '', params.get('monitor') || '');
-    loadAgents();
+    loadPicker();
+    // One stream for the page's life: every panel's changes.
+    follow('/api/fleet/events', undefined, onFleetEvent, new AbortController().signal);
   }
 
   init();

@@ -201,8 +201,8 @@ func TestConsolePage(t *testing.T) {
 		chromedp.Navigate(base+"/?agent=pan"),
 		chromedp.WaitVisible(chromedp.CSS(`#notif-list li.t-warning`)),
 		chromedp.WaitVisible(chromedp.CSS(`#w-list li[data-id="`+wait.WaitID+`"] .remaining`)),
-		chromedp.WaitVisible(chromedp.CSS(`#k-list li[data-id="build-7"]`)),
-		chromedp.Click(chromedp.CSS(`#k-list li[data-id="build-7"] button`)),
+		chromedp.WaitVisible(chromedp.CSS(`#k-done li[data-id="build-7"]`)),
+		chromedp.Click(chromedp.CSS(`#k-done li[data-id="build-7"] button.output-open`)),
 		chromedp.WaitVisible(chromedp.ID(`#k-output`)),
 	)
 	run(t, ctx, 10*time.Second, "the output", poll(`document.querySelector('#k-output').textContent === 'compiled 42 packages'`))
