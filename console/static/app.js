@@ -493,8 +493,8 @@
 
   // --- interventions ----------------------------------------------------------
   async function intervene(action) {
-    if (action === 'stop' && !(await confirmAction('Stop the agent?',
-      `Stop agent ${state.agent}? Its waits end, and it is told to stop.`, 'Stop agent'))) return;
+    if (action === 'stop' && !(await confirmAction('Stop its turn?',
+      `Stop the turn of agent ${state.agent}? Its waits end, and it is told to stop. Its callbacks go on (that is chime agent stop).`, 'Stop turn'))) return;
     const text = $('i-text').value;
     const body = { action };
     if (text.trim() && (action === 'message' || action === 'stop')) body.text = text;
