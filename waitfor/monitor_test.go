@@ -85,13 +85,18 @@ func (e *monEnv) emit(t *testing.T, agentID, id string, seq int64, lines ...stri
 // seqOf is the inbox sequence of the agent's envelope envID.
 func (e *monEnv) seqOf(t *testing.T, agentID, envID string) uint64 {
 	t.Helper()
-	for _, m := range e.inbox(t, agentID) {
-		if m.env.ID == envID {
-			return m.seq
+	// The record says woken before its wait_woken is stored: wait for it.
+	var seq uint64
+	testwait.Until(t, 10*time.Second, func() (bool, string) {
+		for _, m := range e.inbox(t, agentID) {
+			if m.env.ID == envID {
+				seq = m.seq
+				return true, ""
+			}
 		}
-	}
-	t.Fatalf("%s not in %s's inbox", envID, agentID)
-	return 0
+		return false, "not stored yet"
+	}, "%s in %s's inbox", envID, agentID)
+	return seq
 }
 
 type stored struct {
