@@ -134,18 +134,9 @@ const (
 // fetchLast reads pending messages from cons and returns the last n,
 // newest first.
 func fetchLast(ctx context.Context, cons jetstream.Consumer, pending uint64, n int) ([]Delivery, error) {
-	ring := make([]Delivery, 0, n)
-	next := 0 // where the next one goes once the ring is full
-	keep := func(d Delivery) {
-		if len(ring) < n {
-			ring = append(ring, d)
-			return
-		}
-		ring[next] = d
-		next = (next + 1) % n
-	}
+	last := newLastN(n)
 	for read := uint64(0); read < pending; {
-		got, err := fetch(ctx, cons, int(min(pending-read, fetchBatch)), keep)
+		got, err := fetch(ctx, cons, int(min(pending-read, fetchBatch)), last.keep)
 		if err != nil {
 			return nil, err
 		}
@@ -154,11 +145,34 @@ func fetchLast(ctx context.Context, cons jetstream.Consumer, pending uint64, n i
 		}
 		read += uint64(got)
 	}
-	out := make([]Delivery, 0, len(ring))
-	for i := len(ring) - 1; i >= 0; i-- {
-		out = append(out, ring[(next+i)%len(ring)])
+	return last.newestFirst(), nil
+}
+
+// lastN keeps the last n deliveries it is given, in a ring.
+type lastN struct {
+	ring []Delivery
+	next int // where the next one goes once the ring is full
+	n    int
+}
+
+func newLastN(n int) *lastN { return &lastN{ring: make([]Delivery, 0, min(n, fetchBatch)), n: n} }
+
+func (l *lastN) keep(d Delivery) {
+	if len(l.ring) < l.n {
+		l.ring = append(l.ring, d)
+		return
 	}
-	return out, nil
+	l.ring[l.next] = d
+	l.next = (l.next + 1) % l.n
+}
+
+// newestFirst is what it kept, the newest first.
+func (l *lastN) newestFirst() []Delivery {
+	out := make([]Delivery, 0, len(l.ring))
+	for i := len(l.ring) - 1; i >= 0; i-- {
+		out = append(out, l.ring[(l.next+i)%len(l.ring)])
+	}
+	return out
 }
 
 // fetch reads at most batch messages from cons into keep and says how
@@ -355,8 +369,8 @@ func (r *Reader) RecentFrom(ctx context.Context, agentID string, src subjects.So
 // and returns the last n of them from src, newest first, and how many it
 // read.
 func fetchFrom(ctx context.Context, cons jetstream.Consumer, pending, end uint64, src subjects.Source, n int) ([]Delivery, int, error) {
-	ring := make([]Delivery, 0, min(n, fetchBatch))
-	next, read, done := 0, 0, false
+	last := newLastN(n)
+	read, done := 0, false
 	keep := func(d Delivery) {
 		if done || d.Seq >= end {
 			done = true
@@ -366,15 +380,9 @@ func fetchFrom(ctx context.Context, cons jetstream.Consumer, pending, end uint64
 		var env struct {
 			Source subjects.Source `json:"source"`
 		}
-		if json.Unmarshal(d.Envelope, &env) != nil || env.Source != src {
-			return
+		if json.Unmarshal(d.Envelope, &env) == nil && env.Source == src {
+			last.keep(d)
 		}
-		if len(ring) < n {
-			ring = append(ring, d)
-			return
-		}
-		ring[next] = d
-		next = (next + 1) % n
 	}
 	for got := uint64(0); got < pending && !done; {
 		k, err := fetch(ctx, cons, int(min(pending-got, fetchBatch)), keep)
@@ -386,9 +394,5 @@ func fetchFrom(ctx context.Context, cons jetstream.Consumer, pending, end uint64
 		}
 		got += uint64(k)
 	}
-	out := make([]Delivery, 0, len(ring))
-	for i := len(ring) - 1; i >= 0; i-- {
-		out = append(out, ring[(next+i)%len(ring)])
-	}
-	return out, read, nil
+	return last.newestFirst(), read, nil
 }
