@@ -68,6 +68,11 @@ func (c *Client) CreateTimer(ctx context.Context, durationMs, intervalMs int64, 
 	if intervalMs > 0 {
 		req["interval_ms"] = intervalMs
 	}
+	return c.createTimer(ctx, req, summary, opts)
+}
+
+// createTimer sends a timer.create of req, with its summary and options.
+func (c *Client) createTimer(ctx context.Context, req map[string]any, summary string, opts []TimerOption) (*timers.Timer, error) {
 	if summary != "" {
 		req["summary"] = summary
 	}
@@ -90,14 +95,7 @@ func (c *Client) CreateCalendarTimer(ctx context.Context, spec timers.CalendarSp
 	if err := json.Unmarshal(b, &req); err != nil {
 		return nil, fmt.Errorf("client: encode: %w", err)
 	}
-	if summary != "" {
-		req["summary"] = summary
-	}
-	for _, opt := range opts {
-		opt(req)
-	}
-	var t timers.Timer
-	return &t, c.call(ctx, subjects.ActionTimerCreate, req, &t)
+	return c.createTimer(ctx, req, summary, opts)
 }
 
 // ListTimers returns the first page of the agent's timers (TimersPage);
