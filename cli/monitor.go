@@ -283,22 +283,13 @@ func (r *monitorRun) emitter() func(ctx context.Context, lines []string) error {
 // stopped elsewhere.
 func (r *monitorRun) poll(ctx context.Context) {
 	body, _ := json.Marshal(monitors.Ref{MonitorID: r.id})
-	t := time.NewTicker(monitorPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	reason, ok := pollStopped(ctx, monitorPoll, func(ctx context.Context) (string, bool) {
 		var m monitors.Monitor
-		err := r.c.Request(rctx, monitors.ActionGet, body, &m)
-		cancel()
-		if err == nil && m.Finished() {
-			r.stoppedBy(m.StopReason)
-			return
-		}
+		err := r.c.Request(ctx, monitors.ActionGet, body, &m)
+		return m.StopReason, err == nil && m.Finished()
+	})
+	if ok {
+		r.stoppedBy(reason)
 	}
 }
 

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -76,4 +77,25 @@ func exitCode(cmd *exec.Cmd, err error) *int {
 		code = cmd.ProcessState.ExitCode()
 	}
 	return &code
+}
+
+// pollStopped asks stopped every interval, until ctx ends, whether chime
+// has ended what the command runs for (its task cancelled, its monitor
+// stopped); once it has, it returns why. A failed ask is asked again.
+func pollStopped(ctx context.Context, every time.Duration, stopped func(ctx context.Context) (reason string, ok bool)) (string, bool) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return "", false
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		reason, ok := stopped(rctx)
+		cancel()
+		if ok {
+			return reason, true
+		}
+	}
 }

@@ -129,21 +129,11 @@ const cancelPoll = 500 * time.Millisecond
 // watchCancel reads the task's record every cancelPoll until ctx ends and
 // says "cancelled" on stop once chime has cancelled the task.
 func watchCancel(ctx context.Context, c *client.Client, taskID string, stop chan<- string) {
-	t := time.NewTicker(cancelPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		task, err := c.GetTask(rctx, taskID)
-		cancel()
-		if err == nil && task.Status == tasks.TaskCancelled {
-			stop <- "cancelled"
-			return
-		}
+	if reason, ok := pollStopped(ctx, cancelPoll, func(ctx context.Context) (string, bool) {
+		task, err := c.GetTask(ctx, taskID)
+		return "cancelled", err == nil && task.Status == tasks.TaskCancelled
+	}); ok {
+		stop <- reason
 	}
 }
 
