@@ -778,6 +778,14 @@ func TLSOptions(caFile, certFile, keyFile string) []nats.Option {
 	return opts
 }
 
+// How chime's connection notices a server it can no longer reach: a ping
+// every PingInterval, and the connection is given up (and another server
+// tried) when MaxPingsOutstanding go unanswered, about 6 s after the cut.
+const (
+	PingInterval        = 2 * time.Second
+	MaxPingsOutstanding = 2
+)
+
 // Connect opens chime's connection, retrying reconnects forever: a replica
 // rides out a NATS restart rather than exiting.
 func Connect(o ConnectOptions, log *slog.Logger) (*nats.Conn, error) {
@@ -785,6 +793,20 @@ func Connect(o ConnectOptions, log *slog.Logger) (*nats.Conn, error) {
 		nats.Name(o.Name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
+		// A server cut off by the network does not close the socket: without
+		// pings the connection looks up for the client's default 2 minutes
+		// while every request on it times out. PingInterval and
+		// MaxPingsOutstanding notice it within about 3 pings, and the
+		// client reconnects to another server of the cluster.
+		nats.PingInterval(PingInterval),
+		nats.MaxPingsOutstanding(MaxPingsOutstanding),
+		// Nothing is held back to be sent after a reconnect: a fire
+		// published while disconnected fails at once and its occurrence
+		// is retried under a valid lease, by whichever replica holds it
+		// then, instead of reaching the stream seconds later from a
+		// replica that has lost the shard (a duplicate the stream's
+		// window would have to absorb).
+		nats.ReconnectBufSize(-1),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("nats disconnected", "err", err)
