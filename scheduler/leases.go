@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -189,38 +190,39 @@ func (l *Leases) Count() int {
 
 // round refreshes presence and owned leases, then gives up or seeks shards
 // toward an equal share.
+//
+// A replica that cannot fire steps back only when another replica can: it
+// says so in its presence, and gives its shards to the replicas that do
+// not. When none can, the cause is one they share (a stream between
+// leaders, a partition that took its quorum): giving every shard away
+// would help nobody, and taking them all back once it ends would only
+// delay the backlog by a lease round and a reload. So each keeps what it
+// holds and fires as soon as it can again.
 func (l *Leases) round(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, l.ttl/2)
 	defer cancel()
-	if ok, why := l.healthy(); !ok {
-		l.mu.Lock()
-		was := l.benched
-		l.benched = why
-		l.mu.Unlock()
-		if was == "" {
-			l.log.Warn("cannot fire: giving shards away", "reason", why)
-		}
-		l.release(ctx, true)
-		return nil
-	}
-	l.mu.Lock()
-	if l.benched != "" {
-		l.log.Info("can fire again: taking shards")
-	}
-	l.benched = ""
-	l.mu.Unlock()
+	ok, why := l.healthy()
 	start := l.now()
-	if _, err := l.kv.Put(ctx, presencePrefix+l.id, []byte(l.id)); err != nil {
+	me, err := json.Marshal(presenceValue{ID: l.id, Benched: why})
+	if err != nil {
 		return fmt.Errorf("presence: %w", err)
 	}
-	changed := l.refresh(ctx, start)
-	replicas, err := l.replicas(ctx)
+	if _, err := l.kv.Put(ctx, presencePrefix+l.id, me); err != nil {
+		return fmt.Errorf("presence: %w", err) // its leases run out unconfirmed
+	}
+	serving, err := l.serving(ctx)
 	if err != nil {
-		if changed {
+		if l.refresh(ctx, start) {
 			l.onChange()
 		}
 		return err
 	}
+	if !l.bench(ok, why, serving) {
+		l.release(ctx, false)
+		return nil
+	}
+	changed := l.refresh(ctx, start)
+	replicas := max(serving, 1)
 	target := share(l.shards, replicas)
 	if l.rebalance(ctx, start, replicas) {
 		changed = true
@@ -230,6 +232,43 @@ func (l *Leases) round(ctx context.Context) error {
 		l.onChange()
 	}
 	return nil
+}
+
+// bench records whether this replica serves, as round decided, and says
+// whether it keeps its shards: while it can fire, or while no other
+// replica (of serving) can either.
+func (l *Leases) bench(ok bool, why string, serving int) (keep bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	was := l.benched
+	switch {
+	case ok:
+		if was != "" {
+			l.log.Info("can fire again: taking shards")
+		}
+		l.benched = ""
+		return true
+	case serving > 0:
+		if was == "" {
+			l.log.Warn("cannot fire: giving shards to the replicas that can", "reason", why, "serving", serving)
+		}
+		l.benched = why
+		return false
+	default:
+		if was == "" {
+			l.log.Warn("cannot fire, nor can any other replica: keeping shards until firing works again", "reason", why)
+		}
+		// Not benched: it holds shards and fires the moment it can.
+		l.benched = ""
+		return true
+	}
+}
+
+// presenceValue is a replica's replica.<id> key.
+type presenceValue struct {
+	ID string `json:"id"`
+	// Benched says why the replica cannot fire; empty while it can.
+	Benched string `json:"benched,omitempty"`
 }
 
 func (l *Leases) refresh(ctx context.Context, start time.Time) bool {
@@ -257,16 +296,34 @@ func (l *Leases) refresh(ctx context.Context, start time.Time) bool {
 	return changed
 }
 
-func (l *Leases) replicas(ctx context.Context) (int, error) {
+// serving counts the present replicas that can fire, this one included
+// when it said so. A presence that does not decode (an earlier version's
+// plain ID) serves.
+func (l *Leases) serving(ctx context.Context) (int, error) {
 	lister, err := l.kv.ListKeysFiltered(ctx, presencePrefix+"*")
 	if err != nil {
 		return 0, fmt.Errorf("list replicas: %w", err)
 	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
 	n := 0
-	for range lister.Keys() {
+	for _, k := range keys {
+		e, err := l.kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // gone since the listing
+		}
+		if err != nil {
+			return 0, fmt.Errorf("read %s: %w", k, err)
+		}
+		var p presenceValue
+		if json.Unmarshal(e.Value(), &p) == nil && p.Benched != "" {
+			continue
+		}
 		n++
 	}
-	return max(n, 1), nil
+	return n, nil
 }
 
 // rebalance gives back the shards beyond this replica's share and seeks

@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,4 +46,55 @@ func TestLeasesShareAndTakeOver(t *testing.T) {
 	start := time.Now()
 	testwait.Eventually(t, 10*time.Second, func() bool { return b.Count() == shards })
 	t.Logf("takeover after %v", time.Since(start))
+}
+
+// TestLeasesStepBackOnlyForOthers: a replica that cannot fire gives its
+// shards to one that can, but when none can (a cause they share, such as
+// a stream between leaders) each keeps what it holds rather than all
+// giving every shard away at once; healthy again, they share.
+func TestLeasesStepBackOnlyForOthers(t *testing.T) {
+	ns := natstest.Server(t)
+	_, res := natstest.Provisioned(t, ns)
+	const shards = 8
+	var okA, okB atomic.Bool
+	okA.Store(true)
+	okB.Store(true)
+	newKeeper := func(id string, ok *atomic.Bool) *scheduler.Leases {
+		return scheduler.NewLeases(scheduler.LeasesConfig{KV: res.Leases, ReplicaID: id, Shards: shards, TTL: 2 * time.Second, Renew: 250 * time.Millisecond,
+			Healthy: func() (bool, string) {
+				if ok.Load() {
+					return true, ""
+				}
+				return false, "publishes fail"
+			}})
+	}
+	a, b := newKeeper("a", &okA), newKeeper("b", &okB)
+	for _, l := range []*scheduler.Leases{a, b} {
+		if err := l.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		defer l.Stop(context.Background())
+	}
+	testwait.Eventually(t, 10*time.Second, func() bool { return a.Count() == shards/2 && b.Count() == shards/2 }, "shared")
+
+	okA.Store(false)
+	testwait.Eventually(t, 10*time.Second, func() bool { return a.Count() == 0 && b.Count() == shards }, "a steps back for b")
+	if a.Benched() == "" || b.Benched() != "" {
+		t.Fatalf("benched: a %q, b %q", a.Benched(), b.Benched())
+	}
+
+	okB.Store(false) // now neither can fire
+	testwait.Eventually(t, 10*time.Second, func() bool { return b.Benched() == "" && a.Benched() == "" }, "neither benched")
+	// b keeps every shard it holds through several rounds: nobody could
+	// fire them better.
+	for range 8 {
+		if n := a.Count() + b.Count(); n != shards {
+			t.Fatalf("with neither able to fire, %d of %d shards are held (a %d, b %d)", n, shards, a.Count(), b.Count())
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+
+	okA.Store(true)
+	okB.Store(true)
+	testwait.Eventually(t, 10*time.Second, func() bool { return a.Count() == shards/2 && b.Count() == shards/2 }, "shared again")
 }
