@@ -28,10 +28,10 @@ import (
 
 func TestAgentTokens(t *testing.T) {
 	ns := natstest.Server(t)
-	_, res := natstest.Provisioned(t, ns)
+	nc, res := natstest.Provisioned(t, ns)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tokens := access.NewTokens(res.Tokens, engine.DefaultMarkerTTL, nil)
+	tokens := access.NewTokens(res.Tokens, nc, engine.DefaultMarkerTTL, nil)
 
 	a1, err := tokens.Issue(ctx, "alice")
 	if err != nil {
@@ -117,7 +117,7 @@ func calloutServer(t testing.TB) (url string, tokens *access.Tokens, op string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	tokens = access.NewTokens(res.Tokens, engine.DefaultMarkerTTL, nil)
+	tokens = access.NewTokens(res.Tokens, nc, engine.DefaultMarkerTTL, nil)
 	op = "operator-secret"
 	opsFile := filepath.Join(dir, "operators")
 	writeHashes(t, opsFile, op)

@@ -6,12 +6,14 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/internal/kvrec"
@@ -104,6 +106,7 @@ type RevokedTokens struct {
 // that all of an agent's tokens can be revoked without reading the others'.
 type Tokens struct {
 	kv       jetstream.KeyValue
+	nc       *nats.Conn // reads the bucket's leader; nil: a KV get
 	markers  time.Duration
 	now      func() time.Time
 	onRevoke func(ctx context.Context, agentID string)
@@ -111,12 +114,14 @@ type Tokens struct {
 
 // NewTokens returns the agent token store over the tokens bucket. A
 // revoke's deletion markers expire after markers (the bucket's
-// LimitMarkerTTL; zero keeps them).
-func NewTokens(kv jetstream.KeyValue, markers time.Duration, now func() time.Time) *Tokens {
+// LimitMarkerTTL; zero keeps them). With nc, lookups read the bucket's
+// leader (kvrec.LeaderLast): a KV get may be answered by a follower that
+// lags a revoke, or by one on the minority side of a partition.
+func NewTokens(kv jetstream.KeyValue, nc *nats.Conn, markers time.Duration, now func() time.Time) *Tokens {
 	if now == nil {
 		now = time.Now
 	}
-	return &Tokens{kv: kv, markers: markers, now: now}
+	return &Tokens{kv: kv, nc: nc, markers: markers, now: now}
 }
 
 // OnRevoke sets what runs after each revocation of an agent's tokens:
@@ -152,14 +157,29 @@ func (t *Tokens) Lookup(ctx context.Context, token string) (*AgentToken, error) 
 	if !strings.HasPrefix(token, AgentTokenPrefix) || len(token) > 256 {
 		return nil, ErrUnknownToken
 	}
-	rec, _, err := kvrec.Get[AgentToken](ctx, t.kv, tokKey(secret.Hash(token)))
+	key := tokKey(secret.Hash(token))
+	if t.nc == nil {
+		rec, _, err := kvrec.Get[AgentToken](ctx, t.kv, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, ErrUnknownToken
+		}
+		if err != nil {
+			return nil, fmt.Errorf("access: token lookup: %w", err)
+		}
+		return rec, nil
+	}
+	last, err := kvrec.LeaderLast(ctx, t.nc, t.kv.Bucket(), key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, ErrUnknownToken
 	}
 	if err != nil {
 		return nil, fmt.Errorf("access: token lookup: %w", err)
 	}
-	return rec, nil
+	var rec AgentToken
+	if json.Unmarshal(last.Data, &rec) != nil || rec.AgentID == "" {
+		return nil, ErrUnknownToken // a revoke's deletion marker
+	}
+	return &rec, nil
 }
 
 // Revoke revokes every token of agentID and says how many there were.

@@ -351,7 +351,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 		JS: js, Service: waitForSvc, Store: waitForStore, Index: waitForIndex,
 		InboxStream: engine.InboxStream, WaitForStream: engine.WaitForStream, Log: log, Registerer: reg,
 	})
-	tokens := access.NewTokens(res.Tokens, topo.Markers(), time.Now)
+	tokens := access.NewTokens(res.Tokens, js.Conn(), topo.Markers(), time.Now)
 	questionService := questions.NewService(questions.NewStore(res.Questions, time.Now, retention), inbox, log)
 	notes := notifications.New(notifications.Config{
 		JS: js, KV: res.Notifications, Max: cfg.NotificationsMax, Now: time.Now, Log: log, SanitizeDetail: console.SanitizeDetail,
