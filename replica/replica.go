@@ -380,6 +380,7 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 			Store: monitorStore, Index: monitorIndex, Leases: leases, Shards: cfg.Shards, Log: log}),
 		lifecycle.Parallel(callbackConsumer, waitConsumer, settler, waitForConsumer),
 		notes, r.storage, healer, archiver,
+		lifecycle.Loop(engine.NewQuorumWatch(engine.QuorumConfig{NC: r.nc, JS: js, Log: log}).Run),
 		firing{leases: leases, sched: r.sched},
 	}
 	var sessions *access.Sessions

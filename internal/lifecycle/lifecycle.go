@@ -139,3 +139,47 @@ func (f *funcService) Stop(ctx context.Context) error {
 	})
 	return f.err
 }
+
+// Loop is a Service of one goroutine: Start runs run in the background
+// under Start's context (a part's context lasts as long as its group
+// runs), cancelled by Stop, which waits for run to return. Stop is
+// idempotent and safe without Start.
+func Loop(run func(ctx context.Context)) Service { return &loop{run: run} }
+
+type loop struct {
+	run    func(ctx context.Context)
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (l *loop) Start(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cancel != nil {
+		return nil
+	}
+	ctx, l.cancel = context.WithCancel(ctx)
+	l.done = make(chan struct{})
+	go func() {
+		defer close(l.done)
+		l.run(ctx)
+	}()
+	return nil
+}
+
+func (l *loop) Stop(ctx context.Context) error {
+	l.mu.Lock()
+	cancel, done := l.cancel, l.done
+	l.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	cancel()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
