@@ -221,3 +221,34 @@ func TestFuncStopsOnce(t *testing.T) {
 		t.Fatalf("stop ran %d times, want 1", n)
 	}
 }
+
+// TestLoopRunsUntilStop: Loop's function runs after Start, sees its
+// context end at Stop, and Stop returns only once it has returned; Stop
+// without Start, and twice, is a no-op.
+func TestLoopRunsUntilStop(t *testing.T) {
+	if err := lifecycle.Loop(func(context.Context) { t.Error("ran without Start") }).Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	started, returned := make(chan struct{}), make(chan struct{})
+	l := lifecycle.Loop(func(ctx context.Context) {
+		close(started)
+		<-ctx.Done()
+		time.Sleep(10 * time.Millisecond) // Stop must wait for this
+		close(returned)
+	})
+	if err := l.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	if err := l.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-returned:
+	default:
+		t.Fatal("Stop returned before the loop did")
+	}
+	if err := l.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
