@@ -267,6 +267,9 @@ func (s *Scheduler) ackLoop(ctx context.Context) {
 			continue
 		}
 		s.health.success()
+		if ack.Duplicate {
+			s.m.duplicates.Inc()
+		}
 		if p.wait {
 			continue
 		}

@@ -12,6 +12,7 @@ type metrics struct {
 	countsPending     prometheus.GaugeFunc
 	shardLoad         prometheus.Histogram
 	fires, failures   prometheus.Counter
+	duplicates        prometheus.Counter
 	applied           prometheus.Counter
 	recordFailures    prometheus.Counter
 	recovered         prometheus.Counter
@@ -41,6 +42,10 @@ func newMetrics(s *Scheduler) metrics {
 		}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "chime_timer_fire_publish_failures_total", Help: "Fire publishes that failed or went unacknowledged and were retried.",
+		}),
+		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "chime_fire_duplicates_total",
+			Help: "Timer and wait fire publishes the stream acknowledged as duplicates: stored before, by an earlier attempt or another replica.",
 		}),
 		applied: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "chime_timer_fires_applied_total", Help: "Delivered timer occurrences written into their records (repeats not counted).",
@@ -100,5 +105,5 @@ func (m *metrics) register(r prometheus.Registerer) {
 	if m.countsPending != nil {
 		r.MustRegister(m.countsPending)
 	}
-	r.MustRegister(m.active, m.waitGauge, m.shardsHeld, m.shardLoad, m.fires, m.failures, m.applied, m.recordFailures, m.recovered, m.adopted, m.progress, m.lateness, m.refused, m.changes)
+	r.MustRegister(m.active, m.waitGauge, m.shardsHeld, m.shardLoad, m.fires, m.failures, m.duplicates, m.applied, m.recordFailures, m.recovered, m.adopted, m.progress, m.lateness, m.refused, m.changes)
 }
