@@ -70,11 +70,11 @@ type ChaosOptions struct {
 	// its own, and the bench talks to them from the host over a bridge.
 	// Needs a cluster, root and the ip tool.
 	Partition []string
-	Grace       time.Duration // waited after the last due time before the inbox is read
-	Keep        bool          // keep the work dir (stores, logs) even when nothing went wrong
-	Exe         string        // the chime binary run as `serve`; default chime beside this binary, else on PATH
-	Progress    io.Writer     // a line per phase and per kill; nil: none
-	Log         *slog.Logger
+	Grace     time.Duration // waited after the last due time before the inbox is read
+	Keep      bool          // keep the work dir (stores, logs) even when nothing went wrong
+	Exe       string        // the chime binary run as `serve`; default chime beside this binary, else on PATH
+	Progress  io.Writer     // a line per phase and per kill; nil: none
+	Log       *slog.Logger
 }
 
 // Validate checks the options.

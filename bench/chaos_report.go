@@ -27,7 +27,7 @@ type ChaosResult struct {
 	Lost       int `json:"lost"`
 	Duplicated int `json:"duplicated"`
 	// OtherDeliveries are inbox messages of other kinds (none expected).
-	OtherDeliveries int            `json:"other_deliveries"`
+	OtherDeliveries int `json:"other_deliveries"`
 	// Kills are the kills, or the partitions, in order.
 	Kills       []ChaosKill    `json:"kills"`
 	KillsByKind map[string]int `json:"kills_by_kind"`
