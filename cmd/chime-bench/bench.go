@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/chime-nats/chime/bench"
@@ -415,7 +416,9 @@ func (a *app) runBench(ctx context.Context, name string, args []string, flags fu
 		}
 		defer pprof.StopCPUProfile()
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
+	// SIGTERM too: a bench ended by a supervisor must still stop its
+	// processes and delete what it made (chaos --partition's namespaces).
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := fn(ctx)
 	if err != nil {
