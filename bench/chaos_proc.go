@@ -170,6 +170,7 @@ func (p *replicaProc) waitReady(ctx context.Context, d time.Duration) error {
 	if done == nil {
 		return fmt.Errorf("replica %s: not running", p.id)
 	}
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	c := http.Client{Timeout: time.Second}
@@ -184,6 +185,9 @@ func (p *replicaProc) waitReady(ctx context.Context, d time.Duration) error {
 		case <-done:
 			return fmt.Errorf("replica %s: exited while starting (see %s)", p.id, p.logPath)
 		case <-ctx.Done():
+			if err := parent.Err(); err != nil { // the run was ended, not the replica slow
+				return fmt.Errorf("replica %s: not ready: %w", p.id, err)
+			}
 			return fmt.Errorf("replica %s: not ready within %v (see %s)", p.id, d, p.logPath)
 		case <-time.After(100 * time.Millisecond):
 		}

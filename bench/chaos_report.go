@@ -181,18 +181,22 @@ type ChaosKill struct {
 	TakeoverMs  float64 `json:"takeover_ms"`
 	// Of everything due from this kill until the next one.
 	ChaosTally
-	// Partitions only (Partition set; AtS is the cut, BackMs the heal).
-	Partition bool   `json:"partition,omitempty"`
-	Addr      string `json:"addr,omitempty"` // the target's address in its namespace
-	// DueInPartition: timer occurrences and wait ends due between the cut
-	// and the heal; StoredInPartition of them were stored in the inbox
-	// before the heal (StoredInPartitionPct percent); MaxLateInPartitionMs
-	// is the latest any of them was stored after its due time (lost ones
-	// aside: they count in Lost).
-	DueInPartition       int     `json:"due_in_partition,omitempty"`
-	StoredInPartition    int     `json:"stored_in_partition,omitempty"`
-	StoredInPartitionPct float64 `json:"stored_in_partition_pct,omitempty"`
-	MaxLateInPartitionMs float64 `json:"max_late_in_partition_ms,omitempty"`
+	// Partition is set on partitions only: AtS is then the cut, BackMs
+	// the heal.
+	Partition *ChaosCut `json:"partition,omitempty"`
+}
+
+// ChaosCut is what a partition cost, beside its kill-like figures.
+type ChaosCut struct {
+	Addr string `json:"addr"` // the target's address in its namespace
+	// Due: timer occurrences and wait ends due between the cut and the
+	// heal; Stored of them were stored in the inbox before the heal
+	// (StoredPct percent); MaxLateMs is the latest any of them was stored
+	// after its due time (lost ones aside: they count in Lost).
+	Due       int     `json:"due"`
+	Stored    int     `json:"stored"`
+	StoredPct float64 `json:"stored_pct"`
+	MaxLateMs float64 `json:"max_late_ms"`
 }
 
 // ChaosWorst names the kill with the worst takeover.
@@ -530,7 +534,9 @@ func (r *chaosRun) killFigures(res *ChaosResult, items []item, unacked []time.Ti
 		ck := ChaosKill{
 			N: k.n, Kind: k.kind, Target: k.target, Stream: k.stream, NewLeader: k.newLeader, AtS: r.since(k.at),
 			BackMs: k.back.Sub(k.at).Milliseconds(), Errors: k.errs, Skipped: k.skipped,
-			Partition: k.cut, Addr: k.addr,
+		}
+		if k.cut {
+			ck.Partition = &ChaosCut{Addr: k.addr}
 		}
 		if !k.elected.IsZero() {
 			ck.ElectedMs = k.elected.Sub(k.at).Milliseconds()
@@ -560,13 +566,12 @@ func (r *chaosRun) killFigures(res *ChaosResult, items []item, unacked []time.Ti
 				break
 			}
 			tally = &res.Kills[i].ChaosTally
-			if k.cut && !k.skipped && !it.due.After(k.back) {
-				ck := &res.Kills[i]
-				ck.DueInPartition++
+			if c := res.Kills[i].Partition; c != nil && !k.skipped && !it.due.After(k.back) {
+				c.Due++
 				if !it.lost {
-					ck.MaxLateInPartitionMs = max(ck.MaxLateInPartitionMs, ms(it.late))
+					c.MaxLateMs = max(c.MaxLateMs, ms(it.late))
 					if !it.due.Add(it.late).After(k.back) {
-						ck.StoredInPartition++
+						c.Stored++
 					}
 				}
 			}
@@ -596,8 +601,8 @@ func (r *chaosRun) killFigures(res *ChaosResult, items []item, unacked []time.Ti
 		tally.CreatedWithoutReply++
 	}
 	for i := range res.Kills {
-		if k := &res.Kills[i]; k.DueInPartition > 0 {
-			k.StoredInPartitionPct = 100 * float64(k.StoredInPartition) / float64(k.DueInPartition)
+		if c := res.Kills[i].Partition; c != nil && c.Due > 0 {
+			c.StoredPct = 100 * float64(c.Stored) / float64(c.Due)
 		}
 	}
 	for _, k := range res.Kills {
@@ -730,11 +735,12 @@ func (r *ChaosResult) WriteText(w io.Writer) {
 		if parts > 0 {
 			fmt.Fprintf(w, "  each partition, cut to heal (back is the heal): of the fires (timer fires and wait ends) due during it, how many were stored in the inbox before the heal, and the latest of them\n")
 			for _, k := range r.Kills {
-				if !k.Partition || k.Skipped {
+				c := k.Partition
+				if c == nil || k.Skipped {
 					continue
 				}
 				fmt.Fprintf(w, "  partition %d %s %s (%s) at %.1fs for %.1fs: due during it %d, stored during it %d (%.1f%%), max lateness %.0f ms; lost %d, dup %d (due until the next fault)\n",
-					k.N, k.Kind, k.Target, k.Addr, k.AtS, float64(k.BackMs)/1000, k.DueInPartition, k.StoredInPartition, k.StoredInPartitionPct, k.MaxLateInPartitionMs, k.Lost, k.Duplicated)
+					k.N, k.Kind, k.Target, c.Addr, k.AtS, float64(k.BackMs)/1000, c.Due, c.Stored, c.StoredPct, c.MaxLateMs, k.Lost, k.Duplicated)
 			}
 		}
 		for _, k := range r.Kills {

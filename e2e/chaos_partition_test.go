@@ -67,8 +67,8 @@ func TestBenchChaosPartition(t *testing.T) {
 		t.Errorf("partitions %v, kills %v: want one timers-leader partition, no kill", res.PartitionsByKind, res.KillsByKind)
 	}
 	for _, k := range res.Kills {
-		if k.Partition && k.Addr == "" {
-			t.Errorf("partition %d of %s: no address", k.N, k.Target)
+		if k.Partition == nil || k.Partition.Addr == "" {
+			t.Errorf("partition %d of %s: no partition figures or address: %+v", k.N, k.Target, k.Partition)
 		}
 	}
 	if res.Timers.Expected == 0 || res.Waits.Created == 0 {
