@@ -24,6 +24,7 @@ import (
 	"github.com/chime-nats/chime/internal/backoff"
 	"github.com/chime-nats/chime/internal/directget"
 	"github.com/chime-nats/chime/internal/natsproc"
+	"github.com/chime-nats/chime/internal/netns"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
 	"github.com/chime-nats/chime/waits"
@@ -34,6 +35,15 @@ const (
 	KillReplica = "replica" // SIGKILL a chime replica, restart it after Down
 	KillServer  = "server"  // SIGKILL a nats-server (a random one), restart it on its store after Down
 	KillLeader  = "leader"  // SIGKILL the leader of CHIME_INBOX or KV_chime_timers, in turn, and restart it
+)
+
+// Partition kinds of a chaos run: a network namespace cut off from every
+// other for Down, then healed, its processes running all along.
+const (
+	PartitionInboxLeader  = "inbox-leader"  // the nats-server leading CHIME_INBOX
+	PartitionTimersLeader = "timers-leader" // the nats-server leading KV_chime_timers
+	PartitionReplica      = "replica"       // a chime replica, in turn
+	PartitionNode         = "node"          // a nats-server leading neither, in turn (any, in turn, if each leads one)
 )
 
 // LateAfter is how late a delivery may be before it counts as late.
@@ -55,11 +65,16 @@ type ChaosOptions struct {
 	Every       time.Duration // a kill every this
 	Down        time.Duration // how long a killed process stays down
 	Kill        []string      // kill kinds, done in turn
-	Grace       time.Duration // waited after the last due time before the inbox is read
-	Keep        bool          // keep the work dir (stores, logs) even when nothing went wrong
-	Exe         string        // the chime binary run as `serve`; default chime beside this binary, else on PATH
-	Progress    io.Writer     // a line per phase and per kill; nil: none
-	Log         *slog.Logger
+	// Partition kinds, done in turn instead of kills (the two exclude each
+	// other): each server and replica then runs in a network namespace of
+	// its own, and the bench talks to them from the host over a bridge.
+	// Needs a cluster, root and the ip tool.
+	Partition []string
+	Grace     time.Duration // waited after the last due time before the inbox is read
+	Keep      bool          // keep the work dir (stores, logs) even when nothing went wrong
+	Exe       string        // the chime binary run as `serve`; default chime beside this binary, else on PATH
+	Progress  io.Writer     // a line per phase and per kill; nil: none
+	Log       *slog.Logger
 }
 
 // Validate checks the options.
@@ -91,6 +106,19 @@ func (o *ChaosOptions) Validate() error {
 			return fmt.Errorf("bench: --kill: unknown kind %q (replica, server, leader)", k)
 		}
 	}
+	for _, k := range o.Partition {
+		if k != PartitionInboxLeader && k != PartitionTimersLeader && k != PartitionReplica && k != PartitionNode {
+			return fmt.Errorf("bench: --partition: unknown kind %q (inbox-leader, timers-leader, replica, node)", k)
+		}
+	}
+	if len(o.Partition) > 0 {
+		switch {
+		case len(o.Kill) > 0:
+			return errors.New("bench: --partition and --kill exclude each other: give --kill \"\" with --partition")
+		case o.Servers < 3:
+			return errors.New("bench: --partition needs a cluster (--servers 3-5): a partitioned standalone server is just a down one")
+		}
+	}
 	return nil
 }
 
@@ -115,6 +143,7 @@ type chaosRun struct {
 	conns    []*nats.Conn
 	js       jetstream.JetStream
 	cluster  *natsproc.ClusterT // nil on a standalone server
+	lab      *netns.Lab         // with partitions: a namespace per server and replica
 	servers  []*natsproc.Server
 	replicas []*replicaProc
 	start    time.Time // when load began
@@ -131,6 +160,7 @@ type chaosRun struct {
 	otherOnce   sync.Once
 	nextReplica int
 	leaderTurn  int
+	nodeTurn    int
 }
 
 type requestStats struct {
@@ -194,6 +224,11 @@ func Chaos(ctx context.Context, o ChaosOptions) (res *ChaosResult, err error) {
 		_ = os.RemoveAll(r.work.dir)
 	}()
 
+	if len(o.Partition) > 0 {
+		if err := r.makeLab(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err := r.startNATS(ctx); err != nil {
 		return nil, err
 	}
@@ -229,8 +264,15 @@ func (r *chaosRun) startNATS(ctx context.Context) error {
 		r.servers = []*natsproc.Server{s}
 	} else {
 		r.progress("starting a cluster of %d nats-servers (work dir %s)", r.o.Servers, r.work.dir)
+		var each func(int, *natsproc.Options)
+		if r.lab != nil {
+			each = func(i int, o *natsproc.Options) {
+				m := r.lab.Member(o.Name)
+				o.Host, o.Wrap = m.Addr.String(), m.Wrap()
+			}
+		}
 		var err error
-		if r.cluster, err = r.work.cluster(ctx, r.o.Servers); err != nil {
+		if r.cluster, err = r.work.cluster(ctx, r.o.Servers, each); err != nil {
 			return fmt.Errorf("bench: nats cluster: %w", err)
 		}
 		r.servers = r.cluster.Servers
@@ -262,11 +304,23 @@ func (r *chaosRun) startReplicas(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
+	var tokensFile string
+	if r.lab != nil {
+		if tokensFile, err = r.operatorTokens(); err != nil {
+			return err
+		}
+	}
 	for i := range r.o.Replicas {
 		p := &replicaProc{
 			id:       fmt.Sprintf("chaos-r%d", i+1),
 			httpAddr: fmt.Sprintf("127.0.0.1:%d", ports[i]),
 			exe:      r.o.Exe,
+		}
+		if r.lab != nil {
+			// In its namespace, on its address: the host reaches it over
+			// the bridge, and it can be cut off.
+			m := r.lab.Member(p.id)
+			p.httpAddr, p.wrap = fmt.Sprintf("%s:%d", m.Addr, ports[i]), m.Wrap()
 		}
 		p.logPath = filepath.Join(r.work.dir, p.id+".log")
 		// Later entries win: the run's own settings over the caller's.
@@ -282,6 +336,9 @@ func (r *chaosRun) startReplicas(ctx context.Context) error {
 		if r.o.Repeating > 0 && r.o.Interval < time.Second {
 			// Shorter than the default minimum: the run asked for it.
 			p.env = append(p.env, "CHIME_MIN_INTERVAL="+r.o.Interval.Truncate(time.Millisecond).String())
+		}
+		if tokensFile != "" {
+			p.env = append(p.env, "CHIME_OPERATOR_TOKENS_FILE="+tokensFile)
 		}
 		r.work.Cleanup(p.kill)
 		r.replicas = append(r.replicas, p)
@@ -299,9 +356,15 @@ func (r *chaosRun) startReplicas(ctx context.Context) error {
 // connect opens the bench's connections: they reconnect forever, as an
 // agent's would.
 func (r *chaosRun) connect() error {
+	opts := []nats.Option{nats.Name("chime-bench chaos"), nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}
+	if r.lab != nil {
+		// A connection to a cut server sees no reset: only missed pings
+		// tell, and the run's connections must move to a server it can
+		// reach within seconds, as an agent's would be expected to.
+		opts = append(opts, nats.PingInterval(time.Second), nats.MaxPingsOutstanding(2), nats.Timeout(2*time.Second))
+	}
 	for range 4 {
-		nc, err := nats.Connect(r.urls(), nats.Name("chime-bench chaos"),
-			nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+		nc, err := nats.Connect(r.urls(), opts...)
 		if err != nil {
 			return fmt.Errorf("bench: connect: %w", err)
 		}
@@ -330,8 +393,12 @@ func (r *chaosRun) load(ctx context.Context) error {
 		return err
 	}
 	r.start = time.Now()
-	r.progress("load for %v: %g one-shot timers/s (due 1-5 s), %d repeating every %v, %d calendar every second, %g waits/s (2-4 s), %d agents; kills every %v (%s), down %v",
-		r.o.Duration, r.o.Rate, r.o.Repeating, r.o.Interval, r.o.Calendar, r.o.WaitRate, r.o.Agents, r.o.Every, strings.Join(r.o.Kill, ","), r.o.Down)
+	faults := "kills"
+	if len(r.o.Partition) > 0 {
+		faults = "partitions"
+	}
+	r.progress("load for %v: %g one-shot timers/s (due 1-5 s), %d repeating every %v, %d calendar every second, %g waits/s (2-4 s), %d agents; %s every %v (%s), down %v",
+		r.o.Duration, r.o.Rate, r.o.Repeating, r.o.Interval, r.o.Calendar, r.o.WaitRate, r.o.Agents, faults, r.o.Every, strings.Join(r.faultKinds(), ","), r.o.Down)
 	loadCtx, stop := context.WithTimeout(ctx, r.o.Duration)
 	defer stop()
 	sem := make(chan struct{}, inflightMax)
@@ -347,7 +414,7 @@ func (r *chaosRun) load(ctx context.Context) error {
 	r.mu.Lock()
 	created, waited := len(r.timers)-r.o.Repeating-r.o.Calendar, len(r.waits)
 	r.mu.Unlock()
-	r.progress("load done at %.1fs: %d one-shot timers and %d waits acknowledged, %d kills", r.since(time.Now()), created, waited, len(r.kills))
+	r.progress("load done at %.1fs: %d one-shot timers and %d waits acknowledged, %d %s", r.since(time.Now()), created, waited, len(r.kills), faults)
 	r.cancelRepeating(ctx)
 
 	r.mu.Lock()

@@ -27,6 +27,10 @@ type killRecord struct {
 	caughtUp     time.Time // cluster: every chime stream has its replicas current
 	errs         []string
 	skipped      bool // no target was found: nothing was killed
+	// Partitions: cut is set, at is the cut and back the heal; addr is
+	// the target's address in its namespace.
+	cut  bool
+	addr string
 }
 
 func (k *killRecord) fail(err error) { k.errs = append(k.errs, err.Error()) }
@@ -51,7 +55,8 @@ var chimeStreams = []string{
 // a kill in progress (its restart) finishes on ctx. A kill that outlasts
 // Every is followed by the next one at once.
 func (r *chaosRun) killer(loadCtx, ctx context.Context) {
-	if len(r.o.Kill) == 0 {
+	kinds := r.faultKinds()
+	if len(kinds) == 0 {
 		return
 	}
 	next := r.start.Add(r.o.Every)
@@ -59,14 +64,16 @@ func (r *chaosRun) killer(loadCtx, ctx context.Context) {
 		if !backoff.Sleep(loadCtx, time.Until(next)) {
 			return
 		}
-		k := &killRecord{n: i + 1, kind: r.o.Kill[i%len(r.o.Kill)]}
-		switch k.kind {
-		case KillReplica:
+		k := &killRecord{n: i + 1, kind: kinds[i%len(kinds)]}
+		switch {
+		case len(r.o.Partition) > 0:
+			r.partition(ctx, k)
+		case k.kind == KillReplica:
 			r.killReplica(ctx, k)
-		case KillServer:
+		case k.kind == KillServer:
 			s := r.servers[rand.IntN(len(r.servers))]
 			r.killServer(ctx, k, s)
-		case KillLeader:
+		case k.kind == KillLeader:
 			r.killLeader(ctx, k)
 		}
 		r.mu.Lock()
@@ -191,18 +198,26 @@ func (r *chaosRun) watchElection(ctx context.Context, stream string, killed *nat
 
 func (r *chaosRun) killLine(k *killRecord) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "kill %d at %.1fs: %s ", k.n, r.since(k.at), k.kind)
+	what, back := "kill", "back %v after the kill"
+	if k.cut {
+		what, back = "partition", "healed %v after the cut"
+	}
+	fmt.Fprintf(&b, "%s %d at %.1fs: %s ", what, k.n, r.since(k.at), k.kind)
 	if k.stream != "" {
 		fmt.Fprintf(&b, "of %s ", k.stream)
 	}
-	fmt.Fprintf(&b, "%s (pid %d)", k.target, k.pid)
+	fmt.Fprintf(&b, "%s (pid %d", k.target, k.pid)
+	if k.addr != "" {
+		fmt.Fprintf(&b, ", %s", k.addr)
+	}
+	b.WriteString(")")
 	if k.skipped {
 		fmt.Fprintf(&b, ": skipped")
 	} else {
 		if !k.elected.IsZero() {
 			fmt.Fprintf(&b, ", new leader %s after %v", k.newLeader, ms3(k.elected.Sub(k.at)))
 		}
-		fmt.Fprintf(&b, ", back %v after the kill", ms3(k.back.Sub(k.at)))
+		fmt.Fprintf(&b, ", "+back, ms3(k.back.Sub(k.at)))
 		if !k.caughtUp.IsZero() {
 			fmt.Fprintf(&b, ", streams current after %v", ms3(k.caughtUp.Sub(k.at)))
 		}

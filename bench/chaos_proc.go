@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -61,8 +62,8 @@ func (w *workDir) standalone() (*natsproc.Server, error) {
 
 // cluster starts a cluster of n nats-servers in the work dir, closed by
 // close, and waits until JetStream can place streams on all of them.
-func (w *workDir) cluster(ctx context.Context, n int) (*natsproc.ClusterT, error) {
-	c, err := natsproc.Cluster(n, w.natsOptions())
+func (w *workDir) cluster(ctx context.Context, n int, each func(int, *natsproc.Options)) (*natsproc.ClusterT, error) {
+	c, err := natsproc.ClusterEach(n, w.natsOptions(), each)
 	if err != nil {
 		return nil, err
 	}
@@ -92,6 +93,7 @@ type replicaProc struct {
 	id, httpAddr, logPath, exe string
 	pprofAddr                  string // serving /debug/pprof; empty: not
 	env                        []string
+	wrap                       []string // command prefix, e.g. ip netns exec; it must exec exe
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -111,7 +113,8 @@ func (p *replicaProc) start() error {
 		return fmt.Errorf("replica %s: log: %w", p.id, err)
 	}
 	fmt.Fprintf(f, "=== chaos: start %d of %s at %s ===\n", p.starts, p.id, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(p.exe, "serve")
+	argv := append(slices.Clone(p.wrap), p.exe, "serve")
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = p.env
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = sysProcAttr()
@@ -167,6 +170,7 @@ func (p *replicaProc) waitReady(ctx context.Context, d time.Duration) error {
 	if done == nil {
 		return fmt.Errorf("replica %s: not running", p.id)
 	}
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	c := http.Client{Timeout: time.Second}
@@ -181,6 +185,9 @@ func (p *replicaProc) waitReady(ctx context.Context, d time.Duration) error {
 		case <-done:
 			return fmt.Errorf("replica %s: exited while starting (see %s)", p.id, p.logPath)
 		case <-ctx.Done():
+			if err := parent.Err(); err != nil { // the run was ended, not the replica slow
+				return fmt.Errorf("replica %s: not ready: %w", p.id, err)
+			}
 			return fmt.Errorf("replica %s: not ready within %v (see %s)", p.id, d, p.logPath)
 		case <-time.After(100 * time.Millisecond):
 		}

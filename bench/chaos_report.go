@@ -27,9 +27,12 @@ type ChaosResult struct {
 	Lost       int `json:"lost"`
 	Duplicated int `json:"duplicated"`
 	// OtherDeliveries are inbox messages of other kinds (none expected).
-	OtherDeliveries int            `json:"other_deliveries"`
-	Kills           []ChaosKill    `json:"kills"`
-	KillsByKind     map[string]int `json:"kills_by_kind"`
+	OtherDeliveries int `json:"other_deliveries"`
+	// Kills are the kills, or the partitions, in order.
+	Kills       []ChaosKill    `json:"kills"`
+	KillsByKind map[string]int `json:"kills_by_kind"`
+	// PartitionsByKind counts the partitions done, by kind.
+	PartitionsByKind map[string]int `json:"partitions_by_kind,omitempty"`
 	// BeforeKills counts what was due before the first kill.
 	BeforeKills ChaosTally `json:"before_kills"`
 	// WorstTakeover is the kill with the largest TakeoverMs.
@@ -60,6 +63,7 @@ type ChaosConfig struct {
 	EveryS      float64   `json:"every_s"`
 	DownS       float64   `json:"down_s"`
 	Kill        []string  `json:"kill"`
+	Partition   []string  `json:"partition,omitempty"`
 	GraceS      float64   `json:"grace_s"`
 }
 
@@ -177,6 +181,22 @@ type ChaosKill struct {
 	TakeoverMs  float64 `json:"takeover_ms"`
 	// Of everything due from this kill until the next one.
 	ChaosTally
+	// Partition is set on partitions only: AtS is then the cut, BackMs
+	// the heal.
+	Partition *ChaosCut `json:"partition,omitempty"`
+}
+
+// ChaosCut is what a partition cost, beside its kill-like figures.
+type ChaosCut struct {
+	Addr string `json:"addr"` // the target's address in its namespace
+	// Due: timer occurrences and wait ends due between the cut and the
+	// heal; Stored of them were stored in the inbox before the heal
+	// (StoredPct percent); MaxLateMs is the latest any of them was stored
+	// after its due time (lost ones aside: they count in Lost).
+	Due       int     `json:"due"`
+	Stored    int     `json:"stored"`
+	StoredPct float64 `json:"stored_pct"`
+	MaxLateMs float64 `json:"max_late_ms"`
 }
 
 // ChaosWorst names the kill with the worst takeover.
@@ -207,7 +227,7 @@ func (r *chaosRun) config() ChaosConfig {
 		LoadStart: r.start, Servers: r.o.Servers, JSReplicas: r.jsReplicas(), Replicas: r.o.Replicas, DurationS: r.o.Duration.Seconds(),
 		Rate: r.o.Rate, Agents: r.o.Agents, Repeating: r.o.Repeating, IntervalMs: r.o.Interval.Milliseconds(), Calendar: r.o.Calendar,
 		WaitRate: r.o.WaitRate, CancelEvery: r.o.CancelEvery, EveryS: r.o.Every.Seconds(), DownS: r.o.Down.Seconds(),
-		Kill: r.o.Kill, GraceS: r.o.Grace.Seconds(),
+		Kill: r.o.Kill, Partition: r.o.Partition, GraceS: r.o.Grace.Seconds(),
 	}
 }
 
@@ -515,6 +535,9 @@ func (r *chaosRun) killFigures(res *ChaosResult, items []item, unacked []time.Ti
 			N: k.n, Kind: k.kind, Target: k.target, Stream: k.stream, NewLeader: k.newLeader, AtS: r.since(k.at),
 			BackMs: k.back.Sub(k.at).Milliseconds(), Errors: k.errs, Skipped: k.skipped,
 		}
+		if k.cut {
+			ck.Partition = &ChaosCut{Addr: k.addr}
+		}
 		if !k.elected.IsZero() {
 			ck.ElectedMs = k.elected.Sub(k.at).Milliseconds()
 		}
@@ -522,7 +545,14 @@ func (r *chaosRun) killFigures(res *ChaosResult, items []item, unacked []time.Ti
 			ck.CaughtUpMs = k.caughtUp.Sub(k.at).Milliseconds()
 		}
 		res.Kills = append(res.Kills, ck)
-		if !k.skipped {
+		switch {
+		case k.skipped:
+		case k.cut:
+			if res.PartitionsByKind == nil {
+				res.PartitionsByKind = map[string]int{}
+			}
+			res.PartitionsByKind[k.kind]++
+		default:
 			res.KillsByKind[k.kind]++
 		}
 	}
@@ -536,6 +566,15 @@ func (r *chaosRun) killFigures(res *ChaosResult, items []item, unacked []time.Ti
 				break
 			}
 			tally = &res.Kills[i].ChaosTally
+			if c := res.Kills[i].Partition; c != nil && !k.skipped && !it.due.After(k.back) {
+				c.Due++
+				if !it.lost {
+					c.MaxLateMs = max(c.MaxLateMs, ms(it.late))
+					if !it.due.Add(it.late).After(k.back) {
+						c.Stored++
+					}
+				}
+			}
 			if !k.skipped && !it.due.After(k.outageEnd()) {
 				res.Kills[i].DueInOutage++
 				if !it.lost {
@@ -560,6 +599,11 @@ func (r *chaosRun) killFigures(res *ChaosResult, items []item, unacked []time.Ti
 			tally = &res.Kills[i].ChaosTally
 		}
 		tally.CreatedWithoutReply++
+	}
+	for i := range res.Kills {
+		if c := res.Kills[i].Partition; c != nil && c.Due > 0 {
+			c.StoredPct = 100 * float64(c.Stored) / float64(c.Due)
+		}
 	}
 	for _, k := range res.Kills {
 		if k.DueInOutage > 0 && (res.WorstTakeover == nil || k.TakeoverMs > res.WorstTakeover.TakeoverMs) {
@@ -620,7 +664,9 @@ func (r *ChaosResult) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "chaos: %s, %d chime replicas, %gs of load: %g one-shots/s over %d agents, %d repeating every %dms, %g waits/s\n",
 		topo, c.Replicas, c.DurationS, c.Rate, c.Agents, c.Repeating, c.IntervalMs, c.WaitRate)
-	if len(c.Kill) > 0 {
+	if len(c.Partition) > 0 {
+		fmt.Fprintf(w, "partitions every %gs in turn: %s, each cut for %gs; grace %gs; load began %s\n", c.EveryS, strings.Join(c.Partition, ","), c.DownS, c.GraceS, c.LoadStart.Format(time.RFC3339Nano))
+	} else if len(c.Kill) > 0 {
 		fmt.Fprintf(w, "kills every %gs in turn: %s, down %gs; grace %gs; load began %s\n", c.EveryS, strings.Join(c.Kill, ","), c.DownS, c.GraceS, c.LoadStart.Format(time.RFC3339Nano))
 	} else {
 		fmt.Fprintf(w, "no kills; grace %gs; load began %s\n", c.GraceS, c.LoadStart.Format(time.RFC3339Nano))
@@ -656,9 +702,18 @@ func (r *ChaosResult) WriteText(w io.Writer) {
 		total += r.KillsByKind[k]
 		byKind = append(byKind, fmt.Sprintf("%s %d", k, r.KillsByKind[k]))
 	}
-	if total > 0 {
+	parts := 0
+	var partsByKind []string
+	for _, k := range sortedKinds(r.PartitionsByKind) {
+		parts += r.PartitionsByKind[k]
+		partsByKind = append(partsByKind, fmt.Sprintf("%s %d", k, r.PartitionsByKind[k]))
+	}
+	switch {
+	case total > 0:
 		fmt.Fprintf(w, "kills: %d (%s)\n", total, strings.Join(byKind, ", "))
-	} else {
+	case parts > 0:
+		fmt.Fprintf(w, "partitions: %d (%s)\n", parts, strings.Join(partsByKind, ", "))
+	default:
 		fmt.Fprintf(w, "kills: 0\n")
 	}
 	if len(r.Kills) > 0 {
@@ -677,6 +732,17 @@ func (r *ChaosResult) WriteText(w io.Writer) {
 				msOrDash(k.ElectedMs), msOrDash(k.BackMs), msOrDash(k.CaughtUpMs), k.DueInOutage, k.TakeoverMs, k.Late, k.Lost, k.Duplicated, k.CreatedWithoutReply)
 		}
 		tw.Flush()
+		if parts > 0 {
+			fmt.Fprintf(w, "  each partition, cut to heal (back is the heal): of the fires (timer fires and wait ends) due during it, how many were stored in the inbox before the heal, and the latest of them\n")
+			for _, k := range r.Kills {
+				c := k.Partition
+				if c == nil || k.Skipped {
+					continue
+				}
+				fmt.Fprintf(w, "  partition %d %s %s (%s) at %.1fs for %.1fs: due during it %d, stored during it %d (%.1f%%), max lateness %.0f ms; lost %d, dup %d (due until the next fault)\n",
+					k.N, k.Kind, k.Target, c.Addr, k.AtS, float64(k.BackMs)/1000, c.Due, c.Stored, c.StoredPct, c.MaxLateMs, k.Lost, k.Duplicated)
+			}
+		}
 		for _, k := range r.Kills {
 			for _, e := range k.Errors {
 				fmt.Fprintf(w, "  kill %d error: %s\n", k.N, firstLine(e))

@@ -549,7 +549,7 @@ func startFleet(ctx context.Context, o fleetOptions) (f *fleet, err error) {
 		if s, err = f.work.standalone(); err == nil {
 			f.servers = []*natsproc.Server{s}
 		}
-	} else if f.cluster, err = f.work.cluster(ctx, o.servers); err == nil {
+	} else if f.cluster, err = f.work.cluster(ctx, o.servers, nil); err == nil {
 		f.servers = f.cluster.Servers
 	}
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/chime-nats/chime/bench"
@@ -26,7 +27,8 @@ const benchUsage = `chime-bench timers [-n N] [-c C] [--lead D] [--spread D] [--
        chime-bench notify [--rate R] [--duration D] [--agents N] [--clients N] [--prefill [--limit N]] [--http URL] [--json]
        chime-bench notify-memory [--servers 1|3] [--replicas N] [--agents A] [--per-agent K] [--detail-bytes D] [--lists N] [--max-rss B] [--exe PATH] [--json]
        chime-bench chaos [--servers 1|3] [--replicas N] [--duration D] [--rate R] [--every D]
-                         [--kill replica,server,leader] [--down D] [--exe PATH] [--json] (see chime-bench chaos --help)
+                         [--kill replica,server,leader | --partition inbox-leader,timers-leader,replica,node]
+                         [--down D] [--exe PATH] [--json] (see chime-bench chaos --help)
        chime-bench scale [--servers 1|3] [--replicas 1,2,3] [--partitions P] [-n N] [--agents A] [-c C] [--lead D] [--profile DIR] [--exe PATH] [--json]
        chime-bench capacity [--servers 1|3] [--replicas 1,2,3] [--timers N] [--agents A] [-c C] [--exe PATH] [--json]
        chime-bench tasks [--output-mib N] [--concurrent N] [--timer-every D] [--embedded] [--exe PATH] [--json]
@@ -183,8 +185,10 @@ func (a *app) benchNotify(ctx context.Context, args []string) error {
 // it ignores CHIME_NATS_URL.
 func (a *app) benchChaos(ctx context.Context, args []string) error {
 	o := bench.ChaosOptions{Log: a.benchLog(), Progress: a.Stderr}
-	var kill string
+	var kill, partition string
+	var flags *flag.FlagSet
 	return a.runBench(ctx, "chaos", args, func(fs *flag.FlagSet) {
+		flags = fs
 		fs.IntVar(&o.Servers, "servers", 3, "nats-servers: 1 (standalone) or 3 (a JetStream cluster; chime's streams at R3)")
 		fs.IntVar(&o.Replicas, "replicas", 3, "chime replicas, child processes running --exe serve")
 		fs.DurationVar(&o.Duration, "duration", 2*time.Minute, "how long load is applied and kills are done")
@@ -198,18 +202,34 @@ func (a *app) benchChaos(ctx context.Context, args []string) error {
 		fs.DurationVar(&o.Every, "every", 10*time.Second, "a kill every this")
 		fs.StringVar(&kill, "kill", "replica,server,leader", "what to SIGKILL, in turn: replica (a chime replica), server (a random nats-server), "+
 			"leader (the server leading CHIME_INBOX or KV_chime_timers, alternately)")
-		fs.DurationVar(&o.Down, "down", 3*time.Second, "how long a killed process stays down before it is restarted")
+		fs.StringVar(&partition, "partition", "", "network partitions to do, in turn, instead of kills (--kill is then off unless given): "+
+			"inbox-leader (cut off the server leading CHIME_INBOX), timers-leader (the server leading KV_chime_timers), "+
+			"replica (a chime replica, from every server), node (a server leading neither, in turn); "+
+			"each server and replica then runs in a network namespace of its own on a bridge (Linux, root, iproute2's ip; --servers 3-5)")
+		fs.DurationVar(&o.Down, "down", 3*time.Second, "how long a killed process stays down before it is restarted, or a partition lasts before it heals")
 		fs.DurationVar(&o.Grace, "grace", 10*time.Second, "waited after the last due time before the inbox is read")
 		fs.BoolVar(&o.Keep, "keep", false, "keep the work dir (stores, server and replica logs); it is kept anyway when something was lost or duplicated")
 		fs.StringVar(&o.Exe, "exe", "", exeUsage)
 	}, func(ctx context.Context) (result, error) {
-		for k := range strings.SplitSeq(kill, ",") {
-			if k = strings.TrimSpace(k); k != "" {
-				o.Kill = append(o.Kill, k)
-			}
+		killGiven := false
+		flags.Visit(func(f *flag.Flag) { killGiven = killGiven || f.Name == "kill" })
+		o.Partition = splitList(partition)
+		if len(o.Partition) == 0 || killGiven {
+			o.Kill = splitList(kill)
 		}
 		return bench.Chaos(ctx, o)
 	})
+}
+
+// splitList splits a comma-separated flag, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for k := range strings.SplitSeq(v, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // benchScale runs its own nats-servers and replicas of chime, as chaos
@@ -396,7 +416,9 @@ func (a *app) runBench(ctx context.Context, name string, args []string, flags fu
 		}
 		defer pprof.StopCPUProfile()
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
+	// SIGTERM too: a bench ended by a supervisor must still stop its
+	// processes and delete what it made (chaos --partition's namespaces).
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, err := fn(ctx)
 	if err != nil {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,8 +15,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// ClusterT is a JetStream cluster of nats-server processes on 127.0.0.1,
-// named "chime", whose servers are n1, n2, ... in Servers.
+// ClusterT is a JetStream cluster of nats-server processes (on 127.0.0.1
+// unless ClusterEach gives them hosts), named "chime", whose servers are
+// n1, n2, ... in Servers.
 type ClusterT struct {
 	Servers []*Server
 }
@@ -29,6 +32,13 @@ const pollInterval = 100 * time.Millisecond
 // Logf, Config and ConnectOptions; with base.Dir set, server nK keeps its
 // files in Dir/nK. On error every server started is closed.
 func Cluster(n int, base Options) (c *ClusterT, err error) {
+	return ClusterEach(n, base, nil)
+}
+
+// ClusterEach is Cluster with each server's options passed to each (i from
+// 0) before the server is made, to give it a Host and a Wrap of its own,
+// e.g. a network namespace per server. Ports stay those Cluster picks.
+func ClusterEach(n int, base Options, each func(i int, o *Options)) (c *ClusterT, err error) {
 	if n < 1 {
 		return nil, fmt.Errorf("natsproc: cluster of %d servers", n)
 	}
@@ -36,9 +46,27 @@ func Cluster(n int, base Options) (c *ClusterT, err error) {
 	if err != nil {
 		return nil, err
 	}
+	opts := make([]Options, n)
 	routes := make([]string, n)
 	for i := range n {
-		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", ports[2*i+1])
+		opts[i] = Options{
+			Name:           fmt.Sprintf("n%d", i+1),
+			Host:           "127.0.0.1",
+			ClientPort:     ports[2*i],
+			ClusterPort:    ports[2*i+1],
+			ClusterName:    "chime",
+			Bin:            base.Bin,
+			Logf:           base.Logf,
+			Config:         base.Config,
+			ConnectOptions: base.ConnectOptions,
+		}
+		if base.Dir != "" {
+			opts[i].Dir = filepath.Join(base.Dir, opts[i].Name)
+		}
+		if each != nil {
+			each(i, &opts[i])
+		}
+		routes[i] = "nats://" + net.JoinHostPort(opts[i].Host, strconv.Itoa(opts[i].ClusterPort))
 	}
 	c = &ClusterT{}
 	started := c // c is nil by the time a failure's return runs this
@@ -51,20 +79,8 @@ func Cluster(n int, base Options) (c *ClusterT, err error) {
 		others := make([]string, 0, n-1)
 		others = append(others, routes[:i]...)
 		others = append(others, routes[i+1:]...)
-		o := Options{
-			Name:           fmt.Sprintf("n%d", i+1),
-			ClientPort:     ports[2*i],
-			ClusterPort:    ports[2*i+1],
-			ClusterName:    "chime",
-			Routes:         others,
-			Bin:            base.Bin,
-			Logf:           base.Logf,
-			Config:         base.Config,
-			ConnectOptions: base.ConnectOptions,
-		}
-		if base.Dir != "" {
-			o.Dir = filepath.Join(base.Dir, o.Name)
-		}
+		o := opts[i]
+		o.Routes = others
 		s, err := New(o)
 		if err != nil {
 			return nil, err

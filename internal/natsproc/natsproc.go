@@ -1,6 +1,7 @@
 // Package natsproc runs real nats-server processes for fault tests and for
 // the benches (chaos, scale, inbox, ...): a standalone server or a JetStream
-// cluster on 127.0.0.1, killed with SIGKILL and restarted on the same store.
+// cluster on 127.0.0.1 (or on given hosts, wrapped in a command such as
+// ip netns exec), killed with SIGKILL and restarted on the same store.
 // Every call returns an error; tests that want t.Fatal use the natsproctest
 // adapter.
 package natsproc

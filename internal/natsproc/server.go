@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,9 +25,16 @@ type Options struct {
 	// Name is the server_name. JetStream ties a store to it, so it must stay
 	// the same across restarts. Default: "natsproc-<client port>".
 	Name string
-	// ClientPort is the client port on 127.0.0.1. Default: a free port.
+	// Host is the address the server listens on, for clients and routes,
+	// and the host of its URLs. Default: 127.0.0.1.
+	Host string
+	// Wrap, when set, is the command prefix the binary runs under, e.g.
+	// "ip netns exec ns1" to run it in a network namespace. It must exec
+	// the server, so that Kill and Stop signal the server itself.
+	Wrap []string
+	// ClientPort is the client port on Host. Default: a free port.
 	ClientPort int
-	// ClusterPort is the route port on 127.0.0.1; 0 means no cluster.
+	// ClusterPort is the route port on Host; 0 means no cluster.
 	ClusterPort int
 	// ClusterName defaults to "chime" when ClusterPort is set.
 	ClusterName string
@@ -108,6 +117,10 @@ func New(opts Options) (*Server, error) {
 		opts.StoreDir = filepath.Join(dir, "store")
 	}
 	opts.Routes = slices.Clone(opts.Routes)
+	opts.Wrap = slices.Clone(opts.Wrap)
+	if opts.Host == "" {
+		opts.Host = "127.0.0.1"
+	}
 	if opts.ClusterPort != 0 && opts.ClusterName == "" {
 		opts.ClusterName = "chime"
 	}
@@ -150,10 +163,10 @@ func Standalone(opts Options) (*Server, error) {
 func (s *Server) config() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "server_name: %s\n", quote(s.opts.Name))
-	fmt.Fprintf(&b, "listen: \"127.0.0.1:%d\"\n", s.opts.ClientPort)
+	fmt.Fprintf(&b, "listen: %s\n", quote(net.JoinHostPort(s.opts.Host, strconv.Itoa(s.opts.ClientPort))))
 	fmt.Fprintf(&b, "jetstream {\n  store_dir: %s\n}\n", quote(s.opts.StoreDir))
 	if s.opts.ClusterPort != 0 {
-		fmt.Fprintf(&b, "cluster {\n  name: %s\n  listen: \"127.0.0.1:%d\"\n", quote(s.opts.ClusterName), s.opts.ClusterPort)
+		fmt.Fprintf(&b, "cluster {\n  name: %s\n  listen: %s\n", quote(s.opts.ClusterName), quote(net.JoinHostPort(s.opts.Host, strconv.Itoa(s.opts.ClusterPort))))
 		if len(s.opts.Routes) > 0 {
 			b.WriteString("  routes: [\n")
 			for _, r := range s.opts.Routes {
@@ -177,14 +190,18 @@ func quote(v string) string {
 func (s *Server) Name() string { return s.opts.Name }
 
 // ClientURL is the client URL, the same across restarts.
-func (s *Server) ClientURL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.opts.ClientPort) }
+func (s *Server) ClientURL() string { return s.url(s.opts.ClientPort) }
+
+func (s *Server) url(port int) string {
+	return "nats://" + net.JoinHostPort(s.opts.Host, strconv.Itoa(port))
+}
 
 // ClusterURL is the route URL, empty without a cluster port.
 func (s *Server) ClusterURL() string {
 	if s.opts.ClusterPort == 0 {
 		return ""
 	}
-	return fmt.Sprintf("nats://127.0.0.1:%d", s.opts.ClusterPort)
+	return s.url(s.opts.ClusterPort)
 }
 
 // StoreDir is the JetStream store directory, kept across restarts.
@@ -341,7 +358,8 @@ func (s *Server) trySpawn() error {
 	// The child writes to the file directly: no copying goroutine to leak,
 	// and the log survives a test binary that dies mid-test.
 	fmt.Fprintf(f, "=== natsproc: start %d of %s at %s ===\n", s.starts, s.opts.Name, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(s.bin, "-c", s.confPath)
+	argv := append(slices.Clone(s.opts.Wrap), s.bin, "-c", s.confPath)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = sysProcAttr()
 	err = cmd.Start()
