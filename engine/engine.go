@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/pacer"
 	"github.com/chime-nats/chime/partitions"
 	"github.com/chime-nats/chime/subjects"
@@ -699,7 +700,8 @@ func createBucket(ctx context.Context, js jetstream.JetStream, c jetstream.KeyVa
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", sizedError("bucket", c.Bucket, c.MaxBytes, err))
 	}
-	return kv, nil
+	// Updates that end without writing confirm their read on the leader.
+	return kvrec.WithLeader(kv, js.Conn()), nil
 }
 
 // Heal re-creates every stream and bucket that is missing (deleted by

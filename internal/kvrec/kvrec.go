@@ -27,6 +27,34 @@ import (
 // other writers. Transient failures do not count: the deadline bounds those.
 const casAttempts = 16
 
+// confirm reads key's record from the leader, to check a read that may
+// have been stale: the record and its revision, or nil and 0 when the
+// leader holds none (missing, deleted or purged).
+func confirm[T any](ctx context.Context, leader leaderGetter, key string) (*T, uint64, error) {
+	type read struct {
+		data []byte
+		rev  uint64
+	}
+	r, err := Retried(ctx, func(ctx context.Context) (read, error) {
+		data, rev, err := leader.leaderGet(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return read{}, nil
+		}
+		return read{data, rev}, err
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("confirm %s on the leader: %w", key, err)
+	}
+	if r.rev == 0 {
+		return nil, 0, nil
+	}
+	v, err := decode[T](key, r.data)
+	if err != nil {
+		return nil, 0, err
+	}
+	return v, r.rev, nil
+}
+
 // conflictsBeforePause is how many CAS conflicts in a row are retried at
 // once before the retries pause (see conflictPause).
 const conflictsBeforePause = 3
@@ -172,6 +200,8 @@ func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, cr
 	o := newOptions(opts)
 	p := &pacer{}
 	var writes []unsure
+	leader, _ := kv.(leaderGetter)
+	confirmed := leader == nil // nothing to confirm with
 	for conflicts := 0; conflicts < casAttempts; {
 		v, rev := o.cur, o.rev
 		o.cur = nil // the caller's copy serves the first attempt only
@@ -191,11 +221,37 @@ func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, cr
 				rev = e.Revision()
 			case errors.Is(err, jetstream.ErrKeyNotFound) && create:
 				v = new(T)
+			case errors.Is(err, jetstream.ErrKeyNotFound) && !confirmed:
+				// Missing, as read: the leader says whether it is.
+				confirmed = true
+				lv, lrev, lerr := confirm[T](ctx, leader, key)
+				if lerr != nil {
+					return nil, 0, false, lerr
+				}
+				if lv == nil {
+					return nil, 0, false, err
+				}
+				v, rev = lv, lrev
 			default:
 				return nil, 0, false, err
 			}
 		}
 		changed, err := change(v)
+		if err == nil && !changed && !confirmed {
+			// Nothing to write, as read: the leader says whether that
+			// read was current.
+			confirmed = true
+			lv, lrev, lerr := confirm[T](ctx, leader, key)
+			switch {
+			case lerr != nil:
+				return nil, 0, false, lerr
+			case lv == nil && rev != 0:
+				return nil, 0, false, jetstream.ErrKeyNotFound // gone since
+			case lv != nil && lrev != rev:
+				o.cur, o.rev = lv, lrev // it was not: decide again on the leader's
+				continue
+			}
+		}
 		if err != nil || !changed {
 			return v, rev, false, err
 		}

@@ -50,3 +50,41 @@ func LeaderLast(ctx context.Context, nc *nats.Conn, bucket, filter string) (*Las
 	}
 	return &Last{Seq: res.Message.Seq, Data: res.Message.Data}, nil
 }
+
+// WithLeader gives kv a way to read its stream's leader, through nc: an
+// UpdateRev that would end without writing (the key missing, or the change
+// finding nothing to do) confirms what it read there first. A KV get may be
+// answered by a follower that lags (a server back from a partition, still
+// catching up): a write decided on its answer meets a revision mismatch
+// and reads again, but a decision to write nothing would stand on stale
+// state: a wait fire finding no wait, or a wait not armed yet.
+func WithLeader(kv jetstream.KeyValue, nc *nats.Conn) jetstream.KeyValue {
+	if kv == nil || nc == nil {
+		return kv
+	}
+	return leaderKV{KeyValue: kv, nc: nc}
+}
+
+type leaderKV struct {
+	jetstream.KeyValue
+	nc *nats.Conn
+}
+
+// leaderGetter is a KeyValue that can read its leader (WithLeader).
+type leaderGetter interface {
+	leaderGet(ctx context.Context, key string) (data []byte, rev uint64, err error)
+}
+
+// leaderGet reads key's last value from the leader: jetstream.ErrKeyNotFound
+// when there is none, or it was deleted or purged (a marker's data is
+// empty; no record is).
+func (l leaderKV) leaderGet(ctx context.Context, key string) ([]byte, uint64, error) {
+	last, err := LeaderLast(ctx, l.nc, l.Bucket(), key)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(last.Data) == 0 {
+		return nil, 0, jetstream.ErrKeyNotFound
+	}
+	return last.Data, last.Seq, nil
+}

@@ -7,17 +7,32 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/chime-nats/chime/internal/natstest"
 )
+
+// jetStreamServer starts an embedded JetStream server on 127.0.0.1 (not
+// natstest's: the engine it starts through imports this package).
+func jetStreamServer(t *testing.T) *server.Server {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	return ns
+}
 
 // TestTransient classifies errors as a real server and the clients produce
 // them. The cluster errors cannot come from one server; they are built the
 // way the clients decode them from the server's reply.
 func TestTransient(t *testing.T) {
-	ns := natstest.Server(t)
+	ns := jetStreamServer(t)
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
 		t.Fatal(err)
