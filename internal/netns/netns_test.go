@@ -155,6 +155,24 @@ func TestLab(t *testing.T) {
 		t.Fatalf("%s to healed %s: %q, %v", b.NS, addr, got, err)
 	}
 
+	// Separated, a and b no longer reach each other; the host still
+	// reaches a. Joined, b reaches a again.
+	if err := lab.Separate(ctx, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := fromB(); err == nil {
+		t.Errorf("%s to %s separated from it: %q", b.NS, addr, got)
+	}
+	if got, err := greet(addr); got != "hello" {
+		t.Fatalf("host to %s, separated from %s only: %q, %v", addr, b.NS, got, err)
+	}
+	if err := lab.Join(ctx, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := fromB(); got != "hello" {
+		t.Fatalf("%s to %s joined again: %q, %v", b.NS, addr, got, err)
+	}
+
 	_ = listener.Process.Kill()
 	if err := lab.Close(); err != nil {
 		t.Fatal(err)
