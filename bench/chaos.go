@@ -250,7 +250,13 @@ func Chaos(ctx context.Context, o ChaosOptions) (res *ChaosResult, err error) {
 	if err != nil {
 		return nil, err
 	}
-	return r.analyze(obs), nil
+	res = r.analyze(obs)
+	if r.lab != nil {
+		if acks := r.duplicateAcks(ctx); len(acks) > 0 {
+			res.DuplicateAcks = acks
+		}
+	}
+	return res, nil
 }
 
 func (r *chaosRun) startNATS(ctx context.Context) error {
