@@ -43,6 +43,11 @@ type ChaosResult struct {
 	// replica's chime_fire_duplicates_total at the end: fire publishes the
 	// inbox stream acknowledged as duplicates. Absent when not exposed.
 	DuplicateAcks map[string]int `json:"duplicate_acks,omitempty"`
+	// NotCurrentAtRead are the streams with a replica still behind when
+	// the records and the inbox were read (after 60 s of waiting each):
+	// a lagging replica answering a direct get makes lost or unapplied
+	// figures possibly the reader's, not chime's.
+	NotCurrentAtRead []string `json:"not_current_at_read,omitempty"`
 	// Examples name the first lost, duplicated and latest deliveries.
 	Examples []string `json:"examples,omitempty"`
 	OK       bool     `json:"ok"` // nothing lost or duplicated
@@ -780,6 +785,9 @@ func (r *ChaosResult) WriteText(w io.Writer) {
 			total += r.DuplicateAcks[id]
 		}
 		fmt.Fprintf(w, "fire publishes acknowledged as duplicates (chime_fire_duplicates_total): %d (%s)\n", total, strings.Join(acks, ", "))
+	}
+	if len(r.NotCurrentAtRead) > 0 {
+		fmt.Fprintf(w, "read while a replica was behind (records read from it may be stale: lost and unapplied may be overcounted): %s\n", strings.Join(r.NotCurrentAtRead, ", "))
 	}
 	if len(r.Examples) > 0 {
 		fmt.Fprintf(w, "examples (times are seconds into the load):\n")
