@@ -246,11 +246,19 @@ func Chaos(ctx context.Context, o ChaosOptions) (res *ChaosResult, err error) {
 	if err := r.load(ctx); err != nil {
 		return nil, err
 	}
+	stale := r.waitCurrent(ctx)
 	obs, err := r.observe(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return r.analyze(obs), nil
+	res = r.analyze(obs)
+	res.NotCurrentAtRead = stale
+	if r.lab != nil {
+		if acks := r.duplicateAcks(ctx); len(acks) > 0 {
+			res.DuplicateAcks = acks
+		}
+	}
+	return res, nil
 }
 
 func (r *chaosRun) startNATS(ctx context.Context) error {
@@ -698,6 +706,35 @@ func (r *chaosRun) observe(ctx context.Context) (*observed, error) {
 	}
 	r.progress("read %d timer records, %d wait records, %d inbox messages", len(obs.timers), len(obs.waits), len(obs.inbox))
 	return obs, nil
+}
+
+// readCurrentTries bounds waitCurrent: this many WaitStreamCurrent
+// rounds of at most 20 s each per stream.
+const readCurrentTries = 3
+
+// waitCurrent waits, on a cluster, until chime's streams and the history
+// have every replica current before they are read: direct gets (the
+// history's records) are answered by any replica, and one still catching
+// up after a fault answers with what it has, which would count as lost
+// or not applied. It returns the streams still behind, read anyway.
+func (r *chaosRun) waitCurrent(ctx context.Context) []string {
+	if r.cluster == nil {
+		return nil
+	}
+	var behind []string
+	for _, st := range append(slices.Clone(chimeStreams), engine.HistoryStream) {
+		var err error
+		for range readCurrentTries {
+			if err = r.cluster.WaitStreamCurrent(ctx, r.js, st); err == nil || ctx.Err() != nil {
+				break
+			}
+		}
+		if err != nil {
+			r.progress("reading while %s is not current: %v", st, err)
+			behind = append(behind, st)
+		}
+	}
+	return behind
 }
 
 // reading runs read up to 5 times, 2 s apart, until it succeeds.

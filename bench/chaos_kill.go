@@ -31,6 +31,9 @@ type killRecord struct {
 	// the target's address in its namespace.
 	cut  bool
 	addr string
+	// dupAcks: the replicas' duplicate publish acks from just before the
+	// cut until the streams were current again; nil when unknown.
+	dupAcks *int
 }
 
 func (k *killRecord) fail(err error) { k.errs = append(k.errs, err.Error()) }

@@ -1,15 +1,19 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -86,6 +90,7 @@ func (r *chaosRun) partition(ctx context.Context, k *killRecord) {
 	}
 	m := r.lab.Member(k.target)
 	k.addr = m.Addr.String()
+	acksBefore := r.duplicateAcks(ctx)
 	k.at = time.Now()
 	if err := r.lab.Cut(ctx, k.target); err != nil {
 		k.fail(err)
@@ -121,6 +126,7 @@ func (r *chaosRun) partition(ctx context.Context, k *killRecord) {
 		k.fail(err)
 	}
 	k.caughtUp = time.Now()
+	k.dupAcks = acksDelta(acksBefore, r.duplicateAcks(ctx))
 }
 
 // nodeToCut is a server leading neither CHIME_INBOX nor KV_chime_timers,
@@ -155,4 +161,71 @@ func (r *chaosRun) operatorTokens() (string, error) {
 		return "", fmt.Errorf("bench: operator tokens file: %w", err)
 	}
 	return path, nil
+}
+
+// duplicatesMetric counts a replica's fire publishes the inbox stream
+// acknowledged as duplicates: stored before, by an earlier attempt or by
+// another replica.
+const duplicatesMetric = "chime_fire_duplicates_total"
+
+// duplicateAcks reads duplicatesMetric from each replica's /metrics; a
+// replica that does not answer, or a chime without the metric, is left out.
+func (r *chaosRun) duplicateAcks(ctx context.Context) map[string]int {
+	out := map[string]int{}
+	c := http.Client{Timeout: 2 * time.Second}
+	for _, p := range r.replicas {
+		n, err := scrapeCounter(ctx, &c, "http://"+p.httpAddr+"/metrics", duplicatesMetric)
+		if err == nil {
+			out[p.id] = n
+		}
+	}
+	return out
+}
+
+// scrapeCounter reads an unlabelled counter from a Prometheus text page.
+func scrapeCounter(ctx context.Context, c *http.Client, url, name string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	res, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("%s: %s", url, res.Status)
+	}
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				return 0, fmt.Errorf("%s: %s: %w", url, name, err)
+			}
+			return int(f), nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("%s: %w", url, err)
+	}
+	return 0, fmt.Errorf("%s: no %s", url, name)
+}
+
+// acksDelta is the sum over the replicas in both of after minus before;
+// nil when no replica is in both.
+func acksDelta(before, after map[string]int) *int {
+	var sum int
+	found := false
+	for id, a := range after {
+		if b, ok := before[id]; ok {
+			sum += a - b
+			found = true
+		}
+	}
+	if !found {
+		return nil
+	}
+	return &sum
 }

@@ -1,6 +1,9 @@
 package bench
 
 import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -75,5 +78,31 @@ func TestPartitionFigures(t *testing.T) {
 	}
 	if k.Lost != 1 || k.Duplicated != 1 || res.PartitionsByKind[PartitionTimersLeader] != 1 || len(res.KillsByKind) != 0 {
 		t.Errorf("lost %d, dup %d, partitions %v, kills %v", k.Lost, k.Duplicated, res.PartitionsByKind, res.KillsByKind)
+	}
+}
+
+func TestScrapeDuplicates(t *testing.T) {
+	page := "# HELP chime_fire_duplicates_total x\n# TYPE chime_fire_duplicates_total counter\n" +
+		"chime_fire_duplicates_total_other 9\nchime_fire_duplicates_total 42\nchime_timer_fires_total 7\n"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/old/metrics" {
+			fmt.Fprint(w, "chime_timer_fires_total 7\n")
+			return
+		}
+		fmt.Fprint(w, page)
+	}))
+	defer srv.Close()
+	n, err := scrapeCounter(t.Context(), srv.Client(), srv.URL+"/metrics", duplicatesMetric)
+	if err != nil || n != 42 {
+		t.Errorf("scrape: %d, %v; want 42", n, err)
+	}
+	if _, err := scrapeCounter(t.Context(), srv.Client(), srv.URL+"/old/metrics", duplicatesMetric); err == nil {
+		t.Error("a page without the counter gave no error")
+	}
+	if d := acksDelta(map[string]int{"a": 1, "b": 5}, map[string]int{"a": 4, "b": 5, "c": 100}); d == nil || *d != 3 {
+		t.Errorf("delta %v, want 3 (c has no before)", d)
+	}
+	if d := acksDelta(map[string]int{"a": 1}, map[string]int{}); d != nil {
+		t.Errorf("delta %d with no replica in both, want nil", *d)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -38,6 +39,15 @@ type ChaosResult struct {
 	// WorstTakeover is the kill with the largest TakeoverMs.
 	WorstTakeover *ChaosWorst          `json:"worst_takeover,omitempty"`
 	ReplicaLogs   map[string]LogCounts `json:"replica_logs"`
+	// DuplicateAcks are, with partitions (replicas never restart), each
+	// replica's chime_fire_duplicates_total at the end: fire publishes the
+	// inbox stream acknowledged as duplicates. Absent when not exposed.
+	DuplicateAcks map[string]int `json:"duplicate_acks,omitempty"`
+	// NotCurrentAtRead are the streams with a replica still behind when
+	// the records and the inbox were read (after 60 s of waiting each):
+	// a lagging replica answering a direct get makes lost or unapplied
+	// figures possibly the reader's, not chime's.
+	NotCurrentAtRead []string `json:"not_current_at_read,omitempty"`
 	// Examples name the first lost, duplicated and latest deliveries.
 	Examples []string `json:"examples,omitempty"`
 	OK       bool     `json:"ok"` // nothing lost or duplicated
@@ -197,6 +207,11 @@ type ChaosCut struct {
 	Stored    int     `json:"stored"`
 	StoredPct float64 `json:"stored_pct"`
 	MaxLateMs float64 `json:"max_late_ms"`
+	// DuplicateAcks: fire publishes the inbox stream acknowledged as
+	// duplicates (chime_fire_duplicates_total, all replicas) from the cut
+	// until every chime stream was current after the heal; absent when
+	// the replicas do not expose the counter.
+	DuplicateAcks *int `json:"duplicate_acks,omitempty"`
 }
 
 // ChaosWorst names the kill with the worst takeover.
@@ -536,7 +551,7 @@ func (r *chaosRun) killFigures(res *ChaosResult, items []item, unacked []time.Ti
 			BackMs: k.back.Sub(k.at).Milliseconds(), Errors: k.errs, Skipped: k.skipped,
 		}
 		if k.cut {
-			ck.Partition = &ChaosCut{Addr: k.addr}
+			ck.Partition = &ChaosCut{Addr: k.addr, DuplicateAcks: k.dupAcks}
 		}
 		if !k.elected.IsZero() {
 			ck.ElectedMs = k.elected.Sub(k.at).Milliseconds()
@@ -739,8 +754,12 @@ func (r *ChaosResult) WriteText(w io.Writer) {
 				if c == nil || k.Skipped {
 					continue
 				}
-				fmt.Fprintf(w, "  partition %d %s %s (%s) at %.1fs for %.1fs: due during it %d, stored during it %d (%.1f%%), max lateness %.0f ms; lost %d, dup %d (due until the next fault)\n",
-					k.N, k.Kind, k.Target, c.Addr, k.AtS, float64(k.BackMs)/1000, c.Due, c.Stored, c.StoredPct, c.MaxLateMs, k.Lost, k.Duplicated)
+				acks := "?"
+				if c.DuplicateAcks != nil {
+					acks = strconv.Itoa(*c.DuplicateAcks)
+				}
+				fmt.Fprintf(w, "  partition %d %s %s (%s) at %.1fs for %.1fs: due during it %d, stored during it %d (%.1f%%), max lateness %.0f ms; lost %d, dup %d (due until the next fault); duplicate acks %s\n",
+					k.N, k.Kind, k.Target, c.Addr, k.AtS, float64(k.BackMs)/1000, c.Due, c.Stored, c.StoredPct, c.MaxLateMs, k.Lost, k.Duplicated, acks)
 			}
 		}
 		for _, k := range r.Kills {
@@ -758,6 +777,18 @@ func (r *ChaosResult) WriteText(w io.Writer) {
 		logs = append(logs, fmt.Sprintf("%s: %d starts, %d WARN, %d ERROR", id, l.Starts, l.Warn, l.Error))
 	}
 	fmt.Fprintf(w, "replica logs: %s\n", strings.Join(logs, "; "))
+	if len(r.DuplicateAcks) > 0 {
+		var acks []string
+		total := 0
+		for _, id := range slices.Sorted(maps.Keys(r.DuplicateAcks)) {
+			acks = append(acks, fmt.Sprintf("%s %d", id, r.DuplicateAcks[id]))
+			total += r.DuplicateAcks[id]
+		}
+		fmt.Fprintf(w, "fire publishes acknowledged as duplicates (chime_fire_duplicates_total): %d (%s)\n", total, strings.Join(acks, ", "))
+	}
+	if len(r.NotCurrentAtRead) > 0 {
+		fmt.Fprintf(w, "read while a replica was behind (records read from it may be stale: lost and unapplied may be overcounted): %s\n", strings.Join(r.NotCurrentAtRead, ", "))
+	}
 	if len(r.Examples) > 0 {
 		fmt.Fprintf(w, "examples (times are seconds into the load):\n")
 		for _, e := range r.Examples {
