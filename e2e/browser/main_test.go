@@ -94,6 +94,19 @@ func startServe(t testing.TB, id string, env ...string) *proc {
 func startServeAt(t testing.TB, id, httpAddr string, env ...string) *proc {
 	t.Helper()
 	p := &proc{httpAddr: httpAddr, id: id, logs: &syncBuffer{}, exited: make(chan error, 1)}
+	// A restart on the same address: another socket (an outgoing
+	// connection's ephemeral port) may hold it for a moment.
+	for free := time.Now().Add(10 * time.Second); ; {
+		ln, err := net.Listen("tcp", httpAddr)
+		if err == nil {
+			ln.Close()
+			break
+		}
+		if time.Now().After(free) {
+			t.Fatalf("the address %s stays in use: %v", httpAddr, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	p.cmd = exec.Command(binary, "serve")
 	// As in e2e: the default limits are harder than the tests' load.
 	harness := []string{"CHIME_CREATE_RATE=0", "CHIME_MIN_INTERVAL=100ms"}
