@@ -157,6 +157,7 @@ type chaosRun struct {
 	cancelFail  int
 	lastDue     time.Time
 	stats       requestStats
+	failedAt    []time.Time // when each attempt that failed for want of chime (not a real answer) began
 	otherOnce   sync.Once
 	nextReplica int
 	leaderTurn  int
@@ -484,6 +485,7 @@ func (r *chaosRun) call(ctx context.Context, fn func(context.Context) error) err
 		if attempt > 0 {
 			r.stats.retries.Add(1)
 		}
+		began := time.Now()
 		actx, acancel := context.WithTimeout(ctx, attemptTimeout)
 		err := fn(actx)
 		acancel()
@@ -491,6 +493,11 @@ func (r *chaosRun) call(ctx context.Context, fn func(context.Context) error) err
 			return nil
 		}
 		var e *subjects.Error
+		if !errors.As(err, &e) || e.Code == subjects.CodeUnavailable || e.Code == subjects.CodeInternal {
+			r.mu.Lock()
+			r.failedAt = append(r.failedAt, began)
+			r.mu.Unlock()
+		}
 		switch {
 		case errors.As(err, &e) && e.Code == subjects.CodeUnavailable:
 			r.stats.unavailable.Add(1)

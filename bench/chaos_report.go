@@ -212,6 +212,11 @@ type ChaosCut struct {
 	// until every chime stream was current after the heal; absent when
 	// the replicas do not expose the counter.
 	DuplicateAcks *int `json:"duplicate_acks,omitempty"`
+	// FailedUntilMs: the latest request attempt begun during the cut that
+	// failed for want of chime (timed out, no responder, unavailable),
+	// counted from the cut; 0 when none failed. Past it, every request
+	// was answered.
+	FailedUntilMs int64 `json:"failed_until_ms"`
 }
 
 // ChaosWorst names the kill with the worst takeover.
@@ -605,6 +610,14 @@ func (r *chaosRun) killFigures(res *ChaosResult, items []item, unacked []time.Ti
 		}
 		tally.Duplicated += it.dup
 	}
+	for _, at := range r.failedAt {
+		for i, k := range r.kills {
+			c := res.Kills[i].Partition
+			if c != nil && !k.skipped && !at.Before(k.at) && !at.After(k.back) {
+				c.FailedUntilMs = max(c.FailedUntilMs, at.Sub(k.at).Milliseconds())
+			}
+		}
+	}
 	for _, at := range unacked {
 		tally := &res.BeforeKills
 		for i, k := range r.kills {
@@ -758,8 +771,8 @@ func (r *ChaosResult) WriteText(w io.Writer) {
 				if c.DuplicateAcks != nil {
 					acks = strconv.Itoa(*c.DuplicateAcks)
 				}
-				fmt.Fprintf(w, "  partition %d %s %s (%s) at %.1fs for %.1fs: due during it %d, stored during it %d (%.1f%%), max lateness %.0f ms; lost %d, dup %d (due until the next fault); duplicate acks %s\n",
-					k.N, k.Kind, k.Target, c.Addr, k.AtS, float64(k.BackMs)/1000, c.Due, c.Stored, c.StoredPct, c.MaxLateMs, k.Lost, k.Duplicated, acks)
+				fmt.Fprintf(w, "  partition %d %s %s (%s) at %.1fs for %.1fs: due during it %d, stored during it %d (%.1f%%), max lateness %.0f ms; requests failed until %s after the cut; lost %d, dup %d (due until the next fault); duplicate acks %s\n",
+					k.N, k.Kind, k.Target, c.Addr, k.AtS, float64(k.BackMs)/1000, c.Due, c.Stored, c.StoredPct, c.MaxLateMs, msOrDash(c.FailedUntilMs), k.Lost, k.Duplicated, acks)
 			}
 		}
 		for _, k := range r.Kills {

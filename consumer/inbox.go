@@ -97,7 +97,7 @@ func (i *Inbox) Deliver(ctx context.Context, env *subjects.Envelope) (*jetstream
 	if err != nil {
 		return nil, err
 	}
-	ack, err := i.js.PublishMsg(ctx, m)
+	ack, err := Publish(ctx, i.js, m)
 	if errors.Is(err, nats.ErrMaxPayload) {
 		return nil, fmt.Errorf("deliver %s: %w: %w", env.ID, ErrPoison, err)
 	}

@@ -113,7 +113,7 @@ func (s *Settler) settle(ctx context.Context, d *consumer.Delivery) error {
 // the last message on its subject).
 func (s *Store) announce(ctx context.Context, agentID, taskID string) error {
 	m := schedule.At(subjects.TaskSchedule(agentID, taskID), subjects.TaskSettle(agentID, taskID), s.now().Add(s.settleAfter))
-	if _, err := s.js.PublishMsg(ctx, m); err != nil {
+	if _, err := consumer.Publish(ctx, s.js, m); err != nil {
 		return fmt.Errorf("tasks: announce the result of %s: %w", taskID, err)
 	}
 	return nil

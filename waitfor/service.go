@@ -388,7 +388,7 @@ func (s *Service) schedule(ctx context.Context, w *WaitFor) error {
 	m.Header.Set("Nats-Schedule-TTL", scheduleTTL)
 	m.Header.Set(jetstream.MsgIDHeader, "schedule_"+w.ID)
 	m.Data = []byte(w.ID)
-	if _, err := s.cfg.JS.PublishMsg(ctx, m); err != nil {
+	if _, err := consumer.Publish(ctx, s.cfg.JS, m); err != nil {
 		return fmt.Errorf("waitfor: schedule recheck of %s: %w", w.ID, err)
 	}
 	return nil
