@@ -166,10 +166,10 @@ func (s *Server) config() string {
 	fmt.Fprintf(&b, "listen: %s\n", quote(net.JoinHostPort(s.opts.Host, strconv.Itoa(s.opts.ClientPort))))
 	fmt.Fprintf(&b, "jetstream {\n  store_dir: %s\n}\n", quote(s.opts.StoreDir))
 	// As the runbook asks of chime's servers: a client cut off by the
-	// network is dropped after two unanswered pings (4-6 s), not the
-	// default 2 minutes during which its queue subscriptions still take
-	// requests.
-	b.WriteString("ping_interval: \"2s\"\nping_max: 2\n")
+	// network is dropped after two unanswered pings (2-4 s: a busy
+	// client's first ping waits a quiet second), not the default 2
+	// minutes during which its queue subscriptions still take requests.
+	b.WriteString("ping_interval: \"1s\"\nping_max: 2\n")
 	if s.opts.ClusterPort != 0 {
 		fmt.Fprintf(&b, "cluster {\n  name: %s\n  listen: %s\n", quote(s.opts.ClusterName), quote(net.JoinHostPort(s.opts.Host, strconv.Itoa(s.opts.ClusterPort))))
 		if len(s.opts.Routes) > 0 {
