@@ -52,7 +52,11 @@ func TestStoredResultIsDeliveredWithoutRetry(t *testing.T) {
 			if err := res.JS.DeleteStream(ctx, engine.InboxStream); err != nil {
 				t.Fatal(err)
 			}
-			if err := tc.report(ctx, reporter); err == nil {
+			// A request's own deadline: delivery is retried within it.
+			rctx, rcancel := context.WithTimeout(ctx, 3*time.Second)
+			err := tc.report(rctx, reporter)
+			rcancel()
+			if err == nil {
 				t.Fatal("reported into a missing inbox stream: no error")
 			}
 			stored, _, err := reporter.List(ctx, "a", 10, subjects.CursorPos{})
