@@ -368,9 +368,11 @@ func (r *chaosRun) connect() error {
 	opts := []nats.Option{nats.Name("chime-bench chaos"), nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}
 	if r.lab != nil {
 		// A connection to a cut server sees no reset: only missed pings
-		// tell, and the run's connections must move to a server it can
-		// reach within seconds, as an agent's would be expected to.
-		opts = append(opts, nats.PingInterval(time.Second), nats.MaxPingsOutstanding(2), nats.Timeout(2*time.Second))
+		// or a stalled write tell (see engine.WriteStall), and the run's
+		// connections must move to a server it can reach within seconds,
+		// as an agent's would be expected to.
+		opts = append(opts, nats.PingInterval(time.Second), nats.MaxPingsOutstanding(2), nats.Timeout(2*time.Second),
+			nats.FlusherTimeout(2*time.Second), nats.ReconnectOnFlusherError())
 	}
 	for range 4 {
 		nc, err := nats.Connect(r.urls(), opts...)

@@ -782,10 +782,18 @@ func TLSOptions(caFile, certFile, keyFile string) []nats.Option {
 
 // How chime's connection notices a server it can no longer reach: a ping
 // every PingInterval, and the connection is given up (and another server
-// tried) when MaxPingsOutstanding go unanswered, about 6 s after the cut.
+// tried) when MaxPingsOutstanding go unanswered, 4-6 s after the cut; or
+// when a write stalls for WriteStall.
 const (
 	PingInterval        = 2 * time.Second
 	MaxPingsOutstanding = 2
+	// WriteStall bounds one write to the server. A busy replica fills its
+	// socket's send buffer within moments of a cut, and nats.go's flusher
+	// then blocks in the write holding the connection's lock, which the
+	// ping timer needs too: no ping goes out or counts as unanswered until
+	// the write gives up (measured: a replica stuck on a cut-off server for
+	// the whole 20 s cut, until the heal reset the socket).
+	WriteStall = 2 * PingInterval
 )
 
 // Connect opens chime's connection, retrying reconnects forever: a replica
@@ -802,6 +810,8 @@ func Connect(o ConnectOptions, log *slog.Logger) (*nats.Conn, error) {
 		// client reconnects to another server of the cluster.
 		nats.PingInterval(PingInterval),
 		nats.MaxPingsOutstanding(MaxPingsOutstanding),
+		nats.FlusherTimeout(WriteStall),
+		nats.ReconnectOnFlusherError(),
 		// Nothing is held back to be sent after a reconnect: a fire
 		// published while disconnected fails at once and its occurrence
 		// is retried under a valid lease, by whichever replica holds it
@@ -865,6 +875,12 @@ func asyncErrors(log *slog.Logger) nats.ErrHandler {
 		subj := ""
 		if sub != nil {
 			subj = sub.Subject
+		}
+		if _, ok := errors.AsType[net.Error](err); ok && sub == nil {
+			// A write to the server failed (stalled past WriteStall, or
+			// reset): the connection is given up and another server tried.
+			log.Warn("nats write failed: reconnecting", "err", err)
+			return
 		}
 		if !errors.Is(err, nats.ErrPermissionViolation) {
 			log.Error("nats async error", "subject", subj, "err", err)
