@@ -99,6 +99,8 @@ type Watch struct {
 	lastGap gap
 	// skipLog paces the log of status-shaped messages passed over.
 	skipLog *pacer.Pacer
+	// lagLog paces the log of consumers placed again off a lagging copy.
+	lagLog *pacer.Pacer
 	// probing holds off a second probe while one runs: many waiters
 	// stuck behind a lagging watch must not each read the stream.
 	probing atomic.Bool
@@ -126,6 +128,7 @@ func New(c Config) *Watch {
 	}
 	w.changed = sync.NewCond(&w.mu)
 	w.skipLog = pacer.New(10 * time.Second)
+	w.lagLog = pacer.New(10 * time.Second)
 	return w
 }
 
@@ -486,7 +489,23 @@ func (w *Watch) run(ctx context.Context) {
 var (
 	errRecreated = errors.New("bucket re-created")
 	errReplay    = errors.New("replay asked for")
+	errLagging   = errors.New("consumer placed on a copy of the bucket that is behind its leader")
 )
+
+// lagging names the server of a consumer (cons) that holds a copy of its
+// stream (stream: the stream's leader's view) that is not current, or ""
+// when it is current, the leader itself, or not clustered.
+func lagging(stream, cons *jetstream.ClusterInfo) string {
+	if stream == nil || cons == nil || cons.Leader == "" || cons.Leader == stream.Leader {
+		return ""
+	}
+	for _, p := range stream.Replicas {
+		if p.Name == cons.Leader && !p.Current {
+			return p.Name
+		}
+	}
+	return ""
+}
 
 // consume runs one consumer from revision next (0: the current values)
 // until it fails; it returns the revision to resume from.
@@ -538,6 +557,17 @@ func (w *Watch) consume(ctx context.Context, next uint64) (uint64, error) {
 		defer cancel()
 		_ = w.cfg.JS.DeleteConsumer(dctx, w.stream, name)
 	}()
+	if peer := lagging(stream.CachedInfo().Cluster, cons.CachedInfo().Cluster); peer != "" {
+		// The server placed it on a copy still catching up (a server back
+		// from a partition): its view lacks what the others stored
+		// meanwhile, and a shard loaded from it would never fire those
+		// records. Placement is random among the stream's servers; the
+		// next one is likely current.
+		w.lagLog.Do(1, func(n int64) {
+			w.log.Info("watch consumer placed on a lagging copy; placing it again", "server", peer, "times", n)
+		})
+		return next, fmt.Errorf("%w: on %s", errLagging, peer)
+	}
 	if cons.CachedInfo().NumPending == 0 {
 		w.caughtUp() // nothing to load, or nothing left after a failure mid-load
 	}
