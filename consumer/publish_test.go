@@ -15,25 +15,36 @@ import (
 	"github.com/chime-nats/chime/internal/natstest"
 )
 
-// A stream leader on the minority side of a partition never answers: the
-// publish is sent again after an attempt's time, not held for the caller's
-// whole deadline. The "stream" here is a responder that drops the first
-// request, as a cut-off leader does, and acks the second.
-func TestPublishRetriesAnUnansweredAttempt(t *testing.T) {
-	ns := natstest.Server(t)
-	js := natstest.JetStream(t, ns)
-	nc := js.Conn()
+// fakeStream answers publishes to subject in place of a stream: answer
+// gets the request's number (1 for the first) and returns the reply, or
+// nil to leave it unanswered. It returns how many requests came.
+func fakeStream(t *testing.T, subject string, answer func(n int32) []byte) (jetstream.JetStream, *atomic.Int32) {
+	t.Helper()
+	js := natstest.JetStream(t, natstest.Server(t))
 	var asked atomic.Int32
-	sub, err := nc.Subscribe("lost.leader", func(m *nats.Msg) {
-		if asked.Add(1) == 1 {
-			return
+	sub, err := js.Conn().Subscribe(subject, func(m *nats.Msg) {
+		if reply := answer(asked.Add(1)); reply != nil {
+			_ = m.Respond(reply)
 		}
-		_ = m.Respond([]byte(`{"stream":"S","seq":7}`))
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Unsubscribe()
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return js, &asked
+}
+
+// A stream leader on the minority side of a partition never answers: the
+// publish is sent again after an attempt's time, not held for the caller's
+// whole deadline. The "stream" drops the first request, as a cut-off
+// leader does, and acks the second.
+func TestPublishRetriesAnUnansweredAttempt(t *testing.T) {
+	js, asked := fakeStream(t, "lost.leader", func(n int32) []byte {
+		if n == 1 {
+			return nil
+		}
+		return []byte(`{"stream":"S","seq":7}`)
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	m := nats.NewMsg("lost.leader")
@@ -49,21 +60,12 @@ func TestPublishRetriesAnUnansweredAttempt(t *testing.T) {
 
 // A refusal by the stream is an answer: it is returned, not retried.
 func TestPublishReturnsARefusal(t *testing.T) {
-	ns := natstest.Server(t)
-	js := natstest.JetStream(t, ns)
-	nc := js.Conn()
-	var asked atomic.Int32
-	sub, err := nc.Subscribe("refusing", func(m *nats.Msg) {
-		asked.Add(1)
-		_ = m.Respond([]byte(`{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"}}`))
+	js, asked := fakeStream(t, "refusing", func(int32) []byte {
+		return []byte(`{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"}}`)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err = consumer.Publish(ctx, js, nats.NewMsg("refusing"))
+	_, err := consumer.Publish(ctx, js, nats.NewMsg("refusing"))
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) || apiErr.ErrorCode != 10077 {
 		t.Fatalf("publish: %v, want the stream's refusal", err)
@@ -76,13 +78,7 @@ func TestPublishReturnsARefusal(t *testing.T) {
 // The caller's deadline bounds every attempt together; running out while
 // nothing answers is the engine unavailable.
 func TestPublishEndsWithItsContext(t *testing.T) {
-	ns := natstest.Server(t)
-	js := natstest.JetStream(t, ns)
-	sub, err := js.Conn().Subscribe("silent", func(*nats.Msg) {})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
+	js, _ := fakeStream(t, "silent", func(int32) []byte { return nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	if _, err := consumer.Publish(ctx, js, nats.NewMsg("silent")); !errors.Is(err, kvrec.ErrUnavailable) {
