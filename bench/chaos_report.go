@@ -239,7 +239,8 @@ func (r *ChaosResult) Err() error {
 	if r.OK {
 		return nil
 	}
-	return fmt.Errorf("bench chaos: %d deliveries lost, %d duplicated", r.Lost, r.Duplicated)
+	return fmt.Errorf("bench chaos: %d deliveries lost, %d duplicated, %d cadence ticks and %d calendar times skipped",
+		r.Lost, r.Duplicated, r.Timers.TicksNotCovered, r.Timers.CalendarTicksNotCovered)
 }
 
 func (r *chaosRun) config() ChaosConfig {
@@ -541,7 +542,8 @@ func (r *chaosRun) analyze(obs *observed) *ChaosResult {
 
 	res.Lost = t.Lost + w.Lost
 	res.Duplicated = t.Duplicated + w.Duplicated
-	res.OK = res.Lost == 0 && res.Duplicated == 0
+	// A tick skipped silently is as much a broken promise as a lost fire.
+	res.OK = res.Lost == 0 && res.Duplicated == 0 && t.TicksNotCovered == 0 && t.CalendarTicksNotCovered == 0
 	r.killFigures(res, items, unacked)
 	res.Examples = examples(findings)
 	return res
@@ -809,9 +811,9 @@ func (r *ChaosResult) WriteText(w io.Writer) {
 		}
 	}
 	if r.OK {
-		fmt.Fprintf(w, "result: OK, nothing lost or duplicated\n")
+		fmt.Fprintf(w, "result: OK, nothing lost, duplicated or skipped\n")
 	} else {
-		fmt.Fprintf(w, "result: FAILED, %d lost, %d duplicated\n", r.Lost, r.Duplicated)
+		fmt.Fprintf(w, "result: FAILED, %d lost, %d duplicated, %d ticks skipped\n", r.Lost, r.Duplicated, r.Timers.TicksNotCovered+r.Timers.CalendarTicksNotCovered)
 	}
 	if r.WorkDir != "" {
 		fmt.Fprintf(w, "work dir (server and replica logs): %s\n", r.WorkDir)
