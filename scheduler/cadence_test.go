@@ -265,6 +265,48 @@ func TestCadenceSurvivesATakeoverBehindASlowDuplicateAck(t *testing.T) {
 	checkCovered(t, storedFires(t, res.JS, tm.AgentID, tm.ID), interval)
 }
 
+// unreadable is a JetStream whose streams cannot be looked up: an
+// envelope stored in the inbox cannot be read back (a copy that does not
+// answer, under a partition), though publishes go through.
+type unreadable struct{ jetstream.JetStream }
+
+func (unreadable) Stream(context.Context, string) (jetstream.Stream, error) {
+	return nil, errors.New("stream lookups refused (test)")
+}
+
+// TestCadenceSurvivesAnUnreadableDuplicate: as the takeover above, but b
+// cannot read back what a stored. Each of b's fires of a's occurrences is
+// a duplicate whose stored next_due_at b cannot learn; b goes on from the
+// earliest one any attempt could have stated, so its first new occurrence
+// catches up on a's cadence instead of starting a later one (which left
+// the ticks between uncovered).
+func TestCadenceSurvivesAnUnreadableDuplicate(t *testing.T) {
+	const shards, interval = 4, 300 * time.Millisecond
+	res := cadenceServer(t, shards)
+	store := timers.NewStore(res.Timers, nil, kvrec.Retention{})
+	a := startReplicaWith(t, res, "a", shards, stuckRecords{}, inboxOf(res.JS))
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	tm, err := store.Create(ctx, "unread", timers.TimerSpec{Duration: interval, Interval: interval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 10*time.Second, func() bool {
+		return len(storedFires(t, res.JS, tm.AgentID, tm.ID)) >= 4
+	}, "a stores four occurrences")
+	a.kill()
+	last := storedFires(t, res.JS, tm.AgentID, tm.ID)
+	// b starts well after a's next due time, so its own would skip ticks.
+	time.Sleep(4 * interval)
+	b := startReplicaWith(t, res, "b", shards, store, inboxOf(unreadable{res.JS}), func(c *Config) { c.AdoptLimit = 200 * time.Millisecond })
+	testwait.Eventually(t, 15*time.Second, func() bool { return b.leases.Count() == shards }, "b takes every shard")
+	testwait.Eventually(t, 20*time.Second, func() bool {
+		got, err := store.Get(ctx, tm.AgentID, tm.ID)
+		return err == nil && got.FireCount >= last[len(last)-1].Occurrence+3
+	}, "b fires on past what a stored")
+	checkCovered(t, storedFires(t, res.JS, tm.AgentID, tm.ID), interval)
+}
+
 // TestCadenceSurvivesATakeoverBeyondTheDedupWindow: as the takeover above,
 // but b starts after the inbox's dedup window (1 s here) has forgotten what
 // a stored: b finds each stored occurrence by searching the inbox, and

@@ -321,8 +321,12 @@ type adoption struct {
 // It queues the read for the adopt workers and never waits: a stream
 // election may hold every read, and the ack loop must settle the other
 // fires meanwhile. A stored envelope without next_due_at (an earlier
-// version's), or one still unreadable after adoptLimit, leaves this
-// fire's own.
+// version's) leaves this fire's own. One still unreadable after
+// Config.AdoptLimit arms the next occurrence at the earliest next due time
+// any attempt could have stated (one interval after the due time): the
+// agent may have been told that one, and a catch-up fire at once covers it,
+// where going on from this fire's later one would skip the ticks between
+// silently.
 func (s *Scheduler) adoptStored(_ context.Context, p pendingFire, seq uint64) {
 	s.adoptions.push(adoption{p: p, seq: seq})
 }
@@ -341,7 +345,11 @@ func (s *Scheduler) adoptLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			s.log.Warn("stored timer envelope unread; its cadence goes on from this fire", "timer_id", f.TimerID, "occurrence", f.Occurrence, "err", err)
+			if e := s.earliestNext(a.p.key, &f); e != 0 && e < mine {
+				n := time.Unix(0, e).UTC()
+				f.NextDue, next = &n, e
+			}
+			s.log.Warn("stored timer envelope unread; the next occurrence is armed at the earliest it may have named", "timer_id", f.TimerID, "occurrence", f.Occurrence, "err", err)
 		} else if stored != nil && stored.NextDueAt != nil && !stored.NextDueAt.Equal(*f.NextDue) {
 			s.m.adopted.Inc()
 			n := stored.NextDueAt.UTC()
@@ -403,8 +411,18 @@ func (q *adoptQueue) pop(ctx context.Context) (a adoption, ok bool) {
 	}
 }
 
-// adoptLimit bounds how long adoptStored tries to read a stored envelope.
-const adoptLimit = 30 * time.Second
+// earliestNext is the earliest next due time (unix ns) any attempt of
+// fire f may have stated: one interval after its due time, for a timer
+// on an interval; 0 when unknown (a calendar timer, or the entry gone).
+func (s *Scheduler) earliestNext(key string, f *timers.TimerFired) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	en, ok := s.index.table(false)[key]
+	if !ok || en.cal != nil || en.interval <= 0 {
+		return 0
+	}
+	return f.DueAt.Add(en.interval).UnixNano()
+}
 
 // readStored returns the timer_fired data stored under f's ID, seq its
 // sequence as a duplicate's ack named it; nil when f's own publish turned
@@ -439,7 +457,7 @@ func (s *Scheduler) readStored(ctx context.Context, f *timers.TimerFired, seq ui
 				return nil, fmt.Errorf("inbox %d holds occurrence %d of %s", seq, d.Occurrence, d.TimerID)
 			}
 		}
-		if ctx.Err() != nil || time.Since(start) > adoptLimit {
+		if ctx.Err() != nil || time.Since(start) > s.cfg.AdoptLimit {
 			return nil, err
 		}
 		if !retries.Sleep(ctx, attempt) {

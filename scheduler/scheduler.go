@@ -61,6 +61,10 @@ type Config struct {
 	RecordWorkers int
 	// Heartbeat is the watches' heartbeat (kvwatch.Config.Heartbeat).
 	Heartbeat time.Duration
+	// AdoptLimit bounds how long a repeating timer's duplicate fire tries
+	// to read the envelope stored under its ID (default 30 s; see
+	// adoptStored).
+	AdoptLimit time.Duration
 }
 
 // Scheduler fires the timers and waits of the shards its replica owns and
@@ -124,6 +128,9 @@ func New(c Config) *Scheduler {
 	}
 	if c.RecordWorkers <= 0 {
 		c.RecordWorkers = 16
+	}
+	if c.AdoptLimit <= 0 {
+		c.AdoptLimit = 30 * time.Second
 	}
 	s := &Scheduler{
 		cfg:         c,

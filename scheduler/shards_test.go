@@ -42,7 +42,7 @@ func startReplica(t *testing.T, res *engine.Resources, id string, shards int, st
 
 // startReplicaWith is startReplica with the record writes going to rec and
 // the deliveries to inbox (seams for slow ones).
-func startReplicaWith(t *testing.T, res *engine.Resources, id string, shards int, rec Recorder, inbox *consumer.Inbox) *replicaUnderTest {
+func startReplicaWith(t *testing.T, res *engine.Resources, id string, shards int, rec Recorder, inbox *consumer.Inbox, tune ...func(*Config)) *replicaUnderTest {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &replicaUnderTest{reg: prometheus.NewRegistry()}
@@ -50,11 +50,15 @@ func startReplicaWith(t *testing.T, res *engine.Resources, id string, shards int
 		KV: res.Leases, ReplicaID: id, Shards: shards, TTL: 2 * time.Second, Renew: 500 * time.Millisecond,
 		OnChange: func() { r.sched.Reshard() }, Healthy: func() (bool, string) { return r.sched.Healthy() },
 	})
-	r.sched = New(Config{
+	cfg := Config{
 		JS: res.JS, Timers: res.Timers, Waits: res.Waits, Counts: res.Counts, Records: rec,
 		Inbox:  inbox,
 		Leases: r.leases, Shards: shards, Registerer: r.reg,
-	})
+	}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	r.sched = New(cfg)
 	if err := r.leases.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
