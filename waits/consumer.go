@@ -367,6 +367,9 @@ func endedAt(w *Wait) time.Time {
 // after a downtime longer than the dedup window finds it in the inbox
 // rather than storing it twice.
 func (w *Consumer) publish(ctx context.Context, env *subjects.Envelope, since time.Time) error {
-	_, err := w.cfg.Inbox.DeliverOnce(ctx, env, since)
+	ack, err := w.cfg.Inbox.DeliverOnce(ctx, env, since)
+	if err == nil {
+		w.log.Debug("wait envelope stored", "id", env.ID, "seq", ack.Sequence, "duplicate", ack.Duplicate)
+	}
 	return err
 }
