@@ -488,6 +488,8 @@ func TestClusterLeaderKills(t *testing.T) {
 		for _, at := range got {
 			if at.Sub(r.cancelled) > 2*time.Second {
 				lateAfterCancel++
+				t.Logf("fired after its cancel: agent %s timer %s due %s, cancel acknowledged %s, stored %s (%v after)",
+					r.agent, id, r.due.Format(time.RFC3339Nano), r.cancelled.Format(time.RFC3339Nano), at.Format(time.RFC3339Nano), at.Sub(r.cancelled))
 			}
 		}
 	}
