@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -201,25 +202,35 @@ func TestCadenceSurvivesALostPublishAck(t *testing.T) {
 	checkCovered(t, storedFires(t, res.JS, tm.AgentID, tm.ID), interval)
 }
 
+// storedThenKilled starts replica a on a fresh server with record updates
+// that never land, creates a repeating timer for agent, waits until a has
+// stored at least n of its occurrences, and kills a (no lease handed
+// back): what the takeover tests start from.
+func storedThenKilled(t *testing.T, shards int, interval time.Duration, agent string, n int) (*engine.Resources, *timers.Store, *timers.Timer, context.Context) {
+	t.Helper()
+	res := cadenceServer(t, shards)
+	store := timers.NewStore(res.Timers, nil, kvrec.Retention{})
+	a := startReplicaWith(t, res, "a", shards, stuckRecords{}, inboxOf(res.JS))
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	t.Cleanup(cancel)
+	tm, err := store.Create(ctx, agent, timers.TimerSpec{Duration: interval, Interval: interval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 10*time.Second, func() bool {
+		return len(storedFires(t, res.JS, tm.AgentID, tm.ID)) >= n
+	}, fmt.Sprintf("a stores %d occurrences", n))
+	a.kill()
+	return res, store, tm, ctx
+}
+
 // TestCadenceSurvivesATakeoverBehindSlowRecords: replica a fires a
 // repeating timer but never gets a record update written; it dies (no
 // lease handed back) and b takes the shard over from the stale record,
 // refiring what a stored (duplicates) while the clock has moved on.
 func TestCadenceSurvivesATakeoverBehindSlowRecords(t *testing.T) {
 	const shards, interval = 4, 300 * time.Millisecond
-	res := cadenceServer(t, shards)
-	store := timers.NewStore(res.Timers, nil, kvrec.Retention{})
-	a := startReplicaWith(t, res, "a", shards, stuckRecords{}, inboxOf(res.JS))
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
-	defer cancel()
-	tm, err := store.Create(ctx, "takeover", timers.TimerSpec{Duration: interval, Interval: interval})
-	if err != nil {
-		t.Fatal(err)
-	}
-	testwait.Eventually(t, 10*time.Second, func() bool {
-		return len(storedFires(t, res.JS, tm.AgentID, tm.ID)) >= 5
-	}, "a stores five occurrences")
-	a.kill()
+	res, store, tm, ctx := storedThenKilled(t, shards, interval, "takeover", 5)
 	stored := len(storedFires(t, res.JS, tm.AgentID, tm.ID))
 	if got, err := store.Get(ctx, tm.AgentID, tm.ID); err != nil || got.FireCount != 0 {
 		t.Fatalf("record %+v, %v: want none applied", got, err)
@@ -239,19 +250,7 @@ func TestCadenceSurvivesATakeoverBehindSlowRecords(t *testing.T) {
 // clock's cadence meanwhile, but go on from what a stored.
 func TestCadenceSurvivesATakeoverBehindASlowDuplicateAck(t *testing.T) {
 	const shards, interval = 4, 300 * time.Millisecond
-	res := cadenceServer(t, shards)
-	store := timers.NewStore(res.Timers, nil, kvrec.Retention{})
-	a := startReplicaWith(t, res, "a", shards, stuckRecords{}, inboxOf(res.JS))
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
-	defer cancel()
-	tm, err := store.Create(ctx, "slowdup", timers.TimerSpec{Duration: interval, Interval: interval})
-	if err != nil {
-		t.Fatal(err)
-	}
-	testwait.Eventually(t, 10*time.Second, func() bool {
-		return len(storedFires(t, res.JS, tm.AgentID, tm.ID)) >= 4
-	}, "a stores four occurrences")
-	a.kill()
+	res, store, tm, ctx := storedThenKilled(t, shards, interval, "slowdup", 4)
 	stored := storedFires(t, res.JS, tm.AgentID, tm.ID)
 	last := stored[len(stored)-1].Occurrence
 	js := &lostAcks{JetStream: res.JS, delay: map[string]slowAck{}}
@@ -282,19 +281,7 @@ func (unreadable) Stream(context.Context, string) (jetstream.Stream, error) {
 // the ticks between uncovered).
 func TestCadenceSurvivesAnUnreadableDuplicate(t *testing.T) {
 	const shards, interval = 4, 300 * time.Millisecond
-	res := cadenceServer(t, shards)
-	store := timers.NewStore(res.Timers, nil, kvrec.Retention{})
-	a := startReplicaWith(t, res, "a", shards, stuckRecords{}, inboxOf(res.JS))
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
-	defer cancel()
-	tm, err := store.Create(ctx, "unread", timers.TimerSpec{Duration: interval, Interval: interval})
-	if err != nil {
-		t.Fatal(err)
-	}
-	testwait.Eventually(t, 10*time.Second, func() bool {
-		return len(storedFires(t, res.JS, tm.AgentID, tm.ID)) >= 4
-	}, "a stores four occurrences")
-	a.kill()
+	res, store, tm, ctx := storedThenKilled(t, shards, interval, "unread", 4)
 	last := storedFires(t, res.JS, tm.AgentID, tm.ID)
 	// b starts well after a's next due time, so its own would skip ticks.
 	time.Sleep(4 * interval)
