@@ -10,6 +10,7 @@ import (
 
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/internal/testlog"
 	"github.com/chime-nats/chime/internal/testwait"
 )
 
@@ -116,13 +117,8 @@ func (p *stallProxy) close() {
 func TestAStalledWriteReconnects(t *testing.T) {
 	ns := natstest.Server(t)
 	p := newStallProxy(t, ns.Addr().String())
-	var logs strings.Builder
-	var logMu sync.Mutex
-	log := slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
-		logMu.Lock()
-		defer logMu.Unlock()
-		return logs.Write(b)
-	}), nil))
+	var logs testlog.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
 	nc, err := engine.Connect(engine.ConnectOptions{URL: "nats://" + p.ln.Addr().String(), Name: "stall"}, log)
 	if err != nil {
 		t.Fatal(err)
@@ -148,13 +144,7 @@ func TestAStalledWriteReconnects(t *testing.T) {
 	p.stall()
 	testwait.Eventually(t, 4*engine.WriteStall, func() bool { return nc.Stats().Reconnects > 0 && nc.IsConnected() },
 		"reconnected after the stall")
-	logMu.Lock()
-	defer logMu.Unlock()
 	if !strings.Contains(logs.String(), "i/o timeout") {
 		t.Errorf("the stalled write is not what was logged:\n%s", logs.String())
 	}
 }
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(b []byte) (int, error) { return f(b) }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/engine"
 	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/internal/testlog"
 	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/replica"
 )
@@ -103,9 +103,8 @@ func TestStartSweepsRecordsKeptWithoutTTL(t *testing.T) {
 			}
 		}
 	}
-	logs := &strings.Builder{}
-	var mu sync.Mutex
-	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return logs.Write(p) }), nil))
+	logs := &testlog.Buffer{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
 	r, err := replica.Start(ctx, &config.Config{
 		NATSURL: ns.ClientURL(), JSReplicas: 1, ReplicaID: "sweep", Shards: 4, LeaseTTL: 2 * time.Second,
 		InboxMaxAge: time.Hour, EventMaxAge: time.Hour, DedupWindow: time.Minute, RecordRetention: 2 * time.Second,
@@ -138,13 +137,7 @@ func TestStartSweepsRecordsKeptWithoutTTL(t *testing.T) {
 			}
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	if !strings.Contains(logs.String(), "records kept without a TTL now expire") {
 		t.Errorf("no sweep logged:\n%s", logs.String())
 	}
 }
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
