@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/internal/backoff"
+	"github.com/chime-nats/chime/internal/kvrec"
 )
 
 // ErrGuardLost is the cause of a guarded work's context ending because
@@ -57,7 +58,10 @@ func (s *Store) takeGuard(ctx context.Context, agentID, key string) (uint64, err
 		if err == nil {
 			return rev, nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) {
+		// A key its last holder deleted is created again by a write on
+		// the deletion marker's revision; another taker first makes that
+		// write a revision mismatch, which is the key held as well.
+		if err = kvrec.RevisionMismatch(err); !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			return 0, fmt.Errorf("triggers: lifecycle guard: %w", err)
 		}
 		if !backoff.Sleep(ctx, wait) {

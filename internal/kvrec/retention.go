@@ -97,14 +97,16 @@ func UpdateTTL(ctx context.Context, js jetstream.JetStream, bucket, key string, 
 	m := &nats.Msg{Subject: "$KV." + bucket + "." + key, Data: data}
 	ack, err := js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(ttl))
 	if err != nil {
-		return 0, revisionMismatch(err)
+		return 0, RevisionMismatch(err)
 	}
 	return ack.Sequence, nil
 }
 
-// revisionMismatch marks a publish refused for its expected revision as
-// jetstream.ErrKeyRevisionMismatch, as the KV client's Update does.
-func revisionMismatch(err error) error {
+// RevisionMismatch marks a write refused for its expected revision (either
+// code the server gives a conflict: 10071, or 10164 on replicated streams)
+// as jetstream.ErrKeyRevisionMismatch, as the KV client's Update does;
+// other errors are returned as they are.
+func RevisionMismatch(err error) error {
 	if e, ok := errors.AsType[*jetstream.APIError](err); ok &&
 		(e.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || e.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
 		return fmt.Errorf("%w: %w", err, jetstream.ErrKeyRevisionMismatch)
@@ -129,7 +131,7 @@ func (r Retention) PurgeRev(ctx context.Context, kv jetstream.KeyValue, key stri
 	if rev > 0 {
 		opts = append(opts, jetstream.LastRevision(rev))
 	}
-	return revisionMismatch(kv.Purge(ctx, key, opts...))
+	return RevisionMismatch(kv.Purge(ctx, key, opts...))
 }
 
 // Headers of the KV stream's messages the sweep reads.

@@ -205,3 +205,18 @@ func TestSweep(t *testing.T) {
 		t.Fatalf("zero retention swept %d (%v)", n, err)
 	}
 }
+
+// Both codes of a refused expected revision are a revision mismatch; a
+// replicated stream answers 10164 where a single server answers 10071.
+func TestRevisionMismatchCodes(t *testing.T) {
+	for _, code := range []jetstream.ErrorCode{jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant} {
+		err := kvrec.RevisionMismatch(&jetstream.APIError{Code: 400, ErrorCode: code, Description: "wrong last sequence"})
+		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			t.Errorf("code %d: %v is not a revision mismatch", code, err)
+		}
+	}
+	other := &jetstream.APIError{Code: 503, ErrorCode: 10008}
+	if err := kvrec.RevisionMismatch(other); errors.Is(err, jetstream.ErrKeyRevisionMismatch) || err != error(other) {
+		t.Errorf("another error became %v", err)
+	}
+}
