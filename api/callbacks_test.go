@@ -25,27 +25,10 @@ import (
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/deliveries"
 	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/internal/testlog"
 	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
 )
-
-// lockedBuffer collects log lines from many goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // startAgent starts agent over NATS and returns its trigger URLs by mode.
 func startAgent(t *testing.T, nc *nats.Conn, agent string) map[callbacks.DeliveryMode]string {
@@ -491,7 +474,7 @@ func TestOperatorTokens(t *testing.T) {
 // in every log line (the access log on), every metric (names and labels)
 // and every subject stored in any stream or bucket.
 func TestNoTokenLeaks(t *testing.T) {
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	r, nc := startChimeWith(t, logs, func(c *config.Config) { c.HTTPAccessLog = true })
 	base := "http://" + r.HTTPAddr()
 	var tokens []string

@@ -20,6 +20,7 @@ import (
 
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
+	"github.com/chime-nats/chime/internal/testlog"
 	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/notifications"
 	"github.com/chime-nats/chime/subjects"
@@ -118,7 +119,7 @@ func TestRunningTasksLimit(t *testing.T) {
 // Retry-After; reports on its tasks and other agents go on.
 func TestTaskStartRate(t *testing.T) {
 	// 0.01 a second: a burst of 1, and no token back while the test runs.
-	var logs lockedBuffer
+	var logs testlog.Buffer
 	r, nc := startChimeWith(t, &logs, func(c *config.Config) { c.TaskStartRate = 0.01 })
 	ctx := context.Background()
 	c, _ := client.New(nc, "eager")

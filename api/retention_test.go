@@ -18,6 +18,7 @@ import (
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
 	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/internal/testlog"
 	"github.com/chime-nats/chime/internal/testwait"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
@@ -46,7 +47,7 @@ func gauge(t *testing.T, base, name string) string {
 // active ones stay and keep working: the scheduler's index still holds and
 // fires them, callbacks with live tokens are still taken.
 func TestFinishedRecordsExpire(t *testing.T) {
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	r, nc := startChimeWith(t, logs, func(c *config.Config) { c.RecordRetention = 2 * time.Second })
 	base := "http://" + r.HTTPAddr()
 	ctx := context.Background()

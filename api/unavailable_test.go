@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +20,7 @@ import (
 	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/internal/kvrec"
 	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/internal/testlog"
 	"github.com/chime-nats/chime/partitions"
 	"github.com/chime-nats/chime/quotas"
 	"github.com/chime-nats/chime/subjects"
@@ -91,24 +90,6 @@ func TestAnswerError(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink for concurrent requests.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestOutageAnswersUnavailable runs timer requests against a stopped
 // server: each is answered at its deadline with unavailable (HTTP 503 and
 // Retry-After: 1), logged as a warning, counted as unavailable.
@@ -118,7 +99,7 @@ func TestOutageAnswersUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testlog.Buffer
 	reg := prometheus.NewRegistry()
 	ops := NewOperations(Config{
 		Timers: timers.NewStore(partitions.Single(kv, 32), nil, kvrec.Retention{JS: js}), Registerer: reg,

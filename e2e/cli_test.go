@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/chime-nats/chime/deliveries"
+	"github.com/chime-nats/chime/internal/testlog"
 	"github.com/chime-nats/chime/timers"
 )
 
@@ -284,7 +285,7 @@ func TestCLIInboxFollow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr syncBuffer
+	var stderr testlog.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

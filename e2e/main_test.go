@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/internal/testlog"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
 )
@@ -62,30 +61,12 @@ func freeAddr(t testing.TB) string {
 	return ln.Addr().String()
 }
 
-// syncBuffer collects a child's stderr for the test log.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // proc is one `chime serve` child.
 type proc struct {
 	cmd      *exec.Cmd
 	httpAddr string
 	id       string
-	logs     *syncBuffer
+	logs     *testlog.Buffer
 	exited   chan error
 	// https, when set, is the client of an HTTPS gateway (CHIME_HTTP_TLS_CERT).
 	https *http.Client
@@ -108,7 +89,7 @@ func startServeAt(t testing.TB, id, httpAddr string, env ...string) *proc {
 // spawnServe starts `chime serve` without waiting for it to be ready.
 func spawnServe(t testing.TB, id, httpAddr string, env ...string) *proc {
 	t.Helper()
-	p := &proc{httpAddr: httpAddr, id: id, logs: &syncBuffer{}, exited: make(chan error, 1)}
+	p := &proc{httpAddr: httpAddr, id: id, logs: &testlog.Buffer{}, exited: make(chan error, 1)}
 	p.cmd = exec.Command(binary, "serve")
 	// The tests create hundreds of timers per agent at once and repeat
 	// every 500 ms, harder than the default limits let an agent; a test

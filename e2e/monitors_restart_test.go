@@ -18,6 +18,7 @@ import (
 
 	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/internal/natsproc/natsproctest"
+	"github.com/chime-nats/chime/internal/testlog"
 	"github.com/chime-nats/chime/monitors"
 	"github.com/chime-nats/chime/subjects"
 )
@@ -190,7 +191,7 @@ func TestMonitorsAcrossRestarts(t *testing.T) {
 	cmd := exec.Command(binary, "monitor", "run", "--agent", cmdAgent, "--id", "count", "--description", "count", "--persistent", "--",
 		"sh", "-c", fmt.Sprintf(`i=0; while [ $i -lt %d ]; do i=$((i+1)); echo "line $i"; sleep 0.2; done`, cmdLines))
 	cmd.Env = append(os.Environ(), "CHIME_NATS_URL="+url)
-	stderr := &syncBuffer{}
+	stderr := &testlog.Buffer{}
 	cmd.Stderr = stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

@@ -22,6 +22,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/chime-nats/chime/internal/testlog"
 )
 
 // TestREADME runs every command of README's worked examples (the section
@@ -138,7 +140,7 @@ func cleanEnv() []string {
 // settings) and env.
 func spawnPlain(t testing.TB, id, httpAddr string, env ...string) *proc {
 	t.Helper()
-	p := &proc{httpAddr: httpAddr, id: id, logs: &syncBuffer{}, exited: make(chan error, 1)}
+	p := &proc{httpAddr: httpAddr, id: id, logs: &testlog.Buffer{}, exited: make(chan error, 1)}
 	p.cmd = exec.Command(binary, "serve")
 	p.cmd.Env = append(cleanEnv(), append(env, "CHIME_HTTP_ADDR="+httpAddr, "CHIME_REPLICA_ID="+id)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
@@ -909,7 +911,7 @@ func streams(args []string) bool {
 func (r *readmeRun) chimeStep(st step, args []string) {
 	r.t.Helper()
 	cmd := r.chimeCmd(args[1:])
-	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	stdout, stderr := &testlog.Buffer{}, &testlog.Buffer{}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if st.bg {
 		b := &bgCmd{st: st}

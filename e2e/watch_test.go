@@ -17,12 +17,13 @@ import (
 
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/internal/natstest"
+	"github.com/chime-nats/chime/internal/testlog"
 )
 
 // watcher is one `chime inbox watch` child and the lines it printed.
 type watcher struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *testlog.Buffer
 	done   chan struct{} // its stdout is read to the end
 }
 
@@ -75,7 +76,7 @@ func startWatcher(t *testing.T, n int, natsURL, agent string, into *watchLines, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &watcher{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
+	w := &watcher{cmd: cmd, stderr: &testlog.Buffer{}, done: make(chan struct{})}
 	cmd.Stderr = w.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

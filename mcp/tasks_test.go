@@ -1,14 +1,12 @@
 package mcp_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 
 	"github.com/chime-nats/chime/client"
 	"github.com/chime-nats/chime/config"
+	"github.com/chime-nats/chime/internal/testlog"
 	"github.com/chime-nats/chime/mcp"
 )
 
@@ -315,22 +314,11 @@ func TestStdio(t *testing.T) {
 }
 
 // lines keeps what a stream carried, for the test to read tasks from.
-type lines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
+type lines struct{ testlog.Buffer }
 
 func (l *lines) taskID(t *testing.T) string {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, line := range strings.Split(l.buf.String(), "\n") {
+	for _, line := range strings.Split(l.String(), "\n") {
 		var msg struct {
 			Result task `json:"result"`
 		}
