@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/internal/kvrec"
+	"github.com/chime-nats/chime/internal/liveness"
 	"github.com/chime-nats/chime/internal/pacer"
 	"github.com/chime-nats/chime/partitions"
 	"github.com/chime-nats/chime/subjects"
@@ -780,22 +781,6 @@ func TLSOptions(caFile, certFile, keyFile string) []nats.Option {
 	return opts
 }
 
-// How chime's connection notices a server it can no longer reach: a ping
-// every PingInterval, and the connection is given up (and another server
-// tried) when MaxPingsOutstanding go unanswered, 4-6 s after the cut; or
-// when a write stalls for WriteStall.
-const (
-	PingInterval        = 2 * time.Second
-	MaxPingsOutstanding = 2
-	// WriteStall bounds one write to the server. A busy replica fills its
-	// socket's send buffer within moments of a cut, and nats.go's flusher
-	// then blocks in the write holding the connection's lock, which the
-	// ping timer needs too: no ping goes out or counts as unanswered until
-	// the write gives up (measured: a replica stuck on a cut-off server for
-	// the whole 20 s cut, until the heal reset the socket).
-	WriteStall = 2 * PingInterval
-)
-
 // Connect opens chime's connection, retrying reconnects forever: a replica
 // rides out a NATS restart rather than exiting.
 func Connect(o ConnectOptions, log *slog.Logger) (*nats.Conn, error) {
@@ -803,15 +788,6 @@ func Connect(o ConnectOptions, log *slog.Logger) (*nats.Conn, error) {
 		nats.Name(o.Name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
-		// A server cut off by the network does not close the socket: without
-		// pings the connection looks up for the client's default 2 minutes
-		// while every request on it times out. PingInterval and
-		// MaxPingsOutstanding notice it within about 3 pings, and the
-		// client reconnects to another server of the cluster.
-		nats.PingInterval(PingInterval),
-		nats.MaxPingsOutstanding(MaxPingsOutstanding),
-		nats.FlusherTimeout(WriteStall),
-		nats.ReconnectOnFlusherError(),
 		// Nothing is held back to be sent after a reconnect: a fire
 		// published while disconnected fails at once and its occurrence
 		// is retried under a valid lease, by whichever replica holds it
@@ -827,6 +803,9 @@ func Connect(o ConnectOptions, log *slog.Logger) (*nats.Conn, error) {
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted()) }),
 		nats.ErrorHandler(asyncErrors(log)),
 	}
+	// A server cut off by the network is given up within seconds, and
+	// another server of the cluster tried.
+	opts = append(opts, liveness.Options()...)
 	if o.CredsFile != "" {
 		opts = append(opts, nats.UserCredentials(o.CredsFile))
 	}
@@ -877,7 +856,7 @@ func asyncErrors(log *slog.Logger) nats.ErrHandler {
 			subj = sub.Subject
 		}
 		if _, ok := errors.AsType[net.Error](err); ok && sub == nil {
-			// A write to the server failed (stalled past WriteStall, or
+			// A write to the server failed (stalled past liveness.WriteStall, or
 			// reset): the connection is given up and another server tried.
 			log.Warn("nats write failed: reconnecting", "err", err)
 			return

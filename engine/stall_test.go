@@ -2,148 +2,26 @@ package engine_test
 
 import (
 	"log/slog"
-	"net"
 	"strings"
-	"sync"
 	"testing"
-	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/internal/liveness"
 	"github.com/chime-nats/chime/internal/natstest"
 	"github.com/chime-nats/chime/internal/testlog"
-	"github.com/chime-nats/chime/internal/testwait"
 )
 
-// stallProxy forwards TCP connections to a server until stall: then its
-// current connections stop moving bytes either way without closing, as a
-// link cut by the network does. Connections accepted later flow.
-type stallProxy struct {
-	ln      net.Listener
-	target  string
-	stalled chan struct{} // closed by stall
-	stopped chan struct{} // closed by close
-	mu      sync.Mutex
-	conns   []net.Conn
-	wg      sync.WaitGroup
-	once    sync.Once
-}
-
-func newStallProxy(t *testing.T, target string) *stallProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &stallProxy{ln: ln, target: target, stalled: make(chan struct{}), stopped: make(chan struct{})}
-	p.wg.Go(p.accept)
-	t.Cleanup(p.close)
-	return p
-}
-
-func (p *stallProxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		var gate chan struct{} // nil: never stalls
-		select {
-		case <-p.stalled:
-		default:
-			gate = p.stalled
-		}
-		p.wg.Go(func() { p.pipe(s, c, gate) })
-		p.wg.Go(func() { p.pipe(c, s, gate) })
-	}
-}
-
-// pipe copies from src to dst until either closes, or until gate closes:
-// then it stops reading, holding the connections open, until the proxy
-// closes.
-func (p *stallProxy) pipe(dst, src net.Conn, gate chan struct{}) {
-	buf := make([]byte, 32<<10)
-	for {
-		select {
-		case <-gate:
-			<-p.stopped
-			return
-		default:
-		}
-		src.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-		n, err := src.Read(buf)
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil && !isTimeout(err) {
-			return // closed, or EOF
-		}
-	}
-}
-
-func isTimeout(err error) bool {
-	ne, ok := err.(net.Error)
-	return ok && ne.Timeout()
-}
-
-func (p *stallProxy) stall() { close(p.stalled) }
-
-func (p *stallProxy) close() {
-	p.once.Do(func() {
-		close(p.stopped)
-		p.ln.Close()
-		p.mu.Lock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-}
-
-// A busy client whose link stalls (the server cut off, no reset) gives the
-// connection up within about WriteStall and reconnects: its flusher blocks
-// in the write holding the lock the ping timer needs, so pings alone would
-// not notice for nats.go's default minute.
+// A busy replica whose link stalls (the server cut off, no reset) gives
+// the connection up within about liveness.WriteStall and reconnects, and
+// says why.
 func TestAStalledWriteReconnects(t *testing.T) {
-	ns := natstest.Server(t)
-	p := newStallProxy(t, ns.Addr().String())
 	var logs testlog.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	nc, err := engine.Connect(engine.ConnectOptions{URL: "nats://" + p.ln.Addr().String(), Name: "stall"}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	done := make(chan struct{})
-	var pub sync.WaitGroup
-	pub.Go(func() {
-		data := make([]byte, 64<<10)
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			if nc.Publish("stall.load", data) != nil {
-				time.Sleep(10 * time.Millisecond)
-			}
-		}
+	natstest.ReconnectsAfterStall(t, 4*liveness.WriteStall, func(url string) (*nats.Conn, error) {
+		return engine.Connect(engine.ConnectOptions{URL: url, Name: "stall"}, log)
 	})
-	defer func() { close(done); pub.Wait() }()
-	time.Sleep(200 * time.Millisecond)
-	p.stall()
-	testwait.Eventually(t, 4*engine.WriteStall, func() bool { return nc.Stats().Reconnects > 0 && nc.IsConnected() },
-		"reconnected after the stall")
 	if !strings.Contains(logs.String(), "i/o timeout") {
 		t.Errorf("the stalled write is not what was logged:\n%s", logs.String())
 	}
