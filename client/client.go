@@ -14,6 +14,7 @@ import (
 
 	"github.com/chime-nats/chime/access"
 	"github.com/chime-nats/chime/deliveries"
+	"github.com/chime-nats/chime/internal/liveness"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
 )
@@ -176,11 +177,18 @@ func (c *Client) AckInbox(ctx context.Context, seq uint64) (uint64, error) {
 	return r.Acked, err
 }
 
-// ConnectOptions are what an agent's connection needs when NATS
-// authorization is on: its token, and the reply prefix its rights allow
-// (replies elsewhere would be refused). Harmless when authorization is off.
+// ConnectOptions are what an agent's connection needs: when NATS
+// authorization is on, its token and the reply prefix its rights allow
+// (replies elsewhere would be refused; harmless when authorization is
+// off); and, on a cluster, the bounds that make it leave within seconds a
+// server it can no longer reach (a ping every 2 s with at most 2
+// unanswered, a write given up after 4 s, then another server tried). A
+// server cut off by the network does not close the socket: with nats.go's
+// defaults the connection looks up for minutes while every request on it
+// times out. chime's own connections carry the same bounds.
 func ConnectOptions(agentID, token string) []nats.Option {
 	opts := []nats.Option{nats.CustomInboxPrefix(access.AgentInboxPrefix(agentID))}
+	opts = append(opts, liveness.Options()...)
 	if token != "" {
 		opts = append(opts, nats.Token(token))
 	}
