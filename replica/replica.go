@@ -202,9 +202,13 @@ func Start(ctx context.Context, cfg *config.Config, log *slog.Logger, version st
 	if err := r.parts.Start(ctx, conns...); err != nil {
 		return nil, err
 	}
-	// An async publish whose ack never comes fails after the timeout, so
-	// the fire it carried is retried instead of waited on forever.
-	js, err := jetstream.New(r.nc, jetstream.WithPublishAsyncMaxPending(16384), jetstream.WithPublishAsyncTimeout(5*time.Second))
+	// An async publish whose ack never comes fails after an attempt's
+	// time, as a record write does, so the fire it carried is retried
+	// instead of waited on: a publish sent to a stream leader just cut off
+	// is sent again once another is elected (acks take under 400 ms in a
+	// 20,000-fire burst; a 5 s timeout had fires 13 s late after a 6.6 s
+	// election of the inbox stream's leader).
+	js, err := jetstream.New(r.nc, jetstream.WithPublishAsyncMaxPending(16384), jetstream.WithPublishAsyncTimeout(kvrec.AttemptTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("replica: jetstream: %w", err)
 	}

@@ -101,7 +101,7 @@ func decode[T any](key string, data []byte) (*T, error) {
 // List decodes every record whose key matches filter (a KV key pattern
 // such as "agent.*"), in one pass of a filtered watch over the current
 // values: no round trip per key. A cancelled ctx is an error, never a
-// partial list; a pass that stalls (no entry for attemptTimeout) is
+// partial list; a pass that stalls (no entry for AttemptTimeout) is
 // started again.
 func List[T any](ctx context.Context, kv jetstream.KeyValue, filter string) ([]T, error) {
 	p := &pacer{}
@@ -121,7 +121,7 @@ func List[T any](ctx context.Context, kv jetstream.KeyValue, filter string) ([]T
 func listOnce[T any](ctx context.Context, kv jetstream.KeyValue, filter string) ([]T, error) {
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	idle := time.AfterFunc(attemptTimeout, func() { cancel(errNoAnswer) })
+	idle := time.AfterFunc(AttemptTimeout, func() { cancel(errNoAnswer) })
 	defer idle.Stop()
 	// The watch lives as long as wctx: the client unsubscribes when it ends.
 	w, err := kv.Watch(wctx, filter, jetstream.IgnoreDeletes())
@@ -152,7 +152,7 @@ func listOnce[T any](ctx context.Context, kv jetstream.KeyValue, filter string) 
 			if e == nil { // the initial values are all in
 				return out, nil
 			}
-			idle.Reset(attemptTimeout)
+			idle.Reset(AttemptTimeout)
 			v, err := decode[T](e.Key(), e.Value())
 			if err != nil {
 				return nil, err

@@ -166,7 +166,7 @@ func Sweep[T any](ctx context.Context, r Retention, kv jetstream.KeyValue, finis
 		return 0, fmt.Errorf("sweep %s: %w", kv.Bucket(), err)
 	}
 	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), attemptTimeout)
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), AttemptTimeout)
 		defer cancel()
 		_ = stream.DeleteConsumer(dctx, cons.CachedInfo().Name)
 	}()

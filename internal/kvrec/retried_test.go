@@ -12,7 +12,7 @@ import (
 )
 
 // TestRetried: as an inbox fetch relies on, a read that fails transiently (no responders, an attempt
-// unanswered in attemptTimeout: a restart lost it) is sent again until it
+// unanswered in AttemptTimeout: a restart lost it) is sent again until it
 // answers; any other failure, and the caller's own end, are returned at
 // once.
 func TestRetried(t *testing.T) {

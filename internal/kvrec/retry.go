@@ -13,10 +13,11 @@ import (
 
 // Retry pacing. A healthy round trip takes well under a millisecond and a
 // JetStream leader election a few seconds, so one attempt gets at most
-// attemptTimeout (never more than the caller has left) and the waits between
+// AttemptTimeout (never more than the caller has left) and the waits between
 // attempts double from 25 ms up to 500 ms, jittered so that the requests
-// stalled by one election do not come back in step.
-const attemptTimeout = 2 * time.Second
+// stalled by one election do not come back in step. AttemptTimeout is
+// also how long an async publish waits for its ack.
+const AttemptTimeout = 2 * time.Second
 
 var retries = backoff.Policy{Min: 25 * time.Millisecond, Max: 500 * time.Millisecond}
 
@@ -26,7 +27,7 @@ var retries = backoff.Policy{Min: 25 * time.Millisecond, Max: 500 * time.Millise
 // wraps the last error seen.
 var ErrUnavailable = errors.New("JetStream unavailable")
 
-// errNoAnswer marks one attempt that got no answer within attemptTimeout
+// errNoAnswer marks one attempt that got no answer within AttemptTimeout
 // while the caller still had time: unlike the caller's own deadline, it is
 // worth another attempt.
 var errNoAnswer = errors.New("no answer from JetStream in time")
@@ -128,10 +129,10 @@ func ended(ctx context.Context, err error) error {
 	}
 }
 
-// attempt runs op once, bounded by attemptTimeout (and by ctx). An attempt
+// attempt runs op once, bounded by AttemptTimeout (and by ctx). An attempt
 // cut short by its own time limit, not the caller's, is marked errNoAnswer.
 func attempt[R any](ctx context.Context, op func(context.Context) (R, error)) (R, error) {
-	actx, cancel := context.WithTimeoutCause(ctx, attemptTimeout, errNoAnswer)
+	actx, cancel := context.WithTimeoutCause(ctx, AttemptTimeout, errNoAnswer)
 	defer cancel()
 	r, err := op(actx)
 	if err != nil {
@@ -146,12 +147,12 @@ func attempt[R any](ctx context.Context, op func(context.Context) (R, error)) (R
 func noAnswer(ctx, actx context.Context, err error) error {
 	if ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, context.Canceled) && errors.Is(context.Cause(actx), errNoAnswer)) {
-		return fmt.Errorf("%w (%s): %w", errNoAnswer, attemptTimeout, err)
+		return fmt.Errorf("%w (%s): %w", errNoAnswer, AttemptTimeout, err)
 	}
 	return err
 }
 
-// Retried runs op in attempts of attemptTimeout until it succeeds, fails
+// Retried runs op in attempts of AttemptTimeout until it succeeds, fails
 // for good, or ctx ends, retrying what an engine restart or a reconnect
 // makes fail (a request lost, no responders) with backoff, as every
 // record read here does. A deadline that ends while the engine does not
