@@ -68,6 +68,15 @@ const historyBatch = 256
 // HistoryGet finds record id of agentID in h: the last one written, as a
 // record written twice (an archive retried after a crash) may be. Not
 // there is jetstream.ErrKeyNotFound. idOf names a decoded record's ID.
+//
+// Direct gets are answered by any copy of the stream, and a server back
+// from a partition answers from its copy while it catches up: a record
+// archived meanwhile is missing there. A miss is therefore checked with
+// the stream's leader: when the leader holds a later message on the
+// record's subject than the read reached, the read came from a lagging
+// copy and is made again (a wait fire redelivered after its wait was
+// archived would otherwise find no wait, and be acknowledged with its
+// ending never delivered).
 func HistoryGet[T any](ctx context.Context, h History, agentID, id string, idOf func(*T) string) (*T, error) {
 	if !h.On() {
 		return nil, jetstream.ErrKeyNotFound
@@ -77,8 +86,47 @@ func HistoryGet[T any](ctx context.Context, h History, agentID, id string, idOf 
 	if err != nil {
 		return nil, fmt.Errorf("history %s: %w", filter, err)
 	}
+	p := &pacer{}
+	for {
+		found, reached, err := historyFind(ctx, h, filter, quoted, id, idOf)
+		if err != nil || found != nil {
+			return found, err
+		}
+		last, err := Retried(ctx, func(ctx context.Context) (uint64, error) {
+			l, err := leaderLast(ctx, h.JS.Conn(), h.Stream, filter)
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				return 0, nil
+			}
+			if err != nil {
+				return 0, err
+			}
+			return l.Seq, nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("history %s: confirm on the leader: %w", filter, err)
+		}
+		if last <= reached {
+			return nil, jetstream.ErrKeyNotFound
+		}
+		// Read from a copy behind the leader: read again once it may have
+		// caught up (or another copy answers).
+		if again, err := p.retry(ctx, fmt.Errorf("%w: history %s read up to %d, its leader holds %d", errLagging, filter, reached, last)); !again {
+			return nil, err
+		}
+	}
+}
+
+// errLagging is a read answered by a copy of a stream that is behind its
+// leader.
+var errLagging = errors.New("read from a copy behind its leader")
+
+// historyFind is one read of HistoryGet: the record if found, and the last
+// sequence read on the record's subject.
+func historyFind[T any](ctx context.Context, h History, filter string, quoted []byte, id string, idOf func(*T) string) (*T, uint64, error) {
 	var found []byte
-	err = h.reader().Walk(ctx, directget.Request{NextFor: filter, Batch: historyBatch}, func(m *directget.Msg) error {
+	var reached uint64
+	err := h.reader().Walk(ctx, directget.Request{NextFor: filter, Batch: historyBatch}, func(m *directget.Msg) error {
+		reached = max(reached, m.Seq)
 		// A cheap look before decoding: most are other records.
 		if bytes.Contains(m.Data, quoted) {
 			if v, err := decode[T](m.Subject, m.Data); err == nil && idOf(v) == id {
@@ -88,12 +136,13 @@ func HistoryGet[T any](ctx context.Context, h History, agentID, id string, idOf 
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("history %s: %w", filter, err)
+		return nil, 0, fmt.Errorf("history %s: %w", filter, err)
 	}
 	if found == nil {
-		return nil, jetstream.ErrKeyNotFound
+		return nil, reached, nil
 	}
-	return decode[T](filter, found)
+	v, err := decode[T](filter, found)
+	return v, reached, err
 }
 
 // reader reads h's stream by direct gets, retried as every read is.

@@ -22,10 +22,16 @@ type Last struct {
 // it returns is at least as new as every acknowledged write. No message:
 // jetstream.ErrKeyNotFound. (chime uses no JetStream domain or API prefix.)
 func LeaderLast(ctx context.Context, nc *nats.Conn, bucket, filter string) (*Last, error) {
-	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + bucket + "." + filter})
-	msg, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+bucket, req)
+	return leaderLast(ctx, nc, "KV_"+bucket, "$KV."+bucket+"."+filter)
+}
+
+// leaderLast reads the last message of stream on subject (or matching a
+// subject pattern) from the stream's leader; see LeaderLast.
+func leaderLast(ctx context.Context, nc *nats.Conn, stream, subject string) (*Last, error) {
+	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
+	msg, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
 	if err != nil {
-		return nil, fmt.Errorf("last of %s: %w: %w", filter, ErrUnavailable, err)
+		return nil, fmt.Errorf("last of %s: %w: %w", subject, ErrUnavailable, err)
 	}
 	var res struct {
 		Message *struct {
@@ -38,15 +44,15 @@ func LeaderLast(ctx context.Context, nc *nats.Conn, bucket, filter string) (*Las
 		} `json:"error"`
 	}
 	if err := json.Unmarshal(msg.Data, &res); err != nil {
-		return nil, fmt.Errorf("last of %s: %w", filter, err)
+		return nil, fmt.Errorf("last of %s: %w", subject, err)
 	}
 	switch {
 	case res.Error != nil && res.Error.Code == int(jetstream.JSErrCodeMessageNotFound):
 		return nil, jetstream.ErrKeyNotFound
 	case res.Error != nil:
-		return nil, fmt.Errorf("last of %s: %w: %s", filter, ErrUnavailable, res.Error.Description)
+		return nil, fmt.Errorf("last of %s: %w: %s", subject, ErrUnavailable, res.Error.Description)
 	case res.Message == nil:
-		return nil, fmt.Errorf("last of %s: no message in the answer", filter)
+		return nil, fmt.Errorf("last of %s: no message in the answer", subject)
 	}
 	return &Last{Seq: res.Message.Seq, Data: res.Message.Data}, nil
 }

@@ -65,6 +65,7 @@ func Transient(err error) bool {
 		jetstream.ErrNoHeartbeat, nats.ErrNoHeartbeat,
 		jetstream.ErrConsumerLeadershipChanged, nats.ErrConsumerLeadershipChanged,
 		jetstream.ErrServerShutdown,
+		errLagging,
 	} {
 		if errors.Is(err, target) {
 			return true
