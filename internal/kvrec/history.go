@@ -87,12 +87,13 @@ func HistoryGet[T any](ctx context.Context, h History, agentID, id string, idOf 
 		return nil, fmt.Errorf("history %s: %w", filter, err)
 	}
 	p := &pacer{}
+	var last *uint64 // the leader's, once asked
 	for {
 		found, reached, err := historyFind(ctx, h, filter, quoted, id, idOf)
 		if err != nil || found != nil {
 			return found, err
 		}
-		last, err := Retried(ctx, func(ctx context.Context) (uint64, error) {
+		err = behind(ctx, reached, &last, func(ctx context.Context) (uint64, error) {
 			l, err := leaderLast(ctx, h.JS.Conn(), h.Stream, filter)
 			if errors.Is(err, jetstream.ErrKeyNotFound) {
 				return 0, nil
@@ -102,23 +103,14 @@ func HistoryGet[T any](ctx context.Context, h History, agentID, id string, idOf 
 			}
 			return l.Seq, nil
 		})
-		if err != nil {
-			return nil, fmt.Errorf("history %s: confirm on the leader: %w", filter, err)
-		}
-		if last <= reached {
+		if err == nil {
 			return nil, jetstream.ErrKeyNotFound
 		}
-		// Read from a copy behind the leader: read again once it may have
-		// caught up (or another copy answers).
-		if again, err := p.retry(ctx, fmt.Errorf("%w: history %s read up to %d, its leader holds %d", errLagging, filter, reached, last)); !again {
-			return nil, err
+		if again, err := p.retry(ctx, err); !again {
+			return nil, fmt.Errorf("history %s: %w", filter, err)
 		}
 	}
 }
-
-// errLagging is a read answered by a copy of a stream that is behind its
-// leader.
-var errLagging = errors.New("read from a copy behind its leader")
 
 // historyFind is one read of HistoryGet: the record if found, and the last
 // sequence read on the record's subject.

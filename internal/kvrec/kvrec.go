@@ -102,11 +102,18 @@ func decode[T any](key string, data []byte) (*T, error) {
 // such as "agent.*"), in one pass of a filtered watch over the current
 // values: no round trip per key. A cancelled ctx is an error, never a
 // partial list; a pass that stalls (no entry for AttemptTimeout) is
-// started again.
+// started again. On a kv WithLeader, a pass must reach the last revision
+// the leader held for filter after the first pass: one that ends short of
+// it came from a copy that lags, and is made again.
 func List[T any](ctx context.Context, kv jetstream.KeyValue, filter string) ([]T, error) {
 	p := &pacer{}
+	leader, _ := kv.(leaderGetter)
+	var last *uint64 // the leader's, once asked
 	for {
-		out, err := listOnce[T](ctx, kv, filter)
+		out, reached, err := listOnce[T](ctx, kv, filter)
+		if err == nil && leader != nil {
+			err = behind(ctx, reached, &last, func(ctx context.Context) (uint64, error) { return leader.leaderRev(ctx, filter) })
+		}
 		if err == nil {
 			return out, nil
 		}
@@ -116,17 +123,46 @@ func List[T any](ctx context.Context, kv jetstream.KeyValue, filter string) ([]T
 	}
 }
 
+// behind is errLagging when a read that got as far as reached (a stream
+// sequence) came from a copy behind its leader: when the leader held a
+// later one. The leader's last is asked once per call (*last keeps it) and
+// after the first read, so every message stored before the call began is
+// at or below it, and a later read need only reach it: asked again, it
+// would move on with every write, and a read of keys written all the time
+// might never catch up.
+func behind(ctx context.Context, reached uint64, last **uint64, leaderLast func(context.Context) (uint64, error)) error {
+	if *last == nil {
+		actx, cancel := context.WithTimeoutCause(ctx, AttemptTimeout, errNoAnswer)
+		l, err := leaderLast(actx)
+		cancel()
+		if err != nil {
+			return noAnswer(ctx, actx, err)
+		}
+		*last = &l
+	}
+	if **last > reached {
+		return fmt.Errorf("%w: read up to %d, the leader holds %d", errLagging, reached, **last)
+	}
+	return nil
+}
+
+// errLagging is a read answered by a copy of a stream that is behind its
+// leader.
+var errLagging = errors.New("read from a copy behind its leader")
+
 // listOnce is one pass of List. Its time limit is on silence, not on the
 // whole pass, so a long listing that keeps arriving is not cut short.
-func listOnce[T any](ctx context.Context, kv jetstream.KeyValue, filter string) ([]T, error) {
+// reached is the last revision it saw, deletions included.
+func listOnce[T any](ctx context.Context, kv jetstream.KeyValue, filter string) (out []T, reached uint64, err error) {
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	idle := time.AfterFunc(AttemptTimeout, func() { cancel(errNoAnswer) })
 	defer idle.Stop()
 	// The watch lives as long as wctx: the client unsubscribes when it ends.
-	w, err := kv.Watch(wctx, filter, jetstream.IgnoreDeletes())
+	// Deletions come too: the last revision may be one.
+	w, err := kv.Watch(wctx, filter)
 	if err != nil {
-		return nil, noAnswer(ctx, wctx, err)
+		return nil, 0, noAnswer(ctx, wctx, err)
 	}
 	defer func() {
 		_ = w.Stop()
@@ -137,25 +173,29 @@ func listOnce[T any](ctx context.Context, kv jetstream.KeyValue, filter string) 
 			}
 		}()
 	}()
-	out := []T{}
+	out = []T{}
 	for {
 		select {
 		case <-wctx.Done():
-			return nil, noAnswer(ctx, wctx, wctx.Err())
+			return nil, 0, noAnswer(ctx, wctx, wctx.Err())
 		case e, ok := <-w.Updates():
 			if !ok {
 				if wctx.Err() != nil {
-					return nil, noAnswer(ctx, wctx, wctx.Err())
+					return nil, 0, noAnswer(ctx, wctx, wctx.Err())
 				}
-				return nil, errWatcherClosed
+				return nil, 0, errWatcherClosed
 			}
 			if e == nil { // the initial values are all in
-				return out, nil
+				return out, reached, nil
 			}
 			idle.Reset(AttemptTimeout)
+			reached = max(reached, e.Revision())
+			if e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
 			v, err := decode[T](e.Key(), e.Value())
 			if err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			out = append(out, *v)
 		}

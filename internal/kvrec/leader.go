@@ -3,6 +3,7 @@ package kvrec
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go"
@@ -59,11 +60,14 @@ func leaderLast(ctx context.Context, nc *nats.Conn, stream, subject string) (*La
 
 // WithLeader gives kv a way to read its stream's leader, through nc: an
 // UpdateRev that would end without writing (the key missing, or the change
-// finding nothing to do) confirms what it read there first. A KV get may be
-// answered by a follower that lags (a server back from a partition, still
-// catching up): a write decided on its answer meets a revision mismatch
-// and reads again, but a decision to write nothing would stand on stale
-// state: a wait fire finding no wait, or a wait not armed yet.
+// finding nothing to do) confirms what it read there first, and a List
+// that its copy was current. A KV get may be answered by a follower that
+// lags (a server back from a partition, still catching up), and a list's
+// watch placed on one: a write decided on its answer meets a revision
+// mismatch and reads again, but a decision to write nothing would stand on
+// stale state: a wait fire finding no wait, or a wait not armed yet; an
+// intervention cancelling the waits a stale list shows, not those made
+// meanwhile.
 func WithLeader(kv jetstream.KeyValue, nc *nats.Conn) jetstream.KeyValue {
 	if kv == nil || nc == nil {
 		return kv
@@ -79,6 +83,7 @@ type leaderKV struct {
 // leaderGetter is a KeyValue that can read its leader (WithLeader).
 type leaderGetter interface {
 	leaderGet(ctx context.Context, key string) (data []byte, rev uint64, err error)
+	leaderRev(ctx context.Context, filter string) (uint64, error)
 }
 
 // leaderGet reads key's last value from the leader: jetstream.ErrKeyNotFound
@@ -93,4 +98,17 @@ func (l leaderKV) leaderGet(ctx context.Context, key string) ([]byte, uint64, er
 		return nil, 0, jetstream.ErrKeyNotFound
 	}
 	return last.Data, last.Seq, nil
+}
+
+// leaderRev is the last revision of the keys matching filter on the
+// leader, deletions included; 0 when there is none.
+func (l leaderKV) leaderRev(ctx context.Context, filter string) (uint64, error) {
+	last, err := LeaderLast(ctx, l.nc, l.Bucket(), filter)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return last.Seq, nil
 }

@@ -3,6 +3,7 @@ package kvrec_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,5 +82,59 @@ func TestUpdateConfirmsOnTheLeader(t *testing.T) {
 	}
 	if _, _, err := kvrec.Update(ctx, kvrec.WithLeader(behind, nc), "a", false, complete); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Fatalf("a record deleted since the stale read: %v", err)
+	}
+}
+
+// staleOnce serves its first Watch from stale, a copy that lags (a list's
+// watch placed on a server still catching up); the others from the real
+// bucket.
+type staleOnce struct {
+	jetstream.KeyValue
+	stale   jetstream.KeyValue
+	watched atomic.Int32
+}
+
+func (s *staleOnce) Watch(ctx context.Context, keys string, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	if s.watched.Add(1) == 1 {
+		return s.stale.Watch(ctx, keys, opts...)
+	}
+	return s.KeyValue.Watch(ctx, keys, opts...)
+}
+
+// TestListConfirmsOnTheLeader: a list read from a copy that lacks the
+// latest record (so its last revision is behind the leader's) is read
+// again, and the record is in the list; without WithLeader the stale list
+// stands (an intervention would not cancel a wait made while the copy's
+// server was cut off).
+func TestListConfirmsOnTheLeader(t *testing.T) {
+	e := startEngine(t)
+	nc, kv := e.connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stale, err := e.jetstream(t).CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "recs_copy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []jetstream.KeyValue{kv, stale} {
+		put(t, b, "a.1", rec{ID: "1"})
+		put(t, b, "a.2", rec{ID: "2"})
+	}
+	put(t, kv, "a.3", rec{ID: "3"}) // stored while the copy was away
+
+	got, err := kvrec.List[rec](ctx, &staleOnce{KeyValue: kv, stale: stale}, "a.*")
+	if err != nil || len(got) != 2 {
+		t.Fatalf("without the leader, the stale list: %+v %v, want its 2 records", got, err)
+	}
+	got, err = kvrec.List[rec](ctx, kvrec.WithLeader(&staleOnce{KeyValue: kv, stale: stale}, nc), "a.*")
+	if err != nil || len(got) != 3 {
+		t.Fatalf("a stale list confirmed on the leader: %+v %v, want all 3 records", got, err)
+	}
+	// Deletions count: a list whose last revision is a deletion is current.
+	if err := kv.Delete(ctx, "a.3"); err != nil {
+		t.Fatal(err)
+	}
+	got, err = kvrec.List[rec](ctx, kvrec.WithLeader(kv, nc), "a.*")
+	if err != nil || len(got) != 2 {
+		t.Fatalf("after a deletion: %+v %v, want 2 records", got, err)
 	}
 }
