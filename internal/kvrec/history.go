@@ -87,13 +87,13 @@ func HistoryGet[T any](ctx context.Context, h History, agentID, id string, idOf 
 		return nil, fmt.Errorf("history %s: %w", filter, err)
 	}
 	p := &pacer{}
-	var last *uint64 // the leader's, once asked
+	var mark leaderMark
 	for {
 		found, reached, err := historyFind(ctx, h, filter, quoted, id, idOf)
 		if err != nil || found != nil {
 			return found, err
 		}
-		err = behind(ctx, reached, &last, func(ctx context.Context) (uint64, error) {
+		err = mark.behind(ctx, reached, func(ctx context.Context) (uint64, error) {
 			l, err := leaderLast(ctx, h.JS.Conn(), h.Stream, filter)
 			if errors.Is(err, jetstream.ErrKeyNotFound) {
 				return 0, nil

@@ -108,11 +108,11 @@ func decode[T any](key string, data []byte) (*T, error) {
 func List[T any](ctx context.Context, kv jetstream.KeyValue, filter string) ([]T, error) {
 	p := &pacer{}
 	leader, _ := kv.(leaderGetter)
-	var last *uint64 // the leader's, once asked
+	var mark leaderMark
 	for {
 		out, reached, err := listOnce[T](ctx, kv, filter)
 		if err == nil && leader != nil {
-			err = behind(ctx, reached, &last, func(ctx context.Context) (uint64, error) { return leader.leaderRev(ctx, filter) })
+			err = mark.behind(ctx, reached, func(ctx context.Context) (uint64, error) { return leader.leaderRev(ctx, filter) })
 		}
 		if err == nil {
 			return out, nil
@@ -123,25 +123,31 @@ func List[T any](ctx context.Context, kv jetstream.KeyValue, filter string) ([]T
 	}
 }
 
+// leaderMark is the leader's last sequence for what one call reads, asked
+// once, after the call's first read: every message stored before the call
+// began is at or below it, and a later read need only reach it. Asked
+// again, it would move on with every write, and a read of keys written all
+// the time might never catch up.
+type leaderMark struct {
+	last  uint64
+	asked bool
+}
+
 // behind is errLagging when a read that got as far as reached (a stream
 // sequence) came from a copy behind its leader: when the leader held a
-// later one. The leader's last is asked once per call (*last keeps it) and
-// after the first read, so every message stored before the call began is
-// at or below it, and a later read need only reach it: asked again, it
-// would move on with every write, and a read of keys written all the time
-// might never catch up.
-func behind(ctx context.Context, reached uint64, last **uint64, leaderLast func(context.Context) (uint64, error)) error {
-	if *last == nil {
+// later one. ask reads the leader's last.
+func (m *leaderMark) behind(ctx context.Context, reached uint64, ask func(context.Context) (uint64, error)) error {
+	if !m.asked {
 		actx, cancel := context.WithTimeoutCause(ctx, AttemptTimeout, errNoAnswer)
-		l, err := leaderLast(actx)
+		last, err := ask(actx)
 		cancel()
 		if err != nil {
 			return noAnswer(ctx, actx, err)
 		}
-		*last = &l
+		m.last, m.asked = last, true
 	}
-	if **last > reached {
-		return fmt.Errorf("%w: read up to %d, the leader holds %d", errLagging, reached, **last)
+	if m.last > reached {
+		return fmt.Errorf("%w: read up to %d, the leader holds %d", errLagging, reached, m.last)
 	}
 	return nil
 }
