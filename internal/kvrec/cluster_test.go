@@ -4,70 +4,24 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/internal/kvrec"
+	"github.com/chime-nats/chime/internal/natstest"
 )
-
-// freePorts finds n ports nothing listens on right now.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
-}
-
-// startCluster starts an in-process JetStream cluster of three servers and
-// returns their client URLs once JetStream answers.
-func startCluster(t *testing.T) []string {
-	t.Helper()
-	ports := freePorts(t, 3)
-	var routes []string
-	for _, p := range ports {
-		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
-	}
-	var urls []string
-	for i, p := range ports {
-		ns, err := server.NewServer(&server.Options{
-			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: -1, NoSigs: true,
-			JetStream: true, StoreDir: t.TempDir(),
-			Cluster: server.ClusterOpts{Name: "kvrec", Host: "127.0.0.1", Port: p},
-			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ns.Start()
-		t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-		if !ns.ReadyForConnections(5 * time.Second) {
-			t.Fatalf("server n%d not ready", i+1)
-		}
-		urls = append(urls, ns.ClientURL())
-	}
-	return urls
-}
 
 // TestLeaderChanges moves the bucket's stream leader from server to server
 // while writers update, read and list it: no call fails, and every update
 // lands exactly once.
 func TestLeaderChanges(t *testing.T) {
 	began := time.Now()
-	urls := startCluster(t)
+	urls := natstest.Cluster(t)
 	nc, err := nats.Connect(strings.Join(urls, ","), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
