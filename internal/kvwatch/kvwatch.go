@@ -492,6 +492,60 @@ var (
 	errLagging   = errors.New("consumer placed on a copy of the bucket that is behind its leader")
 )
 
+// placeTries is how many consumers a watch creates in search of one on
+// its stream's leader before it takes one on a copy its leader counts
+// current.
+const placeTries = 20
+
+// place creates the watch's consumer on the server that leads the
+// bucket's stream. The server places an R1 consumer on any copy, and a
+// copy may lack records while it catches up: one back from a partition
+// can be fed the missed messages out of band, which its consumers never
+// deliver, and its leader counts it current meanwhile (its log is, its
+// store is not). A shard loaded from such a copy never fired the records
+// stored while the server was away (measured: timers 61 s late, until the
+// shard moved). The leader holds every record it acknowledged. Each
+// placement elsewhere is deleted and made again; after placeTries, a copy
+// its leader counts current is taken (the leader may have changed
+// meanwhile), one it does not is refused (errLagging).
+func (w *Watch) place(ctx context.Context, stream jetstream.Stream, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	leader := stream.CachedInfo().Cluster
+	for try := 1; ; try++ {
+		cons, err := stream.CreateConsumer(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("create consumer: %w", err)
+		}
+		on := cons.CachedInfo().Cluster
+		if leader == nil || on == nil || on.Leader == "" || on.Leader == leader.Leader {
+			return cons, nil
+		}
+		if try >= placeTries {
+			peer := lagging(leader, on)
+			if peer == "" {
+				return cons, nil
+			}
+			w.deleteConsumer(ctx, cons.CachedInfo().Name)
+			w.lagLog.Do(1, func(n int64) {
+				w.log.Info("watch consumer placed on a lagging copy; placing it again", "server", peer, "times", n)
+			})
+			return nil, fmt.Errorf("%w: on %s", errLagging, peer)
+		}
+		w.deleteConsumer(ctx, cons.CachedInfo().Name)
+	}
+}
+
+// deleteConsumer removes a consumer of the watch's. An abandoned one would
+// linger for its InactiveThreshold; with NATS away there is no one to
+// tell, and it expires by itself.
+func (w *Watch) deleteConsumer(ctx context.Context, name string) {
+	if !w.cfg.JS.Conn().IsConnected() {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_ = w.cfg.JS.DeleteConsumer(dctx, w.stream, name)
+}
+
 // lagging names the server of a consumer (cons) that holds a copy of its
 // stream (stream: the stream's leader's view) that is not current, or ""
 // when it is current, the leader itself, or not clustered.
@@ -542,32 +596,12 @@ func (w *Watch) consume(ctx context.Context, next uint64) (uint64, error) {
 	if next > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, next
 	}
-	cons, err := stream.CreateConsumer(cctx, cfg)
+	cons, err := w.place(cctx, stream, cfg)
 	if err != nil {
-		return next, fmt.Errorf("create consumer: %w", err)
+		return next, err
 	}
 	name := cons.CachedInfo().Name
-	defer func() {
-		// An abandoned consumer would linger for InactiveThreshold; with
-		// NATS away there is no one to tell, and it expires by itself.
-		if !nc.IsConnected() {
-			return
-		}
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancel()
-		_ = w.cfg.JS.DeleteConsumer(dctx, w.stream, name)
-	}()
-	if peer := lagging(stream.CachedInfo().Cluster, cons.CachedInfo().Cluster); peer != "" {
-		// The server placed it on a copy still catching up (a server back
-		// from a partition): its view lacks what the others stored
-		// meanwhile, and a shard loaded from it would never fire those
-		// records. Placement is random among the stream's servers; the
-		// next one is likely current.
-		w.lagLog.Do(1, func(n int64) {
-			w.log.Info("watch consumer placed on a lagging copy; placing it again", "server", peer, "times", n)
-		})
-		return next, fmt.Errorf("%w: on %s", errLagging, peer)
-	}
+	defer w.deleteConsumer(ctx, name)
 	if cons.CachedInfo().NumPending == 0 {
 		w.caughtUp() // nothing to load, or nothing left after a failure mid-load
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/chime-nats/chime/internal/kvwatch"
+	"github.com/chime-nats/chime/internal/natstest"
 	"github.com/chime-nats/chime/internal/testwait"
 )
 
@@ -720,5 +722,60 @@ func TestLoadOfAConsumerThatDeliversNothingIsMadeAgain(t *testing.T) {
 	}
 	if v.len() != 2000 {
 		t.Fatalf("loaded %d keys, want 2000", v.len())
+	}
+}
+
+// TestConsumersOnTheLeader watches an R3 bucket on a three-server cluster
+// with several watches: each one's consumer is on the server that leads
+// the bucket's stream, the copy that holds every acknowledged record (a
+// copy catching up after a partition counts as current to its leader, and
+// a view loaded from it missed what the catch-up stored). The server
+// places each on one of the three at random.
+func TestConsumersOnTheLeader(t *testing.T) {
+	urls := natstest.Cluster(t)
+	nc, err := nats.Connect(strings.Join(urls, ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var kv jetstream.KeyValue
+	testwait.Eventually(t, 20*time.Second, func() bool { // the meta leader is elected a moment after the routes form
+		tctx, tcancel := context.WithTimeout(ctx, time.Second)
+		defer tcancel()
+		kv, err = js.CreateKeyValue(tctx, jetstream.KeyValueConfig{Bucket: "placed", Replicas: 3})
+		return err == nil
+	}, "an R3 bucket")
+	if _, err := kv.Put(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	const watches = 6
+	for i := range watches {
+		v := &view{vals: map[string]string{}}
+		w := kvwatch.New(kvwatch.Config{JS: js, Bucket: "placed", Apply: v.apply})
+		if err := w.StartLoaded(ctx); err != nil {
+			t.Fatalf("watch %d: %v", i, err)
+		}
+		defer w.Stop(context.Background())
+	}
+	stream, err := js.Stream(ctx, "KV_placed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := stream.CachedInfo().Cluster.Leader
+	n := 0
+	for info := range stream.ListConsumers(ctx).Info() {
+		n++
+		if on := info.Cluster.Leader; on != leader {
+			t.Errorf("consumer %s on %s, the stream's leader is %s", info.Name, on, leader)
+		}
+	}
+	if n != watches {
+		t.Errorf("%d consumers, want one per watch (%d): misplaced ones are deleted", n, watches)
 	}
 }
