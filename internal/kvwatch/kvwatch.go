@@ -101,6 +101,9 @@ type Watch struct {
 	skipLog *pacer.Pacer
 	// lagLog paces the log of consumers placed again off a lagging copy.
 	lagLog *pacer.Pacer
+	// offLeader counts the placement rounds in a row that found no
+	// consumer on the stream's leader. Only the loop uses it.
+	offLeader int
 	// probing holds off a second probe while one runs: many waiters
 	// stuck behind a lagging watch must not each read the stream.
 	probing atomic.Bool
@@ -490,12 +493,17 @@ var (
 	errRecreated = errors.New("bucket re-created")
 	errReplay    = errors.New("replay asked for")
 	errLagging   = errors.New("consumer placed on a copy of the bucket that is behind its leader")
+	errNoLeader  = errors.New("the bucket's stream has no leader")
+	errOffLeader = errors.New("no consumer placed on the stream's leader")
 )
 
-// placeTries is how many consumers a watch creates in search of one on
-// its stream's leader before it takes one on a copy its leader counts
-// current.
-const placeTries = 20
+// A watch creates up to placeTries consumers in one round in search of one
+// on its stream's leader; after offLeaderRounds rounds in a row without,
+// it takes one on a copy its leader counts current.
+const (
+	placeTries      = 20
+	offLeaderRounds = 5
+)
 
 // place creates the watch's consumer on the server that leads the
 // bucket's stream. The server places an R1 consumer on any copy, and a
@@ -503,13 +511,20 @@ const placeTries = 20
 // can be fed the missed messages out of band, which its consumers never
 // deliver, and its leader counts it current meanwhile (its log is, its
 // store is not). A shard loaded from such a copy never fired the records
-// stored while the server was away (measured: timers 61 s late, until the
-// shard moved). The leader holds every record it acknowledged. Each
-// placement elsewhere is deleted and made again; after placeTries, a copy
-// its leader counts current is taken (the leader may have changed
-// meanwhile), one it does not is refused (errLagging).
+// stored while the server was away (measured: timers 61 s late, waits
+// 78 s late, until the shard moved). The leader holds every record it
+// acknowledged. Each placement elsewhere is deleted and made again; a
+// stream with no leader (an election) places nothing (errNoLeader), and a
+// round that finds no consumer on the leader is errOffLeader: the watch
+// retries after its backoff, with the stream's leader asked again. Only
+// after offLeaderRounds such rounds, in case the server never places one
+// there, is a copy its leader counts current taken (one it does not is
+// errLagging).
 func (w *Watch) place(ctx context.Context, stream jetstream.Stream, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
 	leader := stream.CachedInfo().Cluster
+	if leader != nil && leader.Leader == "" && len(leader.Replicas) > 0 {
+		return nil, fmt.Errorf("%w: %s", errNoLeader, w.stream)
+	}
 	for try := 1; ; try++ {
 		cons, err := stream.CreateConsumer(ctx, cfg)
 		if err != nil {
@@ -517,20 +532,27 @@ func (w *Watch) place(ctx context.Context, stream jetstream.Stream, cfg jetstrea
 		}
 		on := cons.CachedInfo().Cluster
 		if leader == nil || on == nil || on.Leader == "" || on.Leader == leader.Leader {
+			w.offLeader = 0
 			return cons, nil
 		}
-		if try >= placeTries {
-			peer := lagging(leader, on)
-			if peer == "" {
-				return cons, nil
-			}
+		if try < placeTries {
 			w.deleteConsumer(ctx, cons.CachedInfo().Name)
-			w.lagLog.Do(1, func(n int64) {
-				w.log.Info("watch consumer placed on a lagging copy; placing it again", "server", peer, "times", n)
-			})
-			return nil, fmt.Errorf("%w: on %s", errLagging, peer)
+			continue
+		}
+		if w.offLeader++; w.offLeader < offLeaderRounds {
+			w.deleteConsumer(ctx, cons.CachedInfo().Name)
+			return nil, fmt.Errorf("%w: %d consumers of %s, none on %s", errOffLeader, placeTries, w.stream, leader.Leader)
+		}
+		peer := lagging(leader, on)
+		if peer == "" {
+			w.log.Warn("watch consumer on a copy, not on the stream's leader", "server", on.Leader, "leader", leader.Leader)
+			return cons, nil
 		}
 		w.deleteConsumer(ctx, cons.CachedInfo().Name)
+		w.lagLog.Do(1, func(n int64) {
+			w.log.Info("watch consumer placed on a lagging copy; placing it again", "server", peer, "times", n)
+		})
+		return nil, fmt.Errorf("%w: on %s", errLagging, peer)
 	}
 }
 
