@@ -744,7 +744,8 @@ func (w *Watch) consume(ctx context.Context, next uint64) (uint64, error) {
 // replays it waits at most a heartbeat (then nats.ErrTimeout), so that a
 // quiet consumer is looked at (settle): the pending count a delivery
 // carries, which says when the watch has caught up, can stay above zero
-// after the last one.
+// after the last one. A live watch waits longer (liveLooks) before it
+// looks.
 func (w *Watch) next(it jetstream.MessagesContext) (jetstream.Msg, error) {
 	w.mu.Lock()
 	catching := w.replaying != nil
@@ -757,8 +758,19 @@ func (w *Watch) next(it jetstream.MessagesContext) (jetstream.Msg, error) {
 	if catching {
 		return it.Next(jetstream.NextMaxWait(w.cfg.Heartbeat))
 	}
-	return it.Next()
+	return it.Next(jetstream.NextMaxWait(max(liveLooks*w.cfg.Heartbeat, liveLookMin)))
 }
+
+// A live watch quiet for liveLooks heartbeats (at least liveLookMin) is
+// looked at too: a consumer can stop delivering while its server still
+// counts messages pending for it and answers its pulls with heartbeats
+// (measured after a heal: a shard's timers 31 s late, until a replay
+// happened to look). Two looks find it; a quiet bucket costs one consumer
+// info per look.
+const (
+	liveLooks   = 4
+	liveLookMin = 2 * time.Second
+)
 
 // quietLook is what settle found at its last look at a quiet consumer.
 type quietLook struct {
@@ -771,8 +783,8 @@ type quietLook struct {
 	idle uint64
 }
 
-// settle looks at a consumer gone quiet while the watch loads or replays,
-// having applied delivered deliveries, which reach revision after. The
+// settle looks at a consumer gone quiet (see next), having applied
+// delivered deliveries, which reach revision after. The
 // server's running count of pending messages can stay above zero after
 // the last delivery (a message replaced while the consumer passed over
 // it; measured under load: a replay then waited for the bucket's next

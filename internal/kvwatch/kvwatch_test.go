@@ -779,3 +779,42 @@ func TestConsumersOnTheLeader(t *testing.T) {
 		t.Errorf("%d consumers, want one per watch (%d): misplaced ones are deleted", n, watches)
 	}
 }
+
+// TestLiveWatchOfAStalledConsumer pauses a live watch's consumer (the
+// server keeps it, counts messages pending for it and answers its pulls
+// with heartbeats, but delivers nothing: what a consumer did after a heal
+// in chime-bench chaos) and writes a key: the watch looks at its quiet
+// consumer, finds it stalled, and makes a new one, so the change arrives
+// within seconds rather than when the pause ends.
+func TestLiveWatchOfAStalledConsumer(t *testing.T) {
+	srv := startServer(t)
+	js := connect(t, srv.ns.ClientURL())
+	kv := bucket(t, js, "s")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	v := &view{vals: map[string]string{}}
+	w := kvwatch.New(kvwatch.Config{JS: js, Bucket: "s", Apply: v.apply})
+	if err := w.StartLoaded(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(context.Background())
+	stream, err := js.Stream(ctx, "KV_s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := stream.ConsumerNames(ctx)
+	var paused int
+	for name := range names.Name() {
+		if _, err := js.PauseConsumer(ctx, "KV_s", name, time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		paused++
+	}
+	if paused != 1 {
+		t.Fatalf("%d consumers, want the watch's one", paused)
+	}
+	if _, err := kv.Put(ctx, "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 15*time.Second, func() bool { _, ok := v.get("k"); return ok }, "the change through a new consumer")
+}
