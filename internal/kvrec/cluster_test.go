@@ -4,12 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/internal/kvrec"
@@ -21,32 +19,10 @@ import (
 // lands exactly once.
 func TestLeaderChanges(t *testing.T) {
 	began := time.Now()
-	urls := natstest.Cluster(t)
-	nc, err := nats.Connect(strings.Join(urls, ","), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, kv := natstest.ClusterKV(t, "recs")
+	nc := js.Conn()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var kv jetstream.KeyValue
-	for { // the meta leader is elected a moment after the routes form
-		tctx, tcancel := context.WithTimeout(ctx, time.Second)
-		kv, err = js.CreateKeyValue(tctx, jetstream.KeyValueConfig{Bucket: "recs", Replicas: 3})
-		tcancel()
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("create bucket: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-
 	t.Logf("bucket ready after %s", time.Since(began))
 	const writers = 8
 	stop := make(chan struct{})

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -732,25 +731,9 @@ func TestLoadOfAConsumerThatDeliversNothingIsMadeAgain(t *testing.T) {
 // a view loaded from it missed what the catch-up stored). The server
 // places each on one of the three at random.
 func TestConsumersOnTheLeader(t *testing.T) {
-	urls := natstest.Cluster(t)
-	nc, err := nats.Connect(strings.Join(urls, ","))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, kv := natstest.ClusterKV(t, "placed")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var kv jetstream.KeyValue
-	testwait.Eventually(t, 20*time.Second, func() bool { // the meta leader is elected a moment after the routes form
-		tctx, tcancel := context.WithTimeout(ctx, time.Second)
-		defer tcancel()
-		kv, err = js.CreateKeyValue(tctx, jetstream.KeyValueConfig{Bucket: "placed", Replicas: 3})
-		return err == nil
-	}, "an R3 bucket")
 	if _, err := kv.Put(ctx, "k", []byte("v")); err != nil {
 		t.Fatal(err)
 	}

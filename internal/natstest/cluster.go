@@ -1,6 +1,7 @@
 package natstest
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"strings"
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // freePorts finds n ports nothing listens on right now.
@@ -54,4 +57,26 @@ func Cluster(t testing.TB) []string {
 		urls = append(urls, ns.ClientURL())
 	}
 	return urls
+}
+
+// ClusterKV starts a Cluster and returns JetStream on a connection to all
+// of it (reconnecting at once, as chime's does) and an R3 bucket made on
+// it, once the cluster's meta leader, elected a moment after the routes
+// form, takes the request.
+func ClusterKV(t testing.TB, bucket string) (jetstream.JetStream, jetstream.KeyValue) {
+	t.Helper()
+	js := connect(t, strings.Join(Cluster(t), ","), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, Replicas: 3})
+		cancel()
+		if err == nil {
+			return js, kv
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create bucket %s: %v", bucket, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

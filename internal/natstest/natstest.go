@@ -32,7 +32,14 @@ func Server(t testing.TB) *server.Server {
 // JetStream, with nothing provisioned.
 func JetStream(t testing.TB, ns *server.Server) jetstream.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(ns.ClientURL())
+	return connect(t, ns.ClientURL())
+}
+
+// connect opens a connection to url with opts, closed when the test ends,
+// and returns its JetStream.
+func connect(t testing.TB, url string, opts ...nats.Option) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
