@@ -94,14 +94,7 @@ func HistoryGet[T any](ctx context.Context, h History, agentID, id string, idOf 
 			return found, err
 		}
 		err = mark.behind(ctx, reached, func(ctx context.Context) (uint64, error) {
-			l, err := leaderLast(ctx, h.JS.Conn(), h.Stream, filter)
-			if errors.Is(err, jetstream.ErrKeyNotFound) {
-				return 0, nil
-			}
-			if err != nil {
-				return 0, err
-			}
-			return l.Seq, nil
+			return leaderLastSeq(ctx, h.JS.Conn(), h.Stream, filter)
 		})
 		if err == nil {
 			return nil, jetstream.ErrKeyNotFound

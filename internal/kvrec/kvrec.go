@@ -138,11 +138,9 @@ type leaderMark struct {
 // later one. ask reads the leader's last.
 func (m *leaderMark) behind(ctx context.Context, reached uint64, ask func(context.Context) (uint64, error)) error {
 	if !m.asked {
-		actx, cancel := context.WithTimeoutCause(ctx, AttemptTimeout, errNoAnswer)
-		last, err := ask(actx)
-		cancel()
+		last, err := attempt(ctx, ask)
 		if err != nil {
-			return noAnswer(ctx, actx, err)
+			return err
 		}
 		m.last, m.asked = last, true
 	}

@@ -103,7 +103,13 @@ func (l leaderKV) leaderGet(ctx context.Context, key string) ([]byte, uint64, er
 // leaderRev is the last revision of the keys matching filter on the
 // leader, deletions included; 0 when there is none.
 func (l leaderKV) leaderRev(ctx context.Context, filter string) (uint64, error) {
-	last, err := LeaderLast(ctx, l.nc, l.Bucket(), filter)
+	return leaderLastSeq(ctx, l.nc, "KV_"+l.Bucket(), "$KV."+l.Bucket()+"."+filter)
+}
+
+// leaderLastSeq is the sequence of stream's last message on subject (or
+// matching a pattern) on its leader; 0 when there is none.
+func leaderLastSeq(ctx context.Context, nc *nats.Conn, stream, subject string) (uint64, error) {
+	last, err := leaderLast(ctx, nc, stream, subject)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return 0, nil
 	}
