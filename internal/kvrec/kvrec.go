@@ -16,6 +16,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -28,8 +30,9 @@ import (
 const casAttempts = 16
 
 // confirm reads key's record from the leader, to check a read that may
-// have been stale: the record and its revision, or nil and 0 when the
-// leader holds none (missing, deleted or purged).
+// have been stale: the record and its revision, or nil when the leader
+// holds none, with the revision of its deletion marker (0 when it holds
+// no message for key at all).
 func confirm[T any](ctx context.Context, leader leaderGetter, key string) (*T, uint64, error) {
 	type read struct {
 		data []byte
@@ -45,8 +48,8 @@ func confirm[T any](ctx context.Context, leader leaderGetter, key string) (*T, u
 	if err != nil {
 		return nil, 0, fmt.Errorf("confirm %s on the leader: %w", key, err)
 	}
-	if r.rev == 0 {
-		return nil, 0, nil
+	if r.data == nil {
+		return nil, r.rev, nil
 	}
 	v, err := decode[T](key, r.data)
 	if err != nil {
@@ -54,6 +57,14 @@ func confirm[T any](ctx context.Context, leader leaderGetter, key string) (*T, u
 	}
 	return v, r.rev, nil
 }
+
+// errBehind is an answer older than a revision of the same key the caller
+// already saw. A revision never goes away without a newer one (a record's
+// removal leaves a deletion marker), so such an answer came from a copy
+// that lags, or from a server that still believes it leads the stream: one
+// just back from a partition answers leader reads and refuses CAS writes
+// from its old store until it hears the new leader's term. Transient.
+var errBehind = fmt.Errorf("%w: an answer older than a revision already seen", errLagging)
 
 // conflictsBeforePause is how many CAS conflicts in a row are retried at
 // once before the retries pause (see conflictPause).
@@ -211,15 +222,31 @@ func listOnce[T any](ctx context.Context, kv jetstream.KeyValue, filter string) 
 // when it did not, nothing is written. With create set, a missing record
 // starts as the zero T and is written with Create.
 //
-// Under retry a write can land without its answer reaching us. The next
-// read then finds either the very bytes written (taken as this call's
-// write: change is not asked again) or a record changed further by someone
-// else, which change is asked about as usual. So change must decide from
+// Under retry a write can land without its answer reaching us, or land
+// although a stale leader refused it (see UpdateRev). The next read then
+// finds either the very bytes written (taken as this call's write: change
+// is not asked again) or a record changed further by someone else, which
+// change is asked about as usual. So change must decide from
 // the record it is given (a state transition), as every CAS change must.
 // opts can make the writes of finished records expire (ExpireFinished).
 func Update[T any](ctx context.Context, kv jetstream.KeyValue, key string, create bool, change func(*T) (bool, error), opts ...Option[T]) (*T, bool, error) {
 	v, _, changed, err := UpdateRev(ctx, kv, key, create, change, opts...)
 	return v, changed, err
+}
+
+// refusedAt is the revision a CAS refusal says the key is at ("wrong last
+// sequence: N", JetStream's 10071), if it says one.
+func refusedAt(err error) (uint64, bool) {
+	e, ok := errors.AsType[*jetstream.APIError](err)
+	if !ok || e.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+		return 0, false
+	}
+	_, n, ok := strings.Cut(e.Description, ": ")
+	if !ok {
+		return 0, false
+	}
+	at, err := strconv.ParseUint(n, 10, 64)
+	return at, err == nil
 }
 
 // unsure is a write whose outcome is unknown: it may have landed.
@@ -240,18 +267,38 @@ func landed(writes []unsure, e jetstream.KeyValueEntry) bool {
 
 // UpdateRev is Update that also returns the record's revision: the one
 // written, or the one read when nothing changed.
+//
+// The call keeps the highest revision of key it has seen (AtLeast sets the
+// first): an answer older than that, or a miss with no deletion marker
+// after it, is stale and asked again after a pause (errBehind). And a
+// refused CAS write counts as one that may have landed, like one whose
+// answer was lost: a stale leader refuses it at once while the leader
+// stores it.
 func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, create bool, change func(*T) (bool, error), opts ...Option[T]) (*T, uint64, bool, error) {
 	o := newOptions(opts)
 	p := &pacer{}
 	var writes []unsure
 	leader, _ := kv.(leaderGetter)
 	confirmed := leader == nil // nothing to confirm with
+	seen := o.atLeast
+	stale := func(err error) error {
+		confirmed = leader == nil
+		if again, err := p.retry(ctx, err); !again {
+			return fmt.Errorf("update %s: %w", key, err)
+		}
+		return nil
+	}
 	for conflicts := 0; conflicts < casAttempts; {
 		v, rev := o.cur, o.rev
 		o.cur = nil // the caller's copy serves the first attempt only
 		if v == nil {
 			e, err := get(ctx, p, kv, key)
 			switch {
+			case err == nil && e.Revision() < seen:
+				if err := stale(fmt.Errorf("read %s at %d after %d: %w", key, e.Revision(), seen, errBehind)); err != nil {
+					return nil, 0, false, err
+				}
+				continue
 			case err == nil && landed(writes, e):
 				v, err := decode[T](key, e.Value())
 				if err != nil {
@@ -265,14 +312,19 @@ func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, cr
 				rev = e.Revision()
 			case errors.Is(err, jetstream.ErrKeyNotFound) && create:
 				v = new(T)
-			case errors.Is(err, jetstream.ErrKeyNotFound) && !confirmed:
+			case errors.Is(err, jetstream.ErrKeyNotFound) && leader != nil && (!confirmed || seen > 0):
 				// Missing, as read: the leader says whether it is.
 				confirmed = true
 				lv, lrev, lerr := confirm[T](ctx, leader, key)
-				if lerr != nil {
+				switch {
+				case lerr != nil:
 					return nil, 0, false, lerr
-				}
-				if lv == nil {
+				case lrev < seen:
+					if err := stale(fmt.Errorf("leader of %s at %d after %d: %w", key, lrev, seen, errBehind)); err != nil {
+						return nil, 0, false, err
+					}
+					continue
+				case lv == nil:
 					return nil, 0, false, err
 				}
 				v, rev = lv, lrev
@@ -280,6 +332,7 @@ func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, cr
 				return nil, 0, false, err
 			}
 		}
+		seen = max(seen, rev)
 		changed, err := change(v)
 		if err == nil && !changed && !confirmed {
 			// Nothing to write, as read: the leader says whether that
@@ -289,6 +342,11 @@ func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, cr
 			switch {
 			case lerr != nil:
 				return nil, 0, false, lerr
+			case lrev < seen:
+				if err := stale(fmt.Errorf("leader of %s at %d after %d: %w", key, lrev, seen, errBehind)); err != nil {
+					return nil, 0, false, err
+				}
+				continue
 			case lv == nil && rev != 0:
 				return nil, 0, false, jetstream.ErrKeyNotFound // gone since
 			case lv != nil && lrev != rev:
@@ -308,6 +366,16 @@ func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, cr
 		case err == nil:
 			return v, written, true, nil
 		case errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists):
+			if at, ok := refusedAt(err); ok && at < seen {
+				// A refusal from a store that lacks a revision already
+				// seen: a server that still believes it leads answered
+				// first, while the leader may have stored the write.
+				writes = append(writes, unsure{base: rev, data: data})
+				if err := stale(fmt.Errorf("write of %s refused at %d after %d: %w", key, at, seen, errBehind)); err != nil {
+					return nil, 0, false, err
+				}
+				continue
+			}
 			// Another writer got there first, or our own earlier write, or
 			// the read was stale: direct gets are served by followers too,
 			// and one can lag just after a leader change. Read again at

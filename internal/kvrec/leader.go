@@ -86,16 +86,17 @@ type leaderGetter interface {
 	leaderRev(ctx context.Context, filter string) (uint64, error)
 }
 
-// leaderGet reads key's last value from the leader: jetstream.ErrKeyNotFound
-// when there is none, or it was deleted or purged (a marker's data is
-// empty; no record is).
+// leaderGet reads key's last message from the leader: its record and
+// revision; no data with the marker's revision when it was deleted or
+// purged (a marker's data is empty; no record is); jetstream.ErrKeyNotFound
+// when the leader holds no message for key at all.
 func (l leaderKV) leaderGet(ctx context.Context, key string) ([]byte, uint64, error) {
 	last, err := LeaderLast(ctx, l.nc, l.Bucket(), key)
 	if err != nil {
 		return nil, 0, err
 	}
 	if len(last.Data) == 0 {
-		return nil, 0, jetstream.ErrKeyNotFound
+		return nil, last.Seq, nil
 	}
 	return last.Data, last.Seq, nil
 }

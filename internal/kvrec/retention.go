@@ -41,6 +41,8 @@ type options[T any] struct {
 	// cur and rev: the caller's copy of the record, for the first attempt.
 	cur *T
 	rev uint64
+	// atLeast: a revision the record is known to have reached.
+	atLeast uint64
 }
 
 // Current gives Update the record as the caller last read it (v at
@@ -50,6 +52,14 @@ type options[T any] struct {
 // changed in place.
 func Current[T any](v *T, rev uint64) Option[T] {
 	return func(o *options[T]) { o.cur, o.rev = v, rev }
+}
+
+// AtLeast tells UpdateRev that the record at key reached revision rev
+// (e.g. a fire decided on it): an answer older than that, or with no
+// record and no deletion after it, is stale and asked again rather than
+// believed.
+func AtLeast[T any](rev uint64) Option[T] {
+	return func(o *options[T]) { o.atLeast = rev }
 }
 
 // ExpireFinished makes each write of a record that finished reports as
