@@ -114,7 +114,7 @@ func (s *Scheduler) prepare(batch []*entry, now time.Time) ([]timers.TimerFired,
 			s.m.lateness.Observe(now.Sub(due).Seconds())
 		}
 		if en.wait {
-			waitFires = append(waitFires, waits.WaitFired{AgentID: en.agentID(), WaitID: en.itemID(), Target: due, FiredAt: now.UTC()})
+			waitFires = append(waitFires, waits.WaitFired{AgentID: en.agentID(), WaitID: en.itemID(), Target: due, FiredAt: now.UTC(), Rev: en.rev})
 			en.fired = en.due
 			continue
 		}

@@ -50,11 +50,17 @@ func putTimer(t *testing.T, s *Scheduler, tm timers.Timer) {
 
 func putWait(t *testing.T, s *Scheduler, w waits.Wait) {
 	t.Helper()
+	putWaitAt(t, s, w, 0)
+}
+
+// putWaitAt applies w as its record's revision rev.
+func putWaitAt(t *testing.T, s *Scheduler, w waits.Wait, rev uint64) {
+	t.Helper()
 	b, err := json.Marshal(w)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.applyWait("", 0, kvwatch.Entry{Key: w.Key(), Value: b})
+	s.applyWait("", 0, kvwatch.Entry{Key: w.Key(), Value: b, Revision: rev})
 }
 
 // pop fires what is due at the clock's time, as one pass of the loop does,
@@ -206,10 +212,12 @@ func TestWaitRetryKeepsItsTarget(t *testing.T) {
 	s := newTestScheduler(c)
 	target := c.now().Add(time.Second)
 	w := waits.Wait{ID: "w1", AgentID: "a", Mode: waits.WaitDuration, Status: waits.WaitWaiting, TargetTime: target}
-	putWait(t, s, w)
+	putWaitAt(t, s, w, 7)
 	c.t = target
 	_, fired := pop(s, c)
-	if len(fired) != 1 || !fired[0].Target.Equal(target) {
+	// The fire names the revision it was decided on: its completion
+	// reads no older answer (kvrec.AtLeast).
+	if len(fired) != 1 || !fired[0].Target.Equal(target) || fired[0].Rev != 7 {
 		t.Fatalf("wait fire %+v", fired)
 	}
 	s.rearm(pendingFire{wait: true, key: w.Key(), occ: 1, due: target.UnixNano()}, errors.New("x"))

@@ -40,9 +40,11 @@ type entry struct {
 	awaiting bool
 	// paused is a paused wait's frozen time left; such a wait is not armed.
 	paused time.Duration
-	shard  int
-	phase  int8 // which tenth of a second a wait's progress goes out in
-	pos    int  // position in its shard's heap, -1 when not armed
+	// rev is a wait's record revision, carried in its fire.
+	rev   uint64
+	shard int
+	phase int8 // which tenth of a second a wait's progress goes out in
+	pos   int  // position in its shard's heap, -1 when not armed
 }
 
 func (e *entry) agentID() string { return e.key[:e.agentLen] }

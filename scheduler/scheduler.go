@@ -516,6 +516,7 @@ func (s *Scheduler) applyWait(bucket string, gen uint64, e kvwatch.Entry) {
 		return
 	}
 	en := s.entryFor(true, key, agentLen, shard)
+	en.rev = e.Revision
 	if !w.Armed() {
 		en.paused = max(w.Remaining(s.cfg.Now()), time.Nanosecond) // frozen clock
 		en.due = w.TargetTime.UnixNano()

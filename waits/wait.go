@@ -408,6 +408,9 @@ type WaitFired struct {
 	WaitID  string    `json:"wait_id"`
 	Target  time.Time `json:"target_time"`
 	FiredAt time.Time `json:"fired_at"`
+	// Rev is the revision of the wait record the scheduler fired from
+	// (absent from events of older versions).
+	Rev uint64 `json:"rev,omitempty"`
 }
 
 // MsgID is the event's dedup ID; a moved target is a new event.

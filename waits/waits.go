@@ -186,9 +186,15 @@ func notFound(waitID string) error {
 
 // Update changes one wait by CAS; see kvrec.Update.
 func (s *Store) Update(ctx context.Context, agentID, waitID string, change func(*Wait) (bool, error)) (*Wait, bool, error) {
+	return s.update(ctx, agentID, waitID, 0, change)
+}
+
+// update is Update of a wait known to have reached revision atLeast (0:
+// not known).
+func (s *Store) update(ctx context.Context, agentID, waitID string, atLeast uint64, change func(*Wait) (bool, error)) (*Wait, bool, error) {
 	kv, key := s.waits.For(agentID, waitID)
 	w, rev, changed, err := kvrec.UpdateRev(ctx, kv, key, false, change,
-		kvrec.ExpireFinished(s.retention, (*Wait).Ended))
+		kvrec.ExpireFinished(s.retention, (*Wait).Ended), kvrec.AtLeast[Wait](atLeast))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		// Ended and moved to the history, or never there. An ended wait
 		// is never written again, so change only answers from it.
@@ -210,11 +216,26 @@ func (s *Store) Update(ctx context.Context, agentID, waitID string, change func(
 	return w, changed, nil
 }
 
+// staleFor bounds how long after a fire an answer older than the fire's
+// revision is taken for a stale one. A server back from a partition leads
+// on its old store for a second or so, one on the minority side for at most
+// 20 s (nats-server's lost-quorum check); a revision that still goes back
+// after that belongs to a bucket made anew, and the fire finds what it
+// holds.
+const staleFor = time.Minute
+
 // Complete ends a wait whose target fire is ev: only if it still waits,
 // unpaused, for that very target. ended reports whether the wait is now
-// completed (by this call or an earlier delivery of the same event).
+// completed (by this call or an earlier delivery of the same event). The
+// record is read at or after the revision the fire was decided on: an
+// older answer (a copy, or a leader back from a partition, that lacks it)
+// is asked again rather than taken for a wait that is gone or moved.
 func (s *Store) Complete(ctx context.Context, ev *WaitFired) (w *Wait, ended bool, err error) {
-	w, _, err = s.Update(ctx, ev.AgentID, ev.WaitID, func(w *Wait) (bool, error) {
+	atLeast := ev.Rev
+	if s.now().Sub(ev.FiredAt) > staleFor {
+		atLeast = 0 // no copy lags that long: a bucket made anew
+	}
+	w, _, err = s.update(ctx, ev.AgentID, ev.WaitID, atLeast, func(w *Wait) (bool, error) {
 		if !w.Armed() || !w.TargetTime.Equal(ev.Target) {
 			return false, nil
 		}
