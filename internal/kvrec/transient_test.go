@@ -14,7 +14,9 @@ import (
 
 // jetStreamServer starts an embedded JetStream server on 127.0.0.1 (not
 // natstest's: the engine it starts through imports this package).
-func jetStreamServer(t *testing.T) *server.Server {
+// recsBucket starts an embedded JetStream server and returns a connection
+// to it, its JetStream and a bucket "recs".
+func recsBucket(t *testing.T, ctx context.Context) (*nats.Conn, jetstream.JetStream, jetstream.KeyValue) {
 	t.Helper()
 	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
 	if err != nil {
@@ -25,29 +27,29 @@ func jetStreamServer(t *testing.T) *server.Server {
 	if !ns.ReadyForConnections(10 * time.Second) {
 		t.Fatal("server not ready")
 	}
-	return ns
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "recs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js, kv
 }
 
 // TestTransient classifies errors as a real server and the clients produce
 // them. The cluster errors cannot come from one server; they are built the
 // way the clients decode them from the server's reply.
 func TestTransient(t *testing.T) {
-	ns := jetStreamServer(t)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "recs"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js, kv := recsBucket(t, ctx)
 	rev, err := kv.Create(ctx, "k", []byte(`{}`))
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +63,7 @@ func TestTransient(t *testing.T) {
 	defer cancelExpired()
 	cancelled, cancelNow := context.WithCancel(ctx)
 	cancelNow()
-	closed, err := nats.Connect(ns.ClientURL())
+	closed, err := nats.Connect(nc.ConnectedUrl())
 	if err != nil {
 		t.Fatal(err)
 	}
