@@ -29,11 +29,11 @@ import (
 // other writers. Transient failures do not count: the deadline bounds those.
 const casAttempts = 16
 
-// confirm reads key's record from the leader, to check a read that may
-// have been stale: the record and its revision, or nil when the leader
-// holds none, with the revision of its deletion marker (0 when it holds
-// no message for key at all).
-func confirm[T any](ctx context.Context, leader leaderGetter, key string) (*T, uint64, error) {
+// confirm reads key's last message from the leader, to check a read that
+// may have been stale: its data, nil when the leader holds no record (a
+// deletion marker, or no message at all), and its revision (the marker's;
+// 0 when there is no message).
+func confirm(ctx context.Context, leader leaderGetter, key string) ([]byte, uint64, error) {
 	type read struct {
 		data []byte
 		rev  uint64
@@ -48,14 +48,7 @@ func confirm[T any](ctx context.Context, leader leaderGetter, key string) (*T, u
 	if err != nil {
 		return nil, 0, fmt.Errorf("confirm %s on the leader: %w", key, err)
 	}
-	if r.data == nil {
-		return nil, r.rev, nil
-	}
-	v, err := decode[T](key, r.data)
-	if err != nil {
-		return nil, 0, err
-	}
-	return v, r.rev, nil
+	return r.data, r.rev, nil
 }
 
 // errBehind is an answer older than a revision of the same key the caller
@@ -255,10 +248,11 @@ type unsure struct {
 	data []byte
 }
 
-// landed reports whether e is one of the unsure writes.
-func landed(writes []unsure, e jetstream.KeyValueEntry) bool {
+// landed reports whether the revision rev holding data is one of the
+// unsure writes.
+func landed(writes []unsure, rev uint64, data []byte) bool {
 	for _, w := range writes {
-		if e.Revision() > w.base && bytes.Equal(e.Value(), w.data) {
+		if rev > w.base && bytes.Equal(data, w.data) {
 			return true
 		}
 	}
@@ -281,6 +275,14 @@ func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, cr
 	leader, _ := kv.(leaderGetter)
 	confirmed := leader == nil // nothing to confirm with
 	seen := o.atLeast
+	// mine is the result of finding one of this call's unsure writes.
+	mine := func(rev uint64, data []byte) (*T, uint64, bool, error) {
+		v, err := decode[T](key, data)
+		if err != nil {
+			return nil, 0, false, err
+		}
+		return v, rev, true, nil
+	}
 	stale := func(err error) error {
 		confirmed = leader == nil
 		if again, err := p.retry(ctx, err); !again {
@@ -299,12 +301,8 @@ func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, cr
 					return nil, 0, false, err
 				}
 				continue
-			case err == nil && landed(writes, e):
-				v, err := decode[T](key, e.Value())
-				if err != nil {
-					return nil, 0, false, err
-				}
-				return v, e.Revision(), true, nil
+			case err == nil && landed(writes, e.Revision(), e.Value()):
+				return mine(e.Revision(), e.Value())
 			case err == nil:
 				if v, err = decode[T](key, e.Value()); err != nil {
 					return nil, 0, false, err
@@ -315,7 +313,7 @@ func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, cr
 			case errors.Is(err, jetstream.ErrKeyNotFound) && leader != nil && (!confirmed || seen > 0):
 				// Missing, as read: the leader says whether it is.
 				confirmed = true
-				lv, lrev, lerr := confirm[T](ctx, leader, key)
+				data, lrev, lerr := confirm(ctx, leader, key)
 				switch {
 				case lerr != nil:
 					return nil, 0, false, lerr
@@ -324,10 +322,28 @@ func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, cr
 						return nil, 0, false, err
 					}
 					continue
-				case lv == nil:
+				case data == nil:
+					// No record, as a server that believes it leads says:
+					// unless another one holds a later revision.
+					last, lerr := Retried(ctx, func(ctx context.Context) (uint64, error) { return leader.leadersLast(ctx, key) })
+					if lerr != nil {
+						return nil, 0, false, fmt.Errorf("confirm %s on the leader: %w", key, lerr)
+					}
+					if last <= lrev {
+						return nil, 0, false, err
+					}
+					seen = max(seen, last)
+					if err := stale(fmt.Errorf("leader of %s at %d, another at %d: %w", key, lrev, last, errBehind)); err != nil {
+						return nil, 0, false, err
+					}
+					continue
+				case landed(writes, lrev, data):
+					return mine(lrev, data)
+				}
+				if v, err = decode[T](key, data); err != nil {
 					return nil, 0, false, err
 				}
-				v, rev = lv, lrev
+				rev = lrev
 			default:
 				return nil, 0, false, err
 			}
@@ -338,7 +354,7 @@ func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, cr
 			// Nothing to write, as read: the leader says whether that
 			// read was current.
 			confirmed = true
-			lv, lrev, lerr := confirm[T](ctx, leader, key)
+			data, lrev, lerr := confirm(ctx, leader, key)
 			switch {
 			case lerr != nil:
 				return nil, 0, false, lerr
@@ -347,10 +363,16 @@ func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, cr
 					return nil, 0, false, err
 				}
 				continue
-			case lv == nil && rev != 0:
+			case data == nil && rev != 0:
 				return nil, 0, false, jetstream.ErrKeyNotFound // gone since
-			case lv != nil && lrev != rev:
-				o.cur, o.rev = lv, lrev // it was not: decide again on the leader's
+			case data != nil && lrev != rev && landed(writes, lrev, data):
+				return mine(lrev, data)
+			case data != nil && lrev != rev:
+				// It was not: decide again on the leader's.
+				if o.cur, err = decode[T](key, data); err != nil {
+					return nil, 0, false, err
+				}
+				o.rev = lrev
 				continue
 			}
 		}

@@ -1,10 +1,14 @@
 package kvrec
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -84,6 +88,81 @@ type leaderKV struct {
 type leaderGetter interface {
 	leaderGet(ctx context.Context, key string) (data []byte, rev uint64, err error)
 	leaderRev(ctx context.Context, filter string) (uint64, error)
+	leadersLast(ctx context.Context, key string) (uint64, error)
+}
+
+// leadersWindow is how long after the first answer leadersLast waits for
+// another: two servers that both believe they lead answer at once, each
+// without a Raft round.
+const leadersWindow = 20 * time.Millisecond
+
+// leadersLast is key's last revision as the servers that believe they lead
+// the bucket's stream hold it, the highest they answer; 0 when none holds a
+// message for key. Right after a heal two servers can: the one back from
+// the partition answers leader reads from its old store, and the JetStream
+// API hands the client only the first answer. A CAS write is answered by
+// each, to the client directly: this one expects a revision no key
+// reaches, so each refuses it at once naming the last revision it holds
+// ("wrong last sequence: N"), and nothing is ever stored.
+func (l leaderKV) leadersLast(ctx context.Context, key string) (uint64, error) {
+	inbox := l.nc.NewInbox()
+	sub, err := l.nc.SubscribeSync(inbox)
+	if err != nil {
+		return 0, fmt.Errorf("last of %s on the leaders: %w", key, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	m := nats.NewMsg("$KV." + l.Bucket() + "." + key)
+	m.Reply = inbox
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(math.MaxUint64, 10))
+	if err := l.nc.PublishMsg(m); err != nil {
+		return 0, fmt.Errorf("last of %s on the leaders: %w", key, err)
+	}
+	var last uint64
+	var refused bool
+	var firstErr error
+	wait := ctx
+	for answers := 0; ; answers++ {
+		msg, err := sub.NextMsgWithContext(wait)
+		switch {
+		case err != nil && answers == 0:
+			return 0, fmt.Errorf("last of %s on the leaders: %w", key, err)
+		case err != nil && refused: // the window passed
+			return last, nil
+		case err != nil:
+			return 0, fmt.Errorf("last of %s on the leaders: %w", key, firstErr)
+		}
+		if answers == 0 {
+			var cancel context.CancelFunc
+			wait, cancel = context.WithTimeout(ctx, leadersWindow)
+			defer cancel()
+		}
+		at, err := refusal(msg)
+		if err != nil {
+			firstErr = cmp.Or(firstErr, err)
+			continue
+		}
+		last, refused = max(last, at), true
+	}
+}
+
+// refusal is the revision a CAS refusal names.
+func refusal(msg *nats.Msg) (uint64, error) {
+	if msg.Header.Get("Status") == "503" {
+		return 0, nats.ErrNoResponders
+	}
+	var res struct {
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &res); err != nil {
+		return 0, err
+	}
+	if res.Error == nil {
+		return 0, fmt.Errorf("%w: a write expecting no revision was stored", ErrUnavailable)
+	}
+	if at, ok := refusedAt(res.Error); ok {
+		return at, nil
+	}
+	return 0, fmt.Errorf("%w: %w", ErrUnavailable, res.Error)
 }
 
 // leaderGet reads key's last message from the leader: its record and

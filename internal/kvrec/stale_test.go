@@ -62,6 +62,12 @@ func (s *staleLeader) leaderRev(ctx context.Context, filter string) (uint64, err
 	return s.leader.leaderRev(ctx, filter)
 }
 
+// leadersLast asks the real server, which answers with the stale one (not
+// here) as it would after a heal: the highest answer is the real one's.
+func (s *staleLeader) leadersLast(ctx context.Context, key string) (uint64, error) {
+	return s.leader.leadersLast(ctx, key)
+}
+
 type counted struct {
 	Done    bool `json:"done"`
 	Changes int  `json:"changes"`
@@ -99,6 +105,9 @@ func TestStaleLeaderAfterHeal(t *testing.T) {
 			return op == "update" && n == 1 || op == "get" && n == 2 || op == "leader" && n == 1
 		}, false},
 		{"refused, read current", func(op string, n int) bool { return op == "update" && n == 1 }, false},
+		{"refused, then read stale, leader current", func(op string, n int) bool {
+			return op == "update" && n == 1 || op == "get" && n == 2
+		}, false},
 		{"first read and leader stale, revision known", func(op string, n int) bool {
 			return op == "get" && n <= 2 || op == "leader" && n <= 2
 		}, true},
@@ -128,13 +137,23 @@ func TestStaleLeaderAfterHeal(t *testing.T) {
 		})
 	}
 
-	// Without the revision, a stale first read and leader read that agree
-	// on "no record" are believed: that is what AtLeast is for.
+	// A miss the stale leader confirms, with no revision known, is checked
+	// with every server that believes it leads (a CAS refusal each gives);
+	// a key nobody holds is not found after that one question.
 	if _, err := kv.Put(ctx, "a", []byte(`{"changes":0}`)); err != nil {
 		t.Fatal(err)
 	}
 	s := &staleLeader{KeyValue: kv, leader: leaderKV{KeyValue: kv, nc: nc}, stale: func(op string, n int) bool { return n == 1 }, calls: map[string]int{}}
-	if _, _, _, err := UpdateRev(ctx, s, "a", false, complete); !errors.Is(err, jetstream.ErrKeyNotFound) {
-		t.Fatalf("a miss the stale leader confirms, revision unknown: %v, want not found", err)
+	if got, _, changed, err := UpdateRev(ctx, s, "a", false, complete); err != nil || !changed || !got.Done {
+		t.Fatalf("a miss the stale leader confirms, revision unknown: %+v changed %t: %v", got, changed, err)
+	}
+	if _, _, _, err := UpdateRev(ctx, WithLeader(kv, nc), "nobody", false, complete); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("a key nobody holds: %v", err)
+	}
+	if last, err := (leaderKV{KeyValue: kv, nc: nc}).leadersLast(ctx, "a"); err != nil || last == 0 {
+		t.Fatalf("last of a on the leaders: %d %v", last, err)
+	}
+	if n, err := kv.Keys(ctx); err != nil || len(n) != 1 {
+		t.Fatalf("the bucket holds %v (%v): the refusals must store nothing", n, err)
 	}
 }
