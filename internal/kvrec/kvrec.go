@@ -264,10 +264,13 @@ func landed(writes []unsure, rev uint64, data []byte) bool {
 //
 // The call keeps the highest revision of key it has seen (AtLeast sets the
 // first): an answer older than that, or a miss with no deletion marker
-// after it, is stale and asked again after a pause (errBehind). And a
-// refused CAS write counts as one that may have landed, like one whose
-// answer was lost: a stale leader refuses it at once while the leader
-// stores it.
+// after it, is stale and asked again after a pause (errBehind). So is a
+// CAS refusal that names a revision older than that, and its write counts
+// as one that may have landed, like one whose answer was lost: a stale
+// leader refuses at once while the leader stores the write. And a miss
+// the leader confirms is checked once more with every server that
+// believes it leads (leadersLast): the leader read may have been answered
+// by a stale one.
 func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, create bool, change func(*T) (bool, error), opts ...Option[T]) (*T, uint64, bool, error) {
 	o := newOptions(opts)
 	p := &pacer{}
