@@ -72,9 +72,10 @@ const historyBatch = 256
 // Direct gets are answered by any copy of the stream, and a server back
 // from a partition answers from its copy while it catches up: a record
 // archived meanwhile is missing there. A miss is therefore checked with
-// the stream's leader: when the leader holds a later message on the
-// record's subject than the read reached, the read came from a lagging
-// copy and is made again (a wait fire redelivered after its wait was
+// the stream's leader (with every server that believes it leads, see
+// leadersLast): when the leader holds a later message on the record's
+// subject than the read reached, the read came from a lagging copy and is
+// made again (a wait fire redelivered after its wait was
 // archived would otherwise find no wait, and be acknowledged with its
 // ending never delivered).
 func HistoryGet[T any](ctx context.Context, h History, agentID, id string, idOf func(*T) string) (*T, error) {
@@ -94,7 +95,7 @@ func HistoryGet[T any](ctx context.Context, h History, agentID, id string, idOf 
 			return found, err
 		}
 		err = mark.behind(ctx, reached, func(ctx context.Context) (uint64, error) {
-			return leaderLastSeq(ctx, h.JS.Conn(), h.Stream, filter)
+			return leadersLast(ctx, h.JS.Conn(), filter)
 		})
 		if err == nil {
 			return nil, jetstream.ErrKeyNotFound

@@ -97,25 +97,32 @@ type leaderGetter interface {
 const leadersWindow = 20 * time.Millisecond
 
 // leadersLast is key's last revision as the servers that believe they lead
-// the bucket's stream hold it, the highest they answer; 0 when none holds a
-// message for key. Right after a heal two servers can: the one back from
-// the partition answers leader reads from its old store, and the JetStream
-// API hands the client only the first answer. A CAS write is answered by
-// each, to the client directly: this one expects a revision no key
-// reaches, so each refuses it at once naming the last revision it holds
-// ("wrong last sequence: N"), and nothing is ever stored.
+// the bucket's stream hold it; see leadersLast.
 func (l leaderKV) leadersLast(ctx context.Context, key string) (uint64, error) {
-	inbox := l.nc.NewInbox()
-	sub, err := l.nc.SubscribeSync(inbox)
+	return leadersLast(ctx, l.nc, "$KV."+l.Bucket()+"."+key)
+}
+
+// leadersLast is the last sequence on subject of the stream that stores
+// it, as the servers that believe they lead that stream hold it: the
+// highest they answer, 0 when none holds a message there. Right after a
+// heal two servers can: the one back from the partition answers leader
+// reads from its old store, and the JetStream API hands the client only
+// the first answer. A CAS write is answered by each, to the client
+// directly: this one expects a sequence no subject reaches, so each
+// refuses it at once naming the last it holds ("wrong last sequence: N"),
+// and nothing is ever stored.
+func leadersLast(ctx context.Context, nc *nats.Conn, subject string) (uint64, error) {
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
-		return 0, fmt.Errorf("last of %s on the leaders: %w", key, err)
+		return 0, fmt.Errorf("last of %s on the leaders: %w", subject, err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	m := nats.NewMsg("$KV." + l.Bucket() + "." + key)
+	m := nats.NewMsg(subject)
 	m.Reply = inbox
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(math.MaxUint64, 10))
-	if err := l.nc.PublishMsg(m); err != nil {
-		return 0, fmt.Errorf("last of %s on the leaders: %w", key, err)
+	if err := nc.PublishMsg(m); err != nil {
+		return 0, fmt.Errorf("last of %s on the leaders: %w", subject, err)
 	}
 	var last uint64
 	var refused bool
@@ -125,11 +132,11 @@ func (l leaderKV) leadersLast(ctx context.Context, key string) (uint64, error) {
 		msg, err := sub.NextMsgWithContext(wait)
 		switch {
 		case err != nil && answers == 0:
-			return 0, fmt.Errorf("last of %s on the leaders: %w", key, err)
+			return 0, fmt.Errorf("last of %s on the leaders: %w", subject, err)
 		case err != nil && refused: // the window passed
 			return last, nil
 		case err != nil:
-			return 0, fmt.Errorf("last of %s on the leaders: %w", key, firstErr)
+			return 0, fmt.Errorf("last of %s on the leaders: %w", subject, firstErr)
 		}
 		if answers == 0 {
 			var cancel context.CancelFunc
@@ -157,12 +164,12 @@ func refusal(msg *nats.Msg) (uint64, error) {
 		return 0, err
 	}
 	if res.Error == nil {
-		return 0, fmt.Errorf("%w: a write expecting no revision was stored", ErrUnavailable)
+		return 0, errors.New("a write expecting no sequence was stored")
 	}
 	if at, ok := refusedAt(res.Error); ok {
 		return at, nil
 	}
-	return 0, fmt.Errorf("%w: %w", ErrUnavailable, res.Error)
+	return 0, res.Error // retried when Transient: a stream between leaders
 }
 
 // leaderGet reads key's last message from the leader: its record and
