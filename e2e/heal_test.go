@@ -42,41 +42,15 @@ import (
 func TestUpdatesAcrossAHeal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	needNetns(ctx, t)
-	lab, err := netns.New(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := lab.Close(); err != nil {
-			t.Error(err)
-		}
-	})
 	ports, err := natsproc.FreePorts(3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	monitor := map[string]string{} // server name -> its monitoring address
-	cluster, err := natsproc.ClusterEach(3, natsproc.Options{Dir: t.TempDir(), Logf: t.Logf}, func(i int, o *natsproc.Options) {
-		m, err := lab.Add(ctx, fmt.Sprintf("n%d", i+1))
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		o.Host, o.Wrap = m.Addr.String(), m.Wrap()
+	lab, cluster := labCluster(ctx, t, func(i int, o *natsproc.Options) {
 		monitor[o.Name] = net.JoinHostPort(o.Host, strconv.Itoa(ports[i]))
 		o.Config = fmt.Sprintf("http: %q\n", monitor[o.Name])
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Registered after the lab's, so run before it: a server left in a
-	// namespace keeps the namespace alive.
-	t.Cleanup(func() { _ = cluster.Close() })
-	if err := cluster.WaitJetStreamReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-
 	r := healRound(ctx, t, lab, cluster, monitor, "heal")
 	t.Log(r)
 	for _, f := range r.failures {

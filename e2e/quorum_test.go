@@ -9,8 +9,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/chime-nats/chime/engine"
-	"github.com/chime-nats/chime/internal/natsproc"
-	"github.com/chime-nats/chime/internal/netns"
 )
 
 // TestQuorumWatchMovesOffTheMinority: three nats-servers, each in a
@@ -22,30 +20,7 @@ import (
 func TestQuorumWatchMovesOffTheMinority(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	needNetns(ctx, t)
-	lab, err := netns.New(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = lab.Close() })
-	var members []*netns.Member
-	for _, name := range []string{"s1", "s2", "s3"} {
-		m, err := lab.Add(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		members = append(members, m)
-	}
-	cluster, err := natsproc.ClusterEach(3, natsproc.Options{Dir: t.TempDir(), Logf: t.Logf}, func(i int, o *natsproc.Options) {
-		o.Host, o.Wrap = members[i].Addr.String(), members[i].Wrap()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cluster.Close() }) // before the lab's Close
-	if err := cluster.WaitJetStreamReady(ctx); err != nil {
-		t.Fatal(err)
-	}
+	lab, cluster := labCluster(ctx, t, nil)
 
 	nc, err := nats.Connect(cluster.URLs(), nats.DontRandomize(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
@@ -66,8 +41,8 @@ func TestQuorumWatchMovesOffTheMinority(t *testing.T) {
 	defer stop()
 	go engine.NewQuorumWatch(engine.QuorumConfig{NC: nc, JS: js, Every: 500 * time.Millisecond, After: 4}).Run(wctx)
 
-	for _, peer := range []string{"s2", "s3"} {
-		if err := lab.Separate(ctx, "s1", peer); err != nil {
+	for _, peer := range []string{"n2", "n3"} {
+		if err := lab.Separate(ctx, "n1", peer); err != nil {
 			t.Fatal(err)
 		}
 	}
