@@ -286,8 +286,11 @@ func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, cr
 		}
 		return v, rev, true, nil
 	}
-	stale := func(err error) error {
+	// stale pauses before the next attempt after what (a read, a leader
+	// read, a refusal) answered at revision at, older than seen.
+	stale := func(what string, at uint64) error {
 		confirmed = leader == nil
+		err := fmt.Errorf("%s of %s at %d after %d: %w", what, key, at, seen, errBehind)
 		if again, err := p.retry(ctx, err); !again {
 			return fmt.Errorf("update %s: %w", key, err)
 		}
@@ -300,7 +303,7 @@ func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, cr
 			e, err := get(ctx, p, kv, key)
 			switch {
 			case err == nil && e.Revision() < seen:
-				if err := stale(fmt.Errorf("read %s at %d after %d: %w", key, e.Revision(), seen, errBehind)); err != nil {
+				if err := stale("read", e.Revision()); err != nil {
 					return nil, 0, false, err
 				}
 				continue
@@ -321,7 +324,7 @@ func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, cr
 				case lerr != nil:
 					return nil, 0, false, lerr
 				case lrev < seen:
-					if err := stale(fmt.Errorf("leader of %s at %d after %d: %w", key, lrev, seen, errBehind)); err != nil {
+					if err := stale("leader read", lrev); err != nil {
 						return nil, 0, false, err
 					}
 					continue
@@ -336,7 +339,7 @@ func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, cr
 						return nil, 0, false, err
 					}
 					seen = max(seen, last)
-					if err := stale(fmt.Errorf("leader of %s at %d, another at %d: %w", key, lrev, last, errBehind)); err != nil {
+					if err := stale("leader read", lrev); err != nil {
 						return nil, 0, false, err
 					}
 					continue
@@ -362,7 +365,7 @@ func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, cr
 			case lerr != nil:
 				return nil, 0, false, lerr
 			case lrev < seen:
-				if err := stale(fmt.Errorf("leader of %s at %d after %d: %w", key, lrev, seen, errBehind)); err != nil {
+				if err := stale("leader read", lrev); err != nil {
 					return nil, 0, false, err
 				}
 				continue
@@ -396,7 +399,7 @@ func UpdateRev[T any](ctx context.Context, kv jetstream.KeyValue, key string, cr
 				// seen: a server that still believes it leads answered
 				// first, while the leader may have stored the write.
 				writes = append(writes, unsure{base: rev, data: data})
-				if err := stale(fmt.Errorf("write of %s refused at %d after %d: %w", key, at, seen, errBehind)); err != nil {
+				if err := stale("refusal", at); err != nil {
 					return nil, 0, false, err
 				}
 				continue
