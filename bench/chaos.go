@@ -133,7 +133,8 @@ const (
 	requestBudget  = 20 * time.Second       // one request and its retries
 	inflightMax    = 512                    // requests in flight; the pacers wait beyond
 	replicaReady   = 60 * time.Second
-	clusterReplica = 3 // CHIME_JS_REPLICAS on a cluster
+	clusterReplica = 3  // CHIME_JS_REPLICAS on a cluster
+	chaosShards    = 32 // CHIME_SHARDS, the default, set for the report
 )
 
 // chaosRun is the state of one run.
@@ -254,6 +255,10 @@ func Chaos(ctx context.Context, o ChaosOptions) (res *ChaosResult, err error) {
 	}
 	res = r.analyze(obs)
 	res.NotCurrentAtRead = stale
+	if !res.OK {
+		r.holders(ctx, res.LostShards)
+		r.dumpReplicas(ctx)
+	}
 	if r.lab != nil {
 		if acks := r.duplicateAcks(ctx); len(acks) > 0 {
 			res.DuplicateAcks = acks
@@ -309,7 +314,7 @@ func (r *chaosRun) jsReplicas() int {
 // until each is ready.
 func (r *chaosRun) startReplicas(ctx context.Context) error {
 	begin := time.Now()
-	ports, err := natsproc.FreePorts(r.o.Replicas)
+	ports, err := natsproc.FreePorts(2 * r.o.Replicas)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
@@ -321,15 +326,17 @@ func (r *chaosRun) startReplicas(ctx context.Context) error {
 	}
 	for i := range r.o.Replicas {
 		p := &replicaProc{
-			id:       fmt.Sprintf("chaos-r%d", i+1),
-			httpAddr: fmt.Sprintf("127.0.0.1:%d", ports[i]),
-			exe:      r.o.Exe,
+			id:        fmt.Sprintf("chaos-r%d", i+1),
+			httpAddr:  fmt.Sprintf("127.0.0.1:%d", ports[i]),
+			pprofAddr: fmt.Sprintf("127.0.0.1:%d", ports[r.o.Replicas+i]),
+			exe:       r.o.Exe,
 		}
 		if r.lab != nil {
 			// In its namespace, on its address: the host reaches it over
 			// the bridge, and it can be cut off.
 			m := r.lab.Member(p.id)
 			p.httpAddr, p.wrap = fmt.Sprintf("%s:%d", m.Addr, ports[i]), m.Wrap()
+			p.pprofAddr = fmt.Sprintf("%s:%d", m.Addr, ports[r.o.Replicas+i])
 		}
 		p.logPath = filepath.Join(r.work.dir, p.id+".log")
 		// Later entries win: the run's own settings over the caller's.
@@ -338,6 +345,9 @@ func (r *chaosRun) startReplicas(ctx context.Context) error {
 			fmt.Sprintf("CHIME_JS_REPLICAS=%d", r.jsReplicas()),
 			"CHIME_HTTP_ADDR="+p.httpAddr,
 			"CHIME_REPLICA_ID="+p.id,
+			fmt.Sprintf("CHIME_SHARDS=%d", chaosShards), // the report maps losses to shards
+			// A failed run dumps each replica's goroutines (dumpReplicas).
+			"CHIME_PPROF_ADDR="+p.pprofAddr,
 			// The run paces its own creates and counts what fails: a
 			// per-agent rate limit would only add refusals to its count.
 			"CHIME_CREATE_RATE=0",

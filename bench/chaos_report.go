@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/chime-nats/chime/partitions"
 	"github.com/chime-nats/chime/subjects"
 	"github.com/chime-nats/chime/timers"
 	"github.com/chime-nats/chime/waits"
@@ -48,10 +49,23 @@ type ChaosResult struct {
 	// a lagging replica answering a direct get makes lost or unapplied
 	// figures possibly the reader's, not chime's.
 	NotCurrentAtRead []string `json:"not_current_at_read,omitempty"`
+	// LostShards are the shards of the lost deliveries, and who held
+	// each shard's lease when the records were read: a loss confined to
+	// one replica's shards points at that replica.
+	LostShards []ChaosShardLoss `json:"lost_shards,omitempty"`
 	// Examples name the first lost, duplicated and latest deliveries.
 	Examples []string `json:"examples,omitempty"`
 	OK       bool     `json:"ok"` // nothing lost or duplicated
 	WorkDir  string   `json:"work_dir,omitempty"`
+}
+
+// ChaosShardLoss is how many deliveries of one shard were lost.
+type ChaosShardLoss struct {
+	Shard int `json:"shard"`
+	Lost  int `json:"lost"`
+	// Holder is the replica holding the shard's lease at the read; empty
+	// when none did, or the leases could not be read.
+	Holder string `json:"holder,omitempty"`
 }
 
 // ChaosConfig echoes the run's settings.
@@ -377,7 +391,9 @@ func (r *chaosRun) analyze(obs *observed) *ChaosResult {
 		findings = append(findings, finding{order: order, due: f.due, late: after,
 			text: fmt.Sprintf("fired after cancel: %s cancel acknowledged %s, due %s, delivered %s (%v after the cancel)", what, r.at(req.cancelled), r.at(f.due), r.at(f.stored), ms3(after))})
 	}
-	lost := func(what string, due time.Time, why string) item {
+	lostIn := map[int]int{} // lost deliveries by shard
+	lost := func(what, agent, id string, due time.Time, why string) item {
+		lostIn[partitions.ShardOf(subjects.TimerKey(agent, id), chaosShards)]++
 		findings = append(findings, finding{order: findLost, due: due, text: fmt.Sprintf("lost: %s due %s: %s", what, r.at(due), why)})
 		return item{due: due, lost: true}
 	}
@@ -417,7 +433,7 @@ func (r *chaosRun) analyze(obs *observed) *ChaosResult {
 				}
 			case !cancelled:
 				t.Lost++
-				items = append(items, lost(what, rec.CreatedAt.Add(time.Duration(rec.DurationMs)*time.Millisecond),
+				items = append(items, lost(what, rec.AgentID, id, rec.CreatedAt.Add(time.Duration(rec.DurationMs)*time.Millisecond),
 					fmt.Sprintf("record %s, fire_count %d", rec.Status, rec.FireCount)))
 			}
 			continue
@@ -457,7 +473,7 @@ func (r *chaosRun) analyze(obs *observed) *ChaosResult {
 					due = prevDue.Add(rec.Interval()) // about: after downtime a cadence skips
 				}
 				t.Lost++
-				items = append(items, lost(w, due, fmt.Sprintf("record %s, fire_count %d", rec.Status, rec.FireCount)))
+				items = append(items, lost(w, rec.AgentID, id, due, fmt.Sprintf("record %s, fire_count %d", rec.Status, rec.FireCount)))
 				prevDue = time.Time{}
 				continue
 			}
@@ -483,7 +499,7 @@ func (r *chaosRun) analyze(obs *observed) *ChaosResult {
 		if obs.timers[id] == nil {
 			t.MissingRecords++
 			t.Lost++
-			items = append(items, lost("timer "+id+" of "+req.agent, req.due, "acknowledged, but no record"))
+			items = append(items, lost("timer "+id+" of "+req.agent, req.agent, id, req.due, "acknowledged, but no record"))
 		}
 	}
 	for _, occ := range fires {
@@ -504,7 +520,7 @@ func (r *chaosRun) analyze(obs *observed) *ChaosResult {
 		delete(ends, id)
 		if len(es) == 0 {
 			w.Lost++
-			items = append(items, lost(what, rec.TargetTime, fmt.Sprintf("record %s", rec.Status)))
+			items = append(items, lost(what, rec.AgentID, id, rec.TargetTime, fmt.Sprintf("record %s", rec.Status)))
 			continue
 		}
 		if len(es) > 1 {
@@ -532,7 +548,7 @@ func (r *chaosRun) analyze(obs *observed) *ChaosResult {
 	for id, req := range r.waits {
 		if obs.waits[id] == nil {
 			w.Lost++
-			items = append(items, lost("wait "+id+" of "+req.agent, req.target, "acknowledged, but no record"))
+			items = append(items, lost("wait "+id+" of "+req.agent, req.agent, id, req.target, "acknowledged, but no record"))
 		}
 	}
 	for _, es := range ends {
@@ -541,6 +557,9 @@ func (r *chaosRun) analyze(obs *observed) *ChaosResult {
 	w.LatenessMs = summarize(waitLateness)
 
 	res.Lost = t.Lost + w.Lost
+	for _, sh := range slices.Sorted(maps.Keys(lostIn)) {
+		res.LostShards = append(res.LostShards, ChaosShardLoss{Shard: sh, Lost: lostIn[sh]})
+	}
 	res.Duplicated = t.Duplicated + w.Duplicated
 	// A tick skipped silently is as much a broken promise as a lost fire.
 	res.OK = res.Lost == 0 && res.Duplicated == 0 && t.TicksNotCovered == 0 && t.CalendarTicksNotCovered == 0
@@ -725,6 +744,13 @@ func (r *ChaosResult) WriteText(w io.Writer) {
 		q.Requests, q.Retries, q.Unavailable, q.Internal, q.Timeouts, q.NoResponders, q.OtherErrors, q.CancelFailed)
 	if r.OtherDeliveries > 0 {
 		fmt.Fprintf(w, "other inbox messages: %d\n", r.OtherDeliveries)
+	}
+	if len(r.LostShards) > 0 {
+		var parts []string
+		for _, l := range r.LostShards {
+			parts = append(parts, fmt.Sprintf("%d:%d (%s)", l.Shard, l.Lost, cmp.Or(l.Holder, "none")))
+		}
+		fmt.Fprintf(w, "lost by shard (shard:lost (lease holder at the read)): %s\n", strings.Join(parts, " "))
 	}
 	total := 0
 	var byKind []string

@@ -1,0 +1,91 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/chime-nats/chime/engine"
+)
+
+// What a failed chaos run keeps beyond the replicas' logs: who held the
+// shards of the lost deliveries, and each replica's goroutines and
+// metrics at the end, while the replicas still run in the state that lost
+// them. A loss that no log explains is found from these.
+
+// holders fills each loss's Holder from the lease bucket.
+func (r *chaosRun) holders(ctx context.Context, lost []ChaosShardLoss) {
+	if len(lost) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	kv, err := r.js.KeyValue(ctx, engine.LeasesBucket)
+	if err != nil {
+		r.progress("lease holders not read: %v", err)
+		return
+	}
+	for i := range lost {
+		e, err := kv.Get(ctx, "shard."+strconv.Itoa(lost[i].Shard))
+		if err != nil {
+			continue // no holder, or not readable: said as none
+		}
+		lost[i].Holder = string(e.Value())
+	}
+}
+
+// dumpReplicas writes, for each running replica, its goroutines
+// (<id>-goroutines.txt) and metrics (<id>-metrics.txt) into the work dir.
+func (r *chaosRun) dumpReplicas(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	c := &http.Client{Timeout: 10 * time.Second}
+	var kept []string
+	for _, p := range r.replicas {
+		for _, d := range []struct{ name, url string }{
+			{"goroutines", "http://" + p.pprofAddr + "/debug/pprof/goroutine?debug=2"},
+			{"metrics", "http://" + p.httpAddr + "/metrics"},
+		} {
+			path := filepath.Join(r.work.dir, p.id+"-"+d.name+".txt")
+			if err := fetchTo(ctx, c, d.url, path); err != nil {
+				r.progress("%s of %s not kept: %v", d.name, p.id, err)
+				continue
+			}
+			kept = append(kept, filepath.Base(path))
+		}
+	}
+	if len(kept) > 0 {
+		r.progress("kept for the loss: %s", strings.Join(kept, ", "))
+	}
+}
+
+// fetchTo writes the body of a GET of url to path.
+func fetchTo(ctx context.Context, c *http.Client, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	res, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, res.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, res.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
