@@ -9,6 +9,7 @@ import (
 type metrics struct {
 	active, waitGauge prometheus.GaugeFunc
 	shardsHeld        prometheus.GaugeFunc
+	shardsStalled     prometheus.GaugeFunc
 	countsPending     prometheus.GaugeFunc
 	shardLoad         prometheus.Histogram
 	fires, failures   prometheus.Counter
@@ -93,6 +94,10 @@ func newMetrics(s *Scheduler) metrics {
 	m.shardsHeld = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "chime_shards_held", Help: "Shards whose timers and waits this replica holds.",
 	}, func() float64 { return float64(s.ShardsHeld()) })
+	m.shardsStalled = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "chime_shards_stalled",
+		Help: "Shards this replica holds whose earliest timer or wait is more than 10 s overdue and not fired; the log says why.",
+	}, func() float64 { return float64(s.stalled.Load()) })
 	if s.counts != nil {
 		m.countsPending = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "chime_counts_pending", Help: "Per-agent counts of held shards changed and not yet written to chime_counts (sharded layout).",
@@ -105,5 +110,5 @@ func (m *metrics) register(r prometheus.Registerer) {
 	if m.countsPending != nil {
 		r.MustRegister(m.countsPending)
 	}
-	r.MustRegister(m.active, m.waitGauge, m.shardsHeld, m.shardLoad, m.fires, m.failures, m.duplicates, m.applied, m.recordFailures, m.recovered, m.adopted, m.progress, m.lateness, m.refused, m.changes)
+	r.MustRegister(m.active, m.waitGauge, m.shardsHeld, m.shardsStalled, m.shardLoad, m.fires, m.failures, m.duplicates, m.applied, m.recordFailures, m.recovered, m.adopted, m.progress, m.lateness, m.refused, m.changes)
 }

@@ -103,9 +103,12 @@ type Scheduler struct {
 	// fires in flight (unix ns; 0: not now).
 	burstStart atomic.Int64
 	health     health
-	cancel     context.CancelCauseFunc
-	wg         sync.WaitGroup
-	stop       sync.Once
+	// stalled is how many held shards the last look found stalled
+	// (stallLoop).
+	stalled atomic.Int64
+	cancel  context.CancelCauseFunc
+	wg      sync.WaitGroup
+	stop    sync.Once
 
 	m metrics
 	// refusedLog paces the log of records passed over (refuse).
@@ -202,8 +205,9 @@ func (s *Scheduler) start(ctx context.Context) error {
 	} else if err := s.startWhole(ctx); err != nil {
 		return err
 	}
-	s.wg.Add(3)
+	s.wg.Add(4)
 	go func() { defer s.wg.Done(); s.fireLoop(ctx, s.publish) }()
+	go func() { defer s.wg.Done(); s.stallLoop(ctx) }()
 	go func() { defer s.wg.Done(); s.ackLoop(ctx) }()
 	go func() { defer s.wg.Done(); s.progressLoop(ctx) }()
 	for range s.cfg.RecordWorkers {
