@@ -210,9 +210,18 @@ func (l *Leases) round(ctx context.Context) error {
 	if _, err := l.kv.Put(ctx, presencePrefix+l.id, me); err != nil {
 		return fmt.Errorf("presence: %w", err) // its leases run out unconfirmed
 	}
+	// The held leases first, before the listing of the replicas: a slow
+	// listing must not spend the round's time and let them lapse.
+	lost, regained := l.refresh(ctx, start)
+	if regained > 0 {
+		l.log.Info("leases confirmed again after they lapsed: firing their shards", "shards", regained)
+	}
+	// A lease regained is a shard this replica may fire again: the fire
+	// loop, which found none to fire, sleeps until told.
+	changed := lost || regained > 0
 	serving, err := l.serving(ctx)
 	if err != nil {
-		if l.refresh(ctx, start) {
+		if changed {
 			l.onChange()
 		}
 		return err
@@ -221,7 +230,6 @@ func (l *Leases) round(ctx context.Context) error {
 		l.release(ctx, false)
 		return nil
 	}
-	changed := l.refresh(ctx, start)
 	replicas := max(serving, 1)
 	target := share(l.shards, replicas)
 	if l.rebalance(ctx, start, replicas) {
@@ -271,29 +279,35 @@ type presenceValue struct {
 	Benched string `json:"benched,omitempty"`
 }
 
-func (l *Leases) refresh(ctx context.Context, start time.Time) bool {
+// refresh confirms every held lease, as of a round begun at start. It
+// reports whether one was lost (to another replica, or unconfirmed past
+// its validity), and how many had lapsed (held, but past their validity
+// at now) and are confirmed again.
+func (l *Leases) refresh(ctx context.Context, start time.Time) (lost bool, regained int) {
 	l.mu.Lock()
 	owned := make(map[int]lease, len(l.owned))
 	for s, ls := range l.owned {
 		owned[s] = ls
 	}
 	l.mu.Unlock()
-	changed := false
 	for s, ls := range owned {
 		rev, err := l.kv.Update(ctx, shardKey(s), []byte(l.id), ls.rev)
 		l.mu.Lock()
 		switch {
 		case err == nil:
+			if !ls.valid(l.now()) {
+				regained++
+			}
 			l.owned[s] = lease{rev: rev, validUntil: validUntil(start, l.ttl, l.renew)}
 		case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists),
 			errors.Is(err, jetstream.ErrKeyNotFound), !(lease{validUntil: validUntil(start, l.ttl, l.renew)}).valid(l.now()):
 			// Lost to another replica, or unconfirmed past its validity.
 			delete(l.owned, s)
-			changed = true
+			lost = true
 		}
 		l.mu.Unlock()
 	}
-	return changed
+	return lost, regained
 }
 
 // serving counts the present replicas that can fire, this one included
@@ -307,6 +321,12 @@ func (l *Leases) serving(ctx context.Context) (int, error) {
 	var keys []string
 	for k := range lister.Keys() {
 		keys = append(keys, k)
+	}
+	// The listing also ends, quietly, when ctx does: a part of the
+	// presences would count too few replicas, and the target share
+	// would be too high.
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("list replicas: %w", err)
 	}
 	n := 0
 	for _, k := range keys {

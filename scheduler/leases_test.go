@@ -98,3 +98,62 @@ func TestLeasesStepBackOnlyForOthers(t *testing.T) {
 	okB.Store(true)
 	testwait.Eventually(t, 10*time.Second, func() bool { return a.Count() == shards/2 && b.Count() == shards/2 }, "shared again")
 }
+
+// TestLeasesRegainedWake: leases that lapse unconfirmed (rounds failing
+// while a server restarts) and are then confirmed again are shards the
+// replica may fire again, and OnChange says so although it holds the same
+// shards: the fire loop, which found nothing to fire, sleeps until told.
+// Before, a replica kept its leases and fired none of its shards after
+// such a lapse (chime-bench chaos, 336 fires lost after a server kill).
+func TestLeasesRegainedWake(t *testing.T) {
+	ns := natstest.Server(t)
+	_, res := natstest.Provisioned(t, ns)
+	const shards = 4
+	var clock atomic.Int64 // unix ns
+	clock.Store(time.Now().UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	var changes atomic.Int32
+	l := scheduler.NewLeases(scheduler.LeasesConfig{KV: res.Leases, ReplicaID: "a", Shards: shards, TTL: 2 * time.Second, Renew: 250 * time.Millisecond,
+		Now: now, OnChange: func() { changes.Add(1) }})
+	if err := l.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Stop(context.Background())
+	testwait.Eventually(t, 10*time.Second, func() bool { return l.Count() == shards }, "all shards held")
+	owned := make([]bool, shards)
+	l.Owned(now(), owned)
+	if !allTrue(owned) {
+		t.Fatalf("owned %v after the first round", owned)
+	}
+
+	// The leases' validity passes unconfirmed, as when rounds fail.
+	before := changes.Load()
+	clock.Add(int64(2 * time.Second))
+	l.Owned(now(), owned)
+	if anyTrue(owned) {
+		t.Fatalf("owned %v past the leases' validity", owned)
+	}
+	testwait.Eventually(t, 10*time.Second, func() bool { return changes.Load() > before }, "OnChange once the lapsed leases are confirmed again")
+	l.Owned(now(), owned)
+	if !allTrue(owned) || l.Count() != shards {
+		t.Fatalf("owned %v, %d held, after the leases were confirmed again", owned, l.Count())
+	}
+}
+
+func allTrue(bs []bool) bool {
+	for _, b := range bs {
+		if !b {
+			return false
+		}
+	}
+	return true
+}
+
+func anyTrue(bs []bool) bool {
+	for _, b := range bs {
+		if b {
+			return true
+		}
+	}
+	return false
+}
