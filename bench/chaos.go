@@ -336,7 +336,9 @@ func (r *chaosRun) startReplicas(ctx context.Context) error {
 			// the bridge, and it can be cut off.
 			m := r.lab.Member(p.id)
 			p.httpAddr, p.wrap = fmt.Sprintf("%s:%d", m.Addr, ports[i]), m.Wrap()
-			p.pprofAddr = fmt.Sprintf("%s:%d", m.Addr, ports[r.o.Replicas+i])
+			// Profiles are served on loopback only, which in its
+			// namespace the host cannot reach.
+			p.pprofAddr = ""
 		}
 		p.logPath = filepath.Join(r.work.dir, p.id+".log")
 		// Later entries win: the run's own settings over the caller's.

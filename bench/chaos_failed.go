@@ -40,18 +40,20 @@ func (r *chaosRun) holders(ctx context.Context, lost []ChaosShardLoss) {
 	}
 }
 
-// dumpReplicas writes, for each running replica, its goroutines
-// (<id>-goroutines.txt) and metrics (<id>-metrics.txt) into the work dir.
+// dumpReplicas writes, for each running replica, its metrics
+// (<id>-metrics.txt) and, when it serves profiles (not in a partition
+// lab), its goroutines (<id>-goroutines.txt) into the work dir.
 func (r *chaosRun) dumpReplicas(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	c := &http.Client{Timeout: 10 * time.Second}
 	var kept []string
 	for _, p := range r.replicas {
-		for _, d := range []struct{ name, url string }{
-			{"goroutines", "http://" + p.pprofAddr + "/debug/pprof/goroutine?debug=2"},
-			{"metrics", "http://" + p.httpAddr + "/metrics"},
-		} {
+		dumps := []struct{ name, url string }{{"metrics", "http://" + p.httpAddr + "/metrics"}}
+		if p.pprofAddr != "" {
+			dumps = append(dumps, struct{ name, url string }{"goroutines", "http://" + p.pprofAddr + "/debug/pprof/goroutine?debug=2"})
+		}
+		for _, d := range dumps {
 			path := filepath.Join(r.work.dir, p.id+"-"+d.name+".txt")
 			if err := fetchTo(ctx, c, d.url, path); err != nil {
 				r.progress("%s of %s not kept: %v", d.name, p.id, err)
