@@ -866,6 +866,9 @@ func readInbox(ctx context.Context, js jetstream.JetStream) ([]inboxMsg, error) 
 }
 
 // replicaLogCounts counts each replica's WARN and ERROR lines.
+// stalledLine is the scheduler's report of shards held but not firing.
+const stalledLine = "shards held but not firing"
+
 func (r *chaosRun) replicaLogCounts() map[string]LogCounts {
 	out := map[string]LogCounts{}
 	for _, p := range r.replicas {
@@ -878,6 +881,9 @@ func (r *chaosRun) replicaLogCounts() map[string]LogCounts {
 			switch {
 			case strings.Contains(line, "level=WARN") || strings.Contains(line, `"level":"WARN"`):
 				c.Warn++
+				if strings.Contains(line, stalledLine) {
+					c.Stalls++
+				}
 			case strings.Contains(line, "level=ERROR") || strings.Contains(line, `"level":"ERROR"`):
 				c.Error++
 			}

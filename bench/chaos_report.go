@@ -246,6 +246,9 @@ type LogCounts struct {
 	Starts int `json:"starts"`
 	Warn   int `json:"warn"`
 	Error  int `json:"error"`
+	// Stalls are the WARN lines reporting shards held but not firing
+	// (one every 10 s while it lasts).
+	Stalls int `json:"stalls"`
 }
 
 // Err is non-nil when anything was lost or duplicated.
@@ -815,7 +818,11 @@ func (r *ChaosResult) WriteText(w io.Writer) {
 	var logs []string
 	for _, id := range slices.Sorted(maps.Keys(r.ReplicaLogs)) {
 		l := r.ReplicaLogs[id]
-		logs = append(logs, fmt.Sprintf("%s: %d starts, %d WARN, %d ERROR", id, l.Starts, l.Warn, l.Error))
+		line := fmt.Sprintf("%s: %d starts, %d WARN, %d ERROR", id, l.Starts, l.Warn, l.Error)
+		if l.Stalls > 0 {
+			line += fmt.Sprintf(" (%d of them stalled shards)", l.Stalls)
+		}
+		logs = append(logs, line)
 	}
 	fmt.Fprintf(w, "replica logs: %s\n", strings.Join(logs, "; "))
 	if len(r.DuplicateAcks) > 0 {
