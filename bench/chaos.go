@@ -348,8 +348,6 @@ func (r *chaosRun) startReplicas(ctx context.Context) error {
 			"CHIME_HTTP_ADDR="+p.httpAddr,
 			"CHIME_REPLICA_ID="+p.id,
 			fmt.Sprintf("CHIME_SHARDS=%d", chaosShards), // the report maps losses to shards
-			// A failed run dumps each replica's goroutines (dumpReplicas).
-			"CHIME_PPROF_ADDR="+p.pprofAddr,
 			// The run paces its own creates and counts what fails: a
 			// per-agent rate limit would only add refusals to its count.
 			"CHIME_CREATE_RATE=0",
@@ -360,6 +358,10 @@ func (r *chaosRun) startReplicas(ctx context.Context) error {
 		}
 		if tokensFile != "" {
 			p.env = append(p.env, "CHIME_OPERATOR_TOKENS_FILE="+tokensFile)
+		}
+		if p.pprofAddr != "" {
+			// A failed run dumps each replica's goroutines (dumpReplicas).
+			p.env = append(p.env, "CHIME_PPROF_ADDR="+p.pprofAddr)
 		}
 		r.work.Cleanup(p.kill)
 		r.replicas = append(r.replicas, p)
@@ -865,10 +867,11 @@ func readInbox(ctx context.Context, js jetstream.JetStream) ([]inboxMsg, error) 
 	return out, nil
 }
 
-// replicaLogCounts counts each replica's WARN and ERROR lines.
 // stalledLine is the scheduler's report of shards held but not firing.
 const stalledLine = "shards held but not firing"
 
+// replicaLogCounts counts each replica's WARN and ERROR lines, and the
+// stalled-shard reports among them.
 func (r *chaosRun) replicaLogCounts() map[string]LogCounts {
 	out := map[string]LogCounts{}
 	for _, p := range r.replicas {
