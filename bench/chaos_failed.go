@@ -2,16 +2,13 @@ package bench
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"net/http"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/chime-nats/chime/engine"
+	"github.com/chime-nats/chime/scheduler"
 )
 
 // What a failed chaos run keeps beyond the replicas' logs: who held the
@@ -32,7 +29,7 @@ func (r *chaosRun) holders(ctx context.Context, lost []ChaosShardLoss) {
 		return
 	}
 	for i := range lost {
-		e, err := kv.Get(ctx, "shard."+strconv.Itoa(lost[i].Shard))
+		e, err := kv.Get(ctx, scheduler.LeaseKey(lost[i].Shard))
 		if err != nil {
 			continue // no holder, or not readable: said as none
 		}
@@ -65,29 +62,4 @@ func (r *chaosRun) dumpReplicas(ctx context.Context) {
 	if len(kept) > 0 {
 		r.progress("kept for the loss: %s", strings.Join(kept, ", "))
 	}
-}
-
-// fetchTo writes the body of a GET of url to path.
-func fetchTo(ctx context.Context, c *http.Client, url, path string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	res, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, res.Status)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, res.Body); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }

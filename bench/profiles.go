@@ -60,25 +60,33 @@ func fetchProfile(ctx context.Context, addr string, seconds int, path string) er
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(seconds)*time.Second+10*time.Second)
 	defer cancel()
 	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, seconds)
+	if err := fetchTo(ctx, http.DefaultClient, url, path); err != nil {
+		return fmt.Errorf("bench: profile %s: %w", addr, err)
+	}
+	return nil
+}
+
+// fetchTo writes the body of a GET of url to path.
+func fetchTo(ctx context.Context, c *http.Client, url, path string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return fmt.Errorf("bench: profile: %w", err)
+		return err
 	}
-	res, err := http.DefaultClient.Do(req)
+	res, err := c.Do(req)
 	if err != nil {
-		return fmt.Errorf("bench: profile %s: %w", addr, err)
+		return err
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
-		return fmt.Errorf("bench: profile %s: %s", addr, res.Status)
+		return fmt.Errorf("GET %s: %s", url, res.Status)
 	}
-	out, err := os.Create(path)
+	f, err := os.Create(path)
 	if err != nil {
-		return fmt.Errorf("bench: profile: %w", err)
+		return err
 	}
-	if _, err := io.Copy(out, res.Body); err != nil {
-		out.Close()
-		return fmt.Errorf("bench: profile %s: %w", addr, err)
+	if _, err := io.Copy(f, res.Body); err != nil {
+		f.Close()
+		return err
 	}
-	return out.Close()
+	return f.Close()
 }

@@ -83,7 +83,9 @@ func NewLeases(c LeasesConfig) *Leases {
 	}
 }
 
-func shardKey(s int) string { return "shard." + strconv.Itoa(s) }
+// LeaseKey is shard s's lease key in the leases bucket; its value is the
+// holding replica's ID.
+func LeaseKey(s int) string { return "shard." + strconv.Itoa(s) }
 
 const presencePrefix = "replica."
 
@@ -143,7 +145,7 @@ func (l *Leases) release(ctx context.Context, presence bool) {
 	l.owned = map[int]lease{}
 	l.mu.Unlock()
 	for s, ls := range owned {
-		_ = l.kv.Delete(ctx, shardKey(s), jetstream.LastRevision(ls.rev))
+		_ = l.kv.Delete(ctx, LeaseKey(s), jetstream.LastRevision(ls.rev))
 	}
 	if presence {
 		_ = l.kv.Delete(ctx, presencePrefix+l.id)
@@ -291,7 +293,7 @@ func (l *Leases) refresh(ctx context.Context, start time.Time) (lost bool, regai
 	}
 	l.mu.Unlock()
 	for s, ls := range owned {
-		rev, err := l.kv.Update(ctx, shardKey(s), []byte(l.id), ls.rev)
+		rev, err := l.kv.Update(ctx, LeaseKey(s), []byte(l.id), ls.rev)
 		l.mu.Lock()
 		switch {
 		case err == nil:
@@ -363,14 +365,14 @@ func (l *Leases) rebalance(ctx context.Context, start time.Time, replicas int) b
 		ls := l.owned[s]
 		delete(l.owned, s)
 		l.mu.Unlock()
-		_ = l.kv.Delete(ctx, shardKey(s), jetstream.LastRevision(ls.rev))
+		_ = l.kv.Delete(ctx, LeaseKey(s), jetstream.LastRevision(ls.rev))
 		changed = true
 	}
 	for _, s := range seek {
 		if want == 0 {
 			break
 		}
-		rev, err := l.kv.Create(ctx, shardKey(s), []byte(l.id))
+		rev, err := l.kv.Create(ctx, LeaseKey(s), []byte(l.id))
 		if err != nil {
 			continue // held by another replica, or a transient error
 		}

@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -122,7 +123,7 @@ func TestLeasesRegainedWake(t *testing.T) {
 	testwait.Eventually(t, 10*time.Second, func() bool { return l.Count() == shards }, "all shards held")
 	owned := make([]bool, shards)
 	l.Owned(now(), owned)
-	if !allTrue(owned) {
+	if slices.Contains(owned, false) {
 		t.Fatalf("owned %v after the first round", owned)
 	}
 
@@ -130,30 +131,12 @@ func TestLeasesRegainedWake(t *testing.T) {
 	before := changes.Load()
 	clock.Add(int64(2 * time.Second))
 	l.Owned(now(), owned)
-	if anyTrue(owned) {
+	if slices.Contains(owned, true) {
 		t.Fatalf("owned %v past the leases' validity", owned)
 	}
 	testwait.Eventually(t, 10*time.Second, func() bool { return changes.Load() > before }, "OnChange once the lapsed leases are confirmed again")
 	l.Owned(now(), owned)
-	if !allTrue(owned) || l.Count() != shards {
+	if slices.Contains(owned, false) || l.Count() != shards {
 		t.Fatalf("owned %v, %d held, after the leases were confirmed again", owned, l.Count())
 	}
-}
-
-func allTrue(bs []bool) bool {
-	for _, b := range bs {
-		if !b {
-			return false
-		}
-	}
-	return true
-}
-
-func anyTrue(bs []bool) bool {
-	for _, b := range bs {
-		if b {
-			return true
-		}
-	}
-	return false
 }
